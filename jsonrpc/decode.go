@@ -1,0 +1,138 @@
+package jsonrpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+)
+
+// DefaultMaxMessageBytes is the per-message size limit a transport applies
+// when none is configured: 4 MiB, the same cap the official SDKs use for
+// request bodies.
+const DefaultMaxMessageBytes = 4 << 20
+
+// envelope is the union of every member a JSON-RPC message may carry. Members
+// are raw so that absence, null and wrong types can be told apart.
+type envelope struct {
+	JSONRPC json.RawMessage `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  json.RawMessage `json:"method"`
+	Params  json.RawMessage `json:"params"`
+	Result  json.RawMessage `json:"result"`
+	Error   json.RawMessage `json:"error"`
+}
+
+var (
+	version2  = []byte(`"2.0"`)
+	nullValue = []byte("null")
+)
+
+// Decode parses one frame holding exactly one JSON-RPC message.
+//
+// On failure it returns the error object to answer with. The returned
+// Message then still carries what could be recovered: Kind is the shape the
+// frame appeared to have and ID is its id when one could be read, so the
+// caller can answer a broken request with its id and can stay silent for a
+// broken notification, which must never be answered.
+func Decode(frame []byte) (Message, *Error) {
+	frame = bytes.TrimSpace(frame)
+	if len(frame) == 0 {
+		return Message{}, NewError(CodeInvalidRequest, "empty message")
+	}
+	switch frame[0] {
+	case '{':
+	case '[':
+		if !json.Valid(frame) {
+			return Message{}, NewError(CodeParseError, "parse error: invalid JSON")
+		}
+		return Message{}, NewError(CodeInvalidRequest, "batch messages are not supported: send one JSON-RPC message per frame")
+	default:
+		if !json.Valid(frame) {
+			return Message{}, NewError(CodeParseError, "parse error: invalid JSON")
+		}
+		return Message{}, NewError(CodeInvalidRequest, "a JSON-RPC message must be a JSON object")
+	}
+
+	var env envelope
+	if err := json.Unmarshal(frame, &env); err != nil {
+		var syn *json.SyntaxError
+		if errors.As(err, &syn) || !json.Valid(frame) {
+			return Message{}, NewError(CodeParseError, "parse error: invalid JSON")
+		}
+		return Message{}, NewError(CodeInvalidRequest, "invalid message: %v", err)
+	}
+	return env.message()
+}
+
+func (env *envelope) message() (Message, *Error) {
+	var m Message
+	hasID := env.ID != nil
+	hasMethod := env.Method != nil
+	hasResult := env.Result != nil
+	hasError := env.Error != nil
+
+	// Classify first, so that every failure below can report the shape the
+	// frame appeared to have and its id.
+	switch {
+	case hasMethod && hasID:
+		m.Kind = KindRequest
+	case hasMethod:
+		m.Kind = KindNotification
+	case hasResult || hasError:
+		m.Kind = KindResponse
+	}
+	var idErr error
+	if hasID {
+		m.ID, idErr = ParseID(env.ID)
+	}
+
+	if !bytes.Equal(env.JSONRPC, version2) {
+		if env.JSONRPC == nil {
+			return m, NewError(CodeInvalidRequest, `missing "jsonrpc": "2.0"`)
+		}
+		return m, NewError(CodeInvalidRequest, `"jsonrpc" must be "2.0"`)
+	}
+	if m.Kind == 0 {
+		return m, NewError(CodeInvalidRequest, "message has neither a method nor a result or error")
+	}
+	if idErr != nil && !(m.Kind == KindResponse && bytes.Equal(bytes.TrimSpace(env.ID), nullValue)) {
+		return m, &Error{Code: CodeInvalidRequest, Message: idErr.Error()}
+	}
+
+	if m.Kind == KindResponse {
+		if hasResult && hasError {
+			return m, NewError(CodeInvalidRequest, "a response must not carry both result and error")
+		}
+		if hasError {
+			var e Error
+			if err := json.Unmarshal(env.Error, &e); err != nil {
+				return m, NewError(CodeInvalidRequest, "invalid error object: %v", err)
+			}
+			m.Error = &e
+		} else {
+			m.Result = env.Result
+		}
+		return m, nil
+	}
+
+	if hasResult || hasError {
+		return m, NewError(CodeInvalidRequest, "a request or notification must not carry result or error")
+	}
+	if err := json.Unmarshal(env.Method, &m.Method); err != nil {
+		return m, NewError(CodeInvalidRequest, `"method" must be a string`)
+	}
+	if m.Method == "" {
+		return m, NewError(CodeInvalidRequest, `"method" must not be empty`)
+	}
+	if env.Params != nil {
+		p := bytes.TrimSpace(env.Params)
+		if bytes.Equal(p, nullValue) {
+			return m, nil // a null params member is read as an absent one
+		}
+		if len(p) == 0 || p[0] != '{' {
+			return m, NewError(CodeInvalidRequest, `"params" must be a JSON object`)
+		}
+		m.Params = p
+	}
+	return m, nil
+}

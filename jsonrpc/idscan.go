@@ -1,0 +1,130 @@
+package jsonrpc
+
+// IDScanner recovers the top-level "id" of a frame that is read in pieces
+// and never held whole, such as a message over the size limit. A transport
+// feeds it the frame's bytes as it discards them and can then answer the
+// refused request with its id instead of leaving the sender to wait forever.
+//
+// The scan is syntactic only: it follows strings, escapes and nesting, and
+// keeps at most maxScannedID bytes of the id value. A frame that is not valid
+// JSON may yield no id, or an id from a member a full parser would reject;
+// the caller uses it only to address an error response.
+type IDScanner struct {
+	depth     int
+	inString  bool
+	escaped   bool
+	wantKey   bool // at depth 1, the next string is a member name
+	inKey     bool
+	key       []byte
+	keyIsID   bool
+	wantValue bool // at depth 1, after ':' and before the value starts
+	capturing bool
+	value     []byte
+	done      bool
+	overflow  bool
+}
+
+const maxScannedID = 256
+
+// Write feeds the next bytes of the frame. It never fails.
+func (s *IDScanner) Write(p []byte) (int, error) {
+	for _, c := range p {
+		if s.done {
+			break
+		}
+		s.step(c)
+	}
+	return len(p), nil
+}
+
+// ID returns the id found so far, if a complete one was seen.
+func (s *IDScanner) ID() (ID, bool) {
+	if !s.done || s.overflow {
+		return ID{}, false
+	}
+	id, err := ParseID(s.value)
+	return id, err == nil
+}
+
+func (s *IDScanner) keep(c byte) {
+	if len(s.value) >= maxScannedID {
+		s.overflow = true
+		return
+	}
+	s.value = append(s.value, c)
+}
+
+func (s *IDScanner) step(c byte) {
+	if s.inString {
+		if s.capturing {
+			s.keep(c)
+		} else if s.inKey && len(s.key) < 8 {
+			s.key = append(s.key, c)
+		}
+		switch {
+		case s.escaped:
+			s.escaped = false
+		case c == '\\':
+			s.escaped = true
+		case c == '"':
+			s.inString = false
+			if s.inKey {
+				s.inKey = false
+				s.keyIsID = string(s.key) == `id"`
+			} else if s.capturing {
+				s.done = true
+			}
+		}
+		return
+	}
+	if s.capturing { // a number or literal ends at the first structural byte
+		switch c {
+		case ',', '}', ']', ' ', '\t', '\r', '\n':
+			s.done = true
+			return
+		}
+		s.keep(c)
+		return
+	}
+	switch c {
+	case '"':
+		s.inString = true
+		if s.depth == 1 && s.wantKey {
+			s.wantKey, s.inKey = false, true
+			s.key = s.key[:0]
+		} else if s.depth == 1 && s.wantValue {
+			s.wantValue = false
+			if s.keyIsID {
+				s.capturing = true
+				s.value = append(s.value[:0], '"')
+			}
+		}
+	case '{', '[':
+		if s.depth == 1 {
+			s.wantValue = false
+		}
+		s.depth++
+		if s.depth == 1 && c == '{' {
+			s.wantKey = true
+		}
+	case '}', ']':
+		s.depth--
+	case ':':
+		if s.depth == 1 {
+			s.wantValue = true
+		}
+	case ',':
+		if s.depth == 1 {
+			s.wantKey, s.wantValue = true, false
+		}
+	case ' ', '\t', '\r', '\n':
+	default:
+		if s.depth == 1 && s.wantValue {
+			s.wantValue = false
+			if s.keyIsID {
+				s.capturing = true
+				s.value = append(s.value[:0], c)
+			}
+		}
+	}
+}
