@@ -1,0 +1,177 @@
+package mcp
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Content is one block of a tool result or prompt message. The concrete
+// types are TextContent, ImageContent, AudioContent, EmbeddedResource and
+// ResourceLink; each marshals with its "type" member.
+type Content interface {
+	ContentType() string
+}
+
+// Annotations are optional hints on a content block.
+type Annotations struct {
+	Audience     []string `json:"audience,omitempty"`
+	Priority     *float64 `json:"priority,omitempty"`
+	LastModified string   `json:"lastModified,omitempty"`
+}
+
+// TextContent is plain text.
+type TextContent struct {
+	Text        string       `json:"text"`
+	Annotations *Annotations `json:"annotations,omitempty"`
+	Meta        Meta         `json:"_meta,omitempty"`
+}
+
+// ImageContent is a base64-encoded image.
+type ImageContent struct {
+	Data        string       `json:"data"`
+	MimeType    string       `json:"mimeType"`
+	Annotations *Annotations `json:"annotations,omitempty"`
+	Meta        Meta         `json:"_meta,omitempty"`
+}
+
+// AudioContent is base64-encoded audio.
+type AudioContent struct {
+	Data        string       `json:"data"`
+	MimeType    string       `json:"mimeType"`
+	Annotations *Annotations `json:"annotations,omitempty"`
+	Meta        Meta         `json:"_meta,omitempty"`
+}
+
+// ResourceContents is the body of a resource: Text or Blob (base64), never
+// both.
+type ResourceContents struct {
+	URI      string  `json:"uri"`
+	MimeType string  `json:"mimeType,omitempty"`
+	Text     *string `json:"text,omitempty"`
+	Blob     *string `json:"blob,omitempty"`
+	Meta     Meta    `json:"_meta,omitempty"`
+}
+
+// EmbeddedResource carries a resource's contents inline.
+type EmbeddedResource struct {
+	Resource    ResourceContents `json:"resource"`
+	Annotations *Annotations     `json:"annotations,omitempty"`
+	Meta        Meta             `json:"_meta,omitempty"`
+}
+
+// ResourceLink points at a resource the client may read.
+type ResourceLink struct {
+	URI         string       `json:"uri"`
+	Name        string       `json:"name"`
+	Title       string       `json:"title,omitempty"`
+	Description string       `json:"description,omitempty"`
+	MimeType    string       `json:"mimeType,omitempty"`
+	Size        *int64       `json:"size,omitempty"`
+	Annotations *Annotations `json:"annotations,omitempty"`
+	Meta        Meta         `json:"_meta,omitempty"`
+}
+
+func (*TextContent) ContentType() string      { return "text" }
+func (*ImageContent) ContentType() string     { return "image" }
+func (*AudioContent) ContentType() string     { return "audio" }
+func (*EmbeddedResource) ContentType() string { return "resource" }
+func (*ResourceLink) ContentType() string     { return "resource_link" }
+
+// marshalTyped encodes v (a pointer to one of the content structs) with a
+// leading "type" member.
+func marshalTyped(typ string, v any) ([]byte, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(body)+len(typ)+12)
+	out = append(out, `{"type":"`...)
+	out = append(out, typ...)
+	out = append(out, '"')
+	if len(body) > 2 {
+		out = append(out, ',')
+	}
+	return append(out, body[1:]...), nil
+}
+
+// The MarshalJSON methods go through a local type without methods to avoid
+// recursing into themselves.
+
+func (c *TextContent) MarshalJSON() ([]byte, error) {
+	type plain TextContent
+	return marshalTyped(c.ContentType(), (*plain)(c))
+}
+
+func (c *ImageContent) MarshalJSON() ([]byte, error) {
+	type plain ImageContent
+	return marshalTyped(c.ContentType(), (*plain)(c))
+}
+
+func (c *AudioContent) MarshalJSON() ([]byte, error) {
+	type plain AudioContent
+	return marshalTyped(c.ContentType(), (*plain)(c))
+}
+
+func (c *EmbeddedResource) MarshalJSON() ([]byte, error) {
+	type plain EmbeddedResource
+	return marshalTyped(c.ContentType(), (*plain)(c))
+}
+
+func (c *ResourceLink) MarshalJSON() ([]byte, error) {
+	type plain ResourceLink
+	return marshalTyped(c.ContentType(), (*plain)(c))
+}
+
+// Text returns a text content block.
+func Text(s string) *TextContent { return &TextContent{Text: s} }
+
+// UnmarshalContent decodes one content block by its "type" member.
+func UnmarshalContent(raw json.RawMessage) (Content, error) {
+	var head struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return nil, err
+	}
+	var c Content
+	switch head.Type {
+	case "text":
+		c = new(TextContent)
+	case "image":
+		c = new(ImageContent)
+	case "audio":
+		c = new(AudioContent)
+	case "resource":
+		c = new(EmbeddedResource)
+	case "resource_link":
+		c = new(ResourceLink)
+	default:
+		return nil, fmt.Errorf("mcp: unknown content type %q", head.Type)
+	}
+	if err := json.Unmarshal(raw, c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// UnmarshalJSON decodes a result whose content blocks may be of any type.
+func (r *CallToolResult) UnmarshalJSON(data []byte) error {
+	type plain CallToolResult
+	var aux struct {
+		plain
+		Content []json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(data, &aux); err != nil {
+		return err
+	}
+	*r = CallToolResult(aux.plain)
+	r.Content = make([]Content, 0, len(aux.Content))
+	for _, raw := range aux.Content {
+		c, err := UnmarshalContent(raw)
+		if err != nil {
+			return err
+		}
+		r.Content = append(r.Content, c)
+	}
+	return nil
+}

@@ -1,0 +1,83 @@
+package mcp
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+)
+
+// RequestMeta is what a request's params._meta says that the protocol
+// itself cares about. Keys it does not know (such as mcprel's own) stay in
+// the raw _meta, which the server keeps beside it.
+type RequestMeta struct {
+	// ProtocolVersion is set on every modern request and absent on legacy
+	// ones; its presence is what makes a request modern.
+	ProtocolVersion *string `json:"io.modelcontextprotocol/protocolVersion"`
+	// ClientCapabilities is required on modern requests.
+	ClientCapabilities *ClientCapabilities `json:"io.modelcontextprotocol/clientCapabilities"`
+	ClientInfo         *Implementation     `json:"io.modelcontextprotocol/clientInfo,omitempty"`
+	// LogLevel opts a modern request into notifications/message.
+	LogLevel *LoggingLevel `json:"io.modelcontextprotocol/logLevel,omitempty"`
+	// ProgressToken opts the request into notifications/progress.
+	ProgressToken *jsonrpc.ID `json:"progressToken,omitempty"`
+}
+
+// metaParams is the one member every request's params may carry.
+type metaParams struct {
+	Meta json.RawMessage `json:"_meta"`
+}
+
+// ErrMissingMeta and the errors below describe a malformed modern _meta;
+// the server answers them with -32602 (HTTP 400).
+var (
+	ErrMissingMeta               = errors.New("params._meta is required in protocol version " + Version20260728 + " (or send initialize first to use a 2025 revision)")
+	ErrMissingProtocolVersion    = errors.New(`params._meta["` + MetaProtocolVersion + `"] is required`)
+	ErrMissingClientCapabilities = errors.New(`params._meta["` + MetaClientCapabilities + `"] is required`)
+)
+
+// ParseRequestMeta extracts the _meta of a request's params. It returns the
+// parsed fields, the raw _meta object (nil when absent) and an error when
+// _meta is present but malformed. Whether the fields required in the modern
+// era are present is checked by RequestMeta.CheckModern.
+func ParseRequestMeta(params json.RawMessage) (RequestMeta, json.RawMessage, error) {
+	var m RequestMeta
+	if len(params) == 0 {
+		return m, nil, nil
+	}
+	var p metaParams
+	if err := json.Unmarshal(params, &p); err != nil {
+		return m, nil, fmt.Errorf("invalid params: %w", err)
+	}
+	raw := bytes.TrimSpace(p.Meta)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return m, nil, nil
+	}
+	if raw[0] != '{' {
+		return m, nil, errors.New("params._meta must be an object")
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return m, raw, fmt.Errorf("invalid params._meta: %w", err)
+	}
+	return m, raw, nil
+}
+
+// IsModern reports whether the request declares a protocol version in
+// _meta, which is what selects modern, stateless handling.
+func (m *RequestMeta) IsModern() bool { return m.ProtocolVersion != nil }
+
+// CheckModern verifies the fields a modern request must carry. present says
+// whether _meta existed at all.
+func (m *RequestMeta) CheckModern(present bool) error {
+	switch {
+	case !present:
+		return ErrMissingMeta
+	case m.ProtocolVersion == nil:
+		return ErrMissingProtocolVersion
+	case m.ClientCapabilities == nil:
+		return ErrMissingClientCapabilities
+	}
+	return nil
+}
