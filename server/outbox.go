@@ -1,0 +1,382 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+)
+
+// DefaultOutboxCapacity is the number of messages an Outbox holds when none
+// is configured.
+const DefaultOutboxCapacity = 1024
+
+// FrameKind says how an outbound message may be treated under pressure.
+type FrameKind uint8
+
+const (
+	// FrameFinal is a response. It is never dropped.
+	FrameFinal FrameKind = iota + 1
+	// FrameEssential is a request or notification that must not be dropped
+	// either: a subscription acknowledgement, a server-sent cancellation.
+	FrameEssential
+	// FrameProgress is a progress notification. A newer one for the same
+	// request replaces a queued older one; at capacity the oldest is dropped.
+	FrameProgress
+	// FrameDroppable is any other notification (logs, list changes); at
+	// capacity it is dropped like progress.
+	FrameDroppable
+)
+
+// Frame is one encoded message leaving the server.
+type Frame struct {
+	Data []byte
+	Kind FrameKind
+}
+
+// Errors from the Outbox.
+var (
+	// ErrOutboxClosed: the stream is gone; nothing more will be written.
+	ErrOutboxClosed = errors.New("server: outbound stream closed")
+	// ErrFinalOverflow is a bug-level refusal: keeping a response would
+	// require dropping another response. Responses are admitted only with
+	// a reservation, so this means a reservation was skipped.
+	ErrFinalOverflow = errors.New("server: outbox full of responses; refusing to drop one to keep another")
+)
+
+// Outbox is the bounded queue of messages waiting to be written to one
+// outbound stream: the shared stdout of a stdio connection, or one HTTP
+// response stream. The server fills it; a transport drains it with Next and
+// writes what it gets, in order.
+//
+// Its policy is the one a slow reader needs. Responses are never dropped:
+// every request reserves room for its response before it is dispatched, and
+// when the queue is full of responses and reservations the server stops
+// reading new requests instead of buffering more. Progress is replaceable: a
+// newer value replaces a queued older one for the same request, and at
+// capacity the oldest progress (or other droppable notification) is dropped
+// and the stream is marked as needing a refetch from the authoritative
+// source. Memory is bounded by the capacity times the message size,
+// whatever the number of reports.
+type Outbox struct {
+	mu        sync.Mutex
+	queue     []*frame
+	head      int
+	live      int // frames queued and not discarded
+	dead      int // discarded frames still occupying queue slots
+	essential int // queued frames of kinds Final and Essential
+	reserved  int // promised room for Final/Essential frames not yet pushed
+	capacity  int
+	progress  map[any]*frame // the queued progress frame of each request
+	ready     chan struct{}  // signalled when a frame is queued or on close
+	space     chan struct{}  // closed when room for a reservation frees up
+	closed    bool
+	dropped   uint64
+	refetch   bool
+}
+
+type frame struct {
+	Frame
+	owner any
+	dead  bool
+}
+
+// NewOutbox returns an outbox holding at most capacity messages; a capacity
+// below 2 is raised to 2 (one response and one notification).
+func NewOutbox(capacity int) *Outbox {
+	return &Outbox{
+		capacity: max(capacity, 2),
+		progress: make(map[any]*frame),
+		ready:    make(chan struct{}, 1),
+	}
+}
+
+// Next returns the oldest queued message, waiting for one if there is none.
+// After Close it drains what is left and then returns io.EOF.
+func (o *Outbox) Next(ctx context.Context) (Frame, error) {
+	for {
+		o.mu.Lock()
+		if f, ok := o.popLocked(); ok {
+			o.mu.Unlock()
+			return f, nil
+		}
+		closed := o.closed
+		o.mu.Unlock()
+		if closed {
+			return Frame{}, io.EOF
+		}
+		select {
+		case <-o.ready:
+		case <-ctx.Done():
+			return Frame{}, ctx.Err()
+		}
+	}
+}
+
+// TryNext returns the oldest queued message without waiting.
+func (o *Outbox) TryNext() (Frame, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.popLocked()
+}
+
+// Len returns the number of messages queued.
+func (o *Outbox) Len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.live
+}
+
+// Close ends the stream: Next drains what is queued, then reports io.EOF;
+// reservations and pushes fail with ErrOutboxClosed.
+func (o *Outbox) Close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return
+	}
+	o.closed = true
+	o.signalLocked()
+	o.freeSpaceLocked()
+}
+
+// Dropped returns how many messages were dropped for lack of room.
+func (o *Outbox) Dropped() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.dropped
+}
+
+// NeedsRefetch reports whether anything was dropped, so the client must
+// refetch state from its authoritative source rather than trust the stream.
+func (o *Outbox) NeedsRefetch() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.refetch
+}
+
+func (o *Outbox) popLocked() (Frame, bool) {
+	for o.head < len(o.queue) {
+		f := o.queue[o.head]
+		o.queue[o.head] = nil
+		o.head++
+		if f.dead {
+			o.dead--
+			continue
+		}
+		o.live--
+		switch f.Kind {
+		case FrameFinal, FrameEssential:
+			o.essential--
+			o.freeSpaceLocked()
+		case FrameProgress:
+			if o.progress[f.owner] == f {
+				delete(o.progress, f.owner)
+			}
+		}
+		o.compactLocked()
+		return f.Frame, true
+	}
+	o.compactLocked()
+	return Frame{}, false
+}
+
+// compactLocked reclaims the consumed head of the queue.
+func (o *Outbox) compactLocked() {
+	if o.head == len(o.queue) {
+		o.queue, o.head = o.queue[:0], 0
+		return
+	}
+	if o.head > 64 && o.head > len(o.queue)/2 {
+		n := copy(o.queue, o.queue[o.head:])
+		clear(o.queue[n:])
+		o.queue, o.head = o.queue[:n], 0
+	}
+}
+
+func (o *Outbox) signalLocked() {
+	select {
+	case o.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (o *Outbox) freeSpaceLocked() {
+	if o.space != nil {
+		close(o.space)
+		o.space = nil
+	}
+}
+
+// reserve promises room for one Final or Essential frame, waiting while
+// the outbox is full of them. This wait is the backpressure that stops a
+// connection from reading more requests than it can answer.
+func (o *Outbox) reserve(ctx context.Context) error {
+	for {
+		o.mu.Lock()
+		if o.closed {
+			o.mu.Unlock()
+			return ErrOutboxClosed
+		}
+		if o.essential+o.reserved < o.capacity {
+			o.reserved++
+			o.mu.Unlock()
+			return nil
+		}
+		if o.space == nil {
+			o.space = make(chan struct{})
+		}
+		space := o.space
+		o.mu.Unlock()
+		select {
+		case <-space:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// unreserve gives back a reservation that will not be used.
+func (o *Outbox) unreserve() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.reserved > 0 {
+		o.reserved--
+		o.freeSpaceLocked()
+	}
+}
+
+// pushReserved queues a Final or Essential frame against a reservation
+// taken earlier. It never blocks and never drops: room is made, if needed,
+// by dropping the oldest replaceable frame.
+func (o *Outbox) pushReserved(kind FrameKind, owner any, data []byte) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return ErrOutboxClosed
+	}
+	if o.reserved > 0 {
+		o.reserved--
+	} else if o.essential+o.reserved >= o.capacity {
+		// Without a reservation there is no room left that is not already
+		// promised to another response.
+		return ErrFinalOverflow
+	}
+	if o.live >= o.capacity && !o.evictOldestLocked() {
+		return ErrFinalOverflow
+	}
+	o.appendLocked(&frame{Frame: Frame{Data: data, Kind: kind}, owner: owner})
+	o.essential++
+	return nil
+}
+
+// pushProgress queues a progress frame for owner, replacing a queued older
+// one for the same owner. It never blocks.
+func (o *Outbox) pushProgress(owner any, data []byte) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return ErrOutboxClosed
+	}
+	if f := o.progress[owner]; f != nil {
+		f.Data = data
+		return nil
+	}
+	f := &frame{Frame: Frame{Data: data, Kind: FrameProgress}, owner: owner}
+	if !o.makeRoomLocked() {
+		o.dropped++
+		o.refetch = true
+		return nil
+	}
+	o.appendLocked(f)
+	o.progress[owner] = f
+	return nil
+}
+
+// pushDroppable queues a notification that may be dropped under pressure.
+func (o *Outbox) pushDroppable(owner any, data []byte) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return ErrOutboxClosed
+	}
+	if !o.makeRoomLocked() {
+		o.dropped++
+		o.refetch = true
+		return nil
+	}
+	o.appendLocked(&frame{Frame: Frame{Data: data, Kind: FrameDroppable}, owner: owner})
+	return nil
+}
+
+// makeRoomLocked ensures one more replaceable frame fits, leaving the room
+// promised to reservations alone.
+func (o *Outbox) makeRoomLocked() bool {
+	for o.live+o.reserved >= o.capacity {
+		if !o.evictOldestLocked() {
+			return false
+		}
+	}
+	return true
+}
+
+// evictOldestLocked drops the oldest queued replaceable frame.
+func (o *Outbox) evictOldestLocked() bool {
+	for i := o.head; i < len(o.queue); i++ {
+		f := o.queue[i]
+		if f.dead || f.Kind == FrameFinal || f.Kind == FrameEssential {
+			continue
+		}
+		o.killLocked(f)
+		o.dropped++
+		o.refetch = true
+		return true
+	}
+	return false
+}
+
+func (o *Outbox) killLocked(f *frame) {
+	f.dead = true
+	f.Data = nil
+	o.live--
+	o.dead++
+	if f.Kind == FrameProgress && o.progress[f.owner] == f {
+		delete(o.progress, f.owner)
+	}
+	// A reader that stops reading leaves discarded frames in place; sweep
+	// them out before they outnumber the live ones, so the queue stays
+	// bounded by the capacity and eviction scans stay short.
+	if o.dead > o.capacity {
+		o.sweepLocked()
+	}
+}
+
+// sweepLocked removes discarded frames from the queue.
+func (o *Outbox) sweepLocked() {
+	kept := o.queue[:0]
+	for _, f := range o.queue[o.head:] {
+		if !f.dead {
+			kept = append(kept, f)
+		}
+	}
+	clear(o.queue[len(kept):])
+	o.queue, o.head, o.dead = kept, 0, 0
+}
+
+func (o *Outbox) appendLocked(f *frame) {
+	o.queue = append(o.queue, f)
+	o.live++
+	o.signalLocked()
+}
+
+// discard removes the queued replaceable frames of owner: after a request
+// is cancelled none of its progress may still go out.
+func (o *Outbox) discard(owner any) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i := o.head; i < len(o.queue); i++ {
+		if f := o.queue[i]; !f.dead && f.owner == owner && (f.Kind == FrameProgress || f.Kind == FrameDroppable) {
+			o.killLocked(f)
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+	"testing/synctest"
+)
+
+func drain(t *testing.T, o *Outbox) []string {
+	t.Helper()
+	var out []string
+	for {
+		f, ok := o.TryNext()
+		if !ok {
+			return out
+		}
+		out = append(out, string(f.Data))
+	}
+}
+
+func mustReserve(t *testing.T, o *Outbox) {
+	t.Helper()
+	if err := o.reserve(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOutboxCoalescesProgressPerRequest(t *testing.T) {
+	o := NewOutbox(8)
+	a, b := new(int), new(int)
+	o.pushProgress(a, []byte("a1"))
+	o.pushProgress(b, []byte("b1"))
+	o.pushProgress(a, []byte("a2")) // replaces a1 in place
+	o.pushProgress(a, []byte("a3"))
+	if got := fmt.Sprint(drain(t, o)); got != "[a3 b1]" {
+		t.Fatalf("queue = %s, want [a3 b1]", got)
+	}
+	if o.NeedsRefetch() || o.Dropped() != 0 {
+		t.Fatal("coalescing is not a drop")
+	}
+	// After a frame is written, the next one queues anew.
+	o.pushProgress(a, []byte("a4"))
+	if got := fmt.Sprint(drain(t, o)); got != "[a4]" {
+		t.Fatalf("queue = %s", got)
+	}
+}
+
+func TestOutboxDropsOldestProgressAndKeepsFinals(t *testing.T) {
+	o := NewOutbox(4)
+	owners := []*int{new(int), new(int), new(int), new(int), new(int)}
+	mustReserve(t, o)
+	for i := range 3 {
+		o.pushProgress(owners[i], []byte(fmt.Sprintf("p%d", i)))
+	}
+	// One reservation plus three progress frames fill the outbox: the next
+	// progress frame evicts the oldest, p0.
+	o.pushProgress(owners[3], []byte("p3"))
+	if !o.NeedsRefetch() || o.Dropped() != 1 {
+		t.Fatalf("refetch=%v dropped=%d, want a drop flagged", o.NeedsRefetch(), o.Dropped())
+	}
+	if err := o.pushReserved(FrameFinal, owners[4], []byte("final")); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(drain(t, o)); got != "[p1 p2 p3 final]" {
+		t.Fatalf("queue = %s, want the oldest progress gone and the final kept", got)
+	}
+}
+
+func TestOutboxRefusesToDropAFinalForAnother(t *testing.T) {
+	o := NewOutbox(2)
+	mustReserve(t, o)
+	mustReserve(t, o)
+	if err := o.pushReserved(FrameFinal, 1, []byte("f1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.pushReserved(FrameFinal, 2, []byte("f2")); err != nil {
+		t.Fatal(err)
+	}
+	// A third response without a reservation could only be kept by dropping
+	// one of the two above: refused, and the two are intact.
+	if err := o.pushReserved(FrameFinal, 3, []byte("f3")); !errors.Is(err, ErrFinalOverflow) {
+		t.Fatalf("push = %v, want ErrFinalOverflow", err)
+	}
+	// Progress cannot displace them either.
+	o.pushProgress(4, []byte("p"))
+	if got := fmt.Sprint(drain(t, o)); got != "[f1 f2]" {
+		t.Fatalf("queue = %s", got)
+	}
+	if o.Dropped() != 1 {
+		t.Fatalf("dropped = %d, want the progress frame counted", o.Dropped())
+	}
+}
+
+func TestOutboxReservationWaitsForRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := NewOutbox(2)
+		mustReserve(t, o)
+		mustReserve(t, o)
+		got := make(chan error, 1)
+		go func() { got <- o.reserve(context.Background()) }()
+		synctest.Wait()
+		select {
+		case err := <-got:
+			t.Fatalf("reserve returned %v while the outbox was full", err)
+		default:
+		}
+		o.unreserve()
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestOutboxReservationGivesUpWithItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := NewOutbox(2)
+		mustReserve(t, o)
+		mustReserve(t, o)
+		ctx, cancel := context.WithCancelCause(context.Background())
+		got := make(chan error, 1)
+		go func() { got <- o.reserve(ctx) }()
+		synctest.Wait()
+		stop := errors.New("connection gone")
+		cancel(stop)
+		if err := <-got; !errors.Is(err, stop) {
+			t.Fatalf("reserve = %v, want the context's cause", err)
+		}
+	})
+}
+
+func TestOutboxDiscardWithdrawsAnOwnersFrames(t *testing.T) {
+	o := NewOutbox(8)
+	a, b := new(int), new(int)
+	o.pushProgress(a, []byte("a"))
+	o.pushDroppable(a, []byte("a-log"))
+	o.pushProgress(b, []byte("b"))
+	o.discard(a)
+	if got := fmt.Sprint(drain(t, o)); got != "[b]" {
+		t.Fatalf("queue = %s, want only b's frame", got)
+	}
+	if o.Len() != 0 {
+		t.Fatalf("Len = %d after draining", o.Len())
+	}
+}
+
+func TestOutboxCloseDrainsThenEOF(t *testing.T) {
+	o := NewOutbox(4)
+	mustReserve(t, o)
+	o.pushReserved(FrameFinal, 1, []byte("f"))
+	o.Close()
+	if f, err := o.Next(context.Background()); err != nil || string(f.Data) != "f" {
+		t.Fatalf("Next = %q, %v", f.Data, err)
+	}
+	if _, err := o.Next(context.Background()); err != io.EOF {
+		t.Fatalf("Next after drain = %v, want io.EOF", err)
+	}
+	if err := o.reserve(context.Background()); !errors.Is(err, ErrOutboxClosed) {
+		t.Fatalf("reserve after Close = %v", err)
+	}
+}
+
+// TestOutboxStaysBounded pushes a million progress reports from many
+// requests into a small outbox that nobody reads: it never holds more than
+// its capacity.
+func TestOutboxStaysBounded(t *testing.T) {
+	o := NewOutbox(16)
+	owners := make([]*int, 100)
+	for i := range owners {
+		owners[i] = new(int)
+	}
+	for i := range 1_000_000 {
+		o.pushProgress(owners[i%len(owners)], []byte("p"))
+		if o.Len() > 16 {
+			t.Fatalf("outbox holds %d frames, capacity 16", o.Len())
+		}
+	}
+	if len(o.queue) > 2*16+1 {
+		t.Fatalf("queue slice grew to %d entries", len(o.queue))
+	}
+}

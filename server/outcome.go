@@ -1,0 +1,96 @@
+package server
+
+import (
+	"errors"
+	"time"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// Outcome is the terminal state of a request. Every request records exactly
+// one, and the first one recorded wins: after a request is Cancelled nothing
+// more is written for it, even if its handler returns a result a moment
+// later; a cancellation that arrives after Completed changes nothing.
+//
+// A request is running until it reaches one of the outcomes below; none of
+// them leads anywhere else.
+type Outcome uint8
+
+const (
+	// Completed: a result was sent. A tool failure (isError) is Completed
+	// too; RequestRecord.IsError says so.
+	Completed Outcome = iota + 1
+	// Failed: a JSON-RPC error was sent (invalid params, unknown method,
+	// overload, …); RequestRecord.ErrorCode says which.
+	Failed
+	// Cancelled: the client cancelled (notifications/cancelled, or the
+	// request's stream closed in the modern HTTP era), the connection
+	// closed, or the server shut down. Nothing was sent.
+	Cancelled
+	// TimedOut: a deadline fired before the handler finished.
+	TimedOut
+)
+
+// String returns the stable name used in logs and metrics: "completed",
+// "error", "cancelled" or "timed_out".
+func (o Outcome) String() string {
+	switch o {
+	case Completed:
+		return "completed"
+	case Failed:
+		return "error"
+	case Cancelled:
+		return "cancelled"
+	case TimedOut:
+		return "timed_out"
+	}
+	return "running"
+}
+
+// Causes of a cancelled request. A handler reads them with context.Cause on
+// its context; RequestRecord.Cause carries the same value.
+var (
+	// ErrPeerCancelled: the client sent notifications/cancelled. The error
+	// carrying it wraps this sentinel and includes the client's reason.
+	ErrPeerCancelled = errors.New("cancelled by the client")
+	// ErrDisconnected: the client closed the request's response stream,
+	// which is the cancellation signal of the modern HTTP era.
+	ErrDisconnected = errors.New("client closed the request stream")
+	// ErrConnectionClosed: the connection ended (stdin closed, or output
+	// could no longer be written).
+	ErrConnectionClosed = errors.New("connection closed")
+	// ErrShutdown: the server shut down before the request finished.
+	ErrShutdown = errors.New("server shutting down")
+	// ErrRequestDone is the cause of a request context that ended because
+	// the request reached its terminal state normally. Progress reports and
+	// other writes for a finished request also return it.
+	ErrRequestDone = errors.New("request already finished")
+)
+
+// RequestRecord describes a request that reached its terminal state. It is
+// passed to Options.OnRequestDone and logged as one line per request.
+type RequestRecord struct {
+	ID        jsonrpc.ID
+	Method    string
+	Tool      string // tools/call only
+	Era       mcp.Era
+	Outcome   Outcome
+	Cause     error // Cancelled and TimedOut: why
+	ErrorCode int64 // Failed: the JSON-RPC error code
+	IsError   bool  // Completed: the tool reported a failure
+	Start     time.Time
+	Duration  time.Duration
+}
+
+// HandlerRecord describes a tool handler that returned. A handler may return
+// after its request already ended (cancelled, timed out); its result is then
+// discarded and Overrun says how long it kept running after the end, which is
+// how long the tool took to honour cancellation.
+type HandlerRecord struct {
+	ID        jsonrpc.ID
+	Tool      string
+	Ran       time.Duration
+	Discarded bool
+	Overrun   time.Duration
+}

@@ -1,0 +1,201 @@
+package server
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// Defaults for Options fields left at zero.
+const (
+	DefaultMaxConcurrentCalls = 64
+	DefaultMaxQueuedCalls     = 256
+	DefaultOverloadRetryAfter = time.Second
+	DefaultMaxSubscriptions   = 32
+	// DefaultListTTL is the ttlMs a modern tools/list and discover result
+	// carries: how long a client may cache the answer.
+	DefaultListTTL = time.Minute
+)
+
+// Options configure a Server. The zero value is valid and conservative; each
+// field says what zero means. Negative values are errors, never "unlimited".
+type Options struct {
+	// Instructions are natural-language guidance for the model, sent in
+	// the initialize and server/discover results.
+	Instructions string
+
+	// MaxConcurrentCalls bounds how many tool handlers run at once across
+	// the whole server. Zero means DefaultMaxConcurrentCalls.
+	MaxConcurrentCalls int
+	// MaxQueuedCalls bounds how many admitted calls may wait for a free
+	// slot. Past it, calls are refused at once with a retryable overload
+	// error (mcp.CodeOverloaded). Zero means DefaultMaxQueuedCalls.
+	MaxQueuedCalls int
+	// OverloadRetryAfter is the retryAfterMs an overload error suggests.
+	// Zero means DefaultOverloadRetryAfter.
+	OverloadRetryAfter time.Duration
+
+	// OutboxCapacity is the number of messages each outbound stream may
+	// hold (see Outbox). Zero means DefaultOutboxCapacity.
+	OutboxCapacity int
+	// MaxSubscriptions bounds the subscriptions/listen streams one session
+	// may hold open. Zero means DefaultMaxSubscriptions.
+	MaxSubscriptions int
+	// ListTTL is the ttlMs of modern list and discover results. Zero means
+	// DefaultListTTL.
+	ListTTL time.Duration
+
+	// Logger receives one line per request with its terminal state (id,
+	// method, tool, outcome, duration). Nil means slog.Default(), which
+	// writes to stderr; never stdout, which belongs to the protocol.
+	Logger *slog.Logger
+
+	// OnRequestDone, if set, is called once per request when its terminal
+	// state is recorded. It must not block.
+	OnRequestDone func(RequestRecord)
+	// OnHandlerDone, if set, is called when a tool handler returns, after
+	// its result has been sent or discarded. It must not block.
+	OnHandlerDone func(HandlerRecord)
+}
+
+func (o *Options) validate() error {
+	for name, v := range map[string]int64{
+		"MaxConcurrentCalls": int64(o.MaxConcurrentCalls),
+		"MaxQueuedCalls":     int64(o.MaxQueuedCalls),
+		"OverloadRetryAfter": int64(o.OverloadRetryAfter),
+		"OutboxCapacity":     int64(o.OutboxCapacity),
+		"MaxSubscriptions":   int64(o.MaxSubscriptions),
+		"ListTTL":            int64(o.ListTTL),
+	} {
+		if v < 0 {
+			return fmt.Errorf("server: Options.%s must not be negative", name)
+		}
+	}
+	return nil
+}
+
+func orDefault[T cmp.Ordered](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Server is an MCP server: a registry of tools and the request lifecycle
+// that runs them. Transports (transport/stdio, transport/streamhttp) feed it
+// messages through Sessions.
+type Server struct {
+	info       mcp.Implementation
+	opts       Options
+	log        *slog.Logger
+	admit      *admission
+	serverInfo json.RawMessage // info, encoded once for result _meta
+
+	mu       sync.RWMutex
+	tools    map[string]*registeredTool
+	toolList []mcp.Tool // sorted by name; rebuilt on change
+	sessions map[*Session]struct{}
+}
+
+// New returns a server that identifies itself as info. opts may be nil.
+func New(info mcp.Implementation, opts *Options) (*Server, error) {
+	if info.Name == "" || info.Version == "" {
+		return nil, errors.New("server: Implementation needs a Name and a Version")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	o.MaxConcurrentCalls = orDefault(o.MaxConcurrentCalls, DefaultMaxConcurrentCalls)
+	o.MaxQueuedCalls = orDefault(o.MaxQueuedCalls, DefaultMaxQueuedCalls)
+	o.OverloadRetryAfter = orDefault(o.OverloadRetryAfter, DefaultOverloadRetryAfter)
+	o.OutboxCapacity = orDefault(o.OutboxCapacity, DefaultOutboxCapacity)
+	o.MaxSubscriptions = orDefault(o.MaxSubscriptions, DefaultMaxSubscriptions)
+	o.ListTTL = orDefault(o.ListTTL, DefaultListTTL)
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	si, err := json.Marshal(info)
+	if err != nil {
+		return nil, fmt.Errorf("server: encoding Implementation: %w", err)
+	}
+	return &Server{
+		info:       info,
+		opts:       o,
+		log:        o.Logger,
+		admit:      newAdmission(o.MaxConcurrentCalls, o.MaxQueuedCalls),
+		serverInfo: si,
+		tools:      make(map[string]*registeredTool),
+		sessions:   make(map[*Session]struct{}),
+	}, nil
+}
+
+// Info returns the identity the server reports.
+func (s *Server) Info() mcp.Implementation { return s.info }
+
+// NewOutbox returns an outbox sized by Options.OutboxCapacity, for a
+// transport's outbound stream.
+func (s *Server) NewOutbox() *Outbox { return NewOutbox(s.opts.OutboxCapacity) }
+
+// capabilities is what the server advertises in both eras.
+func (s *Server) capabilities() mcp.ServerCapabilities {
+	return mcp.ServerCapabilities{
+		Tools:   &mcp.ListChangedCapability{ListChanged: true},
+		Logging: &struct{}{},
+	}
+}
+
+// listTools returns the tools in deterministic (name) order.
+func (s *Server) listTools() []mcp.Tool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.toolList
+}
+
+func (s *Server) lookupTool(name string) *registeredTool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.tools[name]
+}
+
+// rebuildToolListLocked refreshes the cached, sorted tool list.
+func (s *Server) rebuildToolListLocked() {
+	list := make([]mcp.Tool, 0, len(s.tools))
+	for _, t := range s.tools {
+		list = append(list, t.def)
+	}
+	slices.SortFunc(list, func(a, b mcp.Tool) int { return cmp.Compare(a.Name, b.Name) })
+	s.toolList = list
+}
+
+// sessionsSnapshot returns the live sessions.
+func (s *Server) sessionsSnapshot() []*Session {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*Session, 0, len(s.sessions))
+	for ss := range s.sessions {
+		out = append(out, ss)
+	}
+	return out
+}
+
+// toolsChanged tells every session that the tool list changed.
+func (s *Server) toolsChanged() {
+	for _, ss := range s.sessionsSnapshot() {
+		ss.notifyToolsChanged()
+	}
+}
+
+// Logger returns the logger the server writes its request log to.
+func (s *Server) Logger() *slog.Logger { return s.log }

@@ -1,0 +1,126 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// subscription is the state of one subscriptions/listen stream: the filter
+// the server agreed to honour.
+type subscription struct {
+	filter mcp.SubscriptionFilter
+}
+
+// listen opens a subscriptions/listen stream (modern era). The
+// acknowledgement goes first, then only the notification kinds requested
+// and honoured, each tagged with the listen request's id. The stream lasts
+// until the client cancels it (closing the HTTP stream, or
+// notifications/cancelled on stdio) or the server ends it.
+func (ss *Session) listen(ctx context.Context, r *inflight, params json.RawMessage) {
+	var p mcp.ListenParams
+	if err := decodeParams(params, &p); err != nil {
+		r.fail(err)
+		return
+	}
+	if p.Notifications == nil {
+		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.notifications is required"))
+		return
+	}
+	ss.mu.Lock()
+	n := len(ss.subs)
+	ss.mu.Unlock()
+	if n >= ss.srv.opts.MaxSubscriptions {
+		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "at most %d subscriptions may be open at once on this connection", ss.srv.opts.MaxSubscriptions))
+		return
+	}
+	// Only what the server can deliver is honoured and acknowledged.
+	r.sub = &subscription{filter: mcp.SubscriptionFilter{ToolsListChanged: p.Notifications.ToolsListChanged}}
+
+	// The request holds one reservation (for its ending); the
+	// acknowledgement needs a second one.
+	if r.out.reserve(ctx) != nil {
+		r.out.unreserve()
+		return
+	}
+	ack, err := json.Marshal(mcp.SubscriptionAckParams{Meta: mcp.SubscriptionMeta(r.id), Notifications: r.sub.filter})
+	if err != nil {
+		r.out.unreserve()
+		r.fail(jsonrpc.NewError(jsonrpc.CodeInternalError, "internal error: %v", err))
+		return
+	}
+	if err := r.out.pushReserved(FrameEssential, r, jsonrpc.AppendNotification(nil, mcp.NotificationSubscriptionAck, ack)); err != nil {
+		r.out.unreserve()
+		return
+	}
+	ss.track(ctx, r)
+}
+
+// notifySubscription sends a notification on an open subscription, tagged
+// with its id. It is dropped, like progress, if the client reads too slowly.
+func (r *inflight) notifySubscription(method string) {
+	params, err := json.Marshal(struct {
+		Meta mcp.Meta `json:"_meta"`
+	}{mcp.SubscriptionMeta(r.id)})
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.outcome != 0 {
+		return
+	}
+	r.out.pushDroppable(r, jsonrpc.AppendNotification(nil, method, params))
+}
+
+// endSubscription ends a subscription from the server side. On a stream of
+// its own the listen request gets its result (a graceful end); on a shared
+// channel the server sends notifications/cancelled for the listen request,
+// the one use the protocol allows a server to make of it.
+func (r *inflight) endSubscription(reason string) {
+	if !r.claim(Completed) {
+		return
+	}
+	r.sess.forget(r)
+	var data []byte
+	kind := FrameFinal
+	if r.sess.cfg.StreamPerRequest {
+		res := &mcp.EmptyResult{ResultBase: mcp.ResultBase{Meta: mcp.SubscriptionMeta(r.id)}}
+		var err error
+		if data, err = r.encodeResult(res); err != nil {
+			data = nil
+		}
+	} else {
+		params, _ := json.Marshal(mcp.CancelledParams{RequestID: r.id, Reason: reason})
+		data = jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params)
+		kind = FrameEssential
+	}
+	if data == nil || r.out.pushReserved(kind, r, data) != nil {
+		r.out.unreserve()
+	}
+	r.release(ErrShutdown)
+	r.record(RequestRecord{Outcome: Completed})
+}
+
+// notifyToolsChanged tells this session's clients that the tool list
+// changed: modern subscribers that asked for it on their listen streams,
+// and an initialized legacy client on the session's notification stream.
+func (ss *Session) notifyToolsChanged() {
+	ss.mu.Lock()
+	var targets []*inflight
+	for r := range ss.subs {
+		if r.sub.filter.ToolsListChanged {
+			targets = append(targets, r)
+		}
+	}
+	legacy, notify := ss.initialized, ss.notify
+	ss.mu.Unlock()
+	for _, r := range targets {
+		r.notifySubscription(mcp.NotificationToolsListChanged)
+	}
+	if legacy && notify != nil {
+		notify.pushDroppable(ss, jsonrpc.AppendNotification(nil, mcp.NotificationToolsListChanged, nil))
+	}
+}

@@ -1,0 +1,275 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"strings"
+
+	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// Tool describes a tool to register.
+type Tool struct {
+	// Name is what clients call the tool: 1 to 128 characters from
+	// [A-Za-z0-9_.-].
+	Name        string
+	Title       string
+	Description string
+	// InputSchema is the JSON Schema (2020-12 unless it says otherwise) of
+	// the arguments; its root must be of type "object". AddTypedTool infers
+	// it from the argument type when it is nil; AddTool uses an empty
+	// object schema.
+	InputSchema json.RawMessage
+	// OutputSchema, if set, describes structuredContent. AddTypedTool
+	// infers it from a struct result type when it is nil.
+	OutputSchema json.RawMessage
+	// Annotations are hints for clients. They are never proof of anything.
+	Annotations *mcp.ToolAnnotations
+	Meta        mcp.Meta
+}
+
+// ToolHandler runs one call of a tool. ctx ends when the call is cancelled,
+// times out, or its connection closes; context.Cause(ctx) says which (see
+// ErrPeerCancelled and the other causes). A handler should return promptly
+// once ctx is done: whatever it returns then is discarded.
+//
+// Errors map to the wire in one documented way:
+//   - nil error: the result is sent as is (nil means an empty result);
+//   - an error wrapping *mcp.ToolError: a result with isError set and the
+//     error's structured body, for the model to act on;
+//   - an error wrapping *jsonrpc.Error: a JSON-RPC error response (a
+//     protocol failure, not a tool failure);
+//   - any other error: a result with isError set, code "tool_error" and
+//     the error's text as the message.
+//
+// A panic in a handler is recovered and reported as code "internal_error";
+// the server keeps serving.
+type ToolHandler func(ctx context.Context, req *CallRequest) (*mcp.CallToolResult, error)
+
+type registeredTool struct {
+	def     mcp.Tool
+	schema  *jsonschema.Resolved
+	handler ToolHandler
+}
+
+var toolNamePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+
+// emptyObjectSchema is the input schema of a tool that takes no arguments.
+var emptyObjectSchema = json.RawMessage(`{"type":"object"}`)
+
+// AddTool registers a tool, replacing any tool of the same name, and tells
+// subscribed clients that the list changed. It returns an error, and
+// registers nothing, when the definition is invalid.
+func (s *Server) AddTool(t Tool, h ToolHandler) error {
+	if h == nil {
+		return fmt.Errorf("server: tool %q has no handler", t.Name)
+	}
+	rt, err := compileTool(t)
+	if err != nil {
+		return err
+	}
+	rt.handler = h
+	s.mu.Lock()
+	s.tools[t.Name] = rt
+	s.rebuildToolListLocked()
+	s.mu.Unlock()
+	s.toolsChanged()
+	return nil
+}
+
+// RemoveTool unregisters a tool. Calls already running finish normally.
+func (s *Server) RemoveTool(name string) bool {
+	s.mu.Lock()
+	_, ok := s.tools[name]
+	if ok {
+		delete(s.tools, name)
+		s.rebuildToolListLocked()
+	}
+	s.mu.Unlock()
+	if ok {
+		s.toolsChanged()
+	}
+	return ok
+}
+
+func compileTool(t Tool) (*registeredTool, error) {
+	if !toolNamePattern.MatchString(t.Name) {
+		return nil, fmt.Errorf("server: invalid tool name %q: use 1 to 128 characters from [A-Za-z0-9_.-]", t.Name)
+	}
+	in := t.InputSchema
+	if len(bytes.TrimSpace(in)) == 0 {
+		in = emptyObjectSchema
+	}
+	var schema jsonschema.Schema
+	if err := json.Unmarshal(in, &schema); err != nil {
+		return nil, fmt.Errorf("server: tool %q: input schema is not a JSON Schema: %w", t.Name, err)
+	}
+	if schema.Type != "object" {
+		return nil, fmt.Errorf("server: tool %q: input schema must have type \"object\" at its root", t.Name)
+	}
+	resolved, err := schema.Resolve(nil) // no loader: remote $refs are refused
+	if err != nil {
+		return nil, fmt.Errorf("server: tool %q: input schema: %w", t.Name, err)
+	}
+	if len(t.OutputSchema) > 0 && !json.Valid(t.OutputSchema) {
+		return nil, fmt.Errorf("server: tool %q: output schema is not valid JSON", t.Name)
+	}
+	return &registeredTool{
+		def: mcp.Tool{
+			Name:         t.Name,
+			Title:        t.Title,
+			Description:  t.Description,
+			InputSchema:  bytes.Clone(in),
+			OutputSchema: bytes.Clone(t.OutputSchema),
+			Annotations:  t.Annotations,
+			Meta:         t.Meta,
+		},
+		schema: resolved,
+	}, nil
+}
+
+// validate checks arguments against the tool's input schema. The error is
+// an *mcp.ToolError with code invalid_arguments naming the offending field,
+// so the model can correct its call.
+func (rt *registeredTool) validate(args json.RawMessage) error {
+	var v any
+	if len(args) == 0 {
+		v = map[string]any{}
+	} else if err := json.Unmarshal(args, &v); err != nil {
+		return &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "arguments are not valid JSON"}
+	}
+	if err := rt.schema.Validate(v); err != nil {
+		field, msg := describeSchemaError(err)
+		te := &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "invalid arguments: " + msg}
+		if field != "" {
+			te.Details = map[string]any{"field": field}
+		}
+		return te
+	}
+	return nil
+}
+
+var (
+	propertyPath   = regexp.MustCompile(`validating (/[^:]*): `)
+	missingProps   = regexp.MustCompile(`missing properties: \["?([^"\]]+)`)
+	unexpectedProp = regexp.MustCompile(`additional properties \["?([^"\]]+)`)
+)
+
+// describeSchemaError turns a validator error into a short message that
+// names the argument at fault, such as `steps: has type "string", want
+// "integer"`, and returns that argument's dotted path.
+func describeSchemaError(err error) (field, msg string) {
+	text := err.Error()
+	matches := propertyPath.FindAllStringSubmatchIndex(text, -1)
+	var path []string
+	rest := text
+	if len(matches) > 0 {
+		last := matches[len(matches)-1]
+		ptr := text[last[2]:last[3]]
+		for _, seg := range strings.Split(strings.Trim(ptr, "/"), "/") {
+			if seg != "" && seg != "properties" && seg != "items" && seg != "$defs" {
+				path = append(path, seg)
+			}
+		}
+		rest = strings.TrimPrefix(text[last[1]:], "type: ")
+	} else if i := strings.LastIndex(text, ": "); i >= 0 && strings.HasPrefix(text, "validating root") {
+		rest = text[len("validating root: "):]
+	}
+	if m := missingProps.FindStringSubmatch(rest); m != nil {
+		path = append(path, m[1])
+		rest = "required argument is missing"
+	} else if m := unexpectedProp.FindStringSubmatch(rest); m != nil {
+		path = append(path, m[1])
+		rest = "unexpected argument"
+	}
+	field = strings.Join(path, ".")
+	if field == "" {
+		return "", rest
+	}
+	return field, field + ": " + rest
+}
+
+// toolResult maps what a handler returned onto the wire, following the
+// rules documented on ToolHandler.
+func toolResult(res *mcp.CallToolResult, err error) (*mcp.CallToolResult, *jsonrpc.Error) {
+	if err == nil {
+		if res == nil {
+			res = &mcp.CallToolResult{}
+		}
+		if res.Content == nil {
+			res.Content = []mcp.Content{}
+		}
+		return res, nil
+	}
+	var rpcErr *jsonrpc.Error
+	if errors.As(err, &rpcErr) {
+		return nil, rpcErr
+	}
+	var te *mcp.ToolError
+	if errors.As(err, &te) {
+		return te.Result(), nil
+	}
+	return (&mcp.ToolError{Code: mcp.FailureToolError, Message: err.Error()}).Result(), nil
+}
+
+// AddTypedTool registers a tool whose handler takes decoded arguments of
+// type In and returns a value of type Out.
+//
+// The input schema is inferred from In (a struct, whose json tags name the
+// arguments; fields without omitempty are required) unless t.InputSchema is
+// set. Arguments are validated against it before the handler runs. The
+// result becomes structuredContent, with its JSON as a text block for
+// clients that read only content; a string result becomes a plain text
+// block. Errors follow the rules of ToolHandler.
+func AddTypedTool[In, Out any](s *Server, t Tool, h func(ctx context.Context, req *CallRequest, in In) (Out, error)) error {
+	if h == nil {
+		return fmt.Errorf("server: tool %q has no handler", t.Name)
+	}
+	if t.InputSchema == nil {
+		schema, err := jsonschema.For[In](nil)
+		if err != nil {
+			return fmt.Errorf("server: tool %q: inferring input schema: %w", t.Name, err)
+		}
+		if t.InputSchema, err = json.Marshal(schema); err != nil {
+			return fmt.Errorf("server: tool %q: encoding input schema: %w", t.Name, err)
+		}
+	}
+	outType := reflect.TypeFor[Out]()
+	if t.OutputSchema == nil && outType.Kind() == reflect.Struct {
+		if schema, err := jsonschema.For[Out](nil); err == nil {
+			t.OutputSchema, _ = json.Marshal(schema)
+		}
+	}
+	textOnly := outType.Kind() == reflect.String
+	return s.AddTool(t, func(ctx context.Context, req *CallRequest) (*mcp.CallToolResult, error) {
+		var in In
+		if len(req.Arguments) > 0 {
+			if err := json.Unmarshal(req.Arguments, &in); err != nil {
+				return nil, &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "invalid arguments: " + err.Error()}
+			}
+		}
+		out, err := h(ctx, req, in)
+		if err != nil {
+			return nil, err
+		}
+		if textOnly {
+			return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text(reflect.ValueOf(out).String())}}, nil
+		}
+		raw, err := json.Marshal(out)
+		if err != nil {
+			return nil, fmt.Errorf("encoding the result: %w", err)
+		}
+		return &mcp.CallToolResult{
+			Content:           []mcp.Content{mcp.Text(string(raw))},
+			StructuredContent: json.RawMessage(raw),
+		}, nil
+	})
+}
