@@ -1,0 +1,5 @@
+package stdio_test
+
+import "context"
+
+type contextT = context.Context

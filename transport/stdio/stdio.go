@@ -1,0 +1,218 @@
+// Package stdio serves MCP over a pair of byte streams — normally the
+// process's stdin and stdout — as newline-delimited JSON-RPC: one message
+// per line, nothing but protocol on the output stream (logs belong on
+// stderr), and writes that never interleave.
+//
+// A connection serves both protocol eras. On stdio a client cancels a
+// request with notifications/cancelled; when the input stream ends, every
+// request still in flight is cancelled (not abandoned) and Serve returns
+// promptly.
+package stdio
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/server"
+)
+
+// DefaultCloseGrace is how long Serve waits, after the connection ends,
+// for cancelled handlers to return before giving up on them.
+const DefaultCloseGrace = 5 * time.Second
+
+// Options configure a Conn. The zero value is valid.
+type Options struct {
+	// MaxMessageBytes caps one inbound message. A longer line is discarded
+	// and answered with an Invalid Request error (with its id when the id
+	// could be read). Zero means jsonrpc.DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	// CloseGrace bounds the wait for cancelled handlers when the connection
+	// ends. Zero means DefaultCloseGrace.
+	CloseGrace time.Duration
+}
+
+// Conn is one MCP connection over a reader and a writer.
+type Conn struct {
+	srv    *server.Server
+	in     io.Reader
+	w      io.Writer
+	opts   Options
+	sess   *server.Session
+	outbox *server.Outbox
+
+	stopOnce sync.Once
+	stop     chan error // receives the reason Serve must end early
+}
+
+// NewConn returns a connection that reads requests from in and writes
+// messages to out. opts may be nil.
+func NewConn(srv *server.Server, in io.Reader, out io.Writer, opts *Options) *Conn {
+	c := &Conn{srv: srv, in: in, w: out, stop: make(chan error, 1)}
+	if opts != nil {
+		c.opts = *opts
+	}
+	if c.opts.MaxMessageBytes <= 0 {
+		c.opts.MaxMessageBytes = jsonrpc.DefaultMaxMessageBytes
+	}
+	if c.opts.CloseGrace <= 0 {
+		c.opts.CloseGrace = DefaultCloseGrace
+	}
+	c.sess = srv.NewSession(server.StdioSession)
+	c.outbox = srv.NewOutbox()
+	c.sess.SetNotifyOutbox(c.outbox)
+	return c
+}
+
+// Serve reads and answers messages until the input ends, the output fails,
+// ctx ends or Shutdown is called. In every case requests still in flight are
+// cancelled and Serve waits (up to Options.CloseGrace) for their handlers to
+// return and for what is queued to be written. It returns nil when the
+// input ended cleanly.
+func (c *Conn) Serve(ctx context.Context) error {
+	connCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	readDone := make(chan error, 1)
+	go func() { readDone <- c.readLoop(connCtx) }()
+	writeDone := make(chan error, 1)
+	go func() { writeDone <- c.writeLoop(connCtx) }()
+
+	var result, cause error
+	writerDone := false
+	select {
+	case err := <-readDone:
+		cause = server.ErrConnectionClosed
+		if err != nil && !errors.Is(err, io.EOF) {
+			result = fmt.Errorf("stdio: reading: %w", err)
+		}
+	case err := <-writeDone:
+		writerDone = true
+		cause = server.ErrConnectionClosed
+		result = fmt.Errorf("stdio: writing: %w", err)
+	case err := <-c.stop:
+		cause = err
+	case <-ctx.Done():
+		cause, result = context.Cause(ctx), ctx.Err()
+	}
+
+	c.sess.Close(cause)
+	grace, cancelGrace := context.WithTimeout(context.WithoutCancel(ctx), c.opts.CloseGrace)
+	defer cancelGrace()
+	if err := c.sess.Wait(grace); err != nil {
+		c.srvLog("handlers did not return within the close grace; abandoning them", "grace", c.opts.CloseGrace)
+	}
+	c.outbox.Close()
+	if !writerDone {
+		select {
+		case <-writeDone:
+		case <-grace.Done():
+		}
+	}
+	cancel(cause)
+	return result
+}
+
+// Shutdown ends the connection gracefully: new requests are refused as
+// unavailable, subscriptions are ended with notifications/cancelled, and
+// running calls may finish until ctx ends, after which they are cancelled.
+// Serve then returns.
+func (c *Conn) Shutdown(ctx context.Context) error {
+	err := c.sess.Shutdown(ctx)
+	c.stopOnce.Do(func() { c.stop <- server.ErrShutdown })
+	return err
+}
+
+// Session returns the connection's session.
+func (c *Conn) Session() *server.Session { return c.sess }
+
+func (c *Conn) srvLog(msg string, args ...any) {
+	c.srv.Logger().Warn(msg, args...)
+}
+
+func (c *Conn) readLoop(ctx context.Context) error {
+	br := bufio.NewReaderSize(c.in, 64<<10)
+	for {
+		frame, oversize, err := readFrame(br, c.opts.MaxMessageBytes)
+		if oversize != nil {
+			id, _ := oversize.ID()
+			m := jsonrpc.Message{Kind: jsonrpc.KindRequest, ID: id}
+			c.sess.Reject(ctx, m, jsonrpc.NewError(jsonrpc.CodeInvalidRequest,
+				"message exceeds the %d-byte limit", c.opts.MaxMessageBytes), c.outbox)
+		} else if len(bytes.TrimSpace(frame)) > 0 {
+			m, derr := jsonrpc.Decode(frame)
+			if derr != nil {
+				c.sess.Reject(ctx, m, derr, c.outbox)
+			} else {
+				c.sess.Handle(ctx, m, c.outbox)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// readFrame reads one line. A line longer than limit is consumed without
+// being kept; the returned scanner holds what could be read of its id.
+func readFrame(br *bufio.Reader, limit int) ([]byte, *jsonrpc.IDScanner, error) {
+	var buf []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(buf)+len(chunk) > limit+1 { // +1: the newline is not part of the message
+			var scan jsonrpc.IDScanner
+			scan.Write(buf)
+			scan.Write(chunk)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				chunk, err = br.ReadSlice('\n')
+				scan.Write(chunk)
+			}
+			if err != nil && !errors.Is(err, io.EOF) {
+				return nil, nil, err
+			}
+			return nil, &scan, err
+		}
+		switch {
+		case err == nil:
+			if buf == nil {
+				return bytes.Clone(chunk), nil, nil
+			}
+			return append(buf, chunk...), nil, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			buf = append(buf, chunk...)
+		default: // io.EOF or a read error: hand back a final unterminated line
+			return append(buf, chunk...), nil, err
+		}
+	}
+}
+
+func (c *Conn) writeLoop(ctx context.Context) error {
+	bw := bufio.NewWriterSize(c.w, 64<<10)
+	for {
+		f, err := c.outbox.Next(ctx)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return bw.Flush()
+			}
+			return err
+		}
+		bw.Write(f.Data)
+		bw.WriteByte('\n')
+		// Flush when nothing else is waiting, so a burst of responses costs
+		// one write and a lone response is not held back.
+		if c.outbox.Len() == 0 {
+			if err := bw.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+}
