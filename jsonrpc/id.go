@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strconv"
 )
 
@@ -51,6 +52,18 @@ func (id ID) String() string {
 		return strconv.FormatInt(id.num, 10)
 	}
 	return "<none>"
+}
+
+// LogValue logs an integer id as a number and a string id as a string, so
+// that a JSON log keeps the two kinds apart the way the wire does.
+func (id ID) LogValue() slog.Value {
+	switch id.kind {
+	case idString:
+		return slog.StringValue(id.str)
+	case idNumber:
+		return slog.Int64Value(id.num)
+	}
+	return slog.StringValue("<none>")
 }
 
 // AppendJSON appends the id's JSON encoding to b.
