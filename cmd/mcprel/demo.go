@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"time"
+
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// demoCmd runs "mcprel serve --stdio" as a child process and drives it
+// through a scripted exchange that shows both eras and both orders of the
+// cancel-versus-complete race, printing every frame that crosses the pipe
+// and, at the end, the server's own log of what happened to each request.
+func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	width := fs.Int("width", 160, "truncate printed frames to this many characters (0: never)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("demo: locating this binary: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, self, "serve", "--stdio")
+	var serverLog bytes.Buffer
+	cmd.Stderr = &serverLog
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("demo: starting the server: %w", err)
+	}
+	d := &demo{w: stdout, in: in, frames: make(chan demoFrame, 64), width: *width}
+	go d.read(out)
+
+	err = d.script()
+	in.Close()
+	if werr := cmd.Wait(); err == nil && werr != nil {
+		err = fmt.Errorf("demo: server exited: %w", werr)
+	}
+	fmt.Fprintf(stdout, "\n== The server's log (stderr): one line per request, with its single outcome\n%s", serverLog.String())
+	return err
+}
+
+type demo struct {
+	w      io.Writer
+	in     io.Writer
+	frames chan demoFrame
+	width  int
+}
+
+type demoFrame struct {
+	raw    string
+	id     json.RawMessage
+	method string
+}
+
+func (d *demo) read(r io.Reader) {
+	defer close(d.frames)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 16<<20)
+	for sc.Scan() {
+		var f struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		json.Unmarshal(sc.Bytes(), &f)
+		d.frames <- demoFrame{raw: sc.Text(), id: f.ID, method: f.Method}
+	}
+}
+
+func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.w, "\n== "+format+"\n", args...) }
+
+func (d *demo) show(prefix, s string) {
+	if d.width > 0 && len(s) > d.width {
+		s = s[:d.width-1] + "…"
+	}
+	fmt.Fprintf(d.w, "%s %s\n", prefix, s)
+}
+
+func (d *demo) send(frame string) {
+	d.show("→", frame)
+	io.WriteString(d.in, frame+"\n")
+}
+
+// next waits for the next frame from the server.
+func (d *demo) next() (demoFrame, error) {
+	select {
+	case f, ok := <-d.frames:
+		if !ok {
+			return f, errors.New("demo: the server closed its output")
+		}
+		d.show("←", f.raw)
+		return f, nil
+	case <-time.After(10 * time.Second):
+		return demoFrame{}, errors.New("demo: no answer from the server within 10s")
+	}
+}
+
+// until prints frames until the response with the given id (JSON text).
+func (d *demo) until(id string) error {
+	for {
+		f, err := d.next()
+		if err != nil {
+			return err
+		}
+		if string(f.id) == id && f.method == "" {
+			return nil
+		}
+	}
+}
+
+func (d *demo) call(id, method, params string) error {
+	d.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"method":%q,"params":%s}`, id, method, params))
+	return d.until(id)
+}
+
+func modernMeta(extra string) string {
+	m := fmt.Sprintf(`"_meta":{%q:%q,%q:{},%q:{"name":"mcprel-demo","version":%q}%s}`,
+		mcp.MetaProtocolVersion, mcp.Version20260728, mcp.MetaClientCapabilities, mcp.MetaClientInfo, version, extra)
+	return m
+}
+
+func (d *demo) script() error {
+	steps := []func() error{
+		func() error {
+			d.say("Legacy era (2025-11-25): the initialize handshake, then tools")
+			if err := d.call("1", "initialize", `{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcprel-demo","version":"`+version+`"}}`); err != nil {
+				return err
+			}
+			d.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+			if err := d.call("2", "tools/list", `{}`); err != nil {
+				return err
+			}
+			return d.call("3", "tools/call", `{"name":"echo","arguments":{"text":"hello, reliable world"}}`)
+		},
+		func() error {
+			d.say("Progress: strictly increasing notifications, then the result")
+			return d.call("4", "tools/call", `{"name":"slow_count","arguments":{"steps":3,"intervalMs":50},"_meta":{"progressToken":"count-4"}}`)
+		},
+		func() error {
+			d.say("Race, cancellation first: after a cancellation wins, nothing more is written for request 5")
+			d.send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow_count","arguments":{"steps":100,"intervalMs":50},"_meta":{"progressToken":"count-5"}}}`)
+			if _, err := d.next(); err != nil { // its first progress notification
+				return err
+			}
+			d.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5,"reason":"the user closed the dialog"}}`)
+			d.say("…a ping proves the connection is alive; no response to 5 ever arrives")
+			return d.call("6", "ping", `{}`)
+		},
+		func() error {
+			d.say("Race, completion first: the response is sent once and the late cancellation is ignored")
+			if err := d.call("7", "tools/call", `{"name":"echo","arguments":{"text":"done before the cancel"}}`); err != nil {
+				return err
+			}
+			d.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"too late"}}`)
+			return d.call("8", "ping", `{}`)
+		},
+		func() error {
+			d.say("Modern era (2026-07-28) on the same connection: no handshake, _meta on every request")
+			if err := d.call("9", "server/discover", `{`+modernMeta("")+`}`); err != nil {
+				return err
+			}
+			return d.call("10", "tools/call", `{"name":"echo","arguments":{"text":"stateless"},`+modernMeta("")+`}`)
+		},
+		func() error {
+			d.say("Bad input gets a clear error, and the server keeps serving")
+			d.send(`{"jsonrpc":"2.0","id":11,"method":"tools/call","params":`)
+			if _, err := d.next(); err != nil {
+				return err
+			}
+			if err := d.call("12", "tools/call", `{"name":"slow_count","arguments":{"steps":"three"},`+modernMeta("")+`}`); err != nil {
+				return err
+			}
+			return d.call("13", "tools/call", `{"name":"echo","arguments":{"text":"still serving"},`+modernMeta("")+`}`)
+		},
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	d.say("Closing stdin: the server cancels anything in flight and exits")
+	return nil
+}
+
