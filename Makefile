@@ -1,0 +1,32 @@
+# mcprel — `make check` is the whole test suite; CI runs exactly that.
+
+GO       ?= go
+NPM      ?= npm
+INTEROP  := internal/interop/ts
+
+.PHONY: check vet test interop-deps demo build
+
+## check: formatting, vet, and every test with the race detector, including
+## the TypeScript SDK interop tests (their pinned npm packages are installed
+## on first use).
+check: vet interop-deps test
+
+vet:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^bench/')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+test:
+	MCPREL_REQUIRE_INTEROP=1 $(GO) test -race -count=1 ./...
+
+interop-deps: $(INTEROP)/node_modules/.package-lock.json
+
+$(INTEROP)/node_modules/.package-lock.json: $(INTEROP)/package.json $(INTEROP)/package-lock.json
+	cd $(INTEROP) && $(NPM) ci --no-audit --no-fund
+
+## demo: the scripted exchange against `mcprel serve --stdio`.
+demo:
+	$(GO) run ./cmd/mcprel demo
+
+build:
+	$(GO) build -o bin/mcprel ./cmd/mcprel
