@@ -26,10 +26,11 @@ var (
 type Era uint8
 
 const (
-	// Legacy is 2025-03-26 … 2025-11-25: initialize handshake, sessions,
-	// disconnect is not cancellation.
+	// Legacy is 2025-03-26 … 2025-11-25: initialize handshake and
+	// sessions; on Streamable HTTP a dropped stream is not a cancellation.
 	Legacy Era = iota + 1
-	// Modern is 2026-07-28 and later: stateless, per-request _meta.
+	// Modern is 2026-07-28 and later: stateless, per-request _meta; on
+	// Streamable HTTP closing a request's stream cancels it.
 	Modern
 )
 
