@@ -12,9 +12,10 @@ INTEROP  := internal/interop/ts
 check: vet interop-deps test
 
 vet:
-	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^bench/')); \
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
 
 test:
 	MCPREL_REQUIRE_INTEROP=1 $(GO) test -race -count=1 ./...

@@ -200,4 +200,3 @@ func (d *demo) script() error {
 	d.say("Closing stdin: the server cancels anything in flight and exits")
 	return nil
 }
-

@@ -232,4 +232,3 @@ func TestEOFExitsPromptly(t *testing.T) {
 		t.Fatalf("log lacks the cancellation:\n%s", c.stderr)
 	}
 }
-
