@@ -308,3 +308,55 @@ type wrapErr struct{ err error }
 
 func (w wrapErr) Error() string { return "wrapped: " + w.err.Error() }
 func (w wrapErr) Unwrap() error { return w.err }
+
+// TestSlowToolCannotStarveOthers: a tool with its own limit and queue is
+// refused when its queue is full, while other tools keep being served.
+func TestSlowToolCannotStarveOthers(t *testing.T) {
+	srv := mcptest.NewServer(t, &server.Options{MaxConcurrentCalls: 4, MaxQueuedCalls: 16})
+	entered := make(chan jsonrpc.ID, 8)
+	err := srv.AddTool(server.Tool{Name: "slow", Policy: server.Policy{MaxConcurrent: 1, MaxQueued: 1}},
+		func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+			entered <- req.ID
+			<-ctx.Done()
+			return nil, nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addNoop(t, srv, "fast")
+	c := mcptest.Stdio(t, srv, nil)
+	slowCall := mcptest.ModernParams(map[string]any{"name": "slow"})
+	c.Request(1, mcp.MethodToolsCall, slowCall)
+	<-entered
+	c.Request(2, mcp.MethodToolsCall, slowCall) // waits in the slow tool's queue
+	c.Request(3, mcp.MethodToolsCall, slowCall) // its queue is full
+	if f := c.Next(); !f.IsResponseTo(jsonrpc.IntID(3)) || f.Error == nil || f.Error.Code != mcp.CodeOverloaded {
+		t.Fatalf("third slow call = %s, want overloaded", f.Raw)
+	}
+	for id := int64(4); id < 10; id++ {
+		if f := c.Call(id, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": "fast"})); f.Error != nil {
+			t.Fatalf("fast call while the slow tool is saturated = %s", f.Raw)
+		}
+	}
+	select {
+	case id := <-entered:
+		t.Fatalf("slow call %v ran past the tool's limit of 1", id)
+	default:
+	}
+	c.Cancel(1, "")
+	if id := <-entered; id != jsonrpc.IntID(2) {
+		t.Fatalf("after the first slow call ended, %v ran; want the queued 2", id)
+	}
+}
+
+func TestPolicyValidation(t *testing.T) {
+	srv := mcptest.NewServer(t, nil)
+	err := srv.AddTool(server.Tool{Name: "x", Policy: server.Policy{MaxConcurrent: -1}},
+		func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) { return nil, nil })
+	if err == nil {
+		t.Fatal("a negative limit was accepted")
+	}
+	if _, err := server.New(mcp.Implementation{Name: "x", Version: "1"}, &server.Options{MaxQueuedCalls: -1}); err == nil {
+		t.Fatal("a negative server option was accepted")
+	}
+}

@@ -86,7 +86,8 @@ type inflight struct {
 	logLevel mcp.LoggingLevel
 	sub      *subscription // subscriptions/listen only
 
-	queued bool // guarded by admission.mu
+	queued bool   // guarded by admission.mu
+	seq    uint64 // arrival order while queued; guarded by admission.mu
 
 	mu           sync.Mutex
 	outcome      Outcome // zero while running

@@ -459,7 +459,7 @@ func (ss *Session) handleNotification(m jsonrpc.Message) {
 func (s *Server) runCalls(r *inflight) {
 	for r != nil {
 		r.sess.runCall(r)
-		r = s.admit.next()
+		r = s.admit.next(r)
 	}
 }
 

@@ -34,6 +34,32 @@ type Tool struct {
 	// Annotations are hints for clients. They are never proof of anything.
 	Annotations *mcp.ToolAnnotations
 	Meta        mcp.Meta
+	// Policy is how the server runs the tool's calls.
+	Policy Policy
+}
+
+// Policy is a tool's reliability policy: how its calls are admitted, and
+// (as the runtime grows) its deadlines, idempotency and task support. The
+// zero value is conservative: the server-wide limits apply and nothing
+// else is promised.
+type Policy struct {
+	// MaxConcurrent bounds how many calls of this tool run at once, within
+	// the server's MaxConcurrentCalls. Calls past it wait in the tool's own
+	// queue, so a slow tool cannot take every slot from the others. Zero
+	// means only the server-wide limit applies.
+	MaxConcurrent int
+	// MaxQueued bounds how many calls of this tool may wait for a slot;
+	// past it (or past the server's MaxQueuedCalls) calls are refused at
+	// once with a retryable overload error. Zero means only the
+	// server-wide bound applies.
+	MaxQueued int
+}
+
+func (p Policy) validate(tool string) error {
+	if p.MaxConcurrent < 0 || p.MaxQueued < 0 {
+		return fmt.Errorf("server: tool %q: Policy limits must not be negative", tool)
+	}
+	return nil
 }
 
 // ToolHandler runs one call of a tool. ctx ends when the call is cancelled,
@@ -56,8 +82,10 @@ type ToolHandler func(ctx context.Context, req *CallRequest) (*mcp.CallToolResul
 
 type registeredTool struct {
 	def     mcp.Tool
+	policy  Policy
 	schema  *jsonschema.Resolved
 	handler ToolHandler
+	lane    *lane // guarded by admission.mu
 }
 
 var toolNamePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
@@ -104,6 +132,9 @@ func compileTool(t Tool) (*registeredTool, error) {
 	if !toolNamePattern.MatchString(t.Name) {
 		return nil, fmt.Errorf("server: invalid tool name %q: use 1 to 128 characters from [A-Za-z0-9_.-]", t.Name)
 	}
+	if err := t.Policy.validate(t.Name); err != nil {
+		return nil, err
+	}
 	in := t.InputSchema
 	if len(bytes.TrimSpace(in)) == 0 {
 		in = emptyObjectSchema
@@ -132,7 +163,9 @@ func compileTool(t Tool) (*registeredTool, error) {
 			Annotations:  t.Annotations,
 			Meta:         t.Meta,
 		},
+		policy: t.Policy,
 		schema: resolved,
+		lane:   &lane{limit: t.Policy.MaxConcurrent, maxQueue: t.Policy.MaxQueued},
 	}, nil
 }
 
