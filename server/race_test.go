@@ -13,17 +13,25 @@ import (
 
 var eras = []mcp.Era{mcp.Legacy, mcp.Modern}
 
+// gated returns a recorded server with a gate tool and a client opened in
+// era: the setup of every race test.
+func gated(t *testing.T, era mcp.Era) (*mcptest.Recorder, *mcptest.Gate, *mcptest.Client) {
+	t.Helper()
+	rec := mcptest.NewRecorder()
+	srv := mcptest.NewServer(t, rec.Hook(nil))
+	gate := mcptest.NewGate(t, srv, "gate")
+	c := mcptest.Stdio(t, srv, nil)
+	c.Open(era)
+	return rec, gate, c
+}
+
 // TestCancelThenComplete forces the cancellation to win: the call is in
 // its handler, the client cancels, and only then does the handler return a
 // result. No response may ever be written for that id.
 func TestCancelThenComplete(t *testing.T) {
 	for _, era := range eras {
 		t.Run(era.String(), func(t *testing.T) {
-			rec := mcptest.NewRecorder()
-			srv := mcptest.NewServer(t, rec.Hook(nil))
-			gate := mcptest.NewGate(t, srv, "gate")
-			c := mcptest.Stdio(t, srv, nil)
-			c.Open(era)
+			rec, gate, c := gated(t, era)
 
 			c.Request(1, mcp.MethodToolsCall, mcptest.Params(era, map[string]any{"name": "gate"}))
 			gate.WaitEntered(t)
@@ -59,11 +67,7 @@ func TestCancelThenComplete(t *testing.T) {
 func TestCompleteThenCancel(t *testing.T) {
 	for _, era := range eras {
 		t.Run(era.String(), func(t *testing.T) {
-			rec := mcptest.NewRecorder()
-			srv := mcptest.NewServer(t, rec.Hook(nil))
-			gate := mcptest.NewGate(t, srv, "gate")
-			c := mcptest.Stdio(t, srv, nil)
-			c.Open(era)
+			rec, gate, c := gated(t, era)
 
 			c.Request(1, mcp.MethodToolsCall, mcptest.Params(era, map[string]any{"name": "gate"}))
 			gate.WaitEntered(t)
@@ -90,8 +94,8 @@ func TestCompleteThenCancel(t *testing.T) {
 	}
 }
 
-// TestCancelWithdrawsQueuedProgress checks that progress already queued but
-// not yet written is withdrawn when the cancellation wins.
+// TestProgressStopsAtCancellation checks that once a cancellation wins, a
+// tool's progress reports fail with ErrRequestDone and none reaches the wire.
 func TestProgressStopsAtCancellation(t *testing.T) {
 	for _, era := range eras {
 		t.Run(era.String(), func(t *testing.T) {
