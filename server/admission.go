@@ -44,7 +44,7 @@ func (ln *lane) hasRoom() bool { return ln.limit == 0 || ln.running < ln.limit }
 func (a *admission) admit(r *inflight) admitDecision {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ln := r.tool.lane
+	ln := r.lane
 	switch {
 	case a.running < a.limit && ln.hasRoom() && len(ln.queue) == 0:
 		ln.running++
@@ -66,7 +66,7 @@ func (a *admission) admit(r *inflight) admitDecision {
 func (a *admission) next(done *inflight) *inflight {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	done.tool.lane.running--
+	done.lane.running--
 	a.running--
 	var best *lane
 	for ln := range a.waiting {
@@ -98,7 +98,7 @@ func (a *admission) remove(r *inflight) bool {
 	if !r.queued {
 		return false
 	}
-	ln := r.tool.lane
+	ln := r.lane
 	for i, q := range ln.queue {
 		if q == r {
 			ln.queue = append(ln.queue[:i], ln.queue[i+1:]...)

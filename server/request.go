@@ -13,76 +13,22 @@ import (
 	"github.com/mcprel/mcprel/mcp"
 )
 
-// ErrProgressNotIncreasing is returned by CallRequest.ReportProgress for a
-// value that is not above the last one sent; the report is dropped, because
-// MCP requires progress to increase with every notification.
-var ErrProgressNotIncreasing = errors.New("server: progress must increase with every report")
-
-// CallRequest is what a tool handler sees of its call.
-type CallRequest struct {
-	// ID is the JSON-RPC id. It correlates messages; it is never an
-	// idempotency key.
-	ID jsonrpc.ID
-	// Name is the tool's name.
-	Name string
-	// Arguments are the call's arguments, already validated against the
-	// tool's input schema. Nil when the call had none.
-	Arguments json.RawMessage
-	// Meta is the request's raw params._meta (nil when absent), for keys
-	// the protocol does not define.
-	Meta json.RawMessage
-	// Era and ProtocolVersion say how the request is being served.
-	Era             mcp.Era
-	ProtocolVersion string
-	// ClientCapabilities are the capabilities the client declared: in the
-	// request's _meta (modern) or at initialize (legacy).
-	ClientCapabilities mcp.ClientCapabilities
-	// ClientInfo is the client's self-description, when it gave one.
-	ClientInfo *mcp.Implementation
-
-	r *inflight
-}
-
-// HasProgressToken reports whether the client asked for progress.
-func (c *CallRequest) HasProgressToken() bool { return c.r.token != nil }
-
-// ReportProgress sends a progress notification if the client asked for
-// progress; without a progress token it does nothing and returns nil.
-// total <= 0 means the total is unknown.
-//
-// Values must increase: a value not above the last one sent is dropped and
-// ErrProgressNotIncreasing returned. After the request has ended (completed,
-// cancelled, timed out) nothing is sent and ErrRequestDone is returned.
-// Reporting never blocks: under pressure a queued older value for the same
-// request is replaced by the newer one.
-func (c *CallRequest) ReportProgress(progress, total float64, message string) error {
-	return c.r.reportProgress(progress, total, message)
-}
-
-// Log sends a notifications/message for this request if the client asked
-// for messages at this level: in the modern era through the request's
-// logLevel _meta (none means no messages), in the legacy era through
-// logging/setLevel (info and above until the client sets a level).
-// Messages are dropped, like progress, when the client reads too slowly.
-func (c *CallRequest) Log(level mcp.LoggingLevel, logger string, data any) error {
-	return c.r.log(level, logger, data)
-}
-
 // inflight is one request between its arrival and its terminal state.
 type inflight struct {
 	sess     *Session
 	out      *Outbox
 	id       jsonrpc.ID
 	method   string
-	toolName string
-	tool     *registeredTool
+	toolName string // tools/call only
 	era      mcp.Era
 	start    time.Time
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
-	stop     func() bool // unhooks the parent-context watch
-	call     *CallRequest
-	token    *jsonrpc.ID // progress token
+	stop     func() bool                                          // unhooks the parent-context watch
+	lane     *lane                                                // admission lane of a call
+	exec     func(context.Context) (mcp.Result, error)            // the handler, for calls
+	finish   func(mcp.Result, error) (mcp.Result, *jsonrpc.Error) // how its return reaches the wire
+	token    *jsonrpc.ID                                          // progress token
 	logLevel mcp.LoggingLevel
 	sub      *subscription // subscriptions/listen only
 

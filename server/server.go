@@ -99,10 +99,18 @@ type Server struct {
 	admit      *admission
 	serverInfo json.RawMessage // info, encoded once for result _meta
 
-	mu       sync.RWMutex
-	tools    map[string]*registeredTool
-	toolList []mcp.Tool // sorted by name; rebuilt on change
-	sessions map[*Session]struct{}
+	// Lanes shared by all resources, all prompts and completion; tools
+	// have one each.
+	resourceLane, promptLane, completeLane *lane
+
+	mu         sync.RWMutex
+	tools      map[string]*registeredTool
+	toolList   []mcp.Tool // sorted by name; rebuilt on change
+	resources  map[string]*registeredResource
+	templates  []*registeredTemplate // sorted by URI template
+	prompts    map[string]*registeredPrompt
+	completion CompletionHandler
+	sessions   map[*Session]struct{}
 }
 
 // New returns a server that identifies itself as info. opts may be nil.
@@ -131,13 +139,18 @@ func New(info mcp.Implementation, opts *Options) (*Server, error) {
 		return nil, fmt.Errorf("server: encoding Implementation: %w", err)
 	}
 	return &Server{
-		info:       info,
-		opts:       o,
-		log:        o.Logger,
-		admit:      newAdmission(o.MaxConcurrentCalls, o.MaxQueuedCalls),
-		serverInfo: si,
-		tools:      make(map[string]*registeredTool),
-		sessions:   make(map[*Session]struct{}),
+		info:         info,
+		opts:         o,
+		log:          o.Logger,
+		admit:        newAdmission(o.MaxConcurrentCalls, o.MaxQueuedCalls),
+		serverInfo:   si,
+		tools:        make(map[string]*registeredTool),
+		resources:    make(map[string]*registeredResource),
+		prompts:      make(map[string]*registeredPrompt),
+		sessions:     make(map[*Session]struct{}),
+		resourceLane: &lane{},
+		promptLane:   &lane{},
+		completeLane: &lane{},
 	}, nil
 }
 
@@ -148,12 +161,32 @@ func (s *Server) Info() mcp.Implementation { return s.info }
 // transport's outbound stream.
 func (s *Server) NewOutbox() *Outbox { return NewOutbox(s.opts.OutboxCapacity) }
 
-// capabilities is what the server advertises in both eras.
+// capabilities is what the server advertises in both eras: tools always,
+// resources, prompts and completions when something offers them.
 func (s *Server) capabilities() mcp.ServerCapabilities {
-	return mcp.ServerCapabilities{
+	c := mcp.ServerCapabilities{
 		Tools:   &mcp.ListChangedCapability{ListChanged: true},
 		Logging: &struct{}{},
 	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if len(s.resources) > 0 || len(s.templates) > 0 {
+		c.Resources = &mcp.ResourcesCapability{Subscribe: true, ListChanged: true}
+	}
+	if len(s.prompts) > 0 {
+		c.Prompts = &mcp.ListChangedCapability{ListChanged: true}
+	}
+	if s.completion != nil {
+		c.Completions = &struct{}{}
+	}
+	return c
+}
+
+// cacheable returns the modern era's caching hints for list, read and
+// discover results.
+func (s *Server) cacheable() mcp.Cacheable {
+	ttl := s.opts.ListTTL.Milliseconds()
+	return mcp.Cacheable{TTLMs: &ttl, CacheScope: "public"}
 }
 
 // listTools returns the tools in deterministic (name) order.
@@ -190,10 +223,19 @@ func (s *Server) sessionsSnapshot() []*Session {
 	return out
 }
 
-// toolsChanged tells every session that the tool list changed.
-func (s *Server) toolsChanged() {
+// listKind names the lists whose changes clients may hear about.
+type listKind uint8
+
+const (
+	kindTools listKind = iota
+	kindResources
+	kindPrompts
+)
+
+// listChanged tells every session that a list changed.
+func (s *Server) listChanged(k listKind) {
 	for _, ss := range s.sessionsSnapshot() {
-		ss.notifyToolsChanged()
+		ss.notifyListChanged(k)
 	}
 }
 

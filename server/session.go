@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -45,30 +44,32 @@ type Session struct {
 	srv *Server
 	cfg SessionConfig
 
-	mu          sync.Mutex
-	all         map[*inflight]struct{}
-	byID        map[jsonrpc.ID]*inflight
-	subs        map[*inflight]struct{}
-	initialized bool
-	version     string
-	clientCaps  mcp.ClientCapabilities
-	clientInfo  *mcp.Implementation
-	logLevel    mcp.LoggingLevel
-	notify      *Outbox
-	draining    bool
-	closed      bool
-	handlers    int           // tool handlers running
-	idle        chan struct{} // closed when handlers drops to zero
+	mu           sync.Mutex
+	all          map[*inflight]struct{}
+	byID         map[jsonrpc.ID]*inflight
+	subs         map[*inflight]struct{}
+	resourceSubs map[string]struct{} // legacy resources/subscribe
+	initialized  bool
+	version      string
+	clientCaps   mcp.ClientCapabilities
+	clientInfo   *mcp.Implementation
+	logLevel     mcp.LoggingLevel
+	notify       *Outbox
+	draining     bool
+	closed       bool
+	handlers     int           // tool handlers running
+	idle         chan struct{} // closed when handlers drops to zero
 }
 
 // NewSession starts a session. Close it when its connection ends.
 func (s *Server) NewSession(cfg SessionConfig) *Session {
 	ss := &Session{
-		srv:  s,
-		cfg:  cfg,
-		all:  make(map[*inflight]struct{}),
-		byID: make(map[jsonrpc.ID]*inflight),
-		subs: make(map[*inflight]struct{}),
+		srv:          s,
+		cfg:          cfg,
+		all:          make(map[*inflight]struct{}),
+		byID:         make(map[jsonrpc.ID]*inflight),
+		subs:         make(map[*inflight]struct{}),
+		resourceSubs: make(map[string]struct{}),
 	}
 	s.mu.Lock()
 	s.sessions[ss] = struct{}{}
@@ -166,12 +167,7 @@ func (ss *Session) handleRequest(ctx context.Context, m jsonrpc.Message, out *Ou
 		return
 	}
 
-	switch r.era {
-	case mcp.Modern:
-		ss.dispatchModern(ctx, r, m.Params, &meta, rawMeta)
-	default:
-		ss.dispatchLegacy(ctx, r, m.Params, &meta, rawMeta)
-	}
+	ss.dispatch(r, &incoming{ctx: ctx, params: m.Params, meta: &meta, rawMeta: rawMeta})
 }
 
 // selectEra decides, per request, which era serves it: a request that
@@ -207,180 +203,6 @@ func (ss *Session) selectEra(r *inflight, meta *mcp.RequestMeta, hasMeta bool) *
 		return invalidParams(meta.CheckModern(hasMeta))
 	}
 	return nil
-}
-
-func (ss *Session) dispatchLegacy(ctx context.Context, r *inflight, params json.RawMessage, meta *mcp.RequestMeta, rawMeta json.RawMessage) {
-	switch r.method {
-	case mcp.MethodInitialize:
-		ss.initialize(r, params)
-	case mcp.MethodPing:
-		r.succeed(&mcp.EmptyResult{})
-	case mcp.MethodSetLevel:
-		var p mcp.SetLevelParams
-		if err := decodeParams(params, &p); err != nil {
-			r.fail(err)
-			return
-		}
-		if p.Level == "" {
-			r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.level is required"))
-			return
-		}
-		ss.mu.Lock()
-		ss.logLevel = p.Level
-		ss.mu.Unlock()
-		r.succeed(&mcp.EmptyResult{})
-	case mcp.MethodToolsList:
-		ss.listTools(r, params)
-	case mcp.MethodToolsCall:
-		ss.callTool(ctx, r, params, meta, rawMeta)
-	default:
-		r.fail(jsonrpc.NewError(jsonrpc.CodeMethodNotFound, "method not found: %q", r.method))
-	}
-}
-
-// removedInModern are the methods of the handshake era that the 2026-07-28
-// revision removed; they get a method-not-found that says so.
-var removedInModern = map[string]bool{
-	mcp.MethodInitialize: true, mcp.MethodPing: true, mcp.MethodSetLevel: true,
-	mcp.MethodSubscribe: true, mcp.MethodUnsubscribe: true,
-}
-
-func (ss *Session) dispatchModern(ctx context.Context, r *inflight, params json.RawMessage, meta *mcp.RequestMeta, rawMeta json.RawMessage) {
-	switch r.method {
-	case mcp.MethodDiscover:
-		ttl := ss.srv.opts.ListTTL.Milliseconds()
-		r.succeed(&mcp.DiscoverResult{
-			Cacheable:         mcp.Cacheable{TTLMs: &ttl, CacheScope: "public"},
-			SupportedVersions: mcp.SupportedVersions(),
-			Capabilities:      ss.srv.capabilities(),
-			Instructions:      ss.srv.opts.Instructions,
-		})
-	case mcp.MethodToolsList:
-		ss.listTools(r, params)
-	case mcp.MethodToolsCall:
-		ss.callTool(ctx, r, params, meta, rawMeta)
-	case mcp.MethodListen:
-		ss.listen(ctx, r, params)
-	default:
-		if removedInModern[r.method] {
-			r.fail(jsonrpc.NewError(jsonrpc.CodeMethodNotFound, "method not found: %q is not part of protocol version %s", r.method, mcp.Version20260728))
-			return
-		}
-		r.fail(jsonrpc.NewError(jsonrpc.CodeMethodNotFound, "method not found: %q", r.method))
-	}
-}
-
-func (ss *Session) initialize(r *inflight, params json.RawMessage) {
-	var p mcp.InitializeParams
-	if err := decodeParams(params, &p); err != nil {
-		r.fail(err)
-		return
-	}
-	if p.ProtocolVersion == "" {
-		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.protocolVersion is required"))
-		return
-	}
-	version := mcp.NegotiateLegacy(p.ProtocolVersion)
-	ss.mu.Lock()
-	if ss.initialized {
-		ss.mu.Unlock()
-		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "the session is already initialized"))
-		return
-	}
-	ss.initialized = true
-	ss.version = version
-	ss.clientCaps = p.Capabilities
-	info := p.ClientInfo
-	ss.clientInfo = &info
-	ss.mu.Unlock()
-	r.succeed(&mcp.InitializeResult{
-		ProtocolVersion: version,
-		Capabilities:    ss.srv.capabilities(),
-		ServerInfo:      ss.srv.info,
-		Instructions:    ss.srv.opts.Instructions,
-	})
-}
-
-func (ss *Session) listTools(r *inflight, params json.RawMessage) {
-	var p mcp.ListParams
-	if err := decodeParams(params, &p); err != nil {
-		r.fail(err)
-		return
-	}
-	if p.Cursor != nil {
-		// Every tool fits on the first page, so no cursor was ever issued.
-		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid cursor %q", *p.Cursor))
-		return
-	}
-	res := &mcp.ListToolsResult{Tools: ss.srv.listTools()}
-	if res.Tools == nil {
-		res.Tools = []mcp.Tool{}
-	}
-	if r.era == mcp.Modern {
-		ttl := ss.srv.opts.ListTTL.Milliseconds()
-		res.Cacheable = mcp.Cacheable{TTLMs: &ttl, CacheScope: "public"}
-	}
-	r.succeed(res)
-}
-
-func (ss *Session) callTool(ctx context.Context, r *inflight, params json.RawMessage, meta *mcp.RequestMeta, rawMeta json.RawMessage) {
-	var p mcp.CallToolParams
-	if err := decodeParams(params, &p); err != nil {
-		r.fail(err)
-		return
-	}
-	if p.Name == nil {
-		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.name is required"))
-		return
-	}
-	r.toolName = *p.Name
-	rt := ss.srv.lookupTool(*p.Name)
-	if rt == nil {
-		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "unknown tool %q", *p.Name))
-		return
-	}
-	if len(p.Arguments) > 0 && p.Arguments[0] != '{' && string(p.Arguments) != "null" {
-		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.arguments must be an object"))
-		return
-	}
-	if string(p.Arguments) == "null" {
-		p.Arguments = nil
-	}
-	if err := rt.validate(p.Arguments); err != nil {
-		var te *mcp.ToolError
-		errors.As(err, &te)
-		r.succeed(te.Result())
-		return
-	}
-
-	r.tool = rt
-	r.token = meta.ProgressToken
-	call := &CallRequest{ID: r.id, Name: *p.Name, Arguments: p.Arguments, Meta: rawMeta, Era: r.era, r: r}
-	if r.era == mcp.Modern {
-		call.ProtocolVersion = *meta.ProtocolVersion
-		call.ClientCapabilities = *meta.ClientCapabilities
-		call.ClientInfo = meta.ClientInfo
-		if meta.LogLevel != nil {
-			r.logLevel = *meta.LogLevel
-		}
-	} else {
-		ss.mu.Lock()
-		call.ProtocolVersion, call.ClientCapabilities, call.ClientInfo = ss.version, ss.clientCaps, ss.clientInfo
-		ss.mu.Unlock()
-	}
-	r.call = call
-	if !ss.track(ctx, r) {
-		return
-	}
-
-	switch ss.srv.admit.admit(r) {
-	case admitRun:
-		go ss.srv.runCalls(r)
-	case admitQueued:
-		// A finishing handler goroutine will pick it up.
-	case admitRefused:
-		r.fail(overloaded(ss.srv.opts.OverloadRetryAfter))
-	}
 }
 
 // track gives the request its context and registers it as in flight, so
@@ -452,60 +274,6 @@ func (ss *Session) handleNotification(m jsonrpc.Message) {
 	default:
 		ss.srv.log.Debug("ignoring a notification", "method", m.Method)
 	}
-}
-
-// runCalls runs r and then, with the same goroutine, every queued call the
-// admission hands over, until none is waiting.
-func (s *Server) runCalls(r *inflight) {
-	for r != nil {
-		r.sess.runCall(r)
-		r = s.admit.next(r)
-	}
-}
-
-func (ss *Session) runCall(r *inflight) {
-	if r.done() { // cancelled while it waited in the queue
-		return
-	}
-	ss.handlerStarted()
-	defer ss.handlerReturned()
-	start := time.Now()
-	res, err := ss.invoke(r)
-	ran := time.Since(start)
-
-	discarded := true
-	if !r.done() {
-		res, rpcErr := toolResult(res, err)
-		if rpcErr != nil {
-			discarded = !r.fail(rpcErr)
-		} else {
-			discarded = !r.succeed(res)
-		}
-	}
-	rec := HandlerRecord{ID: r.id, Tool: r.toolName, Ran: ran, Discarded: discarded}
-	if discarded {
-		r.mu.Lock()
-		rec.Overrun = max(0, start.Add(ran).Sub(r.ended))
-		outcome := r.outcome
-		r.mu.Unlock()
-		ss.srv.log.Info("handler returned after the request ended; result discarded",
-			"id", r.id, "tool", r.toolName, "outcome", outcome.String(), "overrun", rec.Overrun)
-	}
-	if h := ss.srv.opts.OnHandlerDone; h != nil {
-		h(rec)
-	}
-}
-
-// invoke calls the tool handler, turning a panic into an internal error.
-func (ss *Session) invoke(r *inflight) (res *mcp.CallToolResult, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			ss.srv.log.Error("tool handler panicked", "id", r.id, "tool", r.toolName,
-				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			res, err = nil, &mcp.ToolError{Code: mcp.FailureInternal, Message: "the tool failed unexpectedly"}
-		}
-	}()
-	return r.tool.handler(r.ctx, r.call)
 }
 
 func (ss *Session) handlerStarted() {

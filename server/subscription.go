@@ -1,8 +1,8 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
+	"slices"
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
@@ -19,10 +19,9 @@ type subscription struct {
 // and honoured, each tagged with the listen request's id. The stream lasts
 // until the client cancels it (closing the HTTP stream, or
 // notifications/cancelled on stdio) or the server ends it.
-func (ss *Session) listen(ctx context.Context, r *inflight, params json.RawMessage) {
+func (ss *Session) listen(r *inflight, in *incoming) {
 	var p mcp.ListenParams
-	if err := decodeParams(params, &p); err != nil {
-		r.fail(err)
+	if !decodeInto(r, in.params, &p) {
 		return
 	}
 	if p.Notifications == nil {
@@ -37,11 +36,20 @@ func (ss *Session) listen(ctx context.Context, r *inflight, params json.RawMessa
 		return
 	}
 	// Only what the server can deliver is honoured and acknowledged.
-	r.sub = &subscription{filter: mcp.SubscriptionFilter{ToolsListChanged: p.Notifications.ToolsListChanged}}
+	caps := ss.srv.capabilities()
+	want := p.Notifications
+	r.sub = &subscription{filter: mcp.SubscriptionFilter{
+		ToolsListChanged:     want.ToolsListChanged,
+		PromptsListChanged:   want.PromptsListChanged && caps.Prompts != nil,
+		ResourcesListChanged: want.ResourcesListChanged && caps.Resources != nil,
+	}}
+	if caps.Resources != nil && len(want.ResourceSubscriptions) > 0 {
+		r.sub.filter.ResourceSubscriptions = slices.Clone(want.ResourceSubscriptions)
+	}
 
 	// The request holds one reservation (for its ending); the
 	// acknowledgement needs a second one.
-	if r.out.reserve(ctx) != nil {
+	if r.out.reserve(in.ctx) != nil {
 		r.out.unreserve()
 		return
 	}
@@ -55,15 +63,17 @@ func (ss *Session) listen(ctx context.Context, r *inflight, params json.RawMessa
 		r.out.unreserve()
 		return
 	}
-	ss.track(ctx, r)
+	ss.track(in.ctx, r)
 }
 
 // notifySubscription sends a notification on an open subscription, tagged
 // with its id. It is dropped, like progress, if the client reads too slowly.
-func (r *inflight) notifySubscription(method string) {
-	params, err := json.Marshal(struct {
-		Meta mcp.Meta `json:"_meta"`
-	}{mcp.SubscriptionMeta(r.id)})
+func (r *inflight) notifySubscription(method string, params map[string]any) {
+	if params == nil {
+		params = map[string]any{}
+	}
+	params["_meta"] = mcp.SubscriptionMeta(r.id)
+	data, err := json.Marshal(params)
 	if err != nil {
 		return
 	}
@@ -72,7 +82,7 @@ func (r *inflight) notifySubscription(method string) {
 	if r.outcome != 0 {
 		return
 	}
-	r.out.pushDroppable(r, jsonrpc.AppendNotification(nil, method, params))
+	r.out.pushDroppable(r, jsonrpc.AppendNotification(nil, method, data))
 }
 
 // endSubscription ends a subscription from the server side. On a stream of
@@ -104,23 +114,50 @@ func (r *inflight) endSubscription(reason string) {
 	r.record(RequestRecord{Outcome: Completed})
 }
 
-// notifyToolsChanged tells this session's clients that the tool list
-// changed: modern subscribers that asked for it on their listen streams,
-// and an initialized legacy client on the session's notification stream.
-func (ss *Session) notifyToolsChanged() {
+var listMethods = [...]string{
+	kindTools:     mcp.NotificationToolsListChanged,
+	kindResources: mcp.NotificationResourcesChanged,
+	kindPrompts:   mcp.NotificationPromptsChanged,
+}
+
+// notifyListChanged tells this session's clients that a list changed:
+// modern subscribers that asked for it on their listen streams, and an
+// initialized legacy client on the session's notification stream.
+func (ss *Session) notifyListChanged(k listKind) {
 	ss.mu.Lock()
 	var targets []*inflight
 	for r := range ss.subs {
-		if r.sub.filter.ToolsListChanged {
+		f := r.sub.filter
+		if (k == kindTools && f.ToolsListChanged) || (k == kindResources && f.ResourcesListChanged) || (k == kindPrompts && f.PromptsListChanged) {
 			targets = append(targets, r)
 		}
 	}
 	legacy, notify := ss.initialized, ss.notify
 	ss.mu.Unlock()
 	for _, r := range targets {
-		r.notifySubscription(mcp.NotificationToolsListChanged)
+		r.notifySubscription(listMethods[k], nil)
 	}
 	if legacy && notify != nil {
-		notify.pushDroppable(ss, jsonrpc.AppendNotification(nil, mcp.NotificationToolsListChanged, nil))
+		notify.pushDroppable(ss, jsonrpc.AppendNotification(nil, listMethods[k], nil))
+	}
+}
+
+func (ss *Session) notifyResourceUpdated(uri string) {
+	ss.mu.Lock()
+	var targets []*inflight
+	for r := range ss.subs {
+		if slices.Contains(r.sub.filter.ResourceSubscriptions, uri) {
+			targets = append(targets, r)
+		}
+	}
+	_, legacy := ss.resourceSubs[uri]
+	notify := ss.notify
+	ss.mu.Unlock()
+	for _, r := range targets {
+		r.notifySubscription(mcp.NotificationResourceUpdated, map[string]any{"uri": uri})
+	}
+	if legacy && notify != nil {
+		params, _ := json.Marshal(mcp.ResourceUpdatedParams{URI: uri})
+		notify.pushDroppable(ss, jsonrpc.AppendNotification(nil, mcp.NotificationResourceUpdated, params))
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
 	"regexp"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
-	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 )
 
@@ -109,7 +107,7 @@ func (s *Server) AddTool(t Tool, h ToolHandler) error {
 	s.tools[t.Name] = rt
 	s.rebuildToolListLocked()
 	s.mu.Unlock()
-	s.toolsChanged()
+	s.listChanged(kindTools)
 	return nil
 }
 
@@ -123,7 +121,7 @@ func (s *Server) RemoveTool(name string) bool {
 	}
 	s.mu.Unlock()
 	if ok {
-		s.toolsChanged()
+		s.listChanged(kindTools)
 	}
 	return ok
 }
@@ -228,29 +226,6 @@ func describeSchemaError(err error) (field, msg string) {
 		return "", rest
 	}
 	return field, field + ": " + rest
-}
-
-// toolResult maps what a handler returned onto the wire, following the
-// rules documented on ToolHandler.
-func toolResult(res *mcp.CallToolResult, err error) (*mcp.CallToolResult, *jsonrpc.Error) {
-	if err == nil {
-		if res == nil {
-			res = &mcp.CallToolResult{}
-		}
-		if res.Content == nil {
-			res.Content = []mcp.Content{}
-		}
-		return res, nil
-	}
-	var rpcErr *jsonrpc.Error
-	if errors.As(err, &rpcErr) {
-		return nil, rpcErr
-	}
-	var te *mcp.ToolError
-	if errors.As(err, &te) {
-		return te.Result(), nil
-	}
-	return (&mcp.ToolError{Code: mcp.FailureToolError, Message: err.Error()}).Result(), nil
 }
 
 // AddTypedTool registers a tool whose handler takes decoded arguments of

@@ -1,0 +1,147 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// requestInfo builds the part of a handler's request every kind shares.
+func (ss *Session) requestInfo(r *inflight, in *incoming) Request {
+	q := Request{ID: r.id, Meta: in.rawMeta, Era: r.era, r: r}
+	if r.era == mcp.Modern {
+		q.ProtocolVersion = *in.meta.ProtocolVersion
+		q.ClientCapabilities = *in.meta.ClientCapabilities
+		q.ClientInfo = in.meta.ClientInfo
+		if in.meta.LogLevel != nil {
+			r.logLevel = *in.meta.LogLevel
+		}
+	} else {
+		ss.mu.Lock()
+		q.ProtocolVersion, q.ClientCapabilities, q.ClientInfo = ss.version, ss.clientCaps, ss.clientInfo
+		ss.mu.Unlock()
+	}
+	r.token = in.meta.ProgressToken
+	return q
+}
+
+// startCall runs a handler as a call: tracked (so it can be cancelled),
+// admitted against the server's and its lane's limits, and run on a
+// handler goroutine. mapErr says how an error from exec reaches the wire.
+func (ss *Session) startCall(r *inflight, in *incoming, ln *lane, exec func(context.Context) (mcp.Result, error), mapErr func(mcp.Result, error) (mcp.Result, *jsonrpc.Error)) {
+	r.lane, r.exec, r.finish = ln, exec, mapErr
+	if !ss.track(in.ctx, r) {
+		return
+	}
+	switch ss.srv.admit.admit(r) {
+	case admitRun:
+		go ss.srv.runCalls(r)
+	case admitQueued:
+		// A finishing handler goroutine will pick it up.
+	case admitRefused:
+		r.fail(overloaded(ss.srv.opts.OverloadRetryAfter))
+	}
+}
+
+// runCalls runs r and then, with the same goroutine, every queued call the
+// admission hands over, until none is waiting.
+func (s *Server) runCalls(r *inflight) {
+	for r != nil {
+		r.sess.runCall(r)
+		r = s.admit.next(r)
+	}
+}
+
+func (ss *Session) runCall(r *inflight) {
+	if r.done() { // cancelled while it waited in the queue
+		return
+	}
+	ss.handlerStarted()
+	defer ss.handlerReturned()
+	start := time.Now()
+	res, err := ss.invoke(r)
+	ran := time.Since(start)
+
+	discarded := true
+	if !r.done() {
+		res, rpcErr := r.finish(res, err)
+		if rpcErr != nil {
+			discarded = !r.fail(rpcErr)
+		} else {
+			discarded = !r.succeed(res)
+		}
+	}
+	rec := HandlerRecord{ID: r.id, Tool: r.toolName, Ran: ran, Discarded: discarded}
+	if discarded {
+		r.mu.Lock()
+		rec.Overrun = max(0, start.Add(ran).Sub(r.ended))
+		outcome := r.outcome
+		r.mu.Unlock()
+		ss.srv.log.Info("handler returned after the request ended; result discarded",
+			"id", r.id, "method", r.method, "tool", r.toolName, "outcome", outcome.String(), "overrun", rec.Overrun)
+	}
+	if h := ss.srv.opts.OnHandlerDone; h != nil {
+		h(rec)
+	}
+}
+
+// invoke runs the handler, turning a panic into an internal error.
+func (ss *Session) invoke(r *inflight) (res mcp.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			ss.srv.log.Error("handler panicked", "id", r.id, "method", r.method, "tool", r.toolName,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			res, err = nil, errPanicked
+		}
+	}()
+	return r.exec(r.ctx)
+}
+
+var errPanicked = &mcp.ToolError{Code: mcp.FailureInternal, Message: "the handler failed unexpectedly"}
+
+// toolResult maps what a tool handler returned onto the wire, following the
+// rules documented on ToolHandler.
+func toolResult(res mcp.Result, err error) (mcp.Result, *jsonrpc.Error) {
+	if err == nil {
+		c, _ := res.(*mcp.CallToolResult)
+		if c == nil {
+			c = &mcp.CallToolResult{}
+		}
+		if c.Content == nil {
+			c.Content = []mcp.Content{}
+		}
+		return c, nil
+	}
+	var rpcErr *jsonrpc.Error
+	if errors.As(err, &rpcErr) {
+		return nil, rpcErr
+	}
+	var te *mcp.ToolError
+	if errors.As(err, &te) {
+		return te.Result(), nil
+	}
+	return (&mcp.ToolError{Code: mcp.FailureToolError, Message: err.Error()}).Result(), nil
+}
+
+// protocolResult maps what a resource, prompt or completion handler
+// returned: those have no tool-error form, so every failure is a protocol
+// error. A handler returns a *jsonrpc.Error to choose the code; anything
+// else is an internal error carrying the handler's message.
+func protocolResult(res mcp.Result, err error) (mcp.Result, *jsonrpc.Error) {
+	if err == nil {
+		if res == nil {
+			return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "internal error: the handler returned no result")
+		}
+		return res, nil
+	}
+	var rpcErr *jsonrpc.Error
+	if errors.As(err, &rpcErr) {
+		return nil, rpcErr
+	}
+	return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "internal error: %v", err)
+}

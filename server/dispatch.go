@@ -1,0 +1,202 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// incoming is a decoded request on its way to its method.
+type incoming struct {
+	ctx     context.Context // bounds the request's life
+	params  json.RawMessage
+	meta    *mcp.RequestMeta
+	rawMeta json.RawMessage
+}
+
+// removedInModern are the handshake-era methods the 2026-07-28 revision
+// removed; they get a method-not-found that says so.
+var removedInModern = map[string]bool{
+	mcp.MethodInitialize: true, mcp.MethodPing: true, mcp.MethodSetLevel: true,
+	mcp.MethodSubscribe: true, mcp.MethodUnsubscribe: true,
+}
+
+func (ss *Session) dispatch(r *inflight, in *incoming) {
+	switch r.method {
+	case mcp.MethodToolsList:
+		ss.listTools(r, in)
+	case mcp.MethodToolsCall:
+		ss.callTool(r, in)
+	case mcp.MethodResourcesList:
+		ss.listResources(r, in)
+	case mcp.MethodResourceTempls:
+		ss.listResourceTemplates(r, in)
+	case mcp.MethodResourcesRead:
+		ss.readResource(r, in)
+	case mcp.MethodPromptsList:
+		ss.listPrompts(r, in)
+	case mcp.MethodPromptsGet:
+		ss.getPrompt(r, in)
+	case mcp.MethodComplete:
+		ss.complete(r, in)
+	default:
+		if r.era == mcp.Modern {
+			ss.dispatchModern(r, in)
+		} else {
+			ss.dispatchLegacy(r, in)
+		}
+	}
+}
+
+func (ss *Session) dispatchLegacy(r *inflight, in *incoming) {
+	switch r.method {
+	case mcp.MethodInitialize:
+		ss.initialize(r, in)
+	case mcp.MethodPing:
+		r.succeed(&mcp.EmptyResult{})
+	case mcp.MethodSetLevel:
+		var p mcp.SetLevelParams
+		if !decodeInto(r, in.params, &p) {
+			return
+		}
+		if p.Level == "" {
+			r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.level is required"))
+			return
+		}
+		ss.mu.Lock()
+		ss.logLevel = p.Level
+		ss.mu.Unlock()
+		r.succeed(&mcp.EmptyResult{})
+	case mcp.MethodSubscribe, mcp.MethodUnsubscribe:
+		ss.subscribeResource(r, in, r.method == mcp.MethodSubscribe)
+	default:
+		r.fail(jsonrpc.NewError(jsonrpc.CodeMethodNotFound, "method not found: %q", r.method))
+	}
+}
+
+func (ss *Session) dispatchModern(r *inflight, in *incoming) {
+	switch r.method {
+	case mcp.MethodDiscover:
+		r.succeed(&mcp.DiscoverResult{
+			Cacheable:         ss.srv.cacheable(),
+			SupportedVersions: mcp.SupportedVersions(),
+			Capabilities:      ss.srv.capabilities(),
+			Instructions:      ss.srv.opts.Instructions,
+		})
+	case mcp.MethodListen:
+		ss.listen(r, in)
+	default:
+		if removedInModern[r.method] {
+			r.fail(jsonrpc.NewError(jsonrpc.CodeMethodNotFound, "method not found: %q is not part of protocol version %s", r.method, mcp.Version20260728))
+			return
+		}
+		r.fail(jsonrpc.NewError(jsonrpc.CodeMethodNotFound, "method not found: %q", r.method))
+	}
+}
+
+// decodeInto decodes params into v, failing the request with -32602 if
+// they do not fit.
+func decodeInto(r *inflight, params json.RawMessage, v any) bool {
+	if err := decodeParams(params, v); err != nil {
+		r.fail(err)
+		return false
+	}
+	return true
+}
+
+// noCursor fails a list request that carries a cursor: every list fits on
+// its first page, so no cursor was ever issued.
+func noCursor(r *inflight, params json.RawMessage) bool {
+	var p mcp.ListParams
+	if !decodeInto(r, params, &p) {
+		return false
+	}
+	if p.Cursor != nil {
+		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid cursor %q", *p.Cursor))
+		return false
+	}
+	return true
+}
+
+func (ss *Session) initialize(r *inflight, in *incoming) {
+	var p mcp.InitializeParams
+	if !decodeInto(r, in.params, &p) {
+		return
+	}
+	if p.ProtocolVersion == "" {
+		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.protocolVersion is required"))
+		return
+	}
+	version := mcp.NegotiateLegacy(p.ProtocolVersion)
+	ss.mu.Lock()
+	if ss.initialized {
+		ss.mu.Unlock()
+		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "the session is already initialized"))
+		return
+	}
+	ss.initialized = true
+	ss.version = version
+	ss.clientCaps = p.Capabilities
+	info := p.ClientInfo
+	ss.clientInfo = &info
+	ss.mu.Unlock()
+	r.succeed(&mcp.InitializeResult{
+		ProtocolVersion: version,
+		Capabilities:    ss.srv.capabilities(),
+		ServerInfo:      ss.srv.info,
+		Instructions:    ss.srv.opts.Instructions,
+	})
+}
+
+func (ss *Session) listTools(r *inflight, in *incoming) {
+	if !noCursor(r, in.params) {
+		return
+	}
+	res := &mcp.ListToolsResult{Tools: ss.srv.listTools()}
+	if res.Tools == nil {
+		res.Tools = []mcp.Tool{}
+	}
+	if r.era == mcp.Modern {
+		res.Cacheable = ss.srv.cacheable()
+	}
+	r.succeed(res)
+}
+
+func (ss *Session) callTool(r *inflight, in *incoming) {
+	var p mcp.CallToolParams
+	if !decodeInto(r, in.params, &p) {
+		return
+	}
+	if p.Name == nil {
+		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.name is required"))
+		return
+	}
+	r.toolName = *p.Name
+	rt := ss.srv.lookupTool(*p.Name)
+	if rt == nil {
+		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "unknown tool %q", *p.Name))
+		return
+	}
+	args := p.Arguments
+	if string(args) == "null" {
+		args = nil
+	}
+	if len(args) > 0 && args[0] != '{' {
+		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.arguments must be an object"))
+		return
+	}
+	if err := rt.validate(args); err != nil {
+		var te *mcp.ToolError
+		errors.As(err, &te)
+		r.succeed(te.Result())
+		return
+	}
+	call := &CallRequest{Request: ss.requestInfo(r, in), Name: *p.Name, Arguments: args}
+	ss.startCall(r, in, rt.lane, func(ctx context.Context) (mcp.Result, error) {
+		res, err := rt.handler(ctx, call)
+		return res, err
+	}, toolResult)
+}

@@ -1,0 +1,95 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// ErrProgressNotIncreasing is returned by Request.ReportProgress for a value
+// that is not above the last one sent; the report is dropped, because MCP
+// requires progress to increase with every notification.
+var ErrProgressNotIncreasing = errors.New("server: progress must increase with every report")
+
+// Request is what every handler knows of the request it serves, and what
+// it can send back before its result. The handler-specific request types
+// (CallRequest, ReadRequest, PromptRequest, CompleteRequest) embed it.
+type Request struct {
+	// ID is the JSON-RPC id. It correlates messages; it is never an
+	// idempotency key.
+	ID jsonrpc.ID
+	// Meta is the request's raw params._meta (nil when absent), for keys
+	// the protocol does not define.
+	Meta json.RawMessage
+	// Era and ProtocolVersion say how the request is being served.
+	Era             mcp.Era
+	ProtocolVersion string
+	// ClientCapabilities are the capabilities the client declared: in the
+	// request's _meta (modern) or at initialize (legacy).
+	ClientCapabilities mcp.ClientCapabilities
+	// ClientInfo is the client's self-description, when it gave one.
+	ClientInfo *mcp.Implementation
+
+	r *inflight
+}
+
+// HasProgressToken reports whether the client asked for progress.
+func (q *Request) HasProgressToken() bool { return q.r.token != nil }
+
+// ReportProgress sends a progress notification if the client asked for
+// progress; without a progress token it does nothing and returns nil.
+// total <= 0 means the total is unknown.
+//
+// Values must increase: a value not above the last one sent is dropped and
+// ErrProgressNotIncreasing returned. After the request has ended (completed,
+// cancelled, timed out) nothing is sent and ErrRequestDone is returned.
+// Reporting never blocks: under pressure a queued older value for the same
+// request is replaced by the newer one.
+func (q *Request) ReportProgress(progress, total float64, message string) error {
+	return q.r.reportProgress(progress, total, message)
+}
+
+// Log sends a notifications/message for this request if the client asked
+// for messages at this level: in the modern era through the request's
+// logLevel _meta (none means no messages), in the legacy era through
+// logging/setLevel (info and above until the client sets a level).
+// Messages are dropped, like progress, when the client reads too slowly.
+func (q *Request) Log(level mcp.LoggingLevel, logger string, data any) error {
+	return q.r.log(level, logger, data)
+}
+
+// CallRequest is what a tool handler sees of its call.
+type CallRequest struct {
+	Request
+	// Name is the tool's name.
+	Name string
+	// Arguments are the call's arguments, already validated against the
+	// tool's input schema. Nil when the call had none.
+	Arguments json.RawMessage
+}
+
+// ReadRequest is what a resource handler sees of a resources/read.
+type ReadRequest struct {
+	Request
+	// URI is the resource being read.
+	URI string
+	// Vars holds the values a resource template matched, by variable name;
+	// nil for a plain resource.
+	Vars map[string]string
+}
+
+// PromptRequest is what a prompt handler sees of a prompts/get.
+type PromptRequest struct {
+	Request
+	Name      string
+	Arguments map[string]string
+}
+
+// CompleteRequest is what a completion handler sees of a
+// completion/complete.
+type CompleteRequest struct {
+	Request
+	Params mcp.CompleteParams
+}
