@@ -190,3 +190,17 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodedMembersDoNotAliasTheFrame(t *testing.T) {
+	frame := []byte(`{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1}}`)
+	m, err := Decode(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range frame {
+		frame[i] = 'x'
+	}
+	if string(m.Params) != `{"a":1}` {
+		t.Fatalf("params changed with the frame: %s", m.Params)
+	}
+}

@@ -48,7 +48,9 @@ type Session struct {
 	all          map[*inflight]struct{}
 	byID         map[jsonrpc.ID]*inflight
 	subs         map[*inflight]struct{}
-	resourceSubs map[string]struct{} // legacy resources/subscribe
+	resourceSubs map[string]struct{}                 // legacy resources/subscribe
+	pending      map[jsonrpc.ID]chan jsonrpc.Message // server-to-client requests awaiting answers
+	nextReq      uint64
 	initialized  bool
 	version      string
 	clientCaps   mcp.ClientCapabilities
@@ -70,6 +72,7 @@ func (s *Server) NewSession(cfg SessionConfig) *Session {
 		byID:         make(map[jsonrpc.ID]*inflight),
 		subs:         make(map[*inflight]struct{}),
 		resourceSubs: make(map[string]struct{}),
+		pending:      make(map[jsonrpc.ID]chan jsonrpc.Message),
 	}
 	s.mu.Lock()
 	s.sessions[ss] = struct{}{}
@@ -113,9 +116,9 @@ func (ss *Session) Handle(ctx context.Context, m jsonrpc.Message, out *Outbox) {
 	case jsonrpc.KindNotification:
 		ss.handleNotification(m)
 	case jsonrpc.KindResponse:
-		// Responses answer server-to-client requests; none is outstanding
-		// that this message could belong to.
-		ss.srv.log.Debug("ignoring a response to no outstanding request", "id", m.ID)
+		if !ss.deliver(m) {
+			ss.srv.log.Debug("ignoring a response to no outstanding request", "id", m.ID)
+		}
 	}
 }
 
