@@ -32,6 +32,10 @@ const (
 type Frame struct {
 	Data []byte
 	Kind FrameKind
+	// ErrorCode is the JSON-RPC error code of a FrameFinal that is an error
+	// response, and zero otherwise: Streamable HTTP picks the response's
+	// status from it.
+	ErrorCode int64
 }
 
 // Errors from the Outbox.
@@ -111,6 +115,19 @@ func (o *Outbox) Next(ctx context.Context) (Frame, error) {
 			return Frame{}, ctx.Err()
 		}
 	}
+}
+
+// Ready returns a channel that receives a value after a message is queued
+// or the outbox is closed. A writer that must also wake for other reasons
+// (keepalives, deadlines) loops on TryNext and selects on Ready; the signal
+// persists, so a message queued between the two is never missed.
+func (o *Outbox) Ready() <-chan struct{} { return o.ready }
+
+// Closed reports whether Close was called.
+func (o *Outbox) Closed() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.closed
 }
 
 // TryNext returns the oldest queued message without waiting.
@@ -246,10 +263,20 @@ func (o *Outbox) unreserve() {
 	}
 }
 
+// pushFinal queues a response against its reservation; code is its
+// JSON-RPC error code, zero for a result.
+func (o *Outbox) pushFinal(owner any, data []byte, code int64) error {
+	return o.push(Frame{Data: data, Kind: FrameFinal, ErrorCode: code}, owner)
+}
+
 // pushReserved queues a Final or Essential frame against a reservation
 // taken earlier. It never blocks and never drops: room is made, if needed,
 // by dropping the oldest replaceable frame.
 func (o *Outbox) pushReserved(kind FrameKind, owner any, data []byte) error {
+	return o.push(Frame{Data: data, Kind: kind}, owner)
+}
+
+func (o *Outbox) push(f Frame, owner any) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
@@ -265,7 +292,7 @@ func (o *Outbox) pushReserved(kind FrameKind, owner any, data []byte) error {
 	if o.live >= o.capacity && !o.evictOldestLocked() {
 		return ErrFinalOverflow
 	}
-	o.appendLocked(&frame{Frame: Frame{Data: data, Kind: kind}, owner: owner})
+	o.appendLocked(&frame{Frame: f, owner: owner})
 	o.essential++
 	return nil
 }

@@ -70,7 +70,7 @@ func (r *inflight) respond(o Outcome, data []byte, rec RequestRecord) bool {
 		return false
 	}
 	r.sess.forget(r)
-	if err := r.out.pushReserved(FrameFinal, r, data); err != nil {
+	if err := r.out.pushFinal(r, data, rec.ErrorCode); err != nil {
 		r.sess.srv.log.Error("response not queued", "id", r.id, "method", r.method, "err", err)
 	}
 	r.release(ErrRequestDone)

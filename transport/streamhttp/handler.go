@@ -1,0 +1,426 @@
+package streamhttp
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server"
+)
+
+// Header names.
+const (
+	headerSessionID       = "Mcp-Session-Id"
+	headerProtocolVersion = "Mcp-Protocol-Version"
+	headerMethod          = "Mcp-Method"
+	headerName            = "Mcp-Name"
+)
+
+// ErrSessionEnded is the cause of requests cancelled because their legacy
+// session was deleted or expired.
+var ErrSessionEnded = errors.New("streamhttp: session ended")
+
+// Handler is the MCP endpoint. Mount it at one path (conventionally /mcp).
+type Handler struct {
+	srv       *server.Server
+	opts      HandlerOptions
+	stateless *server.Session // every modern request, each on its own stream
+
+	mu       sync.Mutex
+	sessions map[string]*legacySession
+	draining bool
+	stop     chan struct{} // ends the session janitor
+	stopOnce sync.Once
+}
+
+// NewHandler returns the endpoint for srv. opts may be nil.
+func NewHandler(srv *server.Server, opts *HandlerOptions) (*Handler, error) {
+	h := &Handler{srv: srv, sessions: make(map[string]*legacySession), stop: make(chan struct{})}
+	if opts != nil {
+		h.opts = *opts
+	}
+	if err := h.opts.normalize(); err != nil {
+		return nil, err
+	}
+	h.stateless = srv.NewSession(server.SessionConfig{Modern: true, StreamPerRequest: true})
+	go h.janitor()
+	return h, nil
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.opts.hostAllowed(r.Host) {
+		writeError(w, http.StatusForbidden, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "host %q is not allowed", r.Host))
+		return
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && !h.opts.originAllowed(origin) {
+		writeError(w, http.StatusForbidden, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "origin %q is not allowed", origin))
+		return
+	}
+	if h.opts.AuthToken != "" && !h.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="mcp"`)
+		writeError(w, http.StatusUnauthorized, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "a valid bearer token is required"))
+		return
+	}
+	switch r.Method {
+	case http.MethodPost:
+		h.post(w, r)
+	case http.MethodGet:
+		h.get(w, r)
+	case http.MethodDelete:
+		h.delete(w, r)
+	default:
+		w.Header().Set("Allow", "GET, POST, DELETE")
+		writeError(w, http.StatusMethodNotAllowed, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "method %s not allowed", r.Method))
+	}
+}
+
+func (h *Handler) authorized(r *http.Request) bool {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(h.opts.AuthToken)) == 1
+}
+
+func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "Content-Type must be application/json"))
+		return
+	}
+	if !accepts(r, "application/json") || !accepts(r, "text/event-stream") {
+		writeError(w, http.StatusNotAcceptable, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "Accept must list both application/json and text/event-stream"))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "request body exceeds the %d-byte limit", h.opts.MaxBodyBytes))
+			return
+		}
+		return // the client went away while sending
+	}
+	m, derr := jsonrpc.Decode(body)
+	if derr != nil {
+		writeError(w, http.StatusBadRequest, m.ID, derr)
+		return
+	}
+	if h.isDraining() && m.Kind == jsonrpc.KindRequest {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, m.ID, jsonrpc.NewError(mcp.CodeUnavailable, "server shutting down"))
+		return
+	}
+
+	var meta mcp.RequestMeta
+	var metaErr error
+	if m.Kind == jsonrpc.KindRequest {
+		meta, _, metaErr = mcp.ParseRequestMeta(m.Params)
+	}
+	headerVersion := r.Header.Get(headerProtocolVersion)
+	sid := r.Header.Get(headerSessionID)
+	switch {
+	case metaErr == nil && (meta.IsModern() || mcp.IsModernVersion(headerVersion)):
+		h.postModern(w, r, m, &meta)
+	case sid != "":
+		h.postLegacy(w, r, m, sid, headerVersion)
+	case m.Kind == jsonrpc.KindRequest && m.Method == mcp.MethodInitialize:
+		h.initialize(w, r, m)
+	case mcp.IsLegacyVersion(headerVersion):
+		writeError(w, http.StatusBadRequest, m.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "missing %s header: send initialize first", headerSessionID))
+	default:
+		h.postModern(w, r, m, &meta)
+	}
+}
+
+// postModern serves a stateless 2026-07-28 request.
+func (h *Handler) postModern(w http.ResponseWriter, r *http.Request, m jsonrpc.Message, meta *mcp.RequestMeta) {
+	if m.Kind != jsonrpc.KindRequest {
+		// The modern era defines no client notification over HTTP (a
+		// request is cancelled by closing its stream) and no server
+		// request a client could answer; accept and ignore them.
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	if e := checkModernHeaders(r, m, meta); e != nil {
+		writeError(w, statusFor(e.Code, true), m.ID, e)
+		return
+	}
+	sse := m.Method == mcp.MethodListen ||
+		(meta.ProgressToken != nil || meta.LogLevel != nil) && isCall(m.Method)
+	// Closing the request's stream is its cancellation: the request lives
+	// exactly as long as the HTTP request.
+	h.serve(w, r, h.stateless, r.Context(), m, sse, true)
+}
+
+// checkModernHeaders applies the 2026-07-28 rules: _meta complete, and the
+// routing headers mirroring the body.
+func checkModernHeaders(r *http.Request, m jsonrpc.Message, meta *mcp.RequestMeta) *jsonrpc.Error {
+	_, raw, err := mcp.ParseRequestMeta(m.Params)
+	if err != nil {
+		return jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: %v", err)
+	}
+	if err := meta.CheckModern(raw != nil); err != nil {
+		return jsonrpc.NewError(jsonrpc.CodeInvalidParams, "%v", err)
+	}
+	body := *meta.ProtocolVersion
+	switch hv := r.Header.Get(headerProtocolVersion); {
+	case hv == "":
+		return jsonrpc.NewError(mcp.CodeHeaderMismatch, "missing %s header", headerProtocolVersion)
+	case hv != body:
+		return jsonrpc.NewError(mcp.CodeHeaderMismatch, "%s header %q does not match _meta protocolVersion %q", headerProtocolVersion, hv, body)
+	case !mcp.IsModernVersion(body):
+		return jsonrpc.NewError(mcp.CodeUnsupportedVersion, "unsupported protocol version %q", body).
+			WithData(mcp.UnsupportedVersionData{Supported: mcp.SupportedVersions(), Requested: body})
+	}
+	if hm, ok := headerValue(r, headerMethod); !ok || hm != m.Method {
+		return jsonrpc.NewError(mcp.CodeHeaderMismatch, "%s header must be present and equal the body's method %q", headerMethod, m.Method)
+	}
+	if member := nameMember(m.Method); member != "" {
+		var p map[string]json.RawMessage
+		json.Unmarshal(m.Params, &p)
+		var want string
+		json.Unmarshal(p[member], &want)
+		if hn, ok := headerValue(r, headerName); !ok || hn != want {
+			return jsonrpc.NewError(mcp.CodeHeaderMismatch, "%s header must be present and equal params.%s", headerName, member)
+		}
+	}
+	return nil
+}
+
+// nameMember is the params member a method's Mcp-Name header mirrors.
+func nameMember(method string) string {
+	switch method {
+	case mcp.MethodToolsCall, mcp.MethodPromptsGet:
+		return "name"
+	case mcp.MethodResourcesRead:
+		return "uri"
+	}
+	return ""
+}
+
+// headerValue reads a routing header, decoding the =?base64?…?= form used
+// for values that are not safe header text.
+func headerValue(r *http.Request, name string) (string, bool) {
+	vals := r.Header.Values(name)
+	if len(vals) != 1 {
+		return "", false
+	}
+	v := vals[0]
+	if strings.HasPrefix(v, "=?base64?") && strings.HasSuffix(v, "?=") {
+		dec, err := base64.StdEncoding.DecodeString(v[len("=?base64?") : len(v)-2])
+		if err != nil {
+			return "", false
+		}
+		return string(dec), true
+	}
+	return v, true
+}
+
+func isCall(method string) bool {
+	switch method {
+	case mcp.MethodToolsCall, mcp.MethodResourcesRead, mcp.MethodPromptsGet, mcp.MethodComplete:
+		return true
+	}
+	return false
+}
+
+func (h *Handler) postLegacy(w http.ResponseWriter, r *http.Request, m jsonrpc.Message, sid, headerVersion string) {
+	ls := h.lookup(sid)
+	if ls == nil {
+		writeError(w, http.StatusNotFound, m.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "session not found: it ended or never existed; initialize a new one"))
+		return
+	}
+	defer h.done(ls)
+	if headerVersion != "" && !mcp.IsLegacyVersion(headerVersion) {
+		writeError(w, http.StatusBadRequest, m.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "unsupported %s %q", headerProtocolVersion, headerVersion))
+		return
+	}
+	if m.Kind != jsonrpc.KindRequest {
+		// Notifications (such as notifications/cancelled) and answers to
+		// the server's own requests.
+		ls.sess.Handle(ls.ctx, m, nil)
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	// A dropped stream is not a cancellation in this era: the request
+	// lives as long as its session, and the client cancels with a POSTed
+	// notifications/cancelled.
+	h.serve(w, r, ls.sess, ls.ctx, m, m.Method == mcp.MethodToolsCall, false)
+}
+
+// serve dispatches a request to sess with ctx bounding its life, and
+// writes its response stream: SSE when sse, otherwise one JSON body.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Session, ctx context.Context, m jsonrpc.Message, sse, modern bool) {
+	out := server.NewOutbox(h.opts.StreamCapacity)
+	defer out.Close()
+	rc := http.NewResponseController(w)
+	// The request body is read; a read deadline left over from
+	// http.Server.ReadTimeout must not end a long call.
+	rc.SetReadDeadline(time.Time{})
+	sess.Handle(ctx, m, out)
+	if sse {
+		h.writeSSE(w, r, rc, out)
+		return
+	}
+	h.writeJSON(w, r, rc, out, modern)
+}
+
+// writeJSON waits for the request's response and writes it as the body,
+// with a status that reflects a protocol error in the modern era.
+func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, out *server.Outbox, modern bool) {
+	for {
+		select {
+		case <-out.Ready():
+		case <-r.Context().Done():
+			return
+		}
+		for {
+			f, ok := out.TryNext()
+			if !ok {
+				break
+			}
+			if f.Kind != server.FrameFinal {
+				continue // nowhere to put it: this response is not a stream
+			}
+			status := http.StatusOK
+			if f.ErrorCode != 0 {
+				status = statusFor(f.ErrorCode, modern)
+				if f.ErrorCode == mcp.CodeOverloaded {
+					setRetryAfter(w, f.Data)
+				}
+			}
+			rc.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			w.Write(f.Data)
+			return
+		}
+	}
+}
+
+// writeSSE streams the request's messages until its response is written.
+func (h *Handler) writeSSE(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, out *server.Outbox) {
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-cache, no-transform")
+	hdr.Set("X-Accel-Buffering", "no")
+	rc.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
+	w.WriteHeader(http.StatusOK)
+	if rc.Flush() != nil {
+		return
+	}
+	keepalive := time.NewTicker(h.opts.KeepAlive)
+	defer keepalive.Stop()
+	for {
+		f, ok := out.TryNext()
+		if !ok {
+			select {
+			case <-out.Ready():
+				continue
+			case <-keepalive.C:
+				if !h.writeEvent(w, rc, []byte(":\n\n")) {
+					return
+				}
+				continue
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if !h.writeEvent(w, rc, sseEvent(f.Data)) {
+			return
+		}
+		keepalive.Reset(h.opts.KeepAlive)
+		if f.Kind == server.FrameFinal {
+			return
+		}
+	}
+}
+
+// writeEvent writes and flushes one SSE event under a fresh write deadline.
+func (h *Handler) writeEvent(w http.ResponseWriter, rc *http.ResponseController, ev []byte) bool {
+	rc.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
+	if _, err := w.Write(ev); err != nil {
+		return false
+	}
+	return rc.Flush() == nil
+}
+
+func sseEvent(data []byte) []byte {
+	ev := make([]byte, 0, len(data)+24)
+	ev = append(ev, "event: message\ndata: "...)
+	ev = append(ev, data...)
+	return append(ev, "\n\n"...)
+}
+
+// statusFor is the HTTP status of a JSON-RPC error response. The modern era
+// maps protocol errors onto statuses; the legacy era answers every
+// JSON-RPC response with 200, as its clients expect.
+func statusFor(code int64, modern bool) int {
+	if !modern {
+		return http.StatusOK
+	}
+	switch code {
+	case jsonrpc.CodeMethodNotFound:
+		return http.StatusNotFound
+	case jsonrpc.CodeParseError, jsonrpc.CodeInvalidRequest, jsonrpc.CodeInvalidParams,
+		mcp.CodeHeaderMismatch, mcp.CodeMissingClientCapability, mcp.CodeUnsupportedVersion:
+		return http.StatusBadRequest
+	case jsonrpc.CodeInternalError:
+		return http.StatusInternalServerError
+	case mcp.CodeOverloaded:
+		return http.StatusTooManyRequests
+	case mcp.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusOK
+}
+
+// setRetryAfter copies an overload error's retryAfterMs into a Retry-After
+// header (whole seconds, rounded up).
+func setRetryAfter(w http.ResponseWriter, data []byte) {
+	var resp struct {
+		Error struct {
+			Data mcp.Failure `json:"data"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(data, &resp) != nil || resp.Error.Data.RetryAfterMs <= 0 {
+		return
+	}
+	w.Header().Set("Retry-After", strconv.FormatInt((resp.Error.Data.RetryAfterMs+999)/1000, 10))
+}
+
+// writeError answers with a JSON-RPC error body and an HTTP status.
+func writeError(w http.ResponseWriter, status int, id jsonrpc.ID, e *jsonrpc.Error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(jsonrpc.AppendError(nil, id, e))
+}
+
+// accepts reports whether the Accept header admits the media type,
+// directly or through a wildcard.
+func accepts(r *http.Request, mediaType string) bool {
+	major, _, _ := strings.Cut(mediaType, "/")
+	for _, v := range r.Header.Values("Accept") {
+		for _, part := range strings.Split(v, ",") {
+			mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+			if err != nil {
+				continue
+			}
+			if mt == mediaType || mt == "*/*" || mt == major+"/*" {
+				return true
+			}
+		}
+	}
+	return false
+}

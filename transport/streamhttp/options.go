@@ -1,0 +1,143 @@
+package streamhttp
+
+import (
+	"errors"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+)
+
+// Defaults for HandlerOptions fields left at zero.
+const (
+	DefaultMaxBodyBytes       = jsonrpc.DefaultMaxMessageBytes
+	DefaultKeepAlive          = 15 * time.Second
+	DefaultWriteTimeout       = 30 * time.Second
+	DefaultSessionIdleTimeout = 30 * time.Minute
+	DefaultMaxSessions        = 1024
+	DefaultStreamCapacity     = 256
+)
+
+// HandlerOptions configure a Handler. The zero value is valid and safe:
+// loopback hosts and origins only, 4 MiB bodies, no authentication.
+type HandlerOptions struct {
+	// AllowedHosts lists the Host header values accepted, as host names
+	// or IP addresses; a port in the header is ignored. Empty means the
+	// loopback names only: localhost, 127.0.0.1 and ::1. This is the
+	// DNS-rebinding protection: add the names clients really use when
+	// serving beyond loopback, or "*" to accept any Host (behind a proxy
+	// that checks it).
+	AllowedHosts []string
+	// AllowedOrigins lists the Origin values accepted when a request
+	// carries one, as scheme://host[:port]; a listed origin without a port
+	// matches every port. Empty means loopback origins only. "*" accepts
+	// any origin. Requests without an Origin (non-browser clients) are not
+	// affected.
+	AllowedOrigins []string
+	// AuthToken, if set, must be presented as "Authorization: Bearer
+	// <token>" on every request; others get 401.
+	AuthToken string
+	// MaxBodyBytes caps a request body; larger ones get 413. Zero means
+	// DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// KeepAlive is how often a quiet SSE stream gets a comment line, so
+	// that proxies do not cut it. Keepalives never count as progress. Zero
+	// means DefaultKeepAlive.
+	KeepAlive time.Duration
+	// WriteTimeout bounds each write on a stream: a client that stops
+	// reading cannot hold a handler past it. It replaces
+	// http.Server.WriteTimeout for MCP responses, which would otherwise
+	// kill long streams. Zero means DefaultWriteTimeout.
+	WriteTimeout time.Duration
+	// SessionIdleTimeout ends a legacy session unused for that long. Zero
+	// means DefaultSessionIdleTimeout.
+	SessionIdleTimeout time.Duration
+	// MaxSessions caps open legacy sessions; initialize past it gets 503.
+	// Zero means DefaultMaxSessions.
+	MaxSessions int
+	// StreamCapacity is the number of messages one response stream may
+	// buffer for a slow reader (see server.Outbox). Zero means
+	// DefaultStreamCapacity.
+	StreamCapacity int
+}
+
+func (o *HandlerOptions) normalize() error {
+	if o.MaxBodyBytes < 0 || o.KeepAlive < 0 || o.WriteTimeout < 0 || o.SessionIdleTimeout < 0 || o.MaxSessions < 0 || o.StreamCapacity < 0 {
+		return errors.New("streamhttp: HandlerOptions values must not be negative")
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.KeepAlive == 0 {
+		o.KeepAlive = DefaultKeepAlive
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.SessionIdleTimeout == 0 {
+		o.SessionIdleTimeout = DefaultSessionIdleTimeout
+	}
+	if o.MaxSessions == 0 {
+		o.MaxSessions = DefaultMaxSessions
+	}
+	if o.StreamCapacity == 0 {
+		o.StreamCapacity = DefaultStreamCapacity
+	}
+	for _, origin := range o.AllowedOrigins {
+		if origin == "*" {
+			continue
+		}
+		if u, err := url.Parse(origin); err != nil || u.Scheme == "" || u.Host == "" {
+			return errors.New("streamhttp: AllowedOrigins entries must look like scheme://host[:port], not " + origin)
+		}
+	}
+	return nil
+}
+
+var loopbackHosts = []string{"localhost", "127.0.0.1", "::1"}
+
+// hostAllowed checks the Host header against the allow-list.
+func (o *HandlerOptions) hostAllowed(hostHeader string) bool {
+	host := hostHeader
+	if h, _, err := net.SplitHostPort(hostHeader); err == nil {
+		host = h
+	}
+	host = strings.Trim(strings.ToLower(host), "[]")
+	allowed := o.AllowedHosts
+	if len(allowed) == 0 {
+		allowed = loopbackHosts
+	}
+	for _, a := range allowed {
+		if a == "*" || strings.EqualFold(strings.Trim(a, "[]"), host) {
+			return true
+		}
+	}
+	return false
+}
+
+// originAllowed checks an Origin header against the allow-list.
+func (o *HandlerOptions) originAllowed(origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return false
+	}
+	if len(o.AllowedOrigins) == 0 {
+		return (u.Scheme == "http" || u.Scheme == "https") && slices.Contains(loopbackHosts, strings.ToLower(u.Hostname()))
+	}
+	for _, a := range o.AllowedOrigins {
+		if a == "*" {
+			return true
+		}
+		want, _ := url.Parse(a)
+		if !strings.EqualFold(want.Scheme, u.Scheme) || !strings.EqualFold(want.Hostname(), u.Hostname()) {
+			continue
+		}
+		if want.Port() == "" || want.Port() == u.Port() {
+			return true
+		}
+	}
+	return false
+}

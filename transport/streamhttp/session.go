@@ -1,0 +1,230 @@
+package streamhttp
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"net/http"
+	"time"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server"
+)
+
+// legacySession is one initialize-era session: its server session, the
+// context its requests live in, and the GET stream if one is open.
+type legacySession struct {
+	id     string
+	sess   *server.Session
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// guarded by Handler.mu
+	lastUsed time.Time
+	active   int  // POSTs and GET streams being served
+	stream   bool // a GET stream is open
+}
+
+// newSessionID returns 128 random bits in URL-safe base64: visible ASCII,
+// unguessable.
+func newSessionID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// initialize opens a legacy session with the initialize request it carries.
+func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, m jsonrpc.Message) {
+	h.mu.Lock()
+	if len(h.sessions) >= h.opts.MaxSessions {
+		h.mu.Unlock()
+		w.Header().Set("Retry-After", "10")
+		writeError(w, http.StatusServiceUnavailable, m.ID, jsonrpc.NewError(mcp.CodeUnavailable, "too many sessions; retry later"))
+		return
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	ls := &legacySession{
+		id:       newSessionID(),
+		sess:     h.srv.NewSession(server.SessionConfig{Legacy: true, TrackIDs: true, StreamPerRequest: true}),
+		ctx:      ctx,
+		cancel:   cancel,
+		lastUsed: time.Now(),
+		active:   1,
+	}
+	h.sessions[ls.id] = ls
+	h.mu.Unlock()
+	defer h.done(ls)
+
+	out := server.NewOutbox(h.opts.StreamCapacity)
+	defer out.Close()
+	ls.sess.Handle(ctx, m, out)
+	f, _ := out.TryNext() // initialize is answered before Handle returns
+	if f.Kind != server.FrameFinal || f.ErrorCode != 0 {
+		h.end(ls, ErrSessionEnded)
+		status := http.StatusBadRequest
+		if f.Data == nil {
+			status = http.StatusInternalServerError
+			f.Data = jsonrpc.AppendError(nil, m.ID, jsonrpc.NewError(jsonrpc.CodeInternalError, "initialize produced no response"))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		w.Write(f.Data)
+		return
+	}
+	w.Header().Set(headerSessionID, ls.id)
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(f.Data)
+}
+
+// lookup finds a live session and marks it in use; release undoes that.
+func (h *Handler) lookup(id string) *legacySession {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ls := h.sessions[id]
+	if ls != nil {
+		ls.active++
+		ls.lastUsed = time.Now()
+	}
+	return ls
+}
+
+// done marks the end of one use of ls.
+func (h *Handler) done(ls *legacySession) {
+	h.mu.Lock()
+	ls.active--
+	ls.lastUsed = time.Now()
+	h.mu.Unlock()
+}
+
+// end removes a session and cancels what still runs in it.
+func (h *Handler) end(ls *legacySession, cause error) {
+	h.mu.Lock()
+	if h.sessions[ls.id] == ls {
+		delete(h.sessions, ls.id)
+	}
+	h.mu.Unlock()
+	ls.cancel(cause)
+	ls.sess.Close(cause)
+}
+
+// get opens the session's stream for messages not tied to a request.
+func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
+	sid := r.Header.Get(headerSessionID)
+	if sid == "" {
+		// Without a session this is the modern era, which has no GET
+		// stream: subscriptions/listen replaces it.
+		w.Header().Set("Allow", "POST")
+		writeError(w, http.StatusMethodNotAllowed, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "GET needs an %s; protocol version %s has no GET stream", headerSessionID, mcp.Version20260728))
+		return
+	}
+	if !accepts(r, "text/event-stream") {
+		writeError(w, http.StatusNotAcceptable, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "Accept must list text/event-stream"))
+		return
+	}
+	ls := h.lookup(sid)
+	if ls == nil {
+		writeError(w, http.StatusNotFound, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "session not found"))
+		return
+	}
+	defer h.done(ls)
+	h.mu.Lock()
+	busy := ls.stream
+	ls.stream = true
+	h.mu.Unlock()
+	if busy {
+		writeError(w, http.StatusConflict, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "this session already has a GET stream open"))
+		return
+	}
+	defer func() {
+		h.mu.Lock()
+		ls.stream = false
+		h.mu.Unlock()
+	}()
+
+	out := server.NewOutbox(h.opts.StreamCapacity)
+	ls.sess.SetNotifyOutbox(out)
+	defer ls.sess.SetNotifyOutbox(nil)
+	go func() { // end the stream when the session ends
+		select {
+		case <-ls.ctx.Done():
+			out.Close()
+		case <-r.Context().Done():
+		}
+	}()
+	rc := http.NewResponseController(w)
+	h.writeSSE(w, r, rc, out)
+}
+
+// delete ends a session at the client's request.
+func (h *Handler) delete(w http.ResponseWriter, r *http.Request) {
+	sid := r.Header.Get(headerSessionID)
+	if sid == "" {
+		w.Header().Set("Allow", "POST")
+		writeError(w, http.StatusMethodNotAllowed, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "DELETE needs an %s", headerSessionID))
+		return
+	}
+	h.mu.Lock()
+	ls := h.sessions[sid]
+	h.mu.Unlock()
+	if ls == nil {
+		writeError(w, http.StatusNotFound, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "session not found"))
+		return
+	}
+	h.end(ls, ErrSessionEnded)
+	w.WriteHeader(http.StatusOK)
+}
+
+// janitor ends sessions left idle past SessionIdleTimeout.
+func (h *Handler) janitor() {
+	tick := time.NewTicker(max(h.opts.SessionIdleTimeout/4, time.Second))
+	defer tick.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case now := <-tick.C:
+			h.mu.Lock()
+			var idle []*legacySession
+			for _, ls := range h.sessions {
+				if ls.active == 0 && now.Sub(ls.lastUsed) > h.opts.SessionIdleTimeout {
+					idle = append(idle, ls)
+				}
+			}
+			h.mu.Unlock()
+			for _, ls := range idle {
+				h.end(ls, ErrSessionEnded)
+			}
+		}
+	}
+}
+
+func (h *Handler) isDraining() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.draining
+}
+
+// Shutdown stops taking new requests (they get 503), ends subscriptions,
+// lets running calls finish until ctx ends and then cancels the rest, and
+// ends every session. Call it before http.Server.Shutdown, which then finds
+// the streams finished.
+func (h *Handler) Shutdown(ctx context.Context) error {
+	h.mu.Lock()
+	h.draining = true
+	sessions := make([]*legacySession, 0, len(h.sessions))
+	for _, ls := range h.sessions {
+		sessions = append(sessions, ls)
+	}
+	h.mu.Unlock()
+	h.stopOnce.Do(func() { close(h.stop) })
+
+	err := h.stateless.Shutdown(ctx)
+	for _, ls := range sessions {
+		if serr := ls.sess.Shutdown(ctx); serr != nil && err == nil {
+			err = serr
+		}
+		h.end(ls, server.ErrShutdown)
+	}
+	return err
+}
