@@ -88,6 +88,11 @@ func (r *inflight) abort(cause error) bool {
 	r.sess.srv.admit.remove(r)
 	r.out.discard(r)
 	r.out.unreserve()
+	if r.sess.cfg.StreamPerRequest {
+		// The stream belongs to this request alone: end it now, with no
+		// response, rather than leave it open until the client gives up.
+		r.out.Close()
+	}
 	r.release(cause)
 	r.record(RequestRecord{Outcome: Cancelled, Cause: cause})
 	return true

@@ -159,8 +159,17 @@ func (h *Handler) postModern(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 	sse := m.Method == mcp.MethodListen ||
 		(meta.ProgressToken != nil || meta.LogLevel != nil) && isCall(m.Method)
 	// Closing the request's stream is its cancellation: the request lives
-	// exactly as long as the HTTP request.
-	h.serve(w, r, h.stateless, r.Context(), m, sse, true)
+	// exactly as long as the HTTP request, and says why it ended.
+	// (serve returns as soon as the client goes away.)
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+	defer func() {
+		if r.Context().Err() != nil {
+			cancel(server.ErrDisconnected)
+		} else {
+			cancel(server.ErrRequestDone)
+		}
+	}()
+	h.serve(w, r, h.stateless, ctx, m, sse, true)
 }
 
 // checkModernHeaders applies the 2026-07-28 rules: _meta complete, and the
@@ -269,80 +278,115 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Ses
 	// http.Server.ReadTimeout must not end a long call.
 	rc.SetReadDeadline(time.Time{})
 	sess.Handle(ctx, m, out)
+	var st streamStats
 	if sse {
-		h.writeSSE(w, r, rc, out)
-		return
+		st = h.writeSSE(w, r, rc, out)
+	} else {
+		st = h.writeJSON(w, r, rc, out, modern)
 	}
-	h.writeJSON(w, r, rc, out, modern)
+	h.srv.Logger().Debug("stream", "id", m.ID, "method", m.Method, "sse", sse,
+		"frames", st.frames, "final", st.final, "end", st.end)
 }
+
+// streamStats says what a response stream carried and why it ended.
+type streamStats struct {
+	frames int  // messages written
+	final  bool // the response was among them
+	end    string
+}
+
+// Reasons a stream ends.
+const (
+	endComplete     = "complete"      // the response was written
+	endCancelled    = "cancelled"     // the request ended without a response
+	endClientClosed = "client_closed" // the client went away
+	endWriteFailed  = "write_failed"  // a write failed or timed out
+)
 
 // writeJSON waits for the request's response and writes it as the body,
 // with a status that reflects a protocol error in the modern era.
-func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, out *server.Outbox, modern bool) {
+func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, out *server.Outbox, modern bool) streamStats {
 	for {
-		select {
-		case <-out.Ready():
-		case <-r.Context().Done():
-			return
+		f, ok := out.TryNext()
+		if !ok {
+			if out.Closed() {
+				// Cancelled: there is no response to give. Drop the
+				// connection rather than invent an empty one.
+				panic(http.ErrAbortHandler)
+			}
+			select {
+			case <-out.Ready():
+				continue
+			case <-r.Context().Done():
+				return streamStats{end: endClientClosed}
+			}
 		}
-		for {
-			f, ok := out.TryNext()
-			if !ok {
-				break
-			}
-			if f.Kind != server.FrameFinal {
-				continue // nowhere to put it: this response is not a stream
-			}
-			status := http.StatusOK
-			if f.ErrorCode != 0 {
-				status = statusFor(f.ErrorCode, modern)
-				if f.ErrorCode == mcp.CodeOverloaded {
-					setRetryAfter(w, f.Data)
-				}
-			}
-			rc.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(status)
-			w.Write(f.Data)
-			return
+		if f.Kind != server.FrameFinal {
+			continue // nowhere to put it: this response is not a stream
 		}
+		status := http.StatusOK
+		if f.ErrorCode != 0 {
+			status = statusFor(f.ErrorCode, modern)
+			if f.ErrorCode == mcp.CodeOverloaded {
+				setRetryAfter(w, f.Data)
+			}
+		}
+		rc.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		if _, err := w.Write(f.Data); err != nil {
+			return streamStats{end: endWriteFailed}
+		}
+		return streamStats{frames: 1, final: true, end: endComplete}
 	}
 }
 
-// writeSSE streams the request's messages until its response is written.
-func (h *Handler) writeSSE(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, out *server.Outbox) {
+// writeSSE streams the request's messages until its response is written or
+// the request ends without one.
+func (h *Handler) writeSSE(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, out *server.Outbox) streamStats {
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
 	hdr.Set("Cache-Control", "no-cache, no-transform")
 	hdr.Set("X-Accel-Buffering", "no")
 	rc.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
 	w.WriteHeader(http.StatusOK)
+	var st streamStats
 	if rc.Flush() != nil {
-		return
+		st.end = endWriteFailed
+		return st
 	}
 	keepalive := time.NewTicker(h.opts.KeepAlive)
 	defer keepalive.Stop()
 	for {
 		f, ok := out.TryNext()
 		if !ok {
+			if out.Closed() {
+				st.end = endCancelled
+				return st
+			}
 			select {
 			case <-out.Ready():
 				continue
 			case <-keepalive.C:
 				if !h.writeEvent(w, rc, []byte(":\n\n")) {
-					return
+					st.end = endWriteFailed
+					return st
 				}
 				continue
 			case <-r.Context().Done():
-				return
+				st.end = endClientClosed
+				return st
 			}
 		}
 		if !h.writeEvent(w, rc, sseEvent(f.Data)) {
-			return
+			st.end = endWriteFailed
+			return st
 		}
+		st.frames++
 		keepalive.Reset(h.opts.KeepAlive)
 		if f.Kind == server.FrameFinal {
-			return
+			st.final, st.end = true, endComplete
+			return st
 		}
 	}
 }

@@ -153,7 +153,8 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	rc := http.NewResponseController(w)
-	h.writeSSE(w, r, rc, out)
+	st := h.writeSSE(w, r, rc, out)
+	h.srv.Logger().Debug("stream", "method", "GET", "sse", true, "frames", st.frames, "end", st.end)
 }
 
 // delete ends a session at the client's request.

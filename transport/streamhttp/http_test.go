@@ -1,0 +1,238 @@
+package streamhttp_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/mcprel/mcprel/internal/mcptest"
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/transport/streamhttp"
+)
+
+func gated(t *testing.T) (*mcptest.Recorder, *mcptest.Gate, *mcptest.HTTPClient) {
+	t.Helper()
+	rec := mcptest.NewRecorder()
+	srv := mcptest.NewServer(t, rec.Hook(nil))
+	gate := mcptest.NewGate(t, srv, "gate")
+	return rec, gate, mcptest.HTTP(t, srv, nil)
+}
+
+// TestModernCloseThenComplete: in the 2026-07-28 era closing the request's
+// stream is the cancellation. The handler's context ends with
+// ErrDisconnected, the request is recorded cancelled, and the result the
+// handler returns afterwards is discarded. Both response modes.
+func TestModernCloseThenComplete(t *testing.T) {
+	for _, mode := range []string{"json", "sse"} {
+		t.Run(mode, func(t *testing.T) {
+			rec, gate, c := gated(t)
+			params := map[string]any{"name": "gate"}
+			if mode == "sse" {
+				params["_meta"] = map[string]any{"progressToken": "p"}
+			}
+			ctx, closeStream := context.WithCancel(context.Background())
+			done := make(chan *http.Response, 1)
+			go func() {
+				req, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": mcp.MethodToolsCall, "params": mcptest.ModernParams(params)})
+				resp, err := c.Client.Do(mustRequest(t, ctx, c.URL, req, mcptest.ModernHeaders(mcp.MethodToolsCall, "gate")))
+				if err == nil {
+					done <- resp
+				} else {
+					done <- nil
+				}
+			}()
+			gate.WaitEntered(t)
+			if resp := <-doneOrNil(mode, done); resp != nil {
+				// SSE: headers arrive before any event; now close.
+				resp.Body.Close()
+			}
+			closeStream()
+			if cause := gate.WaitExited(t); !errors.Is(cause, server.ErrDisconnected) {
+				t.Fatalf("handler saw %v, want ErrDisconnected", cause)
+			}
+			r := rec.WaitRequest(t, jsonrpc.IntID(1))
+			if r.Outcome != server.Cancelled || !errors.Is(r.Cause, server.ErrDisconnected) {
+				t.Fatalf("record = %+v, want cancelled by disconnect", r)
+			}
+			gate.Release()
+			if h := rec.WaitHandler(t, jsonrpc.IntID(1)); !h.Discarded {
+				t.Fatalf("handler record = %+v, want its result discarded", h)
+			}
+			if n := len(rec.Requests(jsonrpc.IntID(1))); n != 1 {
+				t.Fatalf("%d terminal records, want 1", n)
+			}
+		})
+	}
+}
+
+// doneOrNil returns the response channel in SSE mode (headers come at once)
+// and a closed nil channel in JSON mode (no headers until the result).
+func doneOrNil(mode string, done chan *http.Response) <-chan *http.Response {
+	if mode == "sse" {
+		return done
+	}
+	ch := make(chan *http.Response, 1)
+	ch <- nil
+	return ch
+}
+
+func mustRequest(t *testing.T, ctx context.Context, url string, body []byte, hdr map[string]string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	return req
+}
+
+// TestModernCompleteThenClose: the result is delivered once; closing the
+// connection afterwards changes nothing.
+func TestModernCompleteThenClose(t *testing.T) {
+	rec, gate, c := gated(t)
+	resp := make(chan *http.Response, 1)
+	go func() { resp <- c.Modern(context.Background(), 1, mcp.MethodToolsCall, map[string]any{"name": "gate"}) }()
+	gate.WaitEntered(t)
+	gate.Release()
+	f := mcptest.ReadJSON(t, <-resp)
+	if f.Error != nil || !strings.Contains(string(f.Result), "released 1") || !strings.Contains(string(f.Result), `"resultType":"complete"`) {
+		t.Fatalf("response = %s", f.Raw)
+	}
+	c.Client.CloseIdleConnections()
+	if r := rec.WaitRequest(t, jsonrpc.IntID(1)); r.Outcome != server.Completed {
+		t.Fatalf("record = %+v", r)
+	}
+	if recs := rec.Requests(jsonrpc.IntID(1)); len(recs) != 1 {
+		t.Fatalf("records = %+v", recs)
+	}
+}
+
+// TestLegacyCancelThenComplete: in the 2025 era a POSTed
+// notifications/cancelled cancels the call (202), its stream ends without
+// a response, and the handler's late result is discarded.
+func TestLegacyCancelThenComplete(t *testing.T) {
+	rec, gate, c := gated(t)
+	c.Initialize(nil)
+	stream := mcptest.ReadSSE(t, c.Legacy(context.Background(), 1, mcp.MethodToolsCall, map[string]any{"name": "gate"}))
+	gate.WaitEntered(t)
+	c.LegacyNotify(context.Background(), mcp.NotificationCancelled, map[string]any{"requestId": 1, "reason": "stop"})
+	if cause := gate.WaitExited(t); !errors.Is(cause, server.ErrPeerCancelled) {
+		t.Fatalf("handler saw %v", cause)
+	}
+	if frames := stream.Rest(); len(frames) > 0 {
+		t.Fatalf("the cancelled call's stream carried:%s", mcptest.Raws(frames))
+	}
+	gate.Release()
+	if h := rec.WaitHandler(t, jsonrpc.IntID(1)); !h.Discarded {
+		t.Fatalf("handler record = %+v", h)
+	}
+	if r := rec.WaitRequest(t, jsonrpc.IntID(1)); r.Outcome != server.Cancelled {
+		t.Fatalf("record = %+v", r)
+	}
+}
+
+// TestLegacyCompleteThenCancel: the response arrives once; a late POSTed
+// cancellation is accepted (202) and changes nothing.
+func TestLegacyCompleteThenCancel(t *testing.T) {
+	rec, gate, c := gated(t)
+	c.Initialize(nil)
+	stream := mcptest.ReadSSE(t, c.Legacy(context.Background(), 1, mcp.MethodToolsCall, map[string]any{"name": "gate"}))
+	gate.WaitEntered(t)
+	gate.Release()
+	frames := stream.Rest()
+	if len(frames) != 1 || !frames[0].IsResponseTo(jsonrpc.IntID(1)) || frames[0].Error != nil {
+		t.Fatalf("stream = %s", mcptest.Raws(frames))
+	}
+	c.LegacyNotify(context.Background(), mcp.NotificationCancelled, map[string]any{"requestId": 1})
+	if recs := rec.Requests(jsonrpc.IntID(1)); len(recs) != 1 || recs[0].Outcome != server.Completed {
+		t.Fatalf("records = %+v", recs)
+	}
+}
+
+// TestLegacyDisconnectIsNotCancellation: in the 2025 era a dropped stream
+// does not cancel; the call finishes and its terminal state is recorded.
+func TestLegacyDisconnectIsNotCancellation(t *testing.T) {
+	rec, gate, c := gated(t)
+	c.Initialize(nil)
+	stream := mcptest.ReadSSE(t, c.Legacy(context.Background(), 1, mcp.MethodToolsCall, map[string]any{"name": "gate"}))
+	gate.WaitEntered(t)
+	stream.Close()
+	c.Client.CloseIdleConnections()
+	gate.Release()
+	if h := rec.WaitHandler(t, jsonrpc.IntID(1)); h.Discarded {
+		t.Fatalf("a dropped legacy stream cancelled the call: %+v", h)
+	}
+	if r := rec.WaitRequest(t, jsonrpc.IntID(1)); r.Outcome != server.Completed {
+		t.Fatalf("record = %+v, want completed", r)
+	}
+	select {
+	case err := <-gate.Exited:
+		t.Fatalf("handler context ended: %v", err)
+	default:
+	}
+}
+
+// TestLegacySessionLifecycle: DELETE ends the session and cancels what it
+// runs; the id then gets 404.
+func TestLegacySessionLifecycle(t *testing.T) {
+	rec, gate, c := gated(t)
+	c.Initialize(nil)
+	stream := mcptest.ReadSSE(t, c.Legacy(context.Background(), 1, mcp.MethodToolsCall, map[string]any{"name": "gate"}))
+	gate.WaitEntered(t)
+	del := c.Do(context.Background(), http.MethodDelete, nil, c.LegacyHeaders())
+	del.Body.Close()
+	if del.StatusCode != http.StatusOK {
+		t.Fatalf("DELETE = %d", del.StatusCode)
+	}
+	if cause := gate.WaitExited(t); !errors.Is(cause, streamhttp.ErrSessionEnded) {
+		t.Fatalf("handler saw %v", cause)
+	}
+	stream.Rest()
+	gate.Release()
+	rec.WaitHandler(t, jsonrpc.IntID(1))
+	resp := c.Legacy(context.Background(), 2, mcp.MethodToolsList, nil)
+	f := mcptest.ReadJSON(t, resp)
+	if resp.StatusCode != http.StatusNotFound || f.Error == nil {
+		t.Fatalf("after DELETE: %d %s", resp.StatusCode, f.Raw)
+	}
+}
+
+// TestLegacyGETStream: the session's GET stream carries list changes; a
+// second concurrent GET is refused.
+func TestLegacyGETStream(t *testing.T) {
+	srv := mcptest.NewServer(t, nil)
+	c := mcptest.HTTP(t, srv, nil)
+	c.Initialize(nil)
+	get := func() *http.Response {
+		req, _ := http.NewRequest(http.MethodGet, c.URL, nil)
+		req.Header.Set("Accept", "text/event-stream")
+		for k, v := range c.LegacyHeaders() {
+			req.Header.Set(k, v)
+		}
+		resp, err := c.Client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	stream := mcptest.ReadSSE(t, get())
+	defer stream.Close()
+	if second := get(); second.StatusCode != http.StatusConflict {
+		t.Fatalf("second GET = %d, want 409", second.StatusCode)
+	}
+	srv.AddTool(server.Tool{Name: "late"}, func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) { return nil, nil })
+	if f := stream.Next(); f.Method != mcp.NotificationToolsListChanged {
+		t.Fatalf("GET stream got %s", f.Raw)
+	}
+}
+
+func jsonrpcID(n int64) jsonrpc.ID { return jsonrpc.IntID(n) }

@@ -1,0 +1,104 @@
+package streamhttp_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mcprel/mcprel/internal/mcptest"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/transport/streamhttp"
+)
+
+// pipeListener is an in-memory network: every Dial is Accepted as the
+// other end of a net.Pipe, so a whole client/server pair runs inside a
+// synctest bubble on fake time.
+type pipeListener struct {
+	conns chan net.Conn
+	once  sync.Once
+	done  chan struct{}
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
+func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 80} }
+
+func (l *pipeListener) DialContext(ctx context.Context, _, _ string) (net.Conn, error) {
+	client, srv := net.Pipe()
+	select {
+	case l.conns <- srv:
+		return client, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// TestQuietStreamKeepsAliveAndOutlivesWriteTimeout: a call that runs for
+// 8.5 (fake) seconds without progress gets a keepalive comment every
+// second on its SSE stream, never a progress notification, and its result
+// arrives although http.Server.WriteTimeout is three seconds.
+func TestQuietStreamKeepsAliveAndOutlivesWriteTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := mcptest.NewServer(t, nil)
+		srv.AddTool(server.Tool{Name: "quiet"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+			select {
+			case <-time.After(8500 * time.Millisecond):
+				return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("finally")}}, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		})
+		h, err := streamhttp.NewHandler(srv, &streamhttp.HandlerOptions{KeepAlive: time.Second, WriteTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln := newPipeListener()
+		hs := &http.Server{Handler: h, WriteTimeout: 3 * time.Second}
+		go hs.Serve(ln)
+		client := &http.Client{Transport: &http.Transport{DialContext: ln.DialContext}}
+		t.Cleanup(func() { // inside the bubble: every goroutine must end
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			h.Shutdown(ctx)
+			hs.Close()
+			ln.Close()
+			client.CloseIdleConnections()
+		})
+		c := &mcptest.HTTPClient{URL: "http://127.0.0.1/mcp", Client: client}
+		c.SetT(t)
+
+		start := time.Now()
+		stream := mcptest.ReadSSE(t, c.Modern(context.Background(), 1, mcp.MethodToolsCall,
+			map[string]any{"name": "quiet", "_meta": map[string]any{"progressToken": "q"}}))
+		f := stream.Next()
+		if !f.IsResponseTo(jsonrpcID(1)) || f.Error != nil {
+			t.Fatalf("got %s, want the result", f.Raw)
+		}
+		if elapsed := time.Since(start); elapsed != 8500*time.Millisecond {
+			t.Fatalf("result after %v of fake time, want 8.5s", elapsed)
+		}
+		if n := len(stream.Keepalives); n != 8 {
+			t.Fatalf("%d keepalive comments over 8.5 quiet seconds, want 8 (one a second)", n)
+		}
+		stream.Close()
+	})
+}
