@@ -3,13 +3,14 @@
 GO       ?= go
 NPM      ?= npm
 INTEROP  := internal/interop/ts
+CONF     := conformance
 
-.PHONY: check vet test interop-deps demo build
+.PHONY: check vet test interop-deps conformance conformance-deps demo build
 
-## check: formatting, vet, and every test with the race detector, including
-## the TypeScript SDK interop tests (their pinned npm packages are installed
-## on first use).
-check: vet interop-deps test
+## check: formatting, vet, every test with the race detector (including the
+## TypeScript SDK interop tests), and both official conformance suites. The
+## pinned npm packages (and Node 22 for the suites) install on first use.
+check: vet interop-deps test conformance
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
@@ -24,6 +25,16 @@ interop-deps: $(INTEROP)/node_modules/.package-lock.json
 
 $(INTEROP)/node_modules/.package-lock.json: $(INTEROP)/package.json $(INTEROP)/package-lock.json
 	cd $(INTEROP) && $(NPM) ci --no-audit --no-fund
+
+## conformance: the official MCP conformance suites against the fixture
+## server; summaries are printed, details land in conformance/results/.
+conformance: conformance-deps
+	./$(CONF)/run.sh
+
+conformance-deps: $(CONF)/node_modules/.package-lock.json
+
+$(CONF)/node_modules/.package-lock.json: $(CONF)/package.json $(CONF)/package-lock.json
+	cd $(CONF) && $(NPM) ci --no-audit --no-fund
 
 ## demo: the scripted exchange against `mcprel serve --stdio`.
 demo:

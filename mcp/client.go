@@ -48,3 +48,26 @@ type ElicitResult struct {
 	Action  string         `json:"action"`
 	Content map[string]any `json:"content,omitempty"`
 }
+
+// InputRequest is one request a server asks the client to fulfil before it
+// retries (2026-07-28 multi round-trip requests): an elicitation/create,
+// sampling/createMessage or roots/list request without an id.
+type InputRequest struct {
+	Method string `json:"method"`
+	Params any    `json:"params"`
+}
+
+// InputRequiredResult is a result of type "input_required": the client
+// fulfils InputRequests and retries the original request, with a new id,
+// carrying inputResponses and RequestState unchanged.
+type InputRequiredResult struct {
+	ResultBase
+	InputRequests map[string]InputRequest `json:"inputRequests,omitempty"`
+	RequestState  string                  `json:"requestState,omitempty"`
+}
+
+// MissingCapabilityData is the data member of a CodeMissingClientCapability
+// error: the capabilities required, as a ClientCapabilities object.
+type MissingCapabilityData struct {
+	RequiredCapabilities map[string]map[string]any `json:"requiredCapabilities"`
+}

@@ -12,8 +12,12 @@ import (
 )
 
 // requestInfo builds the part of a handler's request every kind shares.
-func (ss *Session) requestInfo(r *inflight, in *incoming) Request {
+// scope names what an input_required state is bound to (method and tool,
+// prompt or resource); empty for requests that cannot ask for input. It
+// fails the request and returns false when a retry's state does not verify.
+func (ss *Session) requestInfo(r *inflight, in *incoming, scope string) (Request, bool) {
 	q := Request{ID: r.id, Meta: in.rawMeta, Era: r.era, r: r}
+	r.scope = scope
 	if r.era == mcp.Modern {
 		q.ProtocolVersion = *in.meta.ProtocolVersion
 		q.ClientCapabilities = *in.meta.ClientCapabilities
@@ -27,7 +31,13 @@ func (ss *Session) requestInfo(r *inflight, in *incoming) Request {
 		ss.mu.Unlock()
 	}
 	r.token = in.meta.ProgressToken
-	return q
+	if scope != "" && r.era == mcp.Modern {
+		if e := ss.srv.readRetry(&q, in.params, scope); e != nil {
+			r.fail(e)
+			return q, false
+		}
+	}
+	return q, true
 }
 
 // startCall runs a handler as a call: tracked (so it can be cancelled),
@@ -69,7 +79,13 @@ func (ss *Session) runCall(r *inflight) {
 
 	discarded := true
 	if !r.done() {
-		res, rpcErr := r.finish(res, err)
+		var rpcErr *jsonrpc.Error
+		var ir *InputRequired
+		if errors.As(err, &ir) && r.scope != "" {
+			res, rpcErr = ss.srv.inputRequired(r, ir, r.scope)
+		} else {
+			res, rpcErr = r.finish(res, err)
+		}
 		if rpcErr != nil {
 			discarded = !r.fail(rpcErr)
 		} else {

@@ -194,7 +194,11 @@ func (ss *Session) callTool(r *inflight, in *incoming) {
 		r.succeed(te.Result())
 		return
 	}
-	call := &CallRequest{Request: ss.requestInfo(r, in), Name: *p.Name, Arguments: args}
+	q, ok := ss.requestInfo(r, in, r.method+"\x00"+*p.Name)
+	if !ok {
+		return
+	}
+	call := &CallRequest{Request: q, Name: *p.Name, Arguments: args}
 	ss.startCall(r, in, rt.lane, func(ctx context.Context) (mcp.Result, error) {
 		res, err := rt.handler(ctx, call)
 		return res, err

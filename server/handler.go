@@ -31,9 +31,19 @@ type Request struct {
 	ClientCapabilities mcp.ClientCapabilities
 	// ClientInfo is the client's self-description, when it gave one.
 	ClientInfo *mcp.Implementation
+	// InputResponses holds the client's answers on a retry after an
+	// input_required result (2026-07-28), by the keys the handler used.
+	InputResponses map[string]json.RawMessage
+	// RequestState is the state the handler returned with InputRequired,
+	// verified; nil on a first attempt.
+	RequestState []byte
 
 	r *inflight
 }
+
+// Server returns the server serving the request, so a handler can change
+// what the server offers (its tools, prompts, resources) at run time.
+func (q *Request) Server() *Server { return q.r.sess.srv }
 
 // HasProgressToken reports whether the client asked for progress.
 func (q *Request) HasProgressToken() bool { return q.r.token != nil }

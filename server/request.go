@@ -29,6 +29,7 @@ type inflight struct {
 	exec     func(context.Context) (mcp.Result, error)            // the handler, for calls
 	finish   func(mcp.Result, error) (mcp.Result, *jsonrpc.Error) // how its return reaches the wire
 	token    *jsonrpc.ID                                          // progress token
+	scope    string                                               // what an input_required state is bound to
 	logLevel mcp.LoggingLevel
 	sub      *subscription // subscriptions/listen only
 

@@ -119,6 +119,30 @@ func (s *Server) AddPrompt(p mcp.Prompt, h PromptHandler) error {
 	return nil
 }
 
+// RemovePrompt unregisters a prompt and reports whether it was there.
+func (s *Server) RemovePrompt(name string) bool {
+	s.mu.Lock()
+	_, ok := s.prompts[name]
+	delete(s.prompts, name)
+	s.mu.Unlock()
+	if ok {
+		s.listChanged(kindPrompts)
+	}
+	return ok
+}
+
+// RemoveResource unregisters a resource and reports whether it was there.
+func (s *Server) RemoveResource(uri string) bool {
+	s.mu.Lock()
+	_, ok := s.resources[uri]
+	delete(s.resources, uri)
+	s.mu.Unlock()
+	if ok {
+		s.listChanged(kindResources)
+	}
+	return ok
+}
+
 // SetCompletionHandler installs the handler for completion/complete and
 // advertises the completions capability.
 func (s *Server) SetCompletionHandler(h CompletionHandler) {
@@ -201,7 +225,11 @@ func (ss *Session) readResource(r *inflight, in *incoming) {
 		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.uri is required"))
 		return
 	}
-	req := &ReadRequest{Request: ss.requestInfo(r, in), URI: *p.URI}
+	q, ok := ss.requestInfo(r, in, r.method+"\x00"+*p.URI)
+	if !ok {
+		return
+	}
+	req := &ReadRequest{Request: q, URI: *p.URI}
 	h, vars := ss.srv.findResource(*p.URI)
 	if h == nil {
 		r.fail(NotFound(req))
@@ -258,7 +286,11 @@ func (ss *Session) getPrompt(r *inflight, in *incoming) {
 			return
 		}
 	}
-	req := &PromptRequest{Request: ss.requestInfo(r, in), Name: *p.Name, Arguments: p.Arguments}
+	q, ok := ss.requestInfo(r, in, r.method+"\x00"+*p.Name)
+	if !ok {
+		return
+	}
+	req := &PromptRequest{Request: q, Name: *p.Name, Arguments: p.Arguments}
 	ss.startCall(r, in, ss.srv.promptLane, func(ctx context.Context) (mcp.Result, error) {
 		return rp.handler(ctx, req)
 	}, protocolResult)
@@ -280,7 +312,8 @@ func (ss *Session) complete(r *inflight, in *incoming) {
 		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.ref and params.argument are required"))
 		return
 	}
-	req := &CompleteRequest{Request: ss.requestInfo(r, in), Params: p}
+	q, _ := ss.requestInfo(r, in, "")
+	req := &CompleteRequest{Request: q, Params: p}
 	ss.startCall(r, in, ss.srv.completeLane, func(ctx context.Context) (mcp.Result, error) {
 		res, err := h(ctx, req)
 		if err == nil && res != nil && res.Completion.Values == nil {

@@ -57,6 +57,14 @@ type Options struct {
 	// writes to stderr; never stdout, which belongs to the protocol.
 	Logger *slog.Logger
 
+	// StateKey signs the requestState of input_required results, so that a
+	// client cannot forge or alter it. Replicas that serve each other's
+	// retries need the same key. Nil means a random key per process.
+	StateKey []byte
+	// StateTTL is how long a signed requestState stays valid. Zero means
+	// DefaultStateTTL.
+	StateTTL time.Duration
+
 	// OnRequestDone, if set, is called once per request when its terminal
 	// state is recorded. It must not block.
 	OnRequestDone func(RequestRecord)
@@ -73,6 +81,7 @@ func (o *Options) validate() error {
 		"OutboxCapacity":     int64(o.OutboxCapacity),
 		"MaxSubscriptions":   int64(o.MaxSubscriptions),
 		"ListTTL":            int64(o.ListTTL),
+		"StateTTL":           int64(o.StateTTL),
 	} {
 		if v < 0 {
 			return fmt.Errorf("server: Options.%s must not be negative", name)
@@ -97,6 +106,7 @@ type Server struct {
 	opts       Options
 	log        *slog.Logger
 	admit      *admission
+	state      *stateSigner
 	serverInfo json.RawMessage // info, encoded once for result _meta
 
 	// Lanes shared by all resources, all prompts and completion; tools
@@ -131,6 +141,7 @@ func New(info mcp.Implementation, opts *Options) (*Server, error) {
 	o.OutboxCapacity = orDefault(o.OutboxCapacity, DefaultOutboxCapacity)
 	o.MaxSubscriptions = orDefault(o.MaxSubscriptions, DefaultMaxSubscriptions)
 	o.ListTTL = orDefault(o.ListTTL, DefaultListTTL)
+	o.StateTTL = orDefault(o.StateTTL, DefaultStateTTL)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -143,6 +154,7 @@ func New(info mcp.Implementation, opts *Options) (*Server, error) {
 		opts:         o,
 		log:          o.Logger,
 		admit:        newAdmission(o.MaxConcurrentCalls, o.MaxQueuedCalls),
+		state:        newStateSigner(o.StateKey, o.StateTTL),
 		serverInfo:   si,
 		tools:        make(map[string]*registeredTool),
 		resources:    make(map[string]*registeredResource),

@@ -82,6 +82,7 @@ type registeredTool struct {
 	def     mcp.Tool
 	policy  Policy
 	schema  *jsonschema.Resolved
+	headers []HeaderParam
 	handler ToolHandler
 	lane    *lane // guarded by admission.mu
 }
@@ -148,6 +149,10 @@ func compileTool(t Tool) (*registeredTool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: tool %q: input schema: %w", t.Name, err)
 	}
+	headers, err := findHeaderParams(in)
+	if err != nil {
+		return nil, fmt.Errorf("server: tool %q: %w", t.Name, err)
+	}
 	if len(t.OutputSchema) > 0 && !json.Valid(t.OutputSchema) {
 		return nil, fmt.Errorf("server: tool %q: output schema is not valid JSON", t.Name)
 	}
@@ -161,9 +166,10 @@ func compileTool(t Tool) (*registeredTool, error) {
 			Annotations:  t.Annotations,
 			Meta:         t.Meta,
 		},
-		policy: t.Policy,
-		schema: resolved,
-		lane:   &lane{limit: t.Policy.MaxConcurrent, maxQueue: t.Policy.MaxQueued},
+		policy:  t.Policy,
+		schema:  resolved,
+		headers: headers,
+		lane:    &lane{limit: t.Policy.MaxConcurrent, maxQueue: t.Policy.MaxQueued},
 	}, nil
 }
 

@@ -152,7 +152,7 @@ func (h *Handler) postModern(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
-	if e := checkModernHeaders(r, m, meta); e != nil {
+	if e := h.checkModernHeaders(r, m, meta); e != nil {
 		writeError(w, statusFor(e.Code, true), m.ID, e)
 		return
 	}
@@ -174,7 +174,7 @@ func (h *Handler) postModern(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 
 // checkModernHeaders applies the 2026-07-28 rules: _meta complete, and the
 // routing headers mirroring the body.
-func checkModernHeaders(r *http.Request, m jsonrpc.Message, meta *mcp.RequestMeta) *jsonrpc.Error {
+func (h *Handler) checkModernHeaders(r *http.Request, m jsonrpc.Message, meta *mcp.RequestMeta) *jsonrpc.Error {
 	_, raw, err := mcp.ParseRequestMeta(m.Params)
 	if err != nil {
 		return jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: %v", err)
@@ -203,6 +203,32 @@ func checkModernHeaders(r *http.Request, m jsonrpc.Message, meta *mcp.RequestMet
 		if hn, ok := headerValue(r, headerName); !ok || hn != want {
 			return jsonrpc.NewError(mcp.CodeHeaderMismatch, "%s header must be present and equal params.%s", headerName, member)
 		}
+		if m.Method == mcp.MethodToolsCall {
+			return h.checkParamHeaders(r, want, p["arguments"])
+		}
+	}
+	return nil
+}
+
+// checkParamHeaders checks the Mcp-Param-* headers of a tool call against
+// the arguments they mirror: present exactly when the argument has a value,
+// and equal to it after decoding.
+func (h *Handler) checkParamHeaders(r *http.Request, tool string, args json.RawMessage) *jsonrpc.Error {
+	for _, p := range h.srv.HeaderParams(tool) {
+		header := "Mcp-Param-" + p.Name
+		want, has := p.Value(args)
+		if !has {
+			continue // no value: no header expected
+		}
+		got, ok := headerValue(r, header)
+		switch {
+		case !ok && len(r.Header.Values(header)) == 0:
+			return jsonrpc.NewError(mcp.CodeHeaderMismatch, "missing %s header for argument %s", header, strings.Join(p.Path, "."))
+		case !ok:
+			return jsonrpc.NewError(mcp.CodeHeaderMismatch, "%s header is not valid header text or base64", header)
+		case got != want:
+			return jsonrpc.NewError(mcp.CodeHeaderMismatch, "%s header does not match argument %s", header, strings.Join(p.Path, "."))
+		}
 	}
 	return nil
 }
@@ -219,19 +245,25 @@ func nameMember(method string) string {
 }
 
 // headerValue reads a routing header, decoding the =?base64?…?= form used
-// for values that are not safe header text.
+// for values that are not safe header text. A plain value must be visible
+// ASCII, spaces and tabs; a malformed one reads as absent.
 func headerValue(r *http.Request, name string) (string, bool) {
 	vals := r.Header.Values(name)
 	if len(vals) != 1 {
 		return "", false
 	}
 	v := vals[0]
-	if strings.HasPrefix(v, "=?base64?") && strings.HasSuffix(v, "?=") {
-		dec, err := base64.StdEncoding.DecodeString(v[len("=?base64?") : len(v)-2])
+	if strings.HasPrefix(v, "=?base64?") && strings.HasSuffix(v, "?=") && len(v) >= len("=?base64??=") {
+		dec, err := base64.StdEncoding.Strict().DecodeString(v[len("=?base64?") : len(v)-2])
 		if err != nil {
 			return "", false
 		}
 		return string(dec), true
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c != '\t' && (c < 0x20 || c > 0x7e) {
+			return "", false
+		}
 	}
 	return v, true
 }

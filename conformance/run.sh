@@ -1,0 +1,46 @@
+#!/bin/sh
+# Runs the official MCP conformance suites against mcprel's fixture server:
+#   @modelcontextprotocol/conformance 0.1.16 (the 2025-11-25 wire, every
+#   active scenario) and 0.2.0-alpha.12 with --requirements 2026-07-28.
+# Node 22, which the suites need, comes from node_modules (npm ci here).
+# Full output and per-check results land in conformance/results/.
+set -eu
+cd "$(dirname "$0")"
+export PATH="$PWD/node_modules/.bin:$PATH"
+node --version | grep -q '^v22\.' || { echo "conformance: Node 22 is missing; run npm ci in conformance/" >&2; exit 1; }
+
+rm -rf results && mkdir -p results
+go build -o results/fixture-server ../internal/conformance/fixture-server
+results/fixture-server > results/url 2> results/fixture-server.log &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT INT TERM
+# The server prints its URL once it accepts connections.
+tries=0
+until [ -s results/url ]; do
+    tries=$((tries + 1))
+    if [ $tries -gt 100 ] || ! kill -0 $server 2>/dev/null; then
+        echo "conformance: the fixture server did not start" >&2
+        cat results/fixture-server.log >&2
+        exit 1
+    fi
+    sleep 0.1
+done
+url=$(cat results/url)
+
+status=0
+suite() {
+    name=$1
+    shift
+    echo "== $name"
+    if node "$@" > "results/$name.log" 2>&1; then :; else status=1; fi
+    grep -E '(✓|✗) |^Total|Baseline|[Ss]tale|FAILURE' "results/$name.log" | sed 's/\x1b\[[0-9;]*m//g' || true
+}
+suite conformance-0.1.16 node_modules/conformance-2025/dist/index.js server --url "$url" -o results/0.1.16
+suite conformance-0.2.0-alpha.12 node_modules/conformance-2026/dist/index.js server --url "$url" \
+    --requirements 2026-07-28 --expected-failures baseline-2026.yml -o results/0.2.0-alpha.12
+
+if [ $status -ne 0 ]; then
+    echo "conformance: FAILED (details in conformance/results/)" >&2
+    exit 1
+fi
+echo "conformance: both suites passed"

@@ -1,0 +1,137 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// HeaderParam is a tool argument mirrored into an HTTP header on the
+// Streamable HTTP transport (2026-07-28): its schema carries
+// "x-mcp-header": Name, and a client sends the argument's value as
+// Mcp-Param-{Name} so that intermediaries can route on it without parsing
+// the body. The server checks that the header matches the body.
+type HeaderParam struct {
+	Name string   // the header is Mcp-Param-{Name}
+	Path []string // the chain of properties keys leading to the argument
+	Type string   // "string", "integer" or "boolean"
+}
+
+// HeaderParams returns the header-mirrored arguments of a tool, or nil.
+func (s *Server) HeaderParams(tool string) []HeaderParam {
+	if rt := s.lookupTool(tool); rt != nil {
+		return rt.headers
+	}
+	return nil
+}
+
+// findHeaderParams collects the x-mcp-header annotations of an input schema
+// and enforces the rules they must follow: a token name, unique among the
+// tool's annotations ignoring case, on a string, integer or boolean
+// property reachable from the root through properties keys only.
+func findHeaderParams(schema json.RawMessage) ([]HeaderParam, error) {
+	var root any
+	if err := json.Unmarshal(schema, &root); err != nil {
+		return nil, err
+	}
+	var out []HeaderParam
+	seen := map[string]bool{}
+	var walk func(node any, path []string, reachable bool) error
+	walk = func(node any, path []string, reachable bool) error {
+		switch n := node.(type) {
+		case map[string]any:
+			if name, ok := n["x-mcp-header"]; ok {
+				s, _ := name.(string)
+				typ, _ := n["type"].(string)
+				switch {
+				case !reachable || len(path) == 0:
+					return fmt.Errorf("x-mcp-header %q: only properties reachable from the root through \"properties\" may be mirrored", s)
+				case !isToken(s):
+					return fmt.Errorf("x-mcp-header %q is not a valid header name token", s)
+				case seen[strings.ToLower(s)]:
+					return fmt.Errorf("x-mcp-header %q is used twice", s)
+				case typ != "string" && typ != "integer" && typ != "boolean":
+					return fmt.Errorf("x-mcp-header %q: only string, integer and boolean properties may be mirrored", s)
+				}
+				seen[strings.ToLower(s)] = true
+				out = append(out, HeaderParam{Name: s, Path: append([]string(nil), path...), Type: typ})
+			}
+			for k, v := range n {
+				if k == "properties" {
+					if props, ok := v.(map[string]any); ok {
+						for name, sub := range props {
+							if err := walk(sub, append(path, name), reachable); err != nil {
+								return err
+							}
+						}
+					}
+					continue
+				}
+				// Anything under another keyword is not statically reachable.
+				if err := walk(v, path, false); err != nil {
+					return err
+				}
+			}
+		case []any:
+			for _, v := range n {
+				if err := walk(v, path, false); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := walk(root, nil, true); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// isToken reports whether s is an HTTP field-name token (RFC 9110 tchar+).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Value returns the argument's value as its header text, and whether the
+// arguments hold a (non-null) value at the parameter's path.
+func (p HeaderParam) Value(args json.RawMessage) (string, bool) {
+	var v any
+	if json.Unmarshal(args, &v) != nil {
+		return "", false
+	}
+	for _, k := range p.Path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return "", false
+		}
+		if v, ok = m[k]; !ok {
+			return "", false
+		}
+	}
+	switch x := v.(type) {
+	case string:
+		return x, true
+	case bool:
+		if x {
+			return "true", true
+		}
+		return "false", true
+	case float64:
+		if x == float64(int64(x)) {
+			return fmt.Sprintf("%d", int64(x)), true
+		}
+		return fmt.Sprint(x), true
+	}
+	return "", false
+}

@@ -1,0 +1,186 @@
+package server
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// InputRequired is returned (as an error) by a tool, prompt or resource
+// handler that needs input from the client before it can finish: in the
+// 2026-07-28 era the request then ends with an input_required result
+// listing Requests, and the client retries with the answers, which the
+// handler finds in Request.InputResponses.
+//
+// State is what the handler wants back on the retry. The server signs it
+// (HMAC-SHA256, bound to the method and name of the request, with an
+// expiry) before it leaves, and verifies the signature when it returns: a
+// retry with a tampered or expired state is refused with -32602 before the
+// handler runs, and the handler sees the verified bytes in
+// Request.RequestState.
+//
+// In the legacy era a handler asks with Request.CallClient instead;
+// InputRequired there is an internal error.
+type InputRequired struct {
+	Requests map[string]mcp.InputRequest
+	State    []byte
+}
+
+func (e *InputRequired) Error() string { return "input required" }
+
+// ElicitRequest, SamplingRequest and RootsRequest build input requests.
+func ElicitRequest(p mcp.ElicitParams) mcp.InputRequest {
+	return mcp.InputRequest{Method: mcp.MethodElicit, Params: p}
+}
+
+func SamplingRequest(p mcp.CreateMessageParams) mcp.InputRequest {
+	return mcp.InputRequest{Method: mcp.MethodCreateMessage, Params: p}
+}
+
+func RootsRequest() mcp.InputRequest {
+	return mcp.InputRequest{Method: mcp.MethodListRoots, Params: struct{}{}}
+}
+
+// DefaultStateTTL is how long a signed requestState stays valid.
+const DefaultStateTTL = time.Hour
+
+// stateSigner signs and verifies requestState values.
+type stateSigner struct {
+	key []byte
+	ttl time.Duration
+}
+
+func newStateSigner(key []byte, ttl time.Duration) *stateSigner {
+	if len(key) == 0 {
+		key = make([]byte, 32)
+		rand.Read(key)
+	}
+	return &stateSigner{key: key, ttl: ttl}
+}
+
+func (s *stateSigner) mac(scope string, body []byte) []byte {
+	m := hmac.New(sha256.New, s.key)
+	m.Write([]byte(scope))
+	m.Write([]byte{0})
+	m.Write(body)
+	return m.Sum(nil)
+}
+
+// sign returns base64url(expiry || payload) "." base64url(mac).
+func (s *stateSigner) sign(scope string, payload []byte, now time.Time) string {
+	body := binary.BigEndian.AppendUint64(nil, uint64(now.Add(s.ttl).Unix()))
+	body = append(body, payload...)
+	return base64.RawURLEncoding.EncodeToString(body) + "." + base64.RawURLEncoding.EncodeToString(s.mac(scope, body))
+}
+
+var errBadState = errors.New("requestState failed its integrity check")
+
+func (s *stateSigner) verify(scope, state string, now time.Time) ([]byte, error) {
+	b64body, b64mac, ok := strings.Cut(state, ".")
+	if !ok {
+		return nil, errBadState
+	}
+	body, err1 := base64.RawURLEncoding.DecodeString(b64body)
+	mac, err2 := base64.RawURLEncoding.DecodeString(b64mac)
+	if err1 != nil || err2 != nil || len(body) < 8 || !hmac.Equal(mac, s.mac(scope, body)) {
+		return nil, errBadState
+	}
+	if now.Unix() > int64(binary.BigEndian.Uint64(body)) {
+		return nil, errors.New("requestState has expired; start the request again")
+	}
+	return body[8:], nil
+}
+
+// mrtrParams are the members any modern request may carry on a retry.
+type mrtrParams struct {
+	InputResponses json.RawMessage `json:"inputResponses"`
+	RequestState   *string         `json:"requestState"`
+}
+
+// readRetry fills q's InputResponses and RequestState from params,
+// verifying the state. scope names what the state is bound to.
+func (s *Server) readRetry(q *Request, params json.RawMessage, scope string) *jsonrpc.Error {
+	var p mrtrParams
+	if len(params) > 0 {
+		if err := json.Unmarshal(params, &p); err != nil {
+			return invalidParams(err)
+		}
+	}
+	if len(p.InputResponses) > 0 && string(p.InputResponses) != "null" {
+		if err := json.Unmarshal(p.InputResponses, &q.InputResponses); err != nil {
+			return jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: inputResponses must be an object of results")
+		}
+		for k, v := range q.InputResponses {
+			if len(v) == 0 || v[0] != '{' {
+				return jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: inputResponses[%q] must be an object", k)
+			}
+		}
+	}
+	if p.RequestState != nil {
+		state, err := s.state.verify(scope, *p.RequestState, time.Now())
+		if err != nil {
+			return jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: %v", err)
+		}
+		q.RequestState = state
+	}
+	return nil
+}
+
+// inputRequired turns an InputRequired from a handler into the result the
+// modern era sends, or an error in the legacy era.
+func (s *Server) inputRequired(r *inflight, ir *InputRequired, scope string) (mcp.Result, *jsonrpc.Error) {
+	if r.era != mcp.Modern {
+		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "internal error: the handler asked for input with an input_required result, which protocol %s does not have", r.sess.Version())
+	}
+	if len(ir.Requests) == 0 && len(ir.State) == 0 {
+		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "internal error: an input_required result needs input requests or state")
+	}
+	res := &mcp.InputRequiredResult{ResultBase: mcp.ResultBase{ResultType: mcp.ResultInputRequired}, InputRequests: ir.Requests}
+	if ir.State != nil {
+		res.RequestState = s.state.sign(scope, ir.State, time.Now())
+	}
+	return res, nil
+}
+
+// Require returns a -32021 error naming the capabilities the client did not
+// declare among caps ("sampling", "elicitation", "roots"), or nil when it
+// declared them all. Return it from a handler that cannot work without them.
+func (q *Request) Require(caps ...string) error {
+	missing := map[string]map[string]any{}
+	for _, c := range caps {
+		var have json.RawMessage
+		switch c {
+		case "sampling":
+			have = q.ClientCapabilities.Sampling
+		case "elicitation":
+			have = q.ClientCapabilities.Elicitation
+		case "roots":
+			have = q.ClientCapabilities.Roots
+		default:
+			if q.ClientCapabilities.Extensions[c] != nil {
+				have = q.ClientCapabilities.Extensions[c]
+			}
+		}
+		if have == nil {
+			missing[c] = map[string]any{}
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(missing))
+	for c := range missing {
+		names = append(names, c)
+	}
+	return jsonrpc.NewError(mcp.CodeMissingClientCapability, "the client did not declare the capabilities this request needs: %s", strings.Join(names, ", ")).
+		WithData(mcp.MissingCapabilityData{RequiredCapabilities: missing})
+}

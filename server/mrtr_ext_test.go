@@ -1,0 +1,80 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/mcprel/mcprel/internal/mcptest"
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server"
+)
+
+// TestInputRequiredRoundTrip: a tool asks for input (2026-07-28), the
+// client retries with the answer and the signed state, and the tool sees
+// both; a tampered state is refused before the tool runs.
+func TestInputRequiredRoundTrip(t *testing.T) {
+	srv := mcptest.NewServer(t, nil)
+	var runs int
+	srv.AddTool(server.Tool{Name: "ask"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		runs++
+		if raw, ok := req.InputResponses["name"]; ok && string(req.RequestState) == "step-1" {
+			return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("got " + string(raw))}}, nil
+		}
+		return nil, &server.InputRequired{
+			Requests: map[string]mcp.InputRequest{"name": server.ElicitRequest(mcp.ElicitParams{Message: "name?"})},
+			State:    []byte("step-1"),
+		}
+	})
+	c := mcptest.Stdio(t, srv, nil)
+	f := c.Call(1, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": "ask"}))
+	var ir mcp.InputRequiredResult
+	if err := json.Unmarshal(f.Result, &ir); err != nil || ir.ResultType != mcp.ResultInputRequired || ir.InputRequests["name"].Method != mcp.MethodElicit || ir.RequestState == "" {
+		t.Fatalf("first round = %s", f.Raw)
+	}
+	if strings.Contains(ir.RequestState, "step-1") {
+		t.Fatalf("state %q carries the payload in the clear", ir.RequestState)
+	}
+	retry := func(id int64, state string) mcptest.Frame {
+		return c.Call(id, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{
+			"name": "ask", "requestState": state,
+			"inputResponses": map[string]any{"name": map[string]any{"action": "accept", "content": map[string]any{"name": "Ada"}}},
+		}))
+	}
+	if f := retry(2, ir.RequestState); !strings.Contains(string(f.Result), `got {\"action\":\"accept\"`) {
+		t.Fatalf("retry = %s", f.Raw)
+	}
+	before := runs
+	if f := retry(3, ir.RequestState+"x"); f.Error == nil || f.Error.Code != jsonrpc.CodeInvalidParams {
+		t.Fatalf("tampered retry = %s", f.Raw)
+	}
+	if runs != before {
+		t.Fatal("the tool ran with a tampered state")
+	}
+	// In the legacy era there is no input_required: it is an internal error.
+	l := mcptest.Stdio(t, srv, nil)
+	l.Initialize(mcp.Version20251125)
+	if f := l.Call(1, mcp.MethodToolsCall, map[string]any{"name": "ask"}); f.Error == nil || f.Error.Code != jsonrpc.CodeInternalError {
+		t.Fatalf("legacy input_required = %s", f.Raw)
+	}
+}
+
+// TestRequireCapability: a handler that needs an undeclared capability
+// fails with -32021 naming it.
+func TestRequireCapability(t *testing.T) {
+	srv := mcptest.NewServer(t, nil)
+	srv.AddTool(server.Tool{Name: "needs"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		return nil, req.Require("sampling", "elicitation")
+	})
+	c := mcptest.Stdio(t, srv, nil)
+	params := mcptest.ModernParams(map[string]any{"name": "needs"})
+	params["_meta"].(map[string]any)[mcp.MetaClientCapabilities] = map[string]any{"elicitation": map[string]any{}}
+	f := c.Call(1, mcp.MethodToolsCall, params)
+	var data mcp.MissingCapabilityData
+	if f.Error == nil || f.Error.Code != mcp.CodeMissingClientCapability || json.Unmarshal(f.Error.Data, &data) != nil ||
+		data.RequiredCapabilities["sampling"] == nil || data.RequiredCapabilities["elicitation"] != nil {
+		t.Fatalf("got %s, want -32021 naming only sampling", f.Raw)
+	}
+}
