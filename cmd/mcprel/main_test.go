@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -230,5 +231,80 @@ func TestEOFExitsPromptly(t *testing.T) {
 	}
 	if !strings.Contains(c.stderr.String(), `cause="connection closed"`) {
 		t.Fatalf("log lacks the cancellation:\n%s", c.stderr)
+	}
+}
+
+// TestServeHTTP: --http prints the endpoint on a line of its own, serves
+// both eras there, and on SIGTERM lets a running call finish, then exits 0.
+func TestServeHTTP(t *testing.T) {
+	cmd := exec.Command(binary, "serve", "--http", "127.0.0.1:0", "--shutdown-grace", "30s")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := bufio.NewScanner(stderr)
+	if !lines.Scan() {
+		t.Fatal("no output on stderr")
+	}
+	url := lines.Text()
+	if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/mcp") {
+		t.Fatalf("first stderr line %q is not the endpoint URL", url)
+	}
+	go func() { // keep draining the log
+		for lines.Scan() {
+		}
+	}()
+
+	post := func(body, method, name string) *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+		req.Header.Set("Mcp-Method", method)
+		if name != "" {
+			req.Header.Set("Mcp-Name", name)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
+	resp := post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"over http"},`+meta+`}}`, "tools/call", "echo")
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "over http") {
+		t.Fatalf("echo over HTTP: %d %s", resp.StatusCode, body)
+	}
+
+	// A long call with progress, then SIGTERM once it is running.
+	slow := post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow_count","arguments":{"steps":3,"intervalMs":100},`+meta[:len(meta)-1]+`,"progressToken":"p"}}}`, "tools/call", "slow_count")
+	events := bufio.NewScanner(slow.Body)
+	for events.Scan() && !strings.Contains(events.Text(), `"progress":1`) {
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	var sawResult bool
+	for events.Scan() {
+		if strings.Contains(events.Text(), `"id":2,"result"`) && strings.Contains(events.Text(), `"counted":3`) {
+			sawResult = true
+		}
+	}
+	if !sawResult {
+		t.Fatal("the running call did not finish during the graceful shutdown")
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server did not exit after SIGTERM")
 	}
 }
