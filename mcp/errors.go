@@ -33,6 +33,12 @@ const (
 	// CodeUnavailable: the server is shutting down and takes no new work.
 	// Retry against another replica or after a restart.
 	CodeUnavailable int64 = -31002
+	// CodeTimeout: a request other than a tool call exceeded a deadline
+	// (a timed-out tool call is an isError result with code "timeout").
+	CodeTimeout int64 = -31003
+	// CodeRateLimited: the request exceeded a rate limit and was refused
+	// before running. Retry after retryAfterMs.
+	CodeRateLimited int64 = -31004
 )
 
 // UnsupportedVersionData is the data member of a CodeUnsupportedVersion error.
@@ -50,6 +56,8 @@ const (
 	FailureInternal         = "internal_error"
 	FailureOverloaded       = "overloaded"
 	FailureShuttingDown     = "shutting_down"
+	FailureTimeout          = "timeout"
+	FailureRateLimited      = "rate_limited"
 )
 
 // ToolError is a tool failure meant for the model: a handler returns it (or

@@ -43,11 +43,12 @@ func (ss *Session) requestInfo(r *inflight, in *incoming, scope string) (Request
 // startCall runs a handler as a call: tracked (so it can be cancelled),
 // admitted against the server's and its lane's limits, and run on a
 // handler goroutine. mapErr says how an error from exec reaches the wire.
-func (ss *Session) startCall(r *inflight, in *incoming, ln *lane, exec func(context.Context) (mcp.Result, error), mapErr func(mcp.Result, error) (mcp.Result, *jsonrpc.Error)) {
+func (ss *Session) startCall(r *inflight, in *incoming, ln *lane, d Deadlines, exec func(context.Context) (mcp.Result, error), mapErr func(mcp.Result, error) (mcp.Result, *jsonrpc.Error)) {
 	r.lane, r.exec, r.finish = ln, exec, mapErr
 	if !ss.track(in.ctx, r) {
 		return
 	}
+	r.armDeadlines(d)
 	switch ss.srv.admit.admit(r) {
 	case admitRun:
 		go ss.srv.runCalls(r)

@@ -199,7 +199,8 @@ func (ss *Session) callTool(r *inflight, in *incoming) {
 		return
 	}
 	call := &CallRequest{Request: q, Name: *p.Name, Arguments: args}
-	ss.startCall(r, in, rt.lane, func(ctx context.Context) (mcp.Result, error) {
+	r.readOnly = rt.def.Annotations != nil && rt.def.Annotations.ReadOnlyHint != nil && *rt.def.Annotations.ReadOnlyHint
+	ss.startCall(r, in, rt.lane, ss.srv.deadlines(rt.policy), func(ctx context.Context) (mcp.Result, error) {
 		res, err := rt.handler(ctx, call)
 		return res, err
 	}, toolResult)

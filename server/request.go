@@ -36,12 +36,20 @@ type inflight struct {
 	queued bool   // guarded by admission.mu
 	seq    uint64 // arrival order while queued; guarded by admission.mu
 
+	readOnly bool // the tool says it has no side effects: a timeout is retryable
+
 	mu           sync.Mutex
 	outcome      Outcome // zero while running
 	ended        time.Time
+	deadlines    Deadlines
+	idleTimer    *time.Timer
+	maxTimer     *time.Timer
 	lastProgress float64
-	sentProgress bool
-	progressDrop uint64 // non-increasing reports refused
+	hasProgress  bool        // a valid report was accepted
+	progressDrop uint64      // non-increasing reports refused
+	lastSent     time.Time   // when the last progress notification was queued
+	pending      []byte      // the newest progress, held back by the rate limit
+	flushTimer   *time.Timer // sends pending when the rate limit allows
 }
 
 // done reports whether the terminal state is recorded.
@@ -65,12 +73,20 @@ func (r *inflight) claim(o Outcome) bool {
 }
 
 // respond ends the request with a response, unless it already ended. It
-// reports whether the response was queued.
+// reports whether the response was queued. Progress held back by the rate
+// limit goes out first, so the last progress a client sees is the latest.
 func (r *inflight) respond(o Outcome, data []byte, rec RequestRecord) bool {
 	if !r.claim(o) {
 		return false
 	}
+	r.mu.Lock()
+	pending := r.pending
+	r.stopClocksLocked()
+	r.mu.Unlock()
 	r.sess.forget(r)
+	if pending != nil {
+		r.out.pushProgress(r, pending)
+	}
 	if err := r.out.pushFinal(r, data, rec.ErrorCode); err != nil {
 		r.sess.srv.log.Error("response not queued", "id", r.id, "method", r.method, "err", err)
 	}
@@ -85,6 +101,9 @@ func (r *inflight) abort(cause error) bool {
 	if !r.claim(Cancelled) {
 		return false
 	}
+	r.mu.Lock()
+	r.stopClocksLocked()
+	r.mu.Unlock()
 	r.sess.forget(r)
 	r.sess.srv.admit.remove(r)
 	r.out.discard(r)
@@ -200,6 +219,19 @@ func (r *inflight) succeed(res mcp.Result) bool {
 }
 
 func (r *inflight) reportProgress(progress, total float64, message string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.outcome != 0 {
+		return ErrRequestDone
+	}
+	if r.hasProgress && progress <= r.lastProgress {
+		r.progressDrop++
+		return ErrProgressNotIncreasing
+	}
+	// A valid report is useful activity, whether or not the client asked
+	// to hear about it: it restarts the idle clock.
+	r.lastProgress, r.hasProgress = progress, true
+	r.touchLocked()
 	if r.token == nil {
 		return nil
 	}
@@ -207,24 +239,41 @@ func (r *inflight) reportProgress(progress, total float64, message string) error
 	if total > 0 {
 		p.Total = &total
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.outcome != 0 {
-		return ErrRequestDone
-	}
-	if r.sentProgress && progress <= r.lastProgress {
-		r.progressDrop++
-		return ErrProgressNotIncreasing
-	}
 	params, err := json.Marshal(p)
 	if err != nil {
 		return err
 	}
-	if err := r.out.pushProgress(r, jsonrpc.AppendNotification(nil, mcp.NotificationProgress, params)); err != nil {
-		return err
+	data := jsonrpc.AppendNotification(nil, mcp.NotificationProgress, params)
+	interval := r.sess.srv.opts.ProgressInterval
+	now := time.Now()
+	if wait := r.lastSent.Add(interval).Sub(now); !r.lastSent.IsZero() && wait > 0 {
+		// Too soon after the last one: keep only the newest, and send it
+		// when the interval has passed.
+		r.pending = data
+		if r.flushTimer == nil {
+			r.flushTimer = time.AfterFunc(wait, r.flushProgress)
+		}
+		return nil
 	}
-	r.lastProgress, r.sentProgress = progress, true
-	return nil
+	// This one is the newest: anything held back is older and must never
+	// follow it.
+	r.pending = nil
+	r.lastSent = now
+	return r.out.pushProgress(r, data)
+}
+
+// flushProgress sends the progress the rate limit held back.
+func (r *inflight) flushProgress() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.flushTimer = nil
+	if r.outcome != 0 || r.pending == nil {
+		return
+	}
+	data := r.pending
+	r.pending = nil
+	r.lastSent = time.Now()
+	r.out.pushProgress(r, data)
 }
 
 func (r *inflight) log(level mcp.LoggingLevel, logger string, data any) error {

@@ -237,7 +237,7 @@ func (ss *Session) readResource(r *inflight, in *incoming) {
 	}
 	req.Vars = vars
 	modern := r.era == mcp.Modern
-	ss.startCall(r, in, ss.srv.resourceLane, func(ctx context.Context) (mcp.Result, error) {
+	ss.startCall(r, in, ss.srv.resourceLane, ss.srv.opts.Standard, func(ctx context.Context) (mcp.Result, error) {
 		res, err := h(ctx, req)
 		if err == nil && res != nil && modern && res.TTLMs == nil {
 			res.Cacheable = ss.srv.cacheable()
@@ -291,7 +291,7 @@ func (ss *Session) getPrompt(r *inflight, in *incoming) {
 		return
 	}
 	req := &PromptRequest{Request: q, Name: *p.Name, Arguments: p.Arguments}
-	ss.startCall(r, in, ss.srv.promptLane, func(ctx context.Context) (mcp.Result, error) {
+	ss.startCall(r, in, ss.srv.promptLane, ss.srv.opts.Standard, func(ctx context.Context) (mcp.Result, error) {
 		return rp.handler(ctx, req)
 	}, protocolResult)
 }
@@ -314,7 +314,7 @@ func (ss *Session) complete(r *inflight, in *incoming) {
 	}
 	q, _ := ss.requestInfo(r, in, "")
 	req := &CompleteRequest{Request: q, Params: p}
-	ss.startCall(r, in, ss.srv.completeLane, func(ctx context.Context) (mcp.Result, error) {
+	ss.startCall(r, in, ss.srv.completeLane, ss.srv.opts.Standard, func(ctx context.Context) (mcp.Result, error) {
 		res, err := h(ctx, req)
 		if err == nil && res != nil && res.Completion.Values == nil {
 			res.Completion.Values = []string{}

@@ -22,6 +22,9 @@ const (
 	// DefaultListTTL is the ttlMs a modern tools/list and discover result
 	// carries: how long a client may cache the answer.
 	DefaultListTTL = time.Minute
+	// DefaultProgressInterval allows at most 20 progress notifications a
+	// second per request.
+	DefaultProgressInterval = 50 * time.Millisecond
 )
 
 // Options configure a Server. The zero value is valid and conservative; each
@@ -41,6 +44,17 @@ type Options struct {
 	// OverloadRetryAfter is the retryAfterMs an overload error suggests.
 	// Zero means DefaultOverloadRetryAfter.
 	OverloadRetryAfter time.Duration
+
+	// Fast and Standard are the default deadlines of tools in those timeout
+	// classes (see Policy.Timeout); Standard also bounds resource reads,
+	// prompts and completions. Zero fields mean DefaultFast and
+	// DefaultStandard.
+	Fast, Standard Deadlines
+	// ProgressInterval is the shortest time between two progress
+	// notifications for one request; reports in between are coalesced and
+	// the newest is sent when the interval has passed. Zero means
+	// DefaultProgressInterval.
+	ProgressInterval time.Duration
 
 	// OutboxCapacity is the number of messages each outbound stream may
 	// hold (see Outbox). Zero means DefaultOutboxCapacity.
@@ -82,6 +96,7 @@ func (o *Options) validate() error {
 		"MaxSubscriptions":   int64(o.MaxSubscriptions),
 		"ListTTL":            int64(o.ListTTL),
 		"StateTTL":           int64(o.StateTTL),
+		"ProgressInterval":   int64(o.ProgressInterval),
 	} {
 		if v < 0 {
 			return fmt.Errorf("server: Options.%s must not be negative", name)
@@ -135,6 +150,15 @@ func New(info mcp.Implementation, opts *Options) (*Server, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	if err := o.Fast.validate("Options.Fast"); err != nil {
+		return nil, err
+	}
+	if err := o.Standard.validate("Options.Standard"); err != nil {
+		return nil, err
+	}
+	o.Fast = o.Fast.or(DefaultFast)
+	o.Standard = o.Standard.or(DefaultStandard)
+	o.ProgressInterval = orDefault(o.ProgressInterval, DefaultProgressInterval)
 	o.MaxConcurrentCalls = orDefault(o.MaxConcurrentCalls, DefaultMaxConcurrentCalls)
 	o.MaxQueuedCalls = orDefault(o.MaxQueuedCalls, DefaultMaxQueuedCalls)
 	o.OverloadRetryAfter = orDefault(o.OverloadRetryAfter, DefaultOverloadRetryAfter)

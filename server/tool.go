@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 
@@ -51,11 +52,25 @@ type Policy struct {
 	// once with a retryable overload error. Zero means only the
 	// server-wide bound applies.
 	MaxQueued int
+
+	// Timeout is the tool's kind of work, which picks its default
+	// deadlines (see TimeoutClass).
+	Timeout TimeoutClass
+	// IdleTimeout and MaxTimeout override the class's deadlines; zero
+	// keeps the default. A TimeoutLong tool must set MaxTimeout.
+	IdleTimeout time.Duration
+	MaxTimeout  time.Duration
 }
 
 func (p Policy) validate(tool string) error {
-	if p.MaxConcurrent < 0 || p.MaxQueued < 0 {
-		return fmt.Errorf("server: tool %q: Policy limits must not be negative", tool)
+	if p.MaxConcurrent < 0 || p.MaxQueued < 0 || p.IdleTimeout < 0 || p.MaxTimeout < 0 {
+		return fmt.Errorf("server: tool %q: Policy limits and timeouts must not be negative", tool)
+	}
+	if p.Timeout > TimeoutLong {
+		return fmt.Errorf("server: tool %q: unknown timeout class %d", tool, p.Timeout)
+	}
+	if p.Timeout == TimeoutLong && p.MaxTimeout == 0 {
+		return fmt.Errorf("server: tool %q: long-running work belongs in a durable task, which this server cannot run yet; set Policy.MaxTimeout to bound the call", tool)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -101,4 +102,53 @@ func TestQuietStreamKeepsAliveAndOutlivesWriteTimeout(t *testing.T) {
 		}
 		stream.Close()
 	})
+}
+
+// TestKeepalivesDoNotResetIdle: keepalive comments are transport traffic,
+// not progress: a call that reports nothing times out on its idle deadline
+// although its stream carried a keepalive every second.
+func TestKeepalivesDoNotResetIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := mcptest.NewServer(t, nil)
+		srv.AddTool(server.Tool{Name: "silent", Policy: server.Policy{IdleTimeout: 3500 * time.Millisecond, MaxTimeout: time.Minute}},
+			func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			})
+		c, cleanup := pipeClient(t, srv, &streamhttp.HandlerOptions{KeepAlive: time.Second})
+		defer cleanup()
+		start := time.Now()
+		stream := mcptest.ReadSSE(t, c.Modern(context.Background(), 1, mcp.MethodToolsCall,
+			map[string]any{"name": "silent", "_meta": map[string]any{"progressToken": "s"}}))
+		f := stream.Next()
+		if time.Since(start) != 3500*time.Millisecond || !strings.Contains(string(f.Result), `"deadline":"idle"`) {
+			t.Fatalf("at %v got %s, want the idle timeout at 3.5s", time.Since(start), f.Raw)
+		}
+		if n := len(stream.Keepalives); n != 3 {
+			t.Fatalf("%d keepalives before the timeout, want 3", n)
+		}
+		stream.Close()
+	})
+}
+
+// pipeClient serves srv over an in-memory network inside a synctest bubble.
+func pipeClient(t *testing.T, srv *server.Server, opts *streamhttp.HandlerOptions) (*mcptest.HTTPClient, func()) {
+	h, err := streamhttp.NewHandler(srv, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := newPipeListener()
+	hs := &http.Server{Handler: h}
+	go hs.Serve(ln)
+	client := &http.Client{Transport: &http.Transport{DialContext: ln.DialContext}}
+	c := &mcptest.HTTPClient{URL: "http://127.0.0.1/mcp", Client: client}
+	c.SetT(t)
+	return c, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		h.Shutdown(ctx)
+		hs.Close()
+		ln.Close()
+		client.CloseIdleConnections()
+	}
 }

@@ -1,0 +1,175 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// Causes of a timed-out request, read with context.Cause in a handler.
+var (
+	// ErrIdleTimeout: the request made no useful progress (no valid
+	// progress report) for its idle deadline.
+	ErrIdleTimeout = errors.New("idle deadline exceeded: no progress for too long")
+	// ErrMaxDeadline: the request ran past its absolute deadline, however
+	// much progress it reported.
+	ErrMaxDeadline = errors.New("maximum deadline exceeded")
+)
+
+// TimeoutClass says what kind of work a tool does, which picks its default
+// deadlines. The zero value is TimeoutStandard.
+type TimeoutClass uint8
+
+const (
+	// TimeoutStandard is a call to an external service: by default idle
+	// 30 s, maximum 60 s (Options.Standard).
+	TimeoutStandard TimeoutClass = iota
+	// TimeoutFast is a lookup or a short computation: by default idle 5 s,
+	// maximum 15 s (Options.Fast).
+	TimeoutFast
+	// TimeoutLong is work that should not hold a request open at all: it
+	// belongs in a durable task. Until a tool can run as a task, a long
+	// tool must state its own MaxTimeout, which bounds it like any other.
+	TimeoutLong
+)
+
+// String returns "standard", "fast" or "long".
+func (c TimeoutClass) String() string {
+	switch c {
+	case TimeoutFast:
+		return "fast"
+	case TimeoutLong:
+		return "long"
+	}
+	return "standard"
+}
+
+// Deadlines are a request's two clocks. Idle is the longest the request
+// may go without useful activity — a valid (increasing) progress report —
+// and Max the longest it may run at all, from its arrival. Both are real
+// timers: the maximum fires even if progress never stops, and a progress
+// token never makes a request immortal.
+type Deadlines struct {
+	Idle time.Duration
+	Max  time.Duration
+}
+
+// Default deadlines of the timeout classes.
+var (
+	DefaultFast     = Deadlines{Idle: 5 * time.Second, Max: 15 * time.Second}
+	DefaultStandard = Deadlines{Idle: 30 * time.Second, Max: 60 * time.Second}
+)
+
+func (d Deadlines) validate(what string) error {
+	if d.Idle < 0 || d.Max < 0 {
+		return fmt.Errorf("server: %s deadlines must not be negative", what)
+	}
+	return nil
+}
+
+// or fills zero fields from def.
+func (d Deadlines) or(def Deadlines) Deadlines {
+	if d.Idle == 0 {
+		d.Idle = def.Idle
+	}
+	if d.Max == 0 {
+		d.Max = def.Max
+	}
+	return d
+}
+
+// deadlines resolves a tool policy's deadlines against the server's
+// defaults for its class.
+func (s *Server) deadlines(p Policy) Deadlines {
+	own := Deadlines{Idle: p.IdleTimeout, Max: p.MaxTimeout}
+	switch p.Timeout {
+	case TimeoutFast:
+		return own.or(s.opts.Fast)
+	case TimeoutLong:
+		// A long tool states its maximum; without progress it may idle up
+		// to that maximum unless it says otherwise.
+		return own.or(Deadlines{Idle: own.Max, Max: own.Max})
+	}
+	return own.or(s.opts.Standard)
+}
+
+// armDeadlines starts the request's clocks, from its arrival.
+func (r *inflight) armDeadlines(d Deadlines) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.deadlines = d
+	if d.Max > 0 {
+		r.maxTimer = time.AfterFunc(d.Max-time.Since(r.start), func() { r.timeout(ErrMaxDeadline) })
+	}
+	if d.Idle > 0 && (d.Max == 0 || d.Idle < d.Max) {
+		r.idleTimer = time.AfterFunc(d.Idle, func() { r.timeout(ErrIdleTimeout) })
+	}
+}
+
+// touchLocked restarts the idle clock after useful activity.
+func (r *inflight) touchLocked() {
+	if r.idleTimer != nil {
+		r.idleTimer.Reset(r.deadlines.Idle)
+	}
+}
+
+// stopClocksLocked stops both clocks and any pending progress flush.
+func (r *inflight) stopClocksLocked() {
+	for _, t := range []*time.Timer{r.idleTimer, r.maxTimer, r.flushTimer} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	r.pending = nil
+}
+
+// timeout ends the request because a clock fired: the handler's context
+// ends with cause, no more progress goes out, and the client gets a
+// structured timeout failure saying which deadline and how long it ran.
+func (r *inflight) timeout(cause error) {
+	if !r.claim(TimedOut) {
+		return
+	}
+	r.mu.Lock()
+	r.stopClocksLocked()
+	elapsed := r.ended.Sub(r.start)
+	d := r.deadlines
+	r.mu.Unlock()
+	r.sess.forget(r)
+	r.sess.srv.admit.remove(r)
+	r.out.discard(r)
+
+	which, limit := "max", d.Max
+	if errors.Is(cause, ErrIdleTimeout) {
+		which, limit = "idle", d.Idle
+	}
+	te := &mcp.ToolError{
+		Code:    mcp.FailureTimeout,
+		Message: fmt.Sprintf("the request exceeded its %s deadline of %v after %v", which, limit, elapsed.Round(time.Millisecond)),
+		// Whether the work took effect is unknown; only a read-only tool
+		// is safe to call again without reconciling first.
+		Retryable: r.readOnly,
+		Details: map[string]any{
+			"deadline":  which,
+			"limitMs":   limit.Milliseconds(),
+			"elapsedMs": elapsed.Milliseconds(),
+		},
+	}
+	var data []byte
+	var code int64
+	if r.method == mcp.MethodToolsCall {
+		data, _ = r.encodeResult(te.Result())
+	}
+	if data == nil {
+		code = mcp.CodeTimeout
+		data = jsonrpc.AppendError(nil, r.id, jsonrpc.NewError(code, "%s", te.Message).WithData(te.Failure()))
+	}
+	if err := r.out.pushFinal(r, data, code); err != nil {
+		r.sess.srv.log.Error("timeout response not queued", "id", r.id, "err", err)
+	}
+	r.release(cause)
+	r.record(RequestRecord{Outcome: TimedOut, Cause: cause, IsError: code == 0, ErrorCode: code})
+}
