@@ -2,9 +2,12 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"sync"
+
+	"github.com/mcprel/mcprel/mcp"
 )
 
 // DefaultOutboxCapacity is the number of messages an Outbox holds when none
@@ -76,7 +79,9 @@ type Outbox struct {
 	space     chan struct{}  // closed when room for a reservation frees up
 	closed    bool
 	dropped   uint64
-	refetch   bool
+	coalesced uint64
+	refetch   bool // something was ever dropped
+	flagNext  bool // the next response must carry the refetch flag
 }
 
 type frame struct {
@@ -157,11 +162,59 @@ func (o *Outbox) Close() {
 	o.freeSpaceLocked()
 }
 
+// MetaRefetch is the _meta key of the refetch flag. When the server had to
+// drop progress or notifications on a stream, or replace a queued progress
+// value with a newer one, because the client read too slowly, the next
+// response written on that stream carries
+// "_meta": {"dev.mcprel/refetch": true}: what the client saw on the stream
+// is incomplete, so it should refetch the state it cares about from the
+// authoritative source (tools/list, resources/read, a lookup tool) rather
+// than trust the notifications it got.
+const MetaRefetch = mcp.MetaPrefix + "refetch"
+
+// withRefetchFlag adds the refetch flag to a result response's _meta. Error
+// responses and anything that does not parse are returned unchanged.
+func withRefetchFlag(data []byte) []byte {
+	var env map[string]json.RawMessage
+	if json.Unmarshal(data, &env) != nil || env["result"] == nil {
+		return data
+	}
+	var result map[string]json.RawMessage
+	if json.Unmarshal(env["result"], &result) != nil {
+		return data
+	}
+	meta := map[string]json.RawMessage{}
+	if raw := result["_meta"]; raw != nil {
+		json.Unmarshal(raw, &meta)
+	}
+	meta[MetaRefetch] = json.RawMessage("true")
+	var err error
+	if result["_meta"], err = json.Marshal(meta); err != nil {
+		return data
+	}
+	if env["result"], err = json.Marshal(result); err != nil {
+		return data
+	}
+	out, err := json.Marshal(env)
+	if err != nil {
+		return data
+	}
+	return out
+}
+
 // Dropped returns how many messages were dropped for lack of room.
 func (o *Outbox) Dropped() uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.dropped
+}
+
+// Coalesced returns how many queued progress messages were replaced by
+// newer ones before the reader took them.
+func (o *Outbox) Coalesced() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.coalesced
 }
 
 // NeedsRefetch reports whether anything was dropped, so the client must
@@ -186,6 +239,10 @@ func (o *Outbox) popLocked() (Frame, bool) {
 		case FrameFinal, FrameEssential:
 			o.essential--
 			o.freeSpaceLocked()
+			if f.Kind == FrameFinal && o.flagNext {
+				f.Data = withRefetchFlag(f.Data)
+				o.flagNext = false
+			}
 		case FrameProgress:
 			if o.progress[f.owner] == f {
 				delete(o.progress, f.owner)
@@ -306,13 +363,16 @@ func (o *Outbox) pushProgress(owner any, data []byte) error {
 		return ErrOutboxClosed
 	}
 	if f := o.progress[owner]; f != nil {
+		// The reader has not taken the older value yet: the newer one
+		// replaces it, and the client will be told it fell behind.
 		f.Data = data
+		o.coalesced++
+		o.flagNext = true
 		return nil
 	}
 	f := &frame{Frame: Frame{Data: data, Kind: FrameProgress}, owner: owner}
 	if !o.makeRoomLocked() {
-		o.dropped++
-		o.refetch = true
+		o.noteDropLocked()
 		return nil
 	}
 	o.appendLocked(f)
@@ -328,12 +388,19 @@ func (o *Outbox) pushDroppable(owner any, data []byte) error {
 		return ErrOutboxClosed
 	}
 	if !o.makeRoomLocked() {
-		o.dropped++
-		o.refetch = true
+		o.noteDropLocked()
 		return nil
 	}
 	o.appendLocked(&frame{Frame: Frame{Data: data, Kind: FrameDroppable}, owner: owner})
 	return nil
+}
+
+// noteDropLocked records that a message was dropped: the stream is marked,
+// and the next response written on it carries the refetch flag.
+func (o *Outbox) noteDropLocked() {
+	o.dropped++
+	o.refetch = true
+	o.flagNext = true
 }
 
 // makeRoomLocked ensures one more replaceable frame fits, leaving the room
@@ -355,8 +422,7 @@ func (o *Outbox) evictOldestLocked() bool {
 			continue
 		}
 		o.killLocked(f)
-		o.dropped++
-		o.refetch = true
+		o.noteDropLocked()
 		return true
 	}
 	return false

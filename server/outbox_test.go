@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"testing/synctest"
 )
@@ -38,8 +39,8 @@ func TestOutboxCoalescesProgressPerRequest(t *testing.T) {
 	if got := fmt.Sprint(drain(t, o)); got != "[a3 b1]" {
 		t.Fatalf("queue = %s, want [a3 b1]", got)
 	}
-	if o.NeedsRefetch() || o.Dropped() != 0 {
-		t.Fatal("coalescing is not a drop")
+	if o.Dropped() != 0 || o.Coalesced() != 2 {
+		t.Fatalf("dropped %d coalesced %d, want 0 and 2", o.Dropped(), o.Coalesced())
 	}
 	// After a frame is written, the next one queues anew.
 	o.pushProgress(a, []byte("a4"))
@@ -179,5 +180,29 @@ func TestOutboxStaysBounded(t *testing.T) {
 	}
 	if len(o.queue) > 2*16+1 {
 		t.Fatalf("queue slice grew to %d entries", len(o.queue))
+	}
+}
+
+func TestRefetchFlagGoesOnTheNextResult(t *testing.T) {
+	o := NewOutbox(4)
+	mustReserve(t, o)
+	mustReserve(t, o)
+	o.pushProgress(1, []byte("p"))
+	o.pushProgress(2, []byte("q"))
+	o.pushProgress(3, []byte("r")) // no room: dropped
+	o.pushFinal(1, []byte(`{"jsonrpc":"2.0","id":1,"result":{"_meta":{"x":1},"content":[]}}`), 0)
+	o.pushFinal(2, []byte(`{"jsonrpc":"2.0","id":2,"result":{}}`), 0)
+	got := drain(t, o)
+	if len(got) != 4 {
+		t.Fatalf("queue = %v", got)
+	}
+	if !strings.Contains(got[2], `"_meta":{"dev.mcprel/refetch":true,"x":1}`) {
+		t.Fatalf("first result after the drop = %s, want the flag beside the existing _meta", got[2])
+	}
+	if strings.Contains(got[3], "refetch") {
+		t.Fatalf("the flag was repeated on a later result: %s", got[3])
+	}
+	if !o.NeedsRefetch() || o.Dropped() != 1 {
+		t.Fatalf("refetch %v dropped %d", o.NeedsRefetch(), o.Dropped())
 	}
 }

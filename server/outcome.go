@@ -60,6 +60,9 @@ var (
 	// ErrConnectionClosed: the connection ended (stdin closed, or output
 	// could no longer be written).
 	ErrConnectionClosed = errors.New("connection closed")
+	// ErrSlowConsumer: the client stopped reading, so a write waited past
+	// its deadline and the server gave up the stream.
+	ErrSlowConsumer = errors.New("client stopped reading: write deadline exceeded")
 	// ErrShutdown: the server shut down before the request finished.
 	ErrShutdown = errors.New("server shutting down")
 	// ErrRequestDone is the cause of a request context that ended because

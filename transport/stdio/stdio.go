@@ -27,6 +27,9 @@ import (
 // for cancelled handlers to return before giving up on them.
 const DefaultCloseGrace = 5 * time.Second
 
+// DefaultWriteTimeout bounds one write to the output stream.
+const DefaultWriteTimeout = 30 * time.Second
+
 // Options configure a Conn. The zero value is valid.
 type Options struct {
 	// MaxMessageBytes caps one inbound message. A longer line is discarded
@@ -36,6 +39,11 @@ type Options struct {
 	// CloseGrace bounds the wait for cancelled handlers when the connection
 	// ends. Zero means DefaultCloseGrace.
 	CloseGrace time.Duration
+	// WriteTimeout bounds each write to the output: a client that stops
+	// reading ends the connection after it (every request in flight is
+	// cancelled with server.ErrSlowConsumer) instead of pinning the server
+	// forever. Zero means DefaultWriteTimeout.
+	WriteTimeout time.Duration
 }
 
 // Conn is one MCP connection over a reader and a writer.
@@ -63,6 +71,9 @@ func NewConn(srv *server.Server, in io.Reader, out io.Writer, opts *Options) *Co
 	}
 	if c.opts.CloseGrace <= 0 {
 		c.opts.CloseGrace = DefaultCloseGrace
+	}
+	if c.opts.WriteTimeout <= 0 {
+		c.opts.WriteTimeout = DefaultWriteTimeout
 	}
 	c.sess = srv.NewSession(server.StdioSession)
 	c.outbox = srv.NewOutbox()
@@ -95,6 +106,9 @@ func (c *Conn) Serve(ctx context.Context) error {
 	case err := <-writeDone:
 		writerDone = true
 		cause = server.ErrConnectionClosed
+		if errors.Is(err, server.ErrSlowConsumer) {
+			cause = err
+		}
 		result = fmt.Errorf("stdio: writing: %w", err)
 	case err := <-c.stop:
 		cause = err
@@ -196,7 +210,27 @@ func readFrame(br *bufio.Reader, limit int) ([]byte, *jsonrpc.IDScanner, error) 
 }
 
 func (c *Conn) writeLoop(ctx context.Context) error {
-	bw := bufio.NewWriterSize(c.w, 64<<10)
+	// Writes go through a watchdog: an io.Writer has no deadline of its
+	// own, so a write still blocked when the timer fires makes the loop
+	// give up the stream (the blocked goroutine is abandoned).
+	stalled := make(chan struct{}, 1)
+	watchdog := time.AfterFunc(time.Hour, func() { stalled <- struct{}{} })
+	watchdog.Stop()
+	defer watchdog.Stop()
+	w := &watchedWriter{w: c.w, watchdog: watchdog, timeout: c.opts.WriteTimeout}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	errs := make(chan error, 1)
+	go func() { errs <- c.drain(ctx, bw) }()
+	select {
+	case err := <-errs:
+		return err
+	case <-stalled:
+		return server.ErrSlowConsumer
+	}
+}
+
+// drain writes frames until the outbox closes or a write fails.
+func (c *Conn) drain(ctx context.Context, bw *bufio.Writer) error {
 	for {
 		f, err := c.outbox.Next(ctx)
 		if err != nil {
@@ -215,4 +249,18 @@ func (c *Conn) writeLoop(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// watchedWriter arms the watchdog around every write.
+type watchedWriter struct {
+	w        io.Writer
+	watchdog *time.Timer
+	timeout  time.Duration
+}
+
+func (w *watchedWriter) Write(p []byte) (int, error) {
+	w.watchdog.Reset(w.timeout)
+	n, err := w.w.Write(p)
+	w.watchdog.Stop()
+	return n, err
 }

@@ -160,16 +160,17 @@ func (h *Handler) postModern(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 		(meta.ProgressToken != nil || meta.LogLevel != nil) && isCall(m.Method)
 	// Closing the request's stream is its cancellation: the request lives
 	// exactly as long as the HTTP request, and says why it ended.
-	// (serve returns as soon as the client goes away.)
+	// serve returns as soon as the client goes away or stops reading.
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
-	defer func() {
-		if r.Context().Err() != nil {
-			cancel(server.ErrDisconnected)
-		} else {
-			cancel(server.ErrRequestDone)
-		}
-	}()
-	h.serve(w, r, h.stateless, ctx, m, sse, true)
+	st := h.serve(w, r, h.stateless, ctx, m, sse, true)
+	switch st.end {
+	case endWriteFailed:
+		cancel(server.ErrSlowConsumer)
+	case endClientClosed:
+		cancel(server.ErrDisconnected)
+	default:
+		cancel(server.ErrRequestDone)
+	}
 }
 
 // checkModernHeaders applies the 2026-07-28 rules: _meta complete, and the
@@ -302,7 +303,7 @@ func (h *Handler) postLegacy(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 
 // serve dispatches a request to sess with ctx bounding its life, and
 // writes its response stream: SSE when sse, otherwise one JSON body.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Session, ctx context.Context, m jsonrpc.Message, sse, modern bool) {
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Session, ctx context.Context, m jsonrpc.Message, sse, modern bool) streamStats {
 	out := server.NewOutbox(h.opts.StreamCapacity)
 	defer out.Close()
 	rc := http.NewResponseController(w)
@@ -318,6 +319,13 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Ses
 	}
 	h.srv.Logger().Debug("stream", "id", m.ID, "method", m.Method, "sse", sse,
 		"frames", st.frames, "final", st.final, "end", st.end)
+	if !modern && !st.final && st.end != endCancelled {
+		// 2025 era: the stream is gone but the call goes on; its result is
+		// recorded with its terminal state and cannot reach this client
+		// (mcprel does not offer Last-Event-ID resumption).
+		h.srv.Logger().Info("legacy stream ended before its response; the call continues", "id", m.ID, "method", m.Method, "end", st.end)
+	}
+	return st
 }
 
 // streamStats says what a response stream carried and why it ended.
