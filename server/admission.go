@@ -1,30 +1,56 @@
 package server
 
-import "sync"
+import (
+	"sync"
+	"time"
 
-// admission bounds how many tool handlers run at once: server-wide, and
-// per tool where the tool's Policy sets a limit. Each tool has its own
-// lane (limit and FIFO queue), so calls of a slow tool wait in their own
-// queue instead of starving other tools. A queued call holds no goroutine;
-// past the queue bounds a call is refused at once. A handler goroutine that
-// finishes picks up the oldest queued call that may now run, so the number
-// of handler goroutines never exceeds the server-wide limit.
+	"golang.org/x/time/rate"
+)
+
+// admission decides, at once, whether a call runs, waits or is refused.
+//
+// Calls are bounded server-wide, per tool (or per handler kind) and, when
+// Options.Tenant sets limits, per tenant. Each tool has its own lane — a
+// concurrency limit and a FIFO queue — so calls of a slow tool wait in
+// their own queue instead of starving other tools. A queued call holds no
+// goroutine; past the queue bounds a call is refused with a retryable
+// overload error, and a call over a token-bucket rate limit (per tool,
+// per tenant) is refused with the time until a token is free. A handler
+// goroutine that finishes picks up the oldest queued call that may run
+// now, so handler goroutines never exceed the server-wide limit.
 type admission struct {
-	mu       sync.Mutex
-	limit    int // server-wide running limit
-	maxQueue int // server-wide queued limit
-	running  int
-	queued   int
-	seq      uint64             // arrival order across lanes
-	waiting  map[*lane]struct{} // lanes with queued calls
+	mu           sync.Mutex
+	limit        int // server-wide running limit
+	maxQueue     int // server-wide queued limit
+	running      int
+	queued       int
+	seq          uint64             // arrival order across lanes
+	waiting      map[*lane]struct{} // tool lanes with queued calls
+	tenants      map[string]*lane
+	tenantLimits TenantLimits
+	retryAfter   time.Duration // suggestion when nothing better is known
 }
 
-// lane is one tool's share of the admission.
+// lane is one tool's (or one tenant's) share of the admission.
 type lane struct {
-	limit    int // 0: only the server-wide limit applies
-	maxQueue int // 0: only the server-wide queue bound applies
+	limit    int // 0: no limit of its own
+	maxQueue int // 0: no queue bound of its own
 	running  int
-	queue    []*inflight
+	queued   int
+	queue    []*inflight   // tool lanes only: the calls waiting, in order
+	limiter  *rate.Limiter // nil: no rate limit
+	runTime  time.Duration // moving average of handler run time
+}
+
+// TenantLimits bound what one tenant may use (see Options.Tenant). Zero
+// fields mean no limit of that kind.
+type TenantLimits struct {
+	MaxConcurrent int
+	MaxQueued     int
+	// Rate is the tenant's sustained calls per second, Burst how many may
+	// come at once.
+	Rate  float64
+	Burst int
 }
 
 type admitDecision uint8
@@ -32,62 +58,160 @@ type admitDecision uint8
 const (
 	admitRun admitDecision = iota + 1
 	admitQueued
-	admitRefused
+	admitRefused     // concurrency and queue bounds
+	admitRateLimited // a token bucket is empty
 )
 
-func newAdmission(limit, maxQueue int) *admission {
-	return &admission{limit: limit, maxQueue: maxQueue, waiting: make(map[*lane]struct{})}
+func newAdmission(limit, maxQueue int, tenant TenantLimits, retryAfter time.Duration) *admission {
+	return &admission{
+		limit: limit, maxQueue: maxQueue, retryAfter: retryAfter,
+		waiting: make(map[*lane]struct{}), tenants: make(map[string]*lane), tenantLimits: tenant,
+	}
+}
+
+func newLane(limit, maxQueue int, perSecond float64, burst int) *lane {
+	ln := &lane{limit: limit, maxQueue: maxQueue}
+	if perSecond > 0 {
+		ln.limiter = rate.NewLimiter(rate.Limit(perSecond), max(burst, 1))
+	}
+	return ln
 }
 
 func (ln *lane) hasRoom() bool { return ln.limit == 0 || ln.running < ln.limit }
 
-func (a *admission) admit(r *inflight) admitDecision {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	ln := r.lane
-	switch {
-	case a.running < a.limit && ln.hasRoom() && len(ln.queue) == 0:
-		ln.running++
-		a.running++
-		return admitRun
-	case a.queued < a.maxQueue && (ln.maxQueue == 0 || len(ln.queue) < ln.maxQueue):
-		a.seq++
-		r.queued, r.seq = true, a.seq
-		ln.queue = append(ln.queue, r)
-		a.queued++
-		a.waiting[ln] = struct{}{}
-		return admitQueued
+func (ln *lane) queueFull() bool { return ln.maxQueue != 0 && ln.queued >= ln.maxQueue }
+
+// lanesLocked returns the lanes a call must fit in: its tool's, and its
+// tenant's when tenants are limited (created on first use).
+func (a *admission) lanesLocked(r *inflight) []*lane {
+	t := a.tenantLimits
+	if t == (TenantLimits{}) {
+		return []*lane{r.lane}
 	}
-	return admitRefused
+	tl := a.tenants[r.tenant]
+	if tl == nil {
+		tl = newLane(t.MaxConcurrent, t.MaxQueued, t.Rate, t.Burst)
+		a.tenants[r.tenant] = tl
+	}
+	return []*lane{r.lane, tl}
 }
 
-// next releases the slot of done and returns the oldest queued call that
-// may run now (its slot already taken), or nil.
-func (a *admission) next(done *inflight) *inflight {
+// admit decides for a call; for a refusal it also says when to retry.
+func (a *admission) admit(r *inflight, now time.Time) (admitDecision, time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	done.lane.running--
+	lanes := a.lanesLocked(r)
+	defer a.forgetIdleTenantLocked(r.tenant, now)
+
+	// Rate limits first: a call over its rate is refused even when slots
+	// are free. Tokens taken by a call that is then refused are returned.
+	var taken []*rate.Reservation
+	giveBack := func() {
+		for _, res := range taken {
+			res.CancelAt(now)
+		}
+	}
+	for _, ln := range lanes {
+		if ln.limiter == nil {
+			continue
+		}
+		res := ln.limiter.ReserveN(now, 1)
+		if d := res.DelayFrom(now); !res.OK() || d > 0 {
+			res.CancelAt(now)
+			giveBack()
+			if !res.OK() {
+				d = time.Second
+			}
+			return admitRateLimited, d
+		}
+		taken = append(taken, res)
+	}
+
+	fits := a.running < a.limit && len(r.lane.queue) == 0
+	for _, ln := range lanes {
+		fits = fits && ln.hasRoom()
+	}
+	if fits {
+		for _, ln := range lanes {
+			ln.running++
+		}
+		a.running++
+		return admitRun, 0
+	}
+	canWait := a.queued < a.maxQueue
+	for _, ln := range lanes {
+		canWait = canWait && !ln.queueFull()
+	}
+	if canWait {
+		a.seq++
+		r.queued, r.seq = true, a.seq
+		r.lane.queue = append(r.lane.queue, r)
+		for _, ln := range lanes {
+			ln.queued++
+		}
+		a.queued++
+		a.waiting[r.lane] = struct{}{}
+		return admitQueued, 0
+	}
+	giveBack()
+	return admitRefused, a.retryAfterLocked(r.lane)
+}
+
+// retryAfterLocked estimates when a refused call could be admitted: the
+// lane's average run time for each call ahead of it, spread over its
+// slots; the configured suggestion until run times are known.
+func (a *admission) retryAfterLocked(ln *lane) time.Duration {
+	if ln.runTime <= 0 {
+		return a.retryAfter
+	}
+	slots := ln.limit
+	if slots == 0 {
+		slots = a.limit
+	}
+	d := ln.runTime * time.Duration(len(ln.queue)+1) / time.Duration(max(slots, 1))
+	return min(max(d, 10*time.Millisecond), time.Minute)
+}
+
+// next releases the slot of done, which ran for ran, and returns the oldest
+// queued call that may run now (its slots already taken), or nil.
+func (a *admission) next(done *inflight, ran time.Duration) *inflight {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, ln := range a.lanesLocked(done) {
+		ln.running--
+	}
 	a.running--
-	var best *lane
+	// An exponentially weighted moving average, weight 1/8.
+	if done.lane.runTime == 0 {
+		done.lane.runTime = ran
+	} else {
+		done.lane.runTime += (ran - done.lane.runTime) / 8
+	}
+	a.forgetIdleTenantLocked(done.tenant, time.Now())
+
+	var best *inflight
 	for ln := range a.waiting {
-		if ln.hasRoom() && (best == nil || ln.queue[0].seq < best.queue[0].seq) {
-			best = ln
+		head := ln.queue[0]
+		if best != nil && head.seq > best.seq {
+			continue
+		}
+		runnable := true
+		for _, l := range a.lanesLocked(head) {
+			runnable = runnable && l.hasRoom()
+		}
+		if runnable {
+			best = head
 		}
 	}
 	if best == nil {
 		return nil
 	}
-	r := best.queue[0]
-	best.queue[0] = nil
-	best.queue = best.queue[1:]
-	if len(best.queue) == 0 {
-		delete(a.waiting, best)
+	a.dequeueLocked(best)
+	for _, ln := range a.lanesLocked(best) {
+		ln.running++
 	}
-	a.queued--
-	r.queued = false
-	best.running++
 	a.running++
-	return r
+	return best
 }
 
 // remove takes a call out of its queue; it reports false if the call was
@@ -98,17 +222,38 @@ func (a *admission) remove(r *inflight) bool {
 	if !r.queued {
 		return false
 	}
+	a.dequeueLocked(r)
+	a.forgetIdleTenantLocked(r.tenant, time.Now())
+	return true
+}
+
+func (a *admission) dequeueLocked(r *inflight) {
 	ln := r.lane
 	for i, q := range ln.queue {
 		if q == r {
 			ln.queue = append(ln.queue[:i], ln.queue[i+1:]...)
-			if len(ln.queue) == 0 {
-				delete(a.waiting, ln)
-			}
-			a.queued--
-			r.queued = false
-			return true
+			break
 		}
 	}
-	return false
+	if len(ln.queue) == 0 {
+		delete(a.waiting, ln)
+	}
+	for _, l := range a.lanesLocked(r) {
+		l.queued--
+	}
+	a.queued--
+	r.queued = false
+}
+
+// forgetIdleTenantLocked drops the lane of a tenant with nothing running or
+// waiting and a full token bucket — a fresh lane would be identical — so
+// that lanes do not accumulate for every tenant ever seen.
+func (a *admission) forgetIdleTenantLocked(tenant string, now time.Time) {
+	tl := a.tenants[tenant]
+	if tl == nil || tl.running != 0 || tl.queued != 0 {
+		return
+	}
+	if tl.limiter == nil || tl.limiter.TokensAt(now) >= float64(tl.limiter.Burst()) {
+		delete(a.tenants, tenant)
+	}
 }

@@ -16,8 +16,9 @@ import (
 // prompt or resource); empty for requests that cannot ask for input. It
 // fails the request and returns false when a retry's state does not verify.
 func (ss *Session) requestInfo(r *inflight, in *incoming, scope string) (Request, bool) {
-	q := Request{ID: r.id, Meta: in.rawMeta, Era: r.era, r: r}
+	q := Request{ID: r.id, Meta: in.rawMeta, Era: r.era, Tenant: TenantFrom(in.ctx), r: r}
 	r.scope = scope
+	r.tenant = q.Tenant
 	if r.era == mcp.Modern {
 		q.ProtocolVersion = *in.meta.ProtocolVersion
 		q.ClientCapabilities = *in.meta.ClientCapabilities
@@ -49,13 +50,15 @@ func (ss *Session) startCall(r *inflight, in *incoming, ln *lane, d Deadlines, e
 		return
 	}
 	r.armDeadlines(d)
-	switch ss.srv.admit.admit(r) {
+	switch decision, retryAfter := ss.srv.admit.admit(r, time.Now()); decision {
 	case admitRun:
 		go ss.srv.runCalls(r)
 	case admitQueued:
 		// A finishing handler goroutine will pick it up.
 	case admitRefused:
-		r.fail(overloaded(ss.srv.opts.OverloadRetryAfter))
+		r.fail(overloaded(retryAfter))
+	case admitRateLimited:
+		r.fail(rateLimited(retryAfter))
 	}
 }
 
@@ -63,14 +66,16 @@ func (ss *Session) startCall(r *inflight, in *incoming, ln *lane, d Deadlines, e
 // admission hands over, until none is waiting.
 func (s *Server) runCalls(r *inflight) {
 	for r != nil {
-		r.sess.runCall(r)
-		r = s.admit.next(r)
+		ran := r.sess.runCall(r)
+		r = s.admit.next(r, ran)
 	}
 }
 
-func (ss *Session) runCall(r *inflight) {
+// runCall runs a call's handler and sends what it returns, unless the call
+// already ended; it returns how long the handler ran.
+func (ss *Session) runCall(r *inflight) time.Duration {
 	if r.done() { // cancelled while it waited in the queue
-		return
+		return 0
 	}
 	ss.handlerStarted()
 	defer ss.handlerReturned()
@@ -105,6 +110,7 @@ func (ss *Session) runCall(r *inflight) {
 	if h := ss.srv.opts.OnHandlerDone; h != nil {
 		h(rec)
 	}
+	return ran
 }
 
 // invoke runs the handler, turning a panic into an internal error.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 
@@ -31,6 +32,11 @@ type Request struct {
 	ClientCapabilities mcp.ClientCapabilities
 	// ClientInfo is the client's self-description, when it gave one.
 	ClientInfo *mcp.Implementation
+	// Tenant is who the request is for, as the transport established it
+	// (see WithTenant); "" when the server has one tenant. State a handler
+	// keeps across requests — idempotency records, task ids — must be
+	// scoped to it.
+	Tenant string
 	// InputResponses holds the client's answers on a retry after an
 	// input_required result (2026-07-28), by the keys the handler used.
 	InputResponses map[string]json.RawMessage
@@ -102,4 +108,20 @@ type PromptRequest struct {
 type CompleteRequest struct {
 	Request
 	Params mcp.CompleteParams
+}
+
+type tenantKey struct{}
+
+// WithTenant returns a context that marks requests handled with it as
+// belonging to tenant. Transports call it with the identity they
+// authenticated (streamhttp maps bearer tokens to tenants); handlers read
+// it as Request.Tenant, and Options.Tenant limits apply per tenant.
+func WithTenant(ctx context.Context, tenant string) context.Context {
+	return context.WithValue(ctx, tenantKey{}, tenant)
+}
+
+// TenantFrom returns the tenant WithTenant put in ctx, or "".
+func TenantFrom(ctx context.Context) string {
+	t, _ := ctx.Value(tenantKey{}).(string)
+	return t
 }

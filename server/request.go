@@ -36,7 +36,8 @@ type inflight struct {
 	queued bool   // guarded by admission.mu
 	seq    uint64 // arrival order while queued; guarded by admission.mu
 
-	readOnly bool // the tool says it has no side effects: a timeout is retryable
+	readOnly bool   // the tool says it has no side effects: a timeout is retryable
+	tenant   string // who the request is for (see WithTenant)
 
 	mu           sync.Mutex
 	outcome      Outcome // zero while running

@@ -41,9 +41,15 @@ type Options struct {
 	// slot. Past it, calls are refused at once with a retryable overload
 	// error (mcp.CodeOverloaded). Zero means DefaultMaxQueuedCalls.
 	MaxQueuedCalls int
-	// OverloadRetryAfter is the retryAfterMs an overload error suggests.
-	// Zero means DefaultOverloadRetryAfter.
+	// OverloadRetryAfter is the retryAfterMs an overload error suggests
+	// until the server has seen how long calls take (after that it
+	// estimates from their average run time). Zero means
+	// DefaultOverloadRetryAfter.
 	OverloadRetryAfter time.Duration
+	// Tenant bounds what each tenant (see WithTenant) may use: concurrent
+	// calls, queued calls and a token-bucket rate. The zero value sets no
+	// per-tenant limit.
+	Tenant TenantLimits
 
 	// Fast and Standard are the default deadlines of tools in those timeout
 	// classes (see Policy.Timeout); Standard also bounds resource reads,
@@ -150,6 +156,9 @@ func New(info mcp.Implementation, opts *Options) (*Server, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	if t := o.Tenant; t.MaxConcurrent < 0 || t.MaxQueued < 0 || t.Rate < 0 || t.Burst < 0 {
+		return nil, errors.New("server: Options.Tenant limits must not be negative")
+	}
 	if err := o.Fast.validate("Options.Fast"); err != nil {
 		return nil, err
 	}
@@ -177,16 +186,16 @@ func New(info mcp.Implementation, opts *Options) (*Server, error) {
 		info:         info,
 		opts:         o,
 		log:          o.Logger,
-		admit:        newAdmission(o.MaxConcurrentCalls, o.MaxQueuedCalls),
+		admit:        newAdmission(o.MaxConcurrentCalls, o.MaxQueuedCalls, o.Tenant, o.OverloadRetryAfter),
 		state:        newStateSigner(o.StateKey, o.StateTTL),
 		serverInfo:   si,
 		tools:        make(map[string]*registeredTool),
 		resources:    make(map[string]*registeredResource),
 		prompts:      make(map[string]*registeredPrompt),
 		sessions:     make(map[*Session]struct{}),
-		resourceLane: &lane{},
-		promptLane:   &lane{},
-		completeLane: &lane{},
+		resourceLane: newLane(0, 0, 0, 0),
+		promptLane:   newLane(0, 0, 0, 0),
+		completeLane: newLane(0, 0, 0, 0),
 	}, nil
 }
 

@@ -400,6 +400,11 @@ func jsonKind(goKind string) string {
 	return "of another type"
 }
 
+func rateLimited(retryAfter time.Duration) *jsonrpc.Error {
+	te := &mcp.ToolError{Code: mcp.FailureRateLimited, Message: "the call exceeds a rate limit", Retryable: true, RetryAfter: retryAfter}
+	return jsonrpc.NewError(mcp.CodeRateLimited, "rate limited: retry after %d ms", max(1, retryAfter.Milliseconds())).WithData(te.Failure())
+}
+
 func overloaded(retryAfter time.Duration) *jsonrpc.Error {
 	te := &mcp.ToolError{Code: mcp.FailureOverloaded, Message: "the server is at its concurrency limit and its queue is full", Retryable: true, RetryAfter: retryAfter}
 	return jsonrpc.NewError(mcp.CodeOverloaded, "server overloaded: retry after %d ms", retryAfter.Milliseconds()).WithData(te.Failure())

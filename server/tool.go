@@ -53,6 +53,12 @@ type Policy struct {
 	// server-wide bound applies.
 	MaxQueued int
 
+	// Rate, when positive, is the tool's sustained calls per second across
+	// all clients, Burst how many may come at once (at least 1); calls
+	// over it are refused with a retryable rate-limit error.
+	Rate  float64
+	Burst int
+
 	// Timeout is the tool's kind of work, which picks its default
 	// deadlines (see TimeoutClass).
 	Timeout TimeoutClass
@@ -63,7 +69,7 @@ type Policy struct {
 }
 
 func (p Policy) validate(tool string) error {
-	if p.MaxConcurrent < 0 || p.MaxQueued < 0 || p.IdleTimeout < 0 || p.MaxTimeout < 0 {
+	if p.MaxConcurrent < 0 || p.MaxQueued < 0 || p.IdleTimeout < 0 || p.MaxTimeout < 0 || p.Rate < 0 || p.Burst < 0 {
 		return fmt.Errorf("server: tool %q: Policy limits and timeouts must not be negative", tool)
 	}
 	if p.Timeout > TimeoutLong {

@@ -38,6 +38,8 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	fs.Var(&hosts, "allowed-host", "a Host header value to accept besides loopback names (repeatable; needed when serving beyond loopback)")
 	fs.Var(&origins, "allowed-origin", "an Origin to accept, as scheme://host[:port] (repeatable; default loopback origins)")
 	authToken := fs.String("auth-token", "", "require this bearer token on HTTP requests (or set MCPREL_AUTH_TOKEN)")
+	var tokens listFlag
+	fs.Var(&tokens, "token", "TENANT=TOKEN: accept this bearer token for that tenant (repeatable); tenants are isolated and limited separately")
 	keepAlive := fs.Duration("keepalive", streamhttp.DefaultKeepAlive, "comment line cadence on quiet SSE streams")
 	maxConcurrent := fs.Int("max-concurrent", server.DefaultMaxConcurrentCalls, "tool calls that may run at once")
 	maxQueued := fs.Int("max-queued", server.DefaultMaxQueuedCalls, "calls that may wait for a slot before new ones are refused as overloaded")
@@ -87,10 +89,20 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		if token == "" {
 			token = os.Getenv("MCPREL_AUTH_TOKEN")
 		}
+		tenants := map[string]string{}
+		for _, t := range tokens {
+			name, tok, ok := strings.Cut(t, "=")
+			if !ok || name == "" || tok == "" {
+				fmt.Fprintf(stderr, "serve: --token wants TENANT=TOKEN, not %q\n", t)
+				return errUsage
+			}
+			tenants[tok] = name
+		}
 		return serveHTTP(ctx, srv, logger, stderr, *httpAddr, *path, *grace, &streamhttp.HandlerOptions{
 			AllowedHosts:   hosts,
 			AllowedOrigins: origins,
 			AuthToken:      token,
+			Tokens:         tenants,
 			MaxBodyBytes:   int64(*maxMessage),
 			KeepAlive:      *keepAlive,
 		})
@@ -128,7 +140,7 @@ func serveHTTP(ctx context.Context, srv *server.Server, logger *slog.Logger, std
 	if err != nil {
 		return err
 	}
-	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && opts.AuthToken == "" {
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && opts.AuthToken == "" && len(opts.Tokens) == 0 {
 		logger.Warn("serving beyond loopback without --auth-token: anyone who can reach this address can call the tools", "addr", ln.Addr().String())
 	}
 	mux := http.NewServeMux()

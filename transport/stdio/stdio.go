@@ -39,6 +39,9 @@ type Options struct {
 	// CloseGrace bounds the wait for cancelled handlers when the connection
 	// ends. Zero means DefaultCloseGrace.
 	CloseGrace time.Duration
+	// Tenant is who the connection's requests are for (see
+	// server.WithTenant); "" for a single-tenant process.
+	Tenant string
 	// WriteTimeout bounds each write to the output: a client that stops
 	// reading ends the connection after it (every request in flight is
 	// cancelled with server.ErrSlowConsumer) instead of pinning the server
@@ -87,7 +90,7 @@ func NewConn(srv *server.Server, in io.Reader, out io.Writer, opts *Options) *Co
 // return and for what is queued to be written. It returns nil when the
 // input ended cleanly.
 func (c *Conn) Serve(ctx context.Context) error {
-	connCtx, cancel := context.WithCancelCause(ctx)
+	connCtx, cancel := context.WithCancelCause(server.WithTenant(ctx, c.opts.Tenant))
 	defer cancel(nil)
 
 	readDone := make(chan error, 1)

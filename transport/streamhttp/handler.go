@@ -67,11 +67,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "origin %q is not allowed", origin))
 		return
 	}
-	if h.opts.AuthToken != "" && !h.authorized(r) {
+	tenant, ok := h.tenant(r)
+	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="mcp"`)
 		writeError(w, http.StatusUnauthorized, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "a valid bearer token is required"))
 		return
 	}
+	r = r.WithContext(server.WithTenant(r.Context(), tenant))
 	switch r.Method {
 	case http.MethodPost:
 		h.post(w, r)
@@ -85,12 +87,30 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (h *Handler) authorized(r *http.Request) bool {
+// tenant authenticates the request: it returns the tenant its bearer token
+// belongs to, "" when no authentication is configured, and false when a
+// token is required and the request has no valid one.
+func (h *Handler) tenant(r *http.Request) (string, bool) {
+	if h.opts.AuthToken == "" && len(h.opts.Tokens) == 0 {
+		return "", true
+	}
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
+		return "", false
 	}
-	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(h.opts.AuthToken)) == 1
+	token = strings.TrimSpace(token)
+	found, tenant := false, ""
+	// Compare against every token in constant time, so that timing says
+	// nothing about which tokens exist.
+	if h.opts.AuthToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(h.opts.AuthToken)) == 1 {
+		found = true
+	}
+	for t, name := range h.opts.Tokens {
+		if subtle.ConstantTimeCompare([]byte(token), []byte(t)) == 1 {
+			found, tenant = true, name
+		}
+	}
+	return tenant, found
 }
 
 func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
@@ -278,7 +298,7 @@ func isCall(method string) bool {
 }
 
 func (h *Handler) postLegacy(w http.ResponseWriter, r *http.Request, m jsonrpc.Message, sid, headerVersion string) {
-	ls := h.lookup(sid)
+	ls := h.lookup(sid, server.TenantFrom(r.Context()))
 	if ls == nil {
 		writeError(w, http.StatusNotFound, m.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "session not found: it ended or never existed; initialize a new one"))
 		return
@@ -367,7 +387,7 @@ func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, rc *http.Res
 		status := http.StatusOK
 		if f.ErrorCode != 0 {
 			status = statusFor(f.ErrorCode, modern)
-			if f.ErrorCode == mcp.CodeOverloaded {
+			if f.ErrorCode == mcp.CodeOverloaded || f.ErrorCode == mcp.CodeRateLimited {
 				setRetryAfter(w, f.Data)
 			}
 		}
@@ -462,7 +482,7 @@ func statusFor(code int64, modern bool) int {
 		return http.StatusBadRequest
 	case jsonrpc.CodeInternalError:
 		return http.StatusInternalServerError
-	case mcp.CodeOverloaded:
+	case mcp.CodeOverloaded, mcp.CodeRateLimited:
 		return http.StatusTooManyRequests
 	case mcp.CodeUnavailable:
 		return http.StatusServiceUnavailable

@@ -38,8 +38,15 @@ type HandlerOptions struct {
 	// affected.
 	AllowedOrigins []string
 	// AuthToken, if set, must be presented as "Authorization: Bearer
-	// <token>" on every request; others get 401.
+	// <token>" on every request; others get 401. Its requests belong to
+	// the tenant "".
 	AuthToken string
+	// Tokens maps bearer tokens to tenants: a request presenting one of
+	// them is served for that tenant (server.Request.Tenant, and the
+	// per-tenant limits of server.Options.Tenant), and a legacy session
+	// belongs to the tenant that opened it. When Tokens or AuthToken is
+	// set, requests without a valid token get 401.
+	Tokens map[string]string
 	// MaxBodyBytes caps a request body; larger ones get 413. Zero means
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64

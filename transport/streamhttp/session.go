@@ -16,6 +16,7 @@ import (
 // context its requests live in, and the GET stream if one is open.
 type legacySession struct {
 	id     string
+	tenant string
 	sess   *server.Session
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -43,9 +44,11 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 		writeError(w, http.StatusServiceUnavailable, m.ID, jsonrpc.NewError(mcp.CodeUnavailable, "too many sessions; retry later"))
 		return
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
+	tenant := server.TenantFrom(r.Context())
+	ctx, cancel := context.WithCancelCause(server.WithTenant(context.Background(), tenant))
 	ls := &legacySession{
 		id:       newSessionID(),
+		tenant:   tenant,
 		sess:     h.srv.NewSession(server.SessionConfig{Legacy: true, TrackIDs: true, StreamPerRequest: true}),
 		ctx:      ctx,
 		cancel:   cancel,
@@ -77,11 +80,15 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 	w.Write(f.Data)
 }
 
-// lookup finds a live session and marks it in use; release undoes that.
-func (h *Handler) lookup(id string) *legacySession {
+// lookup finds a live session of tenant and marks it in use; done undoes
+// that. Another tenant's session is not found: its id gives nothing away.
+func (h *Handler) lookup(id, tenant string) *legacySession {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ls := h.sessions[id]
+	if ls != nil && ls.tenant != tenant {
+		ls = nil
+	}
 	if ls != nil {
 		ls.active++
 		ls.lastUsed = time.Now()
@@ -122,7 +129,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotAcceptable, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "Accept must list text/event-stream"))
 		return
 	}
-	ls := h.lookup(sid)
+	ls := h.lookup(sid, server.TenantFrom(r.Context()))
 	if ls == nil {
 		writeError(w, http.StatusNotFound, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "session not found"))
 		return
@@ -165,13 +172,12 @@ func (h *Handler) delete(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "DELETE needs an %s", headerSessionID))
 		return
 	}
-	h.mu.Lock()
-	ls := h.sessions[sid]
-	h.mu.Unlock()
+	ls := h.lookup(sid, server.TenantFrom(r.Context()))
 	if ls == nil {
 		writeError(w, http.StatusNotFound, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "session not found"))
 		return
 	}
+	h.done(ls)
 	h.end(ls, ErrSessionEnded)
 	w.WriteHeader(http.StatusOK)
 }

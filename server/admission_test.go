@@ -1,0 +1,99 @@
+package server
+
+import (
+	"testing"
+	"time"
+)
+
+func call(ln *lane, tenant string) *inflight { return &inflight{lane: ln, tenant: tenant} }
+
+// TestRateLimitRefusesWithTheWait: a tool limited to 2 calls a second with
+// a burst of 2 admits two at once, refuses the third with the time until a
+// token is free, and admits again once it is.
+func TestRateLimitRefusesWithTheWait(t *testing.T) {
+	a := newAdmission(10, 10, TenantLimits{}, time.Second)
+	ln := newLane(0, 0, 2, 2)
+	t0 := time.Unix(1000, 0)
+	for i := range 2 {
+		if d, _ := a.admit(call(ln, ""), t0); d != admitRun {
+			t.Fatalf("call %d: %v", i, d)
+		}
+	}
+	d, wait := a.admit(call(ln, ""), t0)
+	if d != admitRateLimited || wait != 500*time.Millisecond {
+		t.Fatalf("third call: %v after %v, want rate limited for 500ms", d, wait)
+	}
+	if d, _ := a.admit(call(ln, ""), t0.Add(500*time.Millisecond)); d != admitRun {
+		t.Fatalf("after the wait: %v", d)
+	}
+}
+
+// TestRefusedCallsReturnTheirTokens: a call refused for lack of slots does
+// not spend its rate token.
+func TestRefusedCallsReturnTheirTokens(t *testing.T) {
+	a := newAdmission(1, 0, TenantLimits{}, time.Second)
+	busy := newLane(0, 0, 0, 0)
+	a.admit(call(busy, ""), time.Unix(0, 0)) // takes the only slot
+	ln := newLane(0, 0, 1, 1)
+	t0 := time.Unix(1000, 0)
+	if d, _ := a.admit(call(ln, ""), t0); d != admitRefused {
+		t.Fatalf("want refused for slots, got %v", d)
+	}
+	// The token is still there: a call right after is not rate limited.
+	a.next(&inflight{lane: busy}, time.Millisecond)
+	if d, _ := a.admit(call(ln, ""), t0); d != admitRun {
+		t.Fatalf("the refused call spent the token: %v", d)
+	}
+}
+
+// TestTenantLimits: one tenant's calls are bounded on their own; another
+// tenant is unaffected, and idle tenants are forgotten.
+func TestTenantLimits(t *testing.T) {
+	a := newAdmission(10, 10, TenantLimits{MaxConcurrent: 1, MaxQueued: 1}, time.Second)
+	ln := newLane(0, 0, 0, 0)
+	now := time.Unix(0, 0)
+	first := call(ln, "a")
+	if d, _ := a.admit(first, now); d != admitRun {
+		t.Fatal(d)
+	}
+	waiting := call(ln, "a")
+	if d, _ := a.admit(waiting, now); d != admitQueued {
+		t.Fatalf("a's second call: %v, want queued", d)
+	}
+	if d, _ := a.admit(call(ln, "a"), now); d != admitRefused {
+		t.Fatalf("a's third call: %v, want refused", d)
+	}
+	other := newLane(0, 0, 0, 0)
+	if d, _ := a.admit(call(other, "b"), now); d != admitRun {
+		t.Fatalf("b's call: %v, want to run beside a's", d)
+	}
+	if got := a.next(first, time.Millisecond); got != waiting {
+		t.Fatalf("after a's first call, %v ran; want a's queued call", got)
+	}
+	a.next(waiting, time.Millisecond)
+	a.next(&inflight{lane: other, tenant: "b"}, time.Millisecond)
+	if len(a.tenants) != 0 {
+		t.Fatalf("%d tenant lanes left after every call ended", len(a.tenants))
+	}
+}
+
+// TestRetryAfterFollowsRunTimes: once run times are known, an overloaded
+// lane suggests waiting about one run time per call ahead, per slot.
+func TestRetryAfterFollowsRunTimes(t *testing.T) {
+	a := newAdmission(100, 100, TenantLimits{}, 7*time.Second)
+	ln := newLane(2, 2, 0, 0)
+	now := time.Unix(0, 0)
+	calls := make([]*inflight, 4)
+	for i := range calls {
+		calls[i] = call(ln, "")
+		a.admit(calls[i], now) // two run, two wait
+	}
+	if _, wait := a.admit(call(ln, ""), now); wait != 7*time.Second {
+		t.Fatalf("with no run times known: %v, want the configured 7s", wait)
+	}
+	a.next(calls[0], 400*time.Millisecond) // calls[2] starts
+	a.admit(call(ln, ""), now)             // refills the queue
+	if _, wait := a.admit(call(ln, ""), now); wait != 600*time.Millisecond {
+		t.Fatalf("retry after %v, want 400ms × 3 calls ahead / 2 slots = 600ms", wait)
+	}
+}
