@@ -68,4 +68,3 @@ func (a *authTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	return a.base.RoundTrip(r)
 }
-
