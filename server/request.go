@@ -46,11 +46,11 @@ type inflight struct {
 	idleTimer    *time.Timer
 	maxTimer     *time.Timer
 	lastProgress float64
-	hasProgress  bool        // a valid report was accepted
-	progressDrop uint64      // non-increasing reports refused
-	lastSent     time.Time   // when the last progress notification was queued
-	pending      []byte      // the newest progress, held back by the rate limit
-	flushTimer   *time.Timer // sends pending when the rate limit allows
+	hasProgress  bool                // a valid report was accepted
+	progressDrop uint64              // non-increasing reports refused
+	lastSent     time.Time           // when the last progress notification was queued
+	pending      *mcp.ProgressParams // the newest progress, held back by the rate limit
+	flushTimer   *time.Timer         // sends pending when the rate limit allows
 }
 
 // done reports whether the terminal state is recorded.
@@ -81,13 +81,12 @@ func (r *inflight) respond(o Outcome, data []byte, rec RequestRecord) bool {
 		return false
 	}
 	r.mu.Lock()
-	pending := r.pending
+	if r.pending != nil {
+		r.pushProgressLocked(r.pending)
+	}
 	r.stopClocksLocked()
 	r.mu.Unlock()
 	r.sess.forget(r)
-	if pending != nil {
-		r.out.pushProgress(r, pending)
-	}
 	if err := r.out.pushFinal(r, data, rec.ErrorCode); err != nil {
 		r.sess.srv.log.Error("response not queued", "id", r.id, "method", r.method, "err", err)
 	}
@@ -240,17 +239,11 @@ func (r *inflight) reportProgress(progress, total float64, message string) error
 	if total > 0 {
 		p.Total = &total
 	}
-	params, err := json.Marshal(p)
-	if err != nil {
-		return err
-	}
-	data := jsonrpc.AppendNotification(nil, mcp.NotificationProgress, params)
-	interval := r.sess.srv.opts.ProgressInterval
 	now := time.Now()
-	if wait := r.lastSent.Add(interval).Sub(now); !r.lastSent.IsZero() && wait > 0 {
-		// Too soon after the last one: keep only the newest, and send it
-		// when the interval has passed.
-		r.pending = data
+	if wait := r.lastSent.Add(r.sess.srv.opts.ProgressInterval).Sub(now); !r.lastSent.IsZero() && wait > 0 {
+		// Too soon after the last one: keep only the newest (encoded only
+		// if it is ever sent), and send it when the interval has passed.
+		r.pending = &p
 		if r.flushTimer == nil {
 			r.flushTimer = time.AfterFunc(wait, r.flushProgress)
 		}
@@ -260,7 +253,16 @@ func (r *inflight) reportProgress(progress, total float64, message string) error
 	// follow it.
 	r.pending = nil
 	r.lastSent = now
-	return r.out.pushProgress(r, data)
+	return r.pushProgressLocked(&p)
+}
+
+// pushProgressLocked encodes a progress notification and queues it.
+func (r *inflight) pushProgressLocked(p *mcp.ProgressParams) error {
+	params, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return r.out.pushProgress(r, jsonrpc.AppendNotification(nil, mcp.NotificationProgress, params))
 }
 
 // flushProgress sends the progress the rate limit held back.
@@ -271,10 +273,10 @@ func (r *inflight) flushProgress() {
 	if r.outcome != 0 || r.pending == nil {
 		return
 	}
-	data := r.pending
+	p := r.pending
 	r.pending = nil
 	r.lastSent = time.Now()
-	r.out.pushProgress(r, data)
+	r.pushProgressLocked(p)
 }
 
 func (r *inflight) log(level mcp.LoggingLevel, logger string, data any) error {

@@ -42,7 +42,7 @@ func addDemoTools(srv *server.Server) error {
 		Description: "Counts to steps, waiting intervalMs between steps and reporting progress after each " +
 			"(when a progress token is given). Stops as soon as the call is cancelled. Read-only; safe to retry.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{` +
-			`"steps":{"type":"integer","minimum":1,"maximum":100000,"description":"how many steps to count"},` +
+			`"steps":{"type":"integer","minimum":1,"maximum":1000000,"description":"how many steps to count"},` +
 			`"intervalMs":{"type":"integer","minimum":0,"maximum":60000,"description":"pause before each step, in milliseconds"}},` +
 			`"required":["steps"],"additionalProperties":false}`),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: mcp.Bool(true), IdempotentHint: mcp.Bool(true), OpenWorldHint: mcp.Bool(false)},
