@@ -211,7 +211,11 @@ func (ss *Session) selectEra(r *inflight, meta *mcp.RequestMeta, hasMeta bool) *
 // track gives the request its context and registers it as in flight, so
 // that a cancellation can find it. It returns false if ctx already ended.
 func (ss *Session) track(ctx context.Context, r *inflight) bool {
-	r.ctx, r.cancel = context.WithCancelCause(ctx)
+	// The handler's context keeps ctx's values but not its cancellation:
+	// it ends only when the request reaches its terminal state (release),
+	// so a handler can never observe an ending that was not recorded first
+	// and return a result that would then be taken for a completion.
+	r.ctx, r.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	ss.mu.Lock()
 	if ss.closed {
 		ss.mu.Unlock()

@@ -236,3 +236,41 @@ func TestLegacyGETStream(t *testing.T) {
 }
 
 func jsonrpcID(n int64) jsonrpc.ID { return jsonrpc.IntID(n) }
+
+// TestDisconnectAlwaysWinsOverAPromptHandler: a handler that returns the
+// instant its context ends must never have that result taken for a
+// completion. Before the handler's context was detached from the HTTP
+// request's, the handler could see the disconnect before the server had
+// recorded it and "complete" the call; many rounds make that interleaving
+// likely if it can happen at all.
+func TestDisconnectAlwaysWinsOverAPromptHandler(t *testing.T) {
+	rec := mcptest.NewRecorder()
+	srv := mcptest.NewServer(t, rec.Hook(nil))
+	entered := make(chan struct{}, 1)
+	srv.AddTool(server.Tool{Name: "prompt"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		entered <- struct{}{}
+		<-ctx.Done()
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("returned at once")}}, nil
+	})
+	c := mcptest.HTTP(t, srv, nil)
+	for i := int64(1); i <= 100; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": i, "method": mcp.MethodToolsCall, "params": mcptest.ModernParams(map[string]any{"name": "prompt"})})
+			if resp, err := c.Client.Do(mustRequest(t, ctx, c.URL, body, mcptest.ModernHeaders(mcp.MethodToolsCall, "prompt"))); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		<-entered
+		cancel()
+		<-done
+		if r := rec.WaitRequest(t, jsonrpc.IntID(i)); r.Outcome != server.Cancelled {
+			t.Fatalf("round %d: record %+v, want cancelled", i, r)
+		}
+		if h := rec.WaitHandler(t, jsonrpc.IntID(i)); !h.Discarded {
+			t.Fatalf("round %d: the handler's result was sent after the client closed its stream", i)
+		}
+	}
+}
