@@ -97,11 +97,14 @@ try {
         onprogress: (p) => progress.push(p.progress),
     });
     summary.progress = progress;
-    // Only the last value may have been lost to the SDK race above.
+    // Only the last value may have been lost to the SDK race above. The
+    // server coalesces reports that come faster than its progress rate
+    // limit (the newest goes out, before the result), so fewer than 3 may
+    // arrive; the Go test matches them against the wire.
     const raced = summary.lateProgress.filter((p) => p.total === 3).map((p) => p.progress);
     const all = progress.concat(raced);
-    expect(all.length === 3 && all.every((v, i) => i === 0 || v > all[i - 1]) && raced.every((v) => v === 3),
-        `progress ${JSON.stringify(progress)} (+${JSON.stringify(raced)} dropped by the SDK), want 3 increasing values`);
+    expect(all.length >= 1 && all.length <= 3 && all.every((v, i) => i === 0 || v > all[i - 1]) && all.at(-1) === 3 && raced.length <= 1,
+        `progress ${JSON.stringify(progress)} (+${JSON.stringify(raced)} dropped by the SDK), want increasing values ending at 3`);
     expect(counted.structuredContent?.counted === 3, `slow_count returned ${JSON.stringify(counted.structuredContent)}, want {counted: 3}`);
 
     // A long count, aborted as soon as it shows it is running. The timeout
