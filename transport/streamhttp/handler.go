@@ -339,6 +339,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Ses
 	}
 	h.srv.Logger().Debug("stream", "id", m.ID, "method", m.Method, "sse", sse,
 		"frames", st.frames, "final", st.final, "end", st.end)
+	if !sse && st.end == endCancelled {
+		// Cancelled before any response: there is none to give. Drop the
+		// connection rather than invent an empty one.
+		panic(http.ErrAbortHandler)
+	}
 	if !modern && !st.final && st.end != endCancelled {
 		// 2025 era: the stream is gone but the call goes on; its result is
 		// recorded with its terminal state and cannot reach this client
@@ -370,9 +375,7 @@ func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, rc *http.Res
 		f, ok := out.TryNext()
 		if !ok {
 			if out.Closed() {
-				// Cancelled: there is no response to give. Drop the
-				// connection rather than invent an empty one.
-				panic(http.ErrAbortHandler)
+				return streamStats{end: endCancelled}
 			}
 			select {
 			case <-out.Ready():
