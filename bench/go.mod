@@ -1,6 +1,6 @@
 module github.com/mcprel/mcprel/bench
 
-go 1.26
+go 1.26.0
 
 replace github.com/mcprel/mcprel => ../
 
@@ -22,5 +22,5 @@ require (
 	golang.org/x/sync v0.20.0 // indirect
 	golang.org/x/sys v0.41.0 // indirect
 	golang.org/x/text v0.14.0 // indirect
-	golang.org/x/time v0.15.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
 )

@@ -11,10 +11,20 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/mcprel/mcprel/mcp"
 )
+
+// client is a spawned server and our connection to it, over either
+// transport. callEcho may be called from many goroutines.
+type client interface {
+	initialize() error // the legacy handshake
+	callEcho() error
+	pid() int
+	stop()
+}
 
 // conn is one spawned server and the client side of its stdio connection.
 // Requests may be sent from many goroutines; one reader goroutine hands each
@@ -54,10 +64,13 @@ type message struct {
 	} `json:"error"`
 }
 
+func (c *conn) pid() int { return c.cmd.Process.Pid }
+
 // start spawns the server. Its stderr goes to stderrPath, or to /dev/null
 // when that is empty, so request logging never fills an unread pipe.
 func start(spec serverSpec, era, stderrPath string, timeout time.Duration) (*conn, error) {
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive an interrupted run
 	if stderrPath != "" {
 		f, err := os.Create(stderrPath)
 		if err != nil {
@@ -85,7 +98,7 @@ func start(spec serverSpec, era, stderrPath string, timeout time.Duration) (*con
 	w.Close()
 	c := &conn{cmd: cmd, stdin: stdin, pending: map[int64]chan *message{}, done: make(chan struct{})}
 	if era == "modern" {
-		c.meta = fmt.Sprintf(`,"_meta":{%q:%q,%q:{}}`, mcp.MetaProtocolVersion, mcp.Version20260728, mcp.MetaClientCapabilities)
+		c.meta = modernMeta
 	}
 	c.watch = time.AfterFunc(timeout, func() { c.killed.Store(true); cmd.Process.Kill() })
 	go c.read(r)
@@ -179,15 +192,19 @@ func (c *conn) initialize() error {
 	return err
 }
 
-// callEcho makes one echo tools/call and checks that it echoed.
-func (c *conn) callEcho() error {
-	id := c.nextID.Add(1)
-	text := "bench-" + strconv.FormatInt(id, 10) // unique, so a mixed-up response shows
-	line := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":%q}%s}}`+"\n", id, text, c.meta)
-	m, err := c.roundTrip(id, line)
+// modernMeta is appended to a tools/call's params in the modern era.
+var modernMeta = fmt.Sprintf(`,"_meta":{%q:%q,%q:{}}`, mcp.MetaProtocolVersion, mcp.Version20260728, mcp.MetaClientCapabilities)
+
+// echoRequest is one echo tools/call, its text unique per id so that a
+// mixed-up response shows.
+func echoRequest(id int64, meta string) (line []byte, text string) {
+	text = "bench-" + strconv.FormatInt(id, 10)
+	return fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":%q}%s}}`+"\n", id, text, meta), text
+}
+
+// checkEcho checks that m is a success result echoing text.
+func checkEcho(id int64, text string, m *message) error {
 	switch {
-	case err != nil:
-		return err
 	case m.Error != nil:
 		return fmt.Errorf("id %d: error %d %s", id, m.Error.Code, m.Error.Message)
 	case m.Result == nil || m.Result.IsError || len(m.Result.Content) != 1 ||
@@ -197,10 +214,21 @@ func (c *conn) callEcho() error {
 	return nil
 }
 
+// callEcho makes one echo tools/call and checks that it echoed.
+func (c *conn) callEcho() error {
+	id := c.nextID.Add(1)
+	line, text := echoRequest(id, c.meta)
+	m, err := c.roundTrip(id, line)
+	if err != nil {
+		return err
+	}
+	return checkEcho(id, text, m)
+}
+
 // phase makes n echo calls from workers goroutines pulling from a shared
 // counter (workers == 1 is the sequential phase) and returns each call's
 // latency and the phase's wall time.
-func (c *conn) phase(n, workers int) (lat []time.Duration, wall time.Duration, errs int, firstErr error) {
+func phase(c client, n, workers int) (lat []time.Duration, wall time.Duration, errs int, firstErr error) {
 	lat = make([]time.Duration, n)
 	var next, nerr atomic.Int64
 	var once sync.Once

@@ -1,12 +1,14 @@
 // Command mcpbench measures tools/call round trips of an echo tool over stdio
-// against several MCP servers in one run, so that they share the machine's
-// conditions.
+// or Streamable HTTP against several MCP servers in one run, so that they
+// share the machine's conditions.
 //
 //	mcpbench -server "mcprel=/tmp/b/mcprel serve --stdio" -server "mcp-go=/tmp/b/peer-mcpgo"
+//	mcpbench -transport http -server "mcprel=/tmp/b/mcprel serve --http 127.0.0.1:0" …
 //
 // For each run and server it spawns the server, performs the initialize
 // handshake (legacy era) or none (modern era), warms up, then makes n calls
-// one at a time and n calls from -conc goroutines over the same connection.
+// one at a time and n calls from -conc goroutines: over the same connection
+// (stdio), or over one pooled HTTP client (http).
 package main
 
 import (
@@ -21,6 +23,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/mcprel/mcprel/bench/internal/machine"
 )
 
 type serverSpec struct {
@@ -55,6 +59,7 @@ type config struct {
 	Conc      int           `json:"conc"`
 	Runs      int           `json:"runs"`
 	Era       string        `json:"era"`
+	Transport string        `json:"transport"`
 	Base      string        `json:"base"`
 	Settle    time.Duration `json:"settleNs"`
 	MaxOther  float64       `json:"maxOtherCpu"`
@@ -86,9 +91,12 @@ type runResult struct {
 	// OtherCPU is the CPUs' busy time during the phases that was neither
 	// the server's nor ours, per second of wall time: other load on the box.
 	OtherCPU float64 `json:"otherCpu"`
-	Attempt  int     `json:"attempt"` // 1 unless earlier attempts saw other load
-	Errors   int     `json:"errors"`
-	Err      string  `json:"error,omitempty"`
+	// Dials is the TCP connections the HTTP client opened in the whole
+	// run: about conc when connections are reused.
+	Dials   int64  `json:"dials,omitempty"`
+	Attempt int    `json:"attempt"` // 1 unless earlier attempts saw other load
+	Errors  int    `json:"errors"`
+	Err     string `json:"error,omitempty"`
 }
 
 // metric is one column of the summary.
@@ -142,6 +150,7 @@ func main() {
 	flag.IntVar(&cfg.Conc, "conc", 16, "goroutines in the concurrent phase")
 	flag.IntVar(&cfg.Runs, "runs", 3, "runs per server; servers take turns within each run")
 	flag.StringVar(&cfg.Era, "era", "legacy", "legacy (initialize handshake, 2025-11-25) or modern (2026-07-28 _meta on every request)")
+	flag.StringVar(&cfg.Transport, "transport", "stdio", "stdio, or http: each command serves Streamable HTTP and prints its endpoint URL on a line of its own (stdout or stderr)")
 	flag.StringVar(&cfg.Base, "base", "mcprel", "server the others are compared with (the first if absent)")
 	flag.DurationVar(&cfg.Settle, "settle", time.Second, "before each server run, wait until the machine was idle for this long")
 	flag.Float64Var(&cfg.MaxOther, "max-other", 0.1, "CPUs of other load tolerated while idle or measuring")
@@ -152,7 +161,7 @@ func main() {
 	asJSON := flag.Bool("json", false, "print results as JSON")
 	flag.Parse()
 	if len(servers) == 0 || cfg.N <= 0 || cfg.Warmup < 0 || cfg.Conc <= 0 || cfg.Runs <= 0 ||
-		(cfg.Era != "legacy" && cfg.Era != "modern") || flag.NArg() > 0 {
+		(cfg.Era != "legacy" && cfg.Era != "modern") || (cfg.Transport != "stdio" && cfg.Transport != "http") || flag.NArg() > 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -161,9 +170,9 @@ func main() {
 	}
 
 	load, _ := os.ReadFile("/proc/loadavg")
-	host := map[string]any{"cpus": runtime.NumCPU(), "go": runtime.Version(), "loadavgBefore": strings.TrimSpace(string(load)), "clockTicks": clockTicks}
-	fmt.Fprintf(os.Stderr, "mcpbench: era %s, n %d, warmup %d, conc %d, runs %d, %d CPUs, load %s\n",
-		cfg.Era, cfg.N, cfg.Warmup, cfg.Conc, cfg.Runs, runtime.NumCPU(), host["loadavgBefore"])
+	host := map[string]any{"cpus": runtime.NumCPU(), "go": runtime.Version(), "loadavgBefore": strings.TrimSpace(string(load)), "clockTicks": machine.ClockTicks}
+	fmt.Fprintf(os.Stderr, "mcpbench: %s, era %s, n %d, warmup %d, conc %d, runs %d, %d CPUs, load %s\n",
+		cfg.Transport, cfg.Era, cfg.N, cfg.Warmup, cfg.Conc, cfg.Runs, runtime.NumCPU(), host["loadavgBefore"])
 
 	// Servers take turns within each run so slow drift in the machine's
 	// state affects them alike.
@@ -172,7 +181,7 @@ func main() {
 		for _, s := range servers {
 			var r runResult
 			for attempt := 1; ; attempt++ {
-				if waited, idle := waitIdle(cfg.Settle, cfg.MaxOther, cfg.IdleWait); !idle {
+				if waited, idle := machine.WaitIdle(cfg.Settle, cfg.MaxOther, cfg.IdleWait); !idle {
 					fmt.Fprintf(os.Stderr, "  machine still busy after %v; measuring anyway\n", waited.Round(time.Second))
 				}
 				r = measure(s, run, cfg)
@@ -180,8 +189,12 @@ func main() {
 				if r.Err != "" {
 					fmt.Fprintf(os.Stderr, "  run %d %-12s FAILED: %s\n", run, s.Name, r.Err)
 				} else {
-					fmt.Fprintf(os.Stderr, "  run %d %-12s seq %6.0f/s  conc %6.0f/s  srv %5.1f µs/call  cli %5.1f µs/call  other %.2f CPUs\n",
+					fmt.Fprintf(os.Stderr, "  run %d %-12s seq %6.0f/s  conc %6.0f/s  srv %5.1f µs/call  cli %5.1f µs/call  other %.2f CPUs",
 						run, s.Name, r.Seq.CallsPerSec, r.Conc.CallsPerSec, r.ServerCPUus, r.ClientCPUus, r.OtherCPU)
+					if r.Dials > 0 {
+						fmt.Fprintf(os.Stderr, "  dials %d", r.Dials)
+					}
+					fmt.Fprintln(os.Stderr)
 				}
 				if r.OtherCPU <= cfg.MaxOther || attempt > cfg.Retries {
 					break
@@ -213,9 +226,15 @@ func measure(s serverSpec, run int, cfg config) runResult {
 	fail := func(err error) runResult { r.Err = err.Error(); return r }
 	var stderrPath string
 	if cfg.StderrDir != "" {
-		stderrPath = filepath.Join(cfg.StderrDir, fmt.Sprintf("%s-%s-run%d.stderr", s.Name, cfg.Era, run))
+		stderrPath = filepath.Join(cfg.StderrDir, fmt.Sprintf("%s-%s-%s-run%d.stderr", s.Name, cfg.Transport, cfg.Era, run))
 	}
-	c, err := start(s, cfg.Era, stderrPath, cfg.Timeout)
+	var c client
+	var err error
+	if cfg.Transport == "http" {
+		c, err = startHTTP(s, cfg.Era, stderrPath, cfg.Timeout)
+	} else {
+		c, err = start(s, cfg.Era, stderrPath, cfg.Timeout)
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -225,28 +244,28 @@ func measure(s serverSpec, run int, cfg config) runResult {
 			return fail(err)
 		}
 	}
-	if _, _, n, err := c.phase(cfg.Warmup, cfg.Conc); n > 0 {
+	if _, _, n, err := phase(c, cfg.Warmup, cfg.Conc); n > 0 {
 		r.Errors = n
 		return fail(fmt.Errorf("warmup: %d errors, first: %w", n, err))
 	}
 
-	pid := c.cmd.Process.Pid
-	srv0, err := procCPU(pid)
+	pid := c.pid()
+	srv0, err := machine.ProcCPU(pid)
 	if err != nil {
 		return fail(err)
 	}
-	cli0 := selfCPU()
-	sys0, _ := sysBusy()
-	seqLat, seqWall, seqErrs, seqErr := c.phase(cfg.N, 1)
-	cliMid := selfCPU()
-	srvMid, err := procCPU(pid)
+	cli0 := machine.SelfCPU()
+	sys0, _ := machine.SysBusy()
+	seqLat, seqWall, seqErrs, seqErr := phase(c, cfg.N, 1)
+	cliMid := machine.SelfCPU()
+	srvMid, err := machine.ProcCPU(pid)
 	if err != nil {
 		return fail(err)
 	}
-	concLat, concWall, concErrs, concErr := c.phase(cfg.N, cfg.Conc)
-	sys1, _ := sysBusy()
-	cli1 := selfCPU()
-	srv1, err := procCPU(pid)
+	concLat, concWall, concErrs, concErr := phase(c, cfg.N, cfg.Conc)
+	sys1, _ := machine.SysBusy()
+	cli1 := machine.SelfCPU()
+	srv1, err := machine.ProcCPU(pid)
 	if err != nil {
 		return fail(err)
 	}
@@ -261,6 +280,9 @@ func measure(s serverSpec, run int, cfg config) runResult {
 	r.ServerCPUus, r.ClientCPUus = perCall(srv1-srv0, 2*cfg.N), perCall(cli1-cli0, 2*cfg.N)
 	r.OtherCPU = max(0, (sys1-sys0-(srv1-srv0)-(cli1-cli0)).Seconds()/(seqWall+concWall).Seconds())
 	r.Errors = seqErrs + concErrs
+	if hc, ok := c.(*httpConn); ok {
+		r.Dials = hc.dials.Load()
+	}
 	if r.Errors > 0 {
 		return fail(fmt.Errorf("%d errors, first: %w", r.Errors, errors.Join(seqErr, concErr)))
 	}
@@ -336,8 +358,8 @@ func printTable(cfg config, results []runResult, sums []summary, ratios []ratio)
 	for _, r := range results {
 		other = max(other, r.OtherCPU)
 	}
-	fmt.Printf("era %s: n=%d per phase, conc=%d, warmup=%d; median over %d runs [min–max]; other load at most %.2f CPUs\n\n",
-		cfg.Era, cfg.N, cfg.Conc, cfg.Warmup, cfg.Runs, other)
+	fmt.Printf("%s, era %s: n=%d per phase, conc=%d, warmup=%d; median over %d runs [min–max]; other load at most %.2f CPUs\n\n",
+		cfg.Transport, cfg.Era, cfg.N, cfg.Conc, cfg.Warmup, cfg.Runs, other)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "server\t")
 	for _, m := range metrics {

@@ -1,4 +1,6 @@
-package main
+// Package machine reads CPU accounting from /proc, so that benchmarks can
+// charge CPU time to processes and notice other load on the machine.
+package machine
 
 import (
 	"bytes"
@@ -12,9 +14,9 @@ import (
 	"time"
 )
 
-// procCPU returns the user+system CPU time a process has used, from
+// ProcCPU returns the user+system CPU time a process has used, from
 // /proc/<pid>/stat (all its threads).
-func procCPU(pid int) (time.Duration, error) {
+func ProcCPU(pid int) (time.Duration, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, err
@@ -31,13 +33,13 @@ func procCPU(pid int) (time.Duration, error) {
 	if err := errors.Join(err1, err2); err != nil {
 		return 0, err
 	}
-	return time.Duration(ut+st) * time.Second / time.Duration(clockTicks), nil
+	return time.Duration(ut+st) * time.Second / time.Duration(ClockTicks), nil
 }
 
-// clockTicks is sysconf(_SC_CLK_TCK), the unit of /proc/<pid>/stat times.
+// ClockTicks is sysconf(_SC_CLK_TCK), the unit of /proc/<pid>/stat times.
 // glibc reads it from the AT_CLKTCK auxiliary vector entry, as we do here
 // without cgo; 100 is the fallback glibc uses too.
-var clockTicks = func() int64 {
+var ClockTicks = func() int64 {
 	const atClkTck = 17
 	b, err := os.ReadFile("/proc/self/auxv")
 	for ; err == nil && len(b) >= 16; b = b[16:] { // 64-bit (type, value) pairs
@@ -50,16 +52,16 @@ var clockTicks = func() int64 {
 	return 100
 }()
 
-// selfCPU returns the user+system CPU time of this process.
-func selfCPU() time.Duration {
+// SelfCPU returns the user+system CPU time of this process.
+func SelfCPU() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// sysBusy returns the CPU time all CPUs together have spent not idle, from
+// SysBusy returns the CPU time all CPUs together have spent not idle, from
 // the first line of /proc/stat.
-func sysBusy() (time.Duration, error) {
+func SysBusy() (time.Duration, error) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return 0, err
@@ -79,18 +81,18 @@ func sysBusy() (time.Duration, error) {
 			ticks += v
 		}
 	}
-	return time.Duration(ticks) * time.Second / time.Duration(clockTicks), nil
+	return time.Duration(ticks) * time.Second / time.Duration(ClockTicks), nil
 }
 
-// waitIdle returns once the machine has used less than maxCPU CPUs over a
+// WaitIdle returns once the machine has used less than maxCPU CPUs over a
 // window of length window, or after giveUp. The benchmark shares the machine
 // with builds and tests, which would skew both throughput and CPU figures.
-func waitIdle(window time.Duration, maxCPU float64, giveUp time.Duration) (waited time.Duration, idle bool) {
+func WaitIdle(window time.Duration, maxCPU float64, giveUp time.Duration) (waited time.Duration, idle bool) {
 	t0 := time.Now()
 	for {
-		b0, err0 := sysBusy()
+		b0, err0 := SysBusy()
 		time.Sleep(window)
-		b1, err1 := sysBusy()
+		b1, err1 := SysBusy()
 		if err0 != nil || err1 != nil {
 			return time.Since(t0), false
 		}
