@@ -69,8 +69,8 @@ func (q *Request) ReportProgress(progress, total float64, message string) error 
 
 // Log sends a notifications/message for this request if the client asked
 // for messages at this level: in the modern era through the request's
-// logLevel _meta (none means no messages), in the legacy era through
-// logging/setLevel (info and above until the client sets a level).
+// logLevel _meta, in the legacy era through logging/setLevel. A client that
+// asked for none gets none.
 // Messages are dropped, like progress, when the client reads too slowly.
 func (q *Request) Log(level mcp.LoggingLevel, logger string, data any) error {
 	return q.r.log(level, logger, data)

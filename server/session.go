@@ -249,10 +249,35 @@ func (ss *Session) forget(r *inflight) {
 func (ss *Session) legacyLogLevel() mcp.LoggingLevel {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if ss.logLevel == "" {
-		return mcp.LevelInfo
-	}
 	return ss.logLevel
+}
+
+// Streams reports whether a request can send messages before its result,
+// so that a transport with per-request streams (Streamable HTTP) knows, before
+// dispatching it, whether to open an event stream or answer with one JSON
+// body. It can when it is a subscription, or a call (tool, resource read,
+// prompt, completion) that asked for progress, asked for log messages (the
+// request's logLevel in the modern era; logging/setLevel in the legacy
+// one), or — in the legacy era — may be asked for input by its tool,
+// because the client declared sampling, elicitation or roots.
+func (ss *Session) Streams(method string, meta *mcp.RequestMeta) bool {
+	switch method {
+	case mcp.MethodListen:
+		return true
+	case mcp.MethodToolsCall, mcp.MethodResourcesRead, mcp.MethodPromptsGet, mcp.MethodComplete:
+	default:
+		return false
+	}
+	if meta.ProgressToken != nil {
+		return true
+	}
+	if meta.IsModern() {
+		return meta.LogLevel != nil
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	caps := ss.clientCaps
+	return ss.logLevel != "" || caps.Sampling != nil || caps.Elicitation != nil || caps.Roots != nil
 }
 
 func (ss *Session) handleNotification(m jsonrpc.Message) {

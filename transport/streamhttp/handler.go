@@ -176,8 +176,7 @@ func (h *Handler) postModern(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 		writeError(w, statusFor(e.Code, true), m.ID, e)
 		return
 	}
-	sse := m.Method == mcp.MethodListen ||
-		(meta.ProgressToken != nil || meta.LogLevel != nil) && isCall(m.Method)
+	sse := h.stateless.Streams(m.Method, meta)
 	// Closing the request's stream is its cancellation: the request lives
 	// exactly as long as the HTTP request, and says why it ended.
 	// serve returns as soon as the client goes away or stops reading.
@@ -289,14 +288,6 @@ func headerValue(r *http.Request, name string) (string, bool) {
 	return v, true
 }
 
-func isCall(method string) bool {
-	switch method {
-	case mcp.MethodToolsCall, mcp.MethodResourcesRead, mcp.MethodPromptsGet, mcp.MethodComplete:
-		return true
-	}
-	return false
-}
-
 func (h *Handler) postLegacy(w http.ResponseWriter, r *http.Request, m jsonrpc.Message, sid, headerVersion string) {
 	ls := h.lookup(sid, server.TenantFrom(r.Context()))
 	if ls == nil {
@@ -318,7 +309,11 @@ func (h *Handler) postLegacy(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 	// A dropped stream is not a cancellation in this era: the request
 	// lives as long as its session, and the client cancels with a POSTed
 	// notifications/cancelled.
-	h.serve(w, r, ls.sess, ls.ctx, m, m.Method == mcp.MethodToolsCall, false)
+	var meta mcp.RequestMeta
+	if len(m.Params) > 0 {
+		meta, _, _ = mcp.ParseRequestMeta(m.Params)
+	}
+	h.serve(w, r, ls.sess, ls.ctx, m, ls.sess.Streams(m.Method, &meta), false)
 }
 
 // serve dispatches a request to sess with ctx bounding its life, and

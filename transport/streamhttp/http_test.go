@@ -122,7 +122,7 @@ func TestModernCompleteThenClose(t *testing.T) {
 func TestLegacyCancelThenComplete(t *testing.T) {
 	rec, gate, c := gated(t)
 	c.Initialize(nil)
-	stream := mcptest.ReadSSE(t, c.Legacy(context.Background(), 1, mcp.MethodToolsCall, map[string]any{"name": "gate"}))
+	stream := mcptest.ReadSSE(t, c.Legacy(context.Background(), 1, mcp.MethodToolsCall, streamed("gate")))
 	gate.WaitEntered(t)
 	c.LegacyNotify(context.Background(), mcp.NotificationCancelled, map[string]any{"requestId": 1, "reason": "stop"})
 	if cause := gate.WaitExited(t); !errors.Is(cause, server.ErrPeerCancelled) {
@@ -145,7 +145,7 @@ func TestLegacyCancelThenComplete(t *testing.T) {
 func TestLegacyCompleteThenCancel(t *testing.T) {
 	rec, gate, c := gated(t)
 	c.Initialize(nil)
-	stream := mcptest.ReadSSE(t, c.Legacy(context.Background(), 1, mcp.MethodToolsCall, map[string]any{"name": "gate"}))
+	stream := mcptest.ReadSSE(t, c.Legacy(context.Background(), 1, mcp.MethodToolsCall, streamed("gate")))
 	gate.WaitEntered(t)
 	gate.Release()
 	frames := stream.Rest()
@@ -163,7 +163,7 @@ func TestLegacyCompleteThenCancel(t *testing.T) {
 func TestLegacyDisconnectIsNotCancellation(t *testing.T) {
 	rec, gate, c := gated(t)
 	c.Initialize(nil)
-	stream := mcptest.ReadSSE(t, c.Legacy(context.Background(), 1, mcp.MethodToolsCall, map[string]any{"name": "gate"}))
+	stream := mcptest.ReadSSE(t, c.Legacy(context.Background(), 1, mcp.MethodToolsCall, streamed("gate")))
 	gate.WaitEntered(t)
 	stream.Close()
 	c.Client.CloseIdleConnections()
@@ -186,7 +186,7 @@ func TestLegacyDisconnectIsNotCancellation(t *testing.T) {
 func TestLegacySessionLifecycle(t *testing.T) {
 	rec, gate, c := gated(t)
 	c.Initialize(nil)
-	stream := mcptest.ReadSSE(t, c.Legacy(context.Background(), 1, mcp.MethodToolsCall, map[string]any{"name": "gate"}))
+	stream := mcptest.ReadSSE(t, c.Legacy(context.Background(), 1, mcp.MethodToolsCall, streamed("gate")))
 	gate.WaitEntered(t)
 	del := c.Do(context.Background(), http.MethodDelete, nil, c.LegacyHeaders())
 	del.Body.Close()
@@ -272,5 +272,46 @@ func TestDisconnectAlwaysWinsOverAPromptHandler(t *testing.T) {
 		if h := rec.WaitHandler(t, jsonrpc.IntID(i)); !h.Discarded {
 			t.Fatalf("round %d: the handler's result was sent after the client closed its stream", i)
 		}
+	}
+}
+
+// streamed is tools/call params that ask for progress, which makes the
+// response an SSE stream in either era.
+func streamed(tool string) map[string]any {
+	return map[string]any{"name": tool, "_meta": map[string]any{"progressToken": "p"}}
+}
+
+// TestLegacyCallsStreamOnlyWhenTheyCan: a 2025-era tools/call gets SSE when
+// it asked for progress or the client can be asked for input, and plain
+// JSON otherwise, which costs one write instead of several.
+func TestLegacyCallsStreamOnlyWhenTheyCan(t *testing.T) {
+	srv := mcptest.NewServer(t, nil)
+	addNoopTool(t, srv, "noop")
+	plain := mcptest.HTTP(t, srv, nil)
+	plain.Initialize(nil)
+	sampling := mcptest.HTTP(t, srv, nil)
+	sampling.Initialize(map[string]any{"sampling": map[string]any{}})
+	for _, tc := range []struct {
+		name   string
+		c      *mcptest.HTTPClient
+		params map[string]any
+		want   string
+	}{
+		{"no capability, no progress", plain, map[string]any{"name": "noop"}, "application/json"},
+		{"progress token", plain, streamed("noop"), "text/event-stream"},
+		{"sampling declared", sampling, map[string]any{"name": "noop"}, "text/event-stream"},
+	} {
+		resp := tc.c.Legacy(context.Background(), 1, mcp.MethodToolsCall, tc.params)
+		resp.Body.Close()
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, tc.want) {
+			t.Errorf("%s: Content-Type %q, want %s", tc.name, ct, tc.want)
+		}
+	}
+}
+
+func addNoopTool(t *testing.T, srv *server.Server, name string) {
+	t.Helper()
+	if err := srv.AddTool(server.Tool{Name: name}, func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
 	}
 }
