@@ -121,7 +121,8 @@ func TestEOFCancelsInFlight(t *testing.T) {
 func TestStrictlyIncreasingProgress(t *testing.T) {
 	for _, era := range eras {
 		t.Run(era.String(), func(t *testing.T) {
-			srv := mcptest.NewServer(t, nil)
+			rec := mcptest.NewRecorder()
+			srv := mcptest.NewServer(t, rec.Hook(nil))
 			var errs []error
 			addTool(t, srv, "reporter", func(req *server.CallRequest, _ func()) {
 				for _, v := range []float64{1, 1, 3, 2, 5} {
@@ -131,6 +132,11 @@ func TestStrictlyIncreasingProgress(t *testing.T) {
 			c := mcptest.Stdio(t, srv, nil)
 			c.Open(era)
 			c.Request(1, mcp.MethodToolsCall, mcptest.Params(era, map[string]any{"name": "reporter", "_meta": map[string]any{"progressToken": 77}}))
+			defer func() {
+				if r := rec.WaitRequest(t, jsonrpc.IntID(1)); r.ProgressRefused != 2 {
+					t.Errorf("record counts %d refused reports, want 2", r.ProgressRefused)
+				}
+			}()
 			resp, before := c.Await(1)
 			if resp.Error != nil {
 				t.Fatal(resp.Raw)

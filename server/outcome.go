@@ -82,7 +82,10 @@ type RequestRecord struct {
 	Cause     error // Cancelled and TimedOut: why
 	ErrorCode int64 // Failed: the JSON-RPC error code
 	IsError   bool  // Completed: the tool reported a failure
-	Start     time.Time
+	// ProgressRefused counts progress reports dropped because they did not
+	// increase: a tool bug worth seeing.
+	ProgressRefused uint64
+	Start           time.Time
 	Duration  time.Duration
 }
 

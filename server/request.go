@@ -132,6 +132,7 @@ func (r *inflight) record(rec RequestRecord) {
 	rec.ID, rec.Method, rec.Tool, rec.Era = r.id, r.method, r.toolName, r.era
 	r.mu.Lock()
 	rec.Start, rec.Duration = r.start, r.ended.Sub(r.start)
+	rec.ProgressRefused = r.progressDrop
 	r.mu.Unlock()
 	r.sess.srv.report(rec)
 }
@@ -158,6 +159,9 @@ func (s *Server) report(rec RequestRecord) {
 		}
 		if rec.IsError {
 			attrs = append(attrs, slog.Bool("is_error", true))
+		}
+		if rec.ProgressRefused > 0 {
+			attrs = append(attrs, slog.Uint64("progress_refused", rec.ProgressRefused))
 		}
 		s.log.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
 	}
