@@ -86,7 +86,7 @@ type RequestRecord struct {
 	// increase: a tool bug worth seeing.
 	ProgressRefused uint64
 	Start           time.Time
-	Duration  time.Duration
+	Duration        time.Duration
 }
 
 // HandlerRecord describes a tool handler that returned. A handler may return
