@@ -1,0 +1,273 @@
+// Package store opens the databases mcprel keeps durable state in: SQLite
+// (through modernc.org/sqlite, pure Go) as the embedded default, a single
+// file with no server to run, and PostgreSQL (through pgx) when several
+// replicas share the work. It applies versioned schema migrations at open
+// and offers the small seam the ledger and tasks write through: a write
+// transaction with one placeholder style for both dialects.
+//
+// On SQLite every write transaction is BEGIN IMMEDIATE on the process's one
+// write connection, and writers wait for it in a FIFO queue in Go rather
+// than in SQLite's busy handler, which sleep-polls unfairly and lets a
+// writer wait seconds under contention. The file is in WAL mode with
+// synchronous=FULL unless NORMAL is asked for. On PostgreSQL write
+// transactions are READ COMMITTED, the level at which INSERT … ON CONFLICT
+// DO NOTHING makes a racing duplicate wait for the first writer and then
+// see its committed row instead of failing.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	_ "modernc.org/sqlite"             // registers "sqlite"
+)
+
+// Dialect is the kind of database behind a DB.
+type Dialect uint8
+
+const (
+	SQLite Dialect = iota + 1
+	Postgres
+)
+
+// String returns "sqlite" or "postgres".
+func (d Dialect) String() string {
+	if d == Postgres {
+		return "postgres"
+	}
+	return "sqlite"
+}
+
+// Options configure Open. The zero value is the durable default.
+type Options struct {
+	// Synchronous is SQLite's synchronous setting: "FULL" (the default) or
+	// "NORMAL". NORMAL is about three times faster and still safe against
+	// a crash of the process, but a power loss or a crash of the machine
+	// may roll back the last commits: only choose it when that is
+	// acceptable.
+	Synchronous string
+	// BusyTimeout bounds how long a SQLite writer waits for another
+	// process holding the file. Zero means 10 s.
+	BusyTimeout time.Duration
+	// MaxConns bounds the PostgreSQL connection pool (and the SQLite read
+	// pool). Zero means 16.
+	MaxConns int
+}
+
+// DB is an open store.
+type DB struct {
+	dialect Dialect
+	write   *sql.DB       // SQLite: the one write connection; Postgres: the pool
+	read    *sql.DB       // SQLite: a read-only pool; Postgres: the pool
+	slot    chan struct{} // SQLite: the write connection, handed out FIFO
+	target  string        // what was opened, for messages
+}
+
+// IsPostgres reports whether dsn names a PostgreSQL database.
+func IsPostgres(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
+// Open opens a store: a postgres:// or postgresql:// URL, or otherwise the
+// path of a SQLite file (created if missing).
+func Open(ctx context.Context, dsn string, opts *Options) (*DB, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = 16
+	}
+	if o.BusyTimeout <= 0 {
+		o.BusyTimeout = 10 * time.Second
+	}
+	var db *DB
+	var err error
+	if IsPostgres(dsn) {
+		db, err = openPostgres(dsn, o)
+	} else {
+		db, err = openSQLite(dsn, o)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := db.write.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: opening %s: %w", db.target, err)
+	}
+	return db, nil
+}
+
+func openPostgres(dsn string, o Options) (*DB, error) {
+	pool, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	pool.SetMaxOpenConns(o.MaxConns)
+	pool.SetMaxIdleConns(o.MaxConns)
+	target := dsn
+	if u, err := url.Parse(dsn); err == nil {
+		target = u.Redacted()
+	}
+	return &DB{dialect: Postgres, write: pool, read: pool, target: target}, nil
+}
+
+func openSQLite(path string, o Options) (*DB, error) {
+	sync := strings.ToUpper(o.Synchronous)
+	switch sync {
+	case "":
+		sync = "FULL"
+	case "FULL", "NORMAL":
+	default:
+		return nil, fmt.Errorf("store: Synchronous must be FULL or NORMAL, not %q", o.Synchronous)
+	}
+	if path == "" {
+		return nil, errors.New("store: empty database path")
+	}
+	file := strings.TrimPrefix(path, "file:")
+	if i := strings.IndexByte(file, '?'); i >= 0 {
+		return nil, fmt.Errorf("store: give SQLite a plain file path, not %q", path)
+	}
+	params := url.Values{}
+	params.Set("_busy_timeout", fmt.Sprint(o.BusyTimeout.Milliseconds()))
+	params.Set("_journal_mode", "WAL")
+	params.Set("_synchronous", sync)
+	params.Add("_pragma", "foreign_keys(1)")
+	writeParams := url.Values{}
+	for k, v := range params {
+		writeParams[k] = v
+	}
+	writeParams.Set("_txlock", "immediate")
+	write, err := sql.Open("sqlite", "file:"+file+"?"+writeParams.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	// One write connection, handed out in arrival order by slot.
+	write.SetMaxOpenConns(1)
+	write.SetMaxIdleConns(1)
+	write.SetConnMaxLifetime(0)
+	read, err := sql.Open("sqlite", "file:"+file+"?"+params.Encode())
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	read.SetMaxOpenConns(o.MaxConns)
+	db := &DB{dialect: SQLite, write: write, read: read, slot: make(chan struct{}, 1), target: file}
+	db.slot <- struct{}{}
+	return db, nil
+}
+
+// Dialect returns the kind of database.
+func (db *DB) Dialect() Dialect { return db.dialect }
+
+// Close closes the store.
+func (db *DB) Close() error {
+	err := db.write.Close()
+	if db.read != db.write {
+		if rerr := db.read.Close(); err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+// Tx is a transaction. Queries use ? placeholders in both dialects.
+type Tx struct {
+	tx      *sql.Tx
+	dialect Dialect
+}
+
+// Dialect returns the kind of database the transaction runs in.
+func (t *Tx) Dialect() Dialect { return t.dialect }
+
+// Exec runs a statement.
+func (t *Tx) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return t.tx.ExecContext(ctx, rebind(t.dialect, query), args...)
+}
+
+// QueryRow runs a query expected to return at most one row.
+func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	return t.tx.QueryRowContext(ctx, rebind(t.dialect, query), args...)
+}
+
+// Query runs a query.
+func (t *Tx) Query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return t.tx.QueryContext(ctx, rebind(t.dialect, query), args...)
+}
+
+// WriteTx runs fn in a write transaction and commits it if fn returns nil,
+// or rolls it back. On SQLite it waits its turn for the write connection
+// (in arrival order, bounded by ctx) and begins IMMEDIATE; on PostgreSQL it
+// begins READ COMMITTED.
+func (db *DB) WriteTx(ctx context.Context, fn func(*Tx) error) error {
+	if db.slot != nil {
+		select {
+		case <-db.slot:
+			defer func() { db.slot <- struct{}{} }()
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	opts := &sql.TxOptions{}
+	if db.dialect == Postgres {
+		opts.Isolation = sql.LevelReadCommitted
+	}
+	tx, err := db.write.BeginTx(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("store: begin: %w", err)
+	}
+	if err := fn(&Tx{tx: tx, dialect: db.dialect}); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: commit: %w", err)
+	}
+	return nil
+}
+
+// ReadTx runs fn in a read-only transaction on the read pool, which on
+// SQLite never waits for writers.
+func (db *DB) ReadTx(ctx context.Context, fn func(*Tx) error) error {
+	tx, err := db.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: db.dialect == Postgres})
+	if err != nil {
+		return fmt.Errorf("store: begin: %w", err)
+	}
+	defer tx.Rollback()
+	return fn(&Tx{tx: tx, dialect: db.dialect})
+}
+
+// rebind turns ? placeholders into PostgreSQL's $1, $2, …, leaving quoted
+// text alone.
+func rebind(d Dialect, q string) string {
+	if d != Postgres || !strings.Contains(q, "?") {
+		return q
+	}
+	var b strings.Builder
+	b.Grow(len(q) + 8)
+	n := 0
+	quote := byte(0)
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '?':
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}

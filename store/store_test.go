@@ -1,0 +1,195 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// PostgresEnv names the environment variable with the URL of a PostgreSQL
+// database for tests; they skip without it.
+const PostgresEnv = "MCPREL_TEST_POSTGRES_URL"
+
+// openEach runs f against a fresh SQLite file and, when PostgresEnv is
+// set, against PostgreSQL.
+func openEach(t *testing.T, f func(t *testing.T, dsn string)) {
+	t.Run("sqlite", func(t *testing.T) { f(t, filepath.Join(t.TempDir(), "test.db")) })
+	t.Run("postgres", func(t *testing.T) {
+		dsn := os.Getenv(PostgresEnv)
+		if dsn == "" {
+			t.Skip(PostgresEnv + " is not set: skipping the PostgreSQL variant")
+		}
+		f(t, dsn)
+	})
+}
+
+func TestMigrateAndWrite(t *testing.T) {
+	openEach(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		db, err := Open(ctx, dsn, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		table := "store_test_items"
+		steps := []Migration{
+			{Version: 1, SQLite: `DROP TABLE IF EXISTS store_test_items; CREATE TABLE store_test_items (id INTEGER PRIMARY KEY, name TEXT NOT NULL)`,
+				Postgres: `DROP TABLE IF EXISTS store_test_items; CREATE TABLE store_test_items (id BIGINT PRIMARY KEY, name TEXT NOT NULL)`},
+			{Version: 2, SQLite: `ALTER TABLE store_test_items ADD COLUMN note TEXT`, Postgres: `ALTER TABLE store_test_items ADD COLUMN note TEXT`},
+		}
+		component := "store-test-" + t.Name()
+		cleanup := func() {
+			db.WriteTx(ctx, func(tx *Tx) error {
+				tx.Exec(ctx, `DELETE FROM mcprel_migrations WHERE component = ?`, component)
+				_, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+table)
+				return err
+			})
+		}
+		cleanup()
+		defer cleanup()
+		// Twice: the second run must apply nothing.
+		for range 2 {
+			if err := db.Migrate(ctx, component, steps); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err = db.WriteTx(ctx, func(tx *Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO store_test_items (id, name, note) VALUES (?, ?, ?)`, 1, "a '?' inside", "n")
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A failing function rolls back.
+		boom := errors.New("boom")
+		if err := db.WriteTx(ctx, func(tx *Tx) error {
+			tx.Exec(ctx, `INSERT INTO store_test_items (id, name) VALUES (?, ?)`, 2, "rolled back")
+			return boom
+		}); !errors.Is(err, boom) {
+			t.Fatalf("WriteTx = %v", err)
+		}
+		var n int
+		var name string
+		db.ReadTx(ctx, func(tx *Tx) error {
+			tx.QueryRow(ctx, `SELECT count(*) FROM store_test_items`).Scan(&n)
+			return tx.QueryRow(ctx, `SELECT name FROM store_test_items WHERE id = ?`, 1).Scan(&name)
+		})
+		if n != 1 || name != "a '?' inside" {
+			t.Fatalf("rows = %d, name %q", n, name)
+		}
+	})
+}
+
+func TestRebind(t *testing.T) {
+	got := rebind(Postgres, `SELECT '?' , ? FROM t WHERE a = ? AND b = "x?"`)
+	if want := `SELECT '?' , $1 FROM t WHERE a = $2 AND b = "x?"`; got != want {
+		t.Fatalf("rebind = %s", got)
+	}
+	if rebind(SQLite, "a = ?") != "a = ?" {
+		t.Fatal("SQLite placeholders must stay")
+	}
+}
+
+func TestOpenRejectsBadOptions(t *testing.T) {
+	if _, err := Open(context.Background(), filepath.Join(t.TempDir(), "x.db"), &Options{Synchronous: "OFF"}); err == nil {
+		t.Fatal("synchronous=OFF accepted")
+	}
+	if _, err := Open(context.Background(), "file:x.db?_synchronous=OFF", nil); err == nil {
+		t.Fatal("a DSN with its own parameters accepted")
+	}
+}
+
+// TestWritersQueueInOrder: SQLite writers are served in arrival order by
+// the Go-side queue, and one that gives up while waiting leaves.
+func TestWritersQueueInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := &DB{dialect: SQLite, slot: make(chan struct{}, 1)}
+		// Take the slot as if a writer held it.
+		order := make(chan int, 3)
+		var wg sync.WaitGroup
+		for i := 1; i <= 3; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-db.slot
+				order <- i
+				db.slot <- struct{}{}
+			}()
+			synctest.Wait() // each waiter queues before the next arrives
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := db.WriteTx(ctx, func(*Tx) error { return nil }); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a writer that gives up: %v", err)
+		}
+		db.slot <- struct{}{}
+		wg.Wait()
+		for want := 1; want <= 3; want++ {
+			if got := <-order; got != want {
+				t.Fatalf("writer %d served at position %d", got, want)
+			}
+		}
+	})
+}
+
+// TestSQLiteSettings: the file is in WAL mode with synchronous FULL unless
+// NORMAL is asked for, and write transactions are IMMEDIATE.
+func TestSQLiteSettings(t *testing.T) {
+	for _, tc := range []struct {
+		sync string
+		want int // PRAGMA synchronous: 1 NORMAL, 2 FULL
+	}{{"", 2}, {"NORMAL", 1}} {
+		ctx := context.Background()
+		db, err := Open(ctx, filepath.Join(t.TempDir(), "s.db"), &Options{Synchronous: tc.sync})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mode string
+		var sync int
+		db.WriteTx(ctx, func(tx *Tx) error {
+			tx.QueryRow(ctx, `PRAGMA journal_mode`).Scan(&mode)
+			return tx.QueryRow(ctx, `PRAGMA synchronous`).Scan(&sync)
+		})
+		db.Close()
+		if mode != "wal" || sync != tc.want {
+			t.Errorf("Synchronous %q: journal_mode %q synchronous %d, want wal and %d", tc.sync, mode, sync, tc.want)
+		}
+	}
+}
+
+// TestImmediateTransactions: a write transaction takes the write lock when
+// it begins, so a second handle on the same file cannot write until the
+// first commits: no read-then-upgrade failures.
+func TestImmediateTransactions(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "i.db")
+	a, err := Open(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Open(ctx, path, &Options{BusyTimeout: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	a.WriteTx(ctx, func(tx *Tx) error { _, err := tx.Exec(ctx, `CREATE TABLE t (x INTEGER)`); return err })
+	inside := make(chan struct{})
+	release := make(chan struct{})
+	go a.WriteTx(ctx, func(tx *Tx) error {
+		close(inside) // no statement yet: only BEGIN IMMEDIATE has run
+		<-release
+		return nil
+	})
+	<-inside
+	err = b.WriteTx(ctx, func(tx *Tx) error { return nil })
+	close(release)
+	if err == nil {
+		t.Fatal("a second writer began while the first held an IMMEDIATE transaction")
+	}
+}
