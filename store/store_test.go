@@ -3,33 +3,17 @@ package store
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/mcprel/mcprel/internal/storetest"
 )
 
-// PostgresEnv names the environment variable with the URL of a PostgreSQL
-// database for tests; they skip without it.
-const PostgresEnv = "MCPREL_TEST_POSTGRES_URL"
-
-// openEach runs f against a fresh SQLite file and, when PostgresEnv is
-// set, against PostgreSQL.
-func openEach(t *testing.T, f func(t *testing.T, dsn string)) {
-	t.Run("sqlite", func(t *testing.T) { f(t, filepath.Join(t.TempDir(), "test.db")) })
-	t.Run("postgres", func(t *testing.T) {
-		dsn := os.Getenv(PostgresEnv)
-		if dsn == "" {
-			t.Skip(PostgresEnv + " is not set: skipping the PostgreSQL variant")
-		}
-		f(t, dsn)
-	})
-}
-
 func TestMigrateAndWrite(t *testing.T) {
-	openEach(t, func(t *testing.T, dsn string) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
 		ctx := context.Background()
 		db, err := Open(ctx, dsn, nil)
 		if err != nil {

@@ -1,0 +1,73 @@
+// Package storetest gives tests a fresh database of each dialect: a SQLite
+// file in a temporary directory always, and a PostgreSQL schema of its own
+// when the environment names a server.
+package storetest
+
+import (
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+)
+
+// PostgresEnv names the environment variable with the URL of a PostgreSQL
+// database for tests; the PostgreSQL variants skip without it.
+const PostgresEnv = "MCPREL_TEST_POSTGRES_URL"
+
+// Each runs f as two subtests, "sqlite" and "postgres", each with the DSN of
+// a fresh database.
+func Each(t *testing.T, f func(t *testing.T, dsn string)) {
+	t.Run("sqlite", func(t *testing.T) { f(t, SQLite(t)) })
+	t.Run("postgres", func(t *testing.T) { f(t, Postgres(t)) })
+}
+
+// SQLite returns the path of a SQLite file that does not exist yet.
+func SQLite(t testing.TB) string {
+	return filepath.Join(t.TempDir(), "test.db")
+}
+
+// Postgres returns a URL whose connections see only a schema created for
+// this test and dropped after it, so tests in parallel packages never see
+// each other's rows. It skips the test when PostgresEnv is unset.
+func Postgres(t testing.TB) string {
+	t.Helper()
+	base := os.Getenv(PostgresEnv)
+	if base == "" {
+		t.Skip(PostgresEnv + " is not set: skipping the PostgreSQL variant")
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "mcprel_test_" + hex.EncodeToString(b[:])
+	admin, err := sql.Open("pgx", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.Exec(`CREATE SCHEMA ` + schema); err != nil {
+		t.Fatalf("creating a test schema on %s: %v", PostgresEnv, err)
+	}
+	t.Cleanup(func() {
+		admin, err := sql.Open("pgx", base)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer admin.Close()
+		if _, err := admin.Exec(`DROP SCHEMA ` + schema + ` CASCADE`); err != nil {
+			t.Errorf("dropping test schema %s: %v", schema, err)
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("%s: %v", PostgresEnv, err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}

@@ -1,0 +1,251 @@
+package ledger_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcprel/mcprel/internal/storetest"
+	"github.com/mcprel/mcprel/ledger"
+)
+
+// clock is a time source tests move by hand.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// The ledger stores milliseconds; so does the clock.
+func newClock() *clock { return &clock{now: time.UnixMilli(time.Now().UnixMilli())} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func TestClaimCompleteReplay(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		clk := newClock()
+		l := open(t, dsn, &ledger.Options{Lease: 10 * time.Second})
+		ledger.SetClock(l, clk.Now)
+		o := op("acme", "pay-1", `{"cents":500}`)
+		claim, replayed, err := l.Claim(ctx, o)
+		if err != nil || replayed != nil || claim == nil {
+			t.Fatalf("Claim = %v, %v, %v", claim, replayed, err)
+		}
+		if claim.Key() != "pay-1" || !claim.LeaseUntil().Equal(clk.Now().Add(10*time.Second)) || claim.Executions != 1 {
+			t.Fatalf("claim = key %q, lease until %v, executions %d", claim.Key(), claim.LeaseUntil(), claim.Executions)
+		}
+		// While the lease holds, duplicates are told to come back.
+		clk.Advance(4 * time.Second)
+		var busy *ledger.InProgressError
+		if _, _, err := l.Claim(ctx, o); !errors.As(err, &busy) || busy.RetryAfter != 6*time.Second {
+			t.Fatalf("duplicate Claim = %v, want InProgressError with RetryAfter 6s", err)
+		}
+		var executed atomic.Int64
+		if _, err := l.Do(ctx, o, reserve(&executed, o, 1)); !errors.As(err, &busy) || executed.Load() != 0 {
+			t.Fatalf("Do on a claimed key = %v (%d executions), want InProgressError", err, executed.Load())
+		}
+		rec, err := l.Lookup(ctx, "acme", "reserve", "pay-1")
+		if err != nil || rec.State != ledger.InProgress || rec.Result != nil {
+			t.Fatalf("Lookup while in progress = %+v, %v", rec, err)
+		}
+		res, err := claim.Complete(ctx, json.RawMessage(`{"charge":"ch_1"}`))
+		if err != nil || res.Replayed || string(res.Data) != `{"charge":"ch_1"}` {
+			t.Fatalf("Complete = %+v, %v", res, err)
+		}
+		// After completion both modes replay.
+		_, again, err := l.Claim(ctx, o)
+		if err != nil || again == nil || !again.Replayed || string(again.Data) != `{"charge":"ch_1"}` {
+			t.Fatalf("Claim after Complete = %+v, %v", again, err)
+		}
+		viaDo, err := l.Do(ctx, o, reserve(&executed, o, 1))
+		if err != nil || !viaDo.Replayed || executed.Load() != 0 {
+			t.Fatalf("Do after Complete = %+v, %v", viaDo, err)
+		}
+		if _, err := claim.Complete(ctx, json.RawMessage(`{"charge":"ch_2"}`)); !errors.Is(err, ledger.ErrLeaseLost) {
+			t.Fatalf("second Complete = %v, want ErrLeaseLost", err)
+		}
+	})
+}
+
+func TestClaimReleaseAndTakeover(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		clk := newClock()
+		l := open(t, dsn, &ledger.Options{Lease: 10 * time.Second})
+		ledger.SetClock(l, clk.Now)
+		o := op("acme", "pay-2", `{"cents":100}`)
+
+		// Released: the effect did not happen, the next caller starts over.
+		first, _, err := l.Claim(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Lookup(ctx, "acme", "reserve", "pay-2"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("Lookup after Release = %v", err)
+		}
+		second, _, err := l.Claim(ctx, o)
+		if err != nil || second.Executions != 1 {
+			t.Fatalf("Claim after Release = %+v, %v", second, err)
+		}
+
+		// The holder stalls past its lease: another caller takes over,
+		// and the stalled holder can no longer complete.
+		clk.Advance(10 * time.Second)
+		third, _, err := l.Claim(ctx, o)
+		if err != nil || third == nil || third.Executions != 2 {
+			t.Fatalf("Claim after the lease expired = %+v, %v; want a takeover counting 2 executions", third, err)
+		}
+		if _, err := second.Complete(ctx, json.RawMessage(`{"late":true}`)); !errors.Is(err, ledger.ErrLeaseLost) {
+			t.Fatalf("Complete by the expired holder = %v, want ErrLeaseLost", err)
+		}
+		if err := second.Release(ctx); err != nil { // a no-op: not its key any more
+			t.Fatal(err)
+		}
+		res, err := third.Complete(ctx, json.RawMessage(`{"charge":"ch_3"}`))
+		if err != nil || res.Executions != 2 {
+			t.Fatalf("Complete after takeover = %+v, %v", res, err)
+		}
+		rec, err := l.Lookup(ctx, "acme", "reserve", "pay-2")
+		if err != nil || rec.State != ledger.Committed || string(rec.Result) != `{"charge":"ch_3"}` || rec.Executions != 2 {
+			t.Fatalf("record = %+v, %v", rec, err)
+		}
+	})
+}
+
+// Racing claims on one key: exactly one holds it, the others are told it
+// is in progress.
+func TestClaimRace(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		handles := []*ledger.Ledger{open(t, dsn, nil), open(t, dsn, nil), open(t, dsn, nil), open(t, dsn, nil)}
+		o := op("acme", "pay-race", `{}`)
+		var held, busy atomic.Int64
+		barrier := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, l := range handles {
+			wg.Go(func() {
+				<-barrier
+				claim, _, err := l.Claim(context.Background(), o)
+				var inProgress *ledger.InProgressError
+				switch {
+				case err == nil && claim != nil:
+					held.Add(1)
+				case errors.As(err, &inProgress):
+					busy.Add(1)
+				default:
+					t.Errorf("Claim = %v, %v", claim, err)
+				}
+			})
+		}
+		close(barrier)
+		wg.Wait()
+		if held.Load() != 1 || busy.Load() != int64(len(handles)-1) {
+			t.Fatalf("%d claims held, %d told in progress", held.Load(), busy.Load())
+		}
+	})
+}
+
+func TestRetentionAndReaper(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		clk := newClock()
+		l := open(t, dsn, &ledger.Options{Retention: time.Hour})
+		ledger.SetClock(l, clk.Now)
+		for _, key := range []string{"a", "b", "c", "d", "e"} {
+			o := op("acme", key, `{}`)
+			if _, err := l.Do(ctx, o, reserve(nil, o, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clk.Advance(30 * time.Minute)
+		late := op("acme", "late", `{}`)
+		if _, err := l.Do(ctx, late, reserve(nil, late, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := l.Reap(ctx, clk.Now(), 2); err != nil || n != 0 {
+			t.Fatalf("Reap within retention = %d, %v", n, err)
+		}
+		clk.Advance(31 * time.Minute) // the first five expired, "late" did not
+		if _, err := l.Lookup(ctx, "acme", "reserve", "a"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("Lookup of an expired record = %v, want ErrNotFound", err)
+		}
+		var total int
+		for {
+			n, err := l.Reap(ctx, clk.Now(), 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n > 2 {
+				t.Fatalf("Reap deleted %d records, more than its batch", n)
+			}
+			total += n
+			if n < 2 {
+				break
+			}
+		}
+		if total != 5 {
+			t.Fatalf("reaped %d records, want 5", total)
+		}
+		if _, err := l.Lookup(ctx, "acme", "reserve", "late"); err != nil {
+			t.Fatalf("the unexpired record went: %v", err)
+		}
+		// An expired key is a new operation, even with other arguments.
+		o := op("acme", "b", `{"changed":true}`)
+		if res, err := l.Do(ctx, o, reserve(nil, o, 1)); err != nil || res.Replayed {
+			t.Fatalf("reused key after retention = %+v, %v", res, err)
+		}
+	})
+}
+
+// An expired record the reaper has not reached yet does not hold its key.
+func TestExpiredRecordFreesKeyBeforeReaping(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		clk := newClock()
+		l := open(t, dsn, &ledger.Options{Retention: time.Minute})
+		ledger.SetClock(l, clk.Now)
+		o := op("acme", "k", `{"quantity":1}`)
+		if _, err := l.Do(ctx, o, reserve(nil, o, 1)); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Minute)
+		changed := op("acme", "k", `{"quantity":2}`)
+		res, err := l.Do(ctx, changed, reserve(nil, changed, 2))
+		if err != nil || res.Replayed {
+			t.Fatalf("Do on an expired key = %+v, %v; want a fresh execution", res, err)
+		}
+		claimOp := op("acme", "k2", `{}`)
+		if _, err := l.Do(ctx, claimOp, reserve(nil, claimOp, 1)); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Minute)
+		if claim, _, err := l.Claim(ctx, claimOp); err != nil || claim == nil || claim.Executions != 1 {
+			t.Fatalf("Claim on an expired key = %+v, %v", claim, err)
+		}
+	})
+}
+
+func TestRunReaperStopsWithContext(t *testing.T) {
+	l := open(t, storetest.SQLite(t), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { l.RunReaper(ctx, time.Hour, 100); close(done) }()
+	cancel()
+	<-done
+}

@@ -1,0 +1,142 @@
+package ledger
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Fingerprint identifies what an operation does: the SHA-256 of the
+// canonical JSON of the arguments that define it. Two calls with the same
+// key must have the same fingerprint; a different one means the key was
+// reused for a different operation.
+type Fingerprint [32]byte
+
+// String returns the fingerprint in hex.
+func (f Fingerprint) String() string { return hex.EncodeToString(f[:]) }
+
+// FingerprintArgs computes the fingerprint of a tool call's arguments.
+// fields lists the top-level arguments that define the operation (nil
+// means all of them); skip names one to leave out even then, such as the
+// idempotency key itself, which never counts. Canonical JSON sorts object
+// keys at every depth and writes every number in one form (1, 1.0 and 1e0
+// are the same), so formatting never changes a fingerprint; a field listed
+// but absent counts as absent, which differs from null.
+func FingerprintArgs(args json.RawMessage, fields []string, skip string) (Fingerprint, error) {
+	var v any
+	if len(bytes.TrimSpace(args)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(args))
+		dec.UseNumber()
+		if err := dec.Decode(&v); err != nil {
+			return Fingerprint{}, fmt.Errorf("ledger: arguments are not JSON: %w", err)
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			return Fingerprint{}, errors.New("ledger: arguments are followed by more data")
+		}
+	}
+	obj, _ := v.(map[string]any)
+	if v != nil && obj == nil {
+		return Fingerprint{}, errors.New("ledger: arguments must be a JSON object")
+	}
+	picked := map[string]any{}
+	for k, val := range obj {
+		if k == skip || (fields != nil && !slices.Contains(fields, k)) {
+			continue
+		}
+		picked[k] = val
+	}
+	var b bytes.Buffer
+	if err := canonical(&b, picked); err != nil {
+		return Fingerprint{}, err
+	}
+	return sha256.Sum256(b.Bytes()), nil
+}
+
+func canonical(b *bytes.Buffer, v any) error {
+	switch x := v.(type) {
+	case nil:
+		b.WriteString("null")
+	case bool:
+		b.WriteString(strconv.FormatBool(x))
+	case string:
+		enc, _ := json.Marshal(x)
+		b.Write(enc)
+	case json.Number:
+		b.WriteString(canonicalNumber(string(x)))
+	case []any:
+		b.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if err := canonical(b, e); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(']')
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			enc, _ := json.Marshal(k)
+			b.Write(enc)
+			b.WriteByte(':')
+			if err := canonical(b, x[k]); err != nil {
+				return err
+			}
+		}
+		b.WriteByte('}')
+	default:
+		return fmt.Errorf("ledger: cannot fingerprint %T", v)
+	}
+	return nil
+}
+
+// canonicalNumber writes a JSON number exactly, in one form for every
+// spelling of its value: significant digits with no leading or trailing
+// zeros, then a decimal exponent. 1, 1.0, 10e-1 and 0.1e1 are all "1";
+// 12.50 is "125e-1". Converting through float64 would merge numbers that
+// differ beyond its precision.
+func canonicalNumber(n string) string {
+	sign := ""
+	if strings.HasPrefix(n, "-") {
+		sign, n = "-", n[1:]
+	}
+	exp := 0
+	if i := strings.IndexAny(n, "eE"); i >= 0 {
+		e, err := strconv.Atoi(strings.TrimPrefix(n[i+1:], "+"))
+		if err != nil || e > 1<<30 || e < -(1<<30) {
+			return sign + n // absurd exponent: keep the spelling
+		}
+		exp, n = e, n[:i]
+	}
+	digits := n
+	if i := strings.IndexByte(n, '.'); i >= 0 {
+		digits = n[:i] + n[i+1:]
+		exp -= len(n) - i - 1
+	}
+	digits = strings.TrimLeft(digits, "0")
+	if digits == "" {
+		return "0"
+	}
+	trimmed := strings.TrimRight(digits, "0")
+	exp += len(digits) - len(trimmed)
+	if exp == 0 {
+		return sign + trimmed
+	}
+	return sign + trimmed + "e" + strconv.Itoa(exp)
+}

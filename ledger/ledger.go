@@ -1,0 +1,476 @@
+// Package ledger makes a mutation run at most once per idempotency key,
+// whatever the retries, races, lost responses, restarts and replicas.
+//
+// A mutation is identified by its scope — tenant and tool — and the key the
+// client chose; its fingerprint records what the operation was. The ledger
+// stores the key, the fingerprint and the committed result, and Do runs the
+// business effect inside the same database transaction as the key claim,
+// the execution record and the stored result: one atomic unit. So a key is
+// either absent (nothing happened) or committed with its effect and result;
+// a crash at any point leaves one or the other, never an effect without its
+// record or a record without its effect.
+//
+//   - First call: the effect runs, everything commits, the result returns.
+//   - Same key, same fingerprint: the stored result returns, rebuilt from
+//     the stored JSON and marked Replayed; nothing runs.
+//   - Same key, different fingerprint: *ConflictError; nothing runs.
+//   - A duplicate racing the first waits for it to commit (bounded by its
+//     context) and then replays.
+//
+// The JSON-RPC id correlates messages; it is never the key. A process-local
+// map is not a ledger: records live in the store, shared by processes and
+// replicas.
+//
+// Effects outside the database (a payment provider, another service) cannot
+// share its transaction. Claim gives them two phases instead — claim the
+// key with a lease and commit, run the effect, store the result and commit
+// — which is only safe if the external service accepts the same key (pass
+// it on) or an outbox in the database bridges to it: the ledger then
+// guarantees one completed claim, not one external call.
+package ledger
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode"
+
+	"github.com/mcprel/mcprel/store"
+)
+
+// Defaults for Options fields left at zero.
+const (
+	DefaultRetention = 24 * time.Hour
+	DefaultLease     = 30 * time.Second
+	// MaxKeyLength bounds an idempotency key, in bytes.
+	MaxKeyLength = 255
+)
+
+// Options configure a Ledger. The zero value is valid.
+type Options struct {
+	// Retention is how long a record is kept after it is created; a key
+	// used again after that is a new operation. Zero means
+	// DefaultRetention (24 h).
+	Retention time.Duration
+	// Lease is how long a two-phase claim holds its key before another
+	// caller may take it over. Zero means DefaultLease.
+	Lease time.Duration
+}
+
+// Ledger is the idempotency ledger on a store.
+type Ledger struct {
+	db        *store.DB
+	retention time.Duration
+	lease     time.Duration
+	now       func() time.Time // time.Now; tests move it
+}
+
+// State is where a record is in its life.
+type State uint8
+
+const (
+	// InProgress: a two-phase claim holds the key; the effect may be
+	// running elsewhere.
+	InProgress State = 1
+	// Committed: the operation finished and its result is stored.
+	Committed State = 2
+)
+
+// String returns "in_progress" or "committed".
+func (s State) String() string {
+	if s == InProgress {
+		return "in_progress"
+	}
+	return "committed"
+}
+
+// Op identifies one mutation.
+type Op struct {
+	Tenant      string
+	Tool        string
+	Key         string
+	Fingerprint Fingerprint
+}
+
+// Result is the outcome of an operation.
+type Result struct {
+	// Data is the stored result, a copy no one else holds.
+	Data json.RawMessage
+	// Replayed is set when nothing ran: the result was committed before.
+	Replayed bool
+	// ExecutedAt is when the effect committed.
+	ExecutedAt time.Time
+	// Executions counts the times the effect was started for this key:
+	// always 1 for Do; a two-phase claim taken over after an expired lease
+	// counts again.
+	Executions int
+}
+
+// Record is what the ledger holds about a key, for reconciliation.
+type Record struct {
+	Op
+	State      State
+	Result     json.RawMessage
+	CreatedAt  time.Time
+	ExecutedAt time.Time // zero while in progress
+	ExpiresAt  time.Time
+	LeaseUntil time.Time // two-phase claims in progress
+	Executions int
+
+	leaseToken string
+}
+
+// ConflictError reports a key already used for a different operation.
+type ConflictError struct{ Tenant, Tool, Key string }
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("ledger: idempotency key %q was already used for a different %s operation", e.Key, e.Tool)
+}
+
+// InProgressError reports a key held by an operation that has not finished:
+// retry after RetryAfter with the same key.
+type InProgressError struct{ RetryAfter time.Duration }
+
+func (e *InProgressError) Error() string {
+	return fmt.Sprintf("ledger: the operation for this key is still in progress; retry after %v", e.RetryAfter)
+}
+
+// Errors.
+var (
+	ErrNotFound   = errors.New("ledger: no record for this key")
+	ErrInvalidKey = errors.New("ledger: an idempotency key must be 1 to 255 bytes of printable text")
+	// ErrLeaseLost: a two-phase claim's lease expired and another caller
+	// took the key over; this claim's result is not stored.
+	ErrLeaseLost = errors.New("ledger: the claim's lease expired and the key was taken over")
+)
+
+// ValidKey reports whether key is acceptable: 1 to MaxKeyLength bytes, no
+// control characters.
+func ValidKey(key string) bool {
+	if key == "" || len(key) > MaxKeyLength {
+		return false
+	}
+	for _, r := range key {
+		if unicode.IsControl(r) || r == unicode.ReplacementChar {
+			return false
+		}
+	}
+	return true
+}
+
+var migrations = []store.Migration{{
+	Version: 1,
+	SQLite: `CREATE TABLE mcprel_ledger (
+		tenant      TEXT NOT NULL,
+		tool        TEXT NOT NULL,
+		idem_key    TEXT NOT NULL,
+		fingerprint BLOB NOT NULL,
+		state       INTEGER NOT NULL,
+		result      TEXT,
+		created_at  INTEGER NOT NULL,
+		executed_at INTEGER,
+		expires_at  INTEGER NOT NULL,
+		lease_until INTEGER,
+		lease_token TEXT,
+		executions  INTEGER NOT NULL DEFAULT 0,
+		PRIMARY KEY (tenant, tool, idem_key)) WITHOUT ROWID;
+		CREATE INDEX mcprel_ledger_expires ON mcprel_ledger (expires_at)`,
+	Postgres: `CREATE TABLE mcprel_ledger (
+		tenant      TEXT NOT NULL,
+		tool        TEXT NOT NULL,
+		idem_key    TEXT NOT NULL,
+		fingerprint BYTEA NOT NULL,
+		state       SMALLINT NOT NULL,
+		result      TEXT,
+		created_at  BIGINT NOT NULL,
+		executed_at BIGINT,
+		expires_at  BIGINT NOT NULL,
+		lease_until BIGINT,
+		lease_token TEXT,
+		executions  INTEGER NOT NULL DEFAULT 0,
+		PRIMARY KEY (tenant, tool, idem_key));
+		CREATE INDEX mcprel_ledger_expires ON mcprel_ledger (expires_at)`,
+}}
+
+// Open prepares the ledger's schema in db and returns the ledger. opts may
+// be nil.
+func Open(ctx context.Context, db *store.DB, opts *Options) (*Ledger, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Retention < 0 || o.Lease < 0 {
+		return nil, errors.New("ledger: Options durations must not be negative")
+	}
+	if o.Retention == 0 {
+		o.Retention = DefaultRetention
+	}
+	if o.Lease == 0 {
+		o.Lease = DefaultLease
+	}
+	if err := db.Migrate(ctx, "ledger", migrations); err != nil {
+		return nil, err
+	}
+	return &Ledger{db: db, retention: o.Retention, lease: o.Lease, now: time.Now}, nil
+}
+
+// DB returns the store the ledger lives in, whose transactions effects
+// write through.
+func (l *Ledger) DB() *store.DB { return l.db }
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+func fromMS(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return time.UnixMilli(v.Int64)
+}
+
+// Do runs effect at most once for op, inside the transaction that claims
+// the key and stores what effect returns, and returns the result. effect
+// writes its business rows through tx; whatever it returns (a success or a
+// business failure, as JSON) is committed with them. An error from effect
+// rolls everything back and stores nothing, so the key stays free.
+func (l *Ledger) Do(ctx context.Context, op Op, effect func(ctx context.Context, tx *store.Tx) (json.RawMessage, error)) (Result, error) {
+	if !ValidKey(op.Key) {
+		return Result{}, ErrInvalidKey
+	}
+	// Most duplicates arrive after the first call committed: answer them
+	// from a read transaction, which never queues behind writers.
+	if res, ok, err := l.peek(ctx, op); ok || err != nil {
+		return res, waitBounded(ctx, err)
+	}
+	var out Result
+	err := l.db.WriteTx(ctx, func(tx *store.Tx) error {
+		now := l.now()
+		inserted, err := l.insert(ctx, tx, op, Committed, now, "")
+		if err != nil {
+			return err
+		}
+		if !inserted {
+			rec, err := l.existing(ctx, tx, op, now)
+			switch {
+			case err != nil:
+				return err
+			case rec == nil: // expired and removed: the key is free again
+				if _, err := l.insert(ctx, tx, op, Committed, now, ""); err != nil {
+					return err
+				}
+			case rec.State == Committed:
+				out = replay(rec)
+				return nil
+			default:
+				return &InProgressError{RetryAfter: max(rec.LeaseUntil.Sub(now), 100*time.Millisecond)}
+			}
+		}
+		data, err := effect(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if !json.Valid(data) {
+			return fmt.Errorf("ledger: the effect's result is not JSON")
+		}
+		if _, err := tx.Exec(ctx, `UPDATE mcprel_ledger SET result = ?, executed_at = ?, executions = 1
+			WHERE tenant = ? AND tool = ? AND idem_key = ?`, string(data), ms(now), op.Tenant, op.Tool, op.Key); err != nil {
+			return err
+		}
+		out = Result{Data: append(json.RawMessage(nil), data...), ExecutedAt: time.UnixMilli(ms(now)), Executions: 1}
+		return nil
+	})
+	if err != nil {
+		return Result{}, waitBounded(ctx, err)
+	}
+	return out, nil
+}
+
+// peek replays a committed record, or reports a conflict, without a write
+// transaction. ok is false when the write path must decide.
+func (l *Ledger) peek(ctx context.Context, op Op) (res Result, ok bool, err error) {
+	var rec *Record
+	err = l.db.ReadTx(ctx, func(tx *store.Tx) error {
+		var err error
+		rec, err = scanRecord(tx.QueryRow(ctx, selectRecord+` WHERE tenant = ? AND tool = ? AND idem_key = ?`, op.Tenant, op.Tool, op.Key))
+		return err
+	})
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return Result{}, false, nil
+	case err != nil:
+		return Result{}, false, err
+	case rec.State != Committed || !rec.ExpiresAt.After(l.now()):
+		return Result{}, false, nil
+	case rec.Fingerprint != op.Fingerprint:
+		return Result{}, true, &ConflictError{Tenant: op.Tenant, Tool: op.Tool, Key: op.Key}
+	}
+	return replay(rec), true, nil
+}
+
+// waitBounded turns a call whose context ended before the ledger could
+// answer — typically while a duplicate waited for the first writer to
+// commit — into "in progress": retrying with the same key is always safe,
+// and it either replays or runs once.
+func waitBounded(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	var conflict *ConflictError
+	var busy *InProgressError
+	if ctx.Err() != nil && !errors.As(err, &conflict) && !errors.As(err, &busy) {
+		return errors.Join(&InProgressError{RetryAfter: time.Second}, err)
+	}
+	return err
+}
+
+// insert claims the key; it reports false when a record already exists.
+func (l *Ledger) insert(ctx context.Context, tx *store.Tx, op Op, state State, now time.Time, token string) (bool, error) {
+	var leaseUntil any
+	if state == InProgress {
+		leaseUntil = ms(now.Add(l.lease))
+	}
+	res, err := tx.Exec(ctx, `INSERT INTO mcprel_ledger
+		(tenant, tool, idem_key, fingerprint, state, created_at, expires_at, lease_until, lease_token, executions)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (tenant, tool, idem_key) DO NOTHING`,
+		op.Tenant, op.Tool, op.Key, op.Fingerprint[:], int(state), ms(now), ms(now.Add(l.retention)), leaseUntil, nullable(token), boolInt(state == InProgress))
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// existing reads the record that stopped an insert. A record past its
+// retention is deleted (the key is free again) and nil returned; a record
+// with another fingerprint is a conflict.
+func (l *Ledger) existing(ctx context.Context, tx *store.Tx, op Op, now time.Time) (*Record, error) {
+	rec, err := scanRecord(tx.QueryRow(ctx, selectRecord+` WHERE tenant = ? AND tool = ? AND idem_key = ?`, op.Tenant, op.Tool, op.Key))
+	if err != nil {
+		return nil, err
+	}
+	if !rec.ExpiresAt.After(now) {
+		if _, err := tx.Exec(ctx, `DELETE FROM mcprel_ledger WHERE tenant = ? AND tool = ? AND idem_key = ?`, op.Tenant, op.Tool, op.Key); err != nil {
+			return nil, err
+		}
+		return nil, nil
+	}
+	if rec.Fingerprint != op.Fingerprint {
+		return nil, &ConflictError{Tenant: op.Tenant, Tool: op.Tool, Key: op.Key}
+	}
+	return rec, nil
+}
+
+const selectRecord = `SELECT tenant, tool, idem_key, fingerprint, state, result, created_at, executed_at, expires_at, lease_until, lease_token, executions FROM mcprel_ledger`
+
+// scanRecord reads one ledger row.
+func scanRecord(row interface{ Scan(...any) error }) (*Record, error) {
+	var rec Record
+	var fp []byte
+	var state int
+	var result sql.NullString
+	var created, expires int64
+	var executed, lease sql.NullInt64
+	var token sql.NullString
+	err := row.Scan(&rec.Tenant, &rec.Tool, &rec.Key, &fp, &state, &result, &created, &executed, &expires, &lease, &token, &rec.Executions)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	copy(rec.Fingerprint[:], fp)
+	rec.State = State(state)
+	if result.Valid {
+		rec.Result = json.RawMessage(result.String)
+	}
+	rec.CreatedAt, rec.ExpiresAt = time.UnixMilli(created), time.UnixMilli(expires)
+	rec.ExecutedAt, rec.LeaseUntil = fromMS(executed), fromMS(lease)
+	rec.leaseToken = token.String
+	return &rec, nil
+}
+
+func replay(rec *Record) Result {
+	return Result{Data: append(json.RawMessage(nil), rec.Result...), Replayed: true, ExecutedAt: rec.ExecutedAt, Executions: rec.Executions}
+}
+
+// Lookup returns the record of a key in its scope, for reconciliation: a
+// response lost after the commit is recovered by key, never by running the
+// operation again. A key of another tenant is not found.
+func (l *Ledger) Lookup(ctx context.Context, tenant, tool, key string) (Record, error) {
+	var rec *Record
+	err := l.db.ReadTx(ctx, func(tx *store.Tx) error {
+		var err error
+		rec, err = scanRecord(tx.QueryRow(ctx, selectRecord+` WHERE tenant = ? AND tool = ? AND idem_key = ?`, tenant, tool, key))
+		return err
+	})
+	if err != nil {
+		return Record{}, err
+	}
+	if !rec.ExpiresAt.After(l.now()) {
+		return Record{}, ErrNotFound
+	}
+	return *rec, nil
+}
+
+// Reap deletes up to batch records whose retention ended before now and
+// returns how many it deleted. Small batches keep each write transaction
+// short.
+func (l *Ledger) Reap(ctx context.Context, now time.Time, batch int) (int, error) {
+	var n int64
+	err := l.db.WriteTx(ctx, func(tx *store.Tx) error {
+		q := `DELETE FROM mcprel_ledger WHERE (tenant, tool, idem_key) IN
+			(SELECT tenant, tool, idem_key FROM mcprel_ledger WHERE expires_at <= ? LIMIT ?)`
+		res, err := tx.Exec(ctx, q, ms(now), batch)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// RunReaper removes expired records every interval, in batches, until ctx
+// ends.
+func (l *Ledger) RunReaper(ctx context.Context, every time.Duration, batch int) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for {
+				n, err := l.Reap(ctx, l.now(), batch)
+				if err != nil || n < batch {
+					break
+				}
+			}
+		}
+	}
+}
+
+func newToken() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
