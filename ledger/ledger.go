@@ -219,6 +219,9 @@ func Open(ctx context.Context, db *store.DB, opts *Options) (*Ledger, error) {
 	return &Ledger{db: db, retention: o.Retention, lease: o.Lease, now: time.Now}, nil
 }
 
+// Lease is how long a two-phase claim holds its key.
+func (l *Ledger) Lease() time.Duration { return l.lease }
+
 // DB returns the store the ledger lives in, whose transactions effects
 // write through.
 func (l *Ledger) DB() *store.DB { return l.db }

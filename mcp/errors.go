@@ -58,6 +58,13 @@ const (
 	FailureShuttingDown     = "shutting_down"
 	FailureTimeout          = "timeout"
 	FailureRateLimited      = "rate_limited"
+	// The idempotency failures: a key the tool requires is missing; the
+	// key was already used for a different operation; the operation with
+	// this key has not finished yet; the ledger could not be reached.
+	FailureKeyRequired = "idempotency_key_required"
+	FailureKeyConflict = "idempotency_conflict"
+	FailureInProgress  = "in_progress"
+	FailureLedger      = "ledger_unavailable"
 )
 
 // ToolError is a tool failure meant for the model: a handler returns it (or

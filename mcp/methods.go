@@ -43,6 +43,27 @@ const (
 // MetaPrefix is the _meta prefix for keys mcprel defines itself.
 const MetaPrefix = "dev.mcprel/"
 
+// Idempotency keys and result marks (docs/errors.md, "Idempotency").
+const (
+	// ArgIdempotencyKey is the tool argument that carries an idempotency
+	// key: the key the client chose for one logical operation, reused on
+	// every retry of it.
+	ArgIdempotencyKey = "idempotencyKey"
+	// MetaIdempotencyKey carries the key in a request's params._meta, for
+	// tools whose arguments cannot hold it.
+	MetaIdempotencyKey = MetaPrefix + "idempotencyKey"
+	// MetaReplayed, in a result's _meta, is true when the result was
+	// committed by an earlier call with the same key and nothing ran now,
+	// false when this call executed the operation.
+	MetaReplayed = MetaPrefix + "replayed"
+	// MetaExecutedAt, beside MetaReplayed, is when the operation committed
+	// (RFC 3339).
+	MetaExecutedAt = MetaPrefix + "executedAt"
+	// MetaRetrySafe is false on the result of a mutating call made without
+	// an idempotency key: it ran, and a retry would run it again.
+	MetaRetrySafe = MetaPrefix + "retrySafe"
+)
+
 // ResultType values for the modern era's resultType member.
 const (
 	ResultComplete      = "complete"

@@ -194,14 +194,29 @@ func (ss *Session) callTool(r *inflight, in *incoming) {
 		r.succeed(te.Result())
 		return
 	}
+	var key string
+	if mode := rt.policy.Idempotency.Key; mode != KeyNone {
+		var err error
+		if key, err = idempotencyKey(args, in.rawMeta); err == nil && key == "" && mode == KeyRequired {
+			err = errKeyRequired
+		}
+		if err != nil {
+			r.succeed(err.(*mcp.ToolError).Result())
+			return
+		}
+	}
 	q, ok := ss.requestInfo(r, in, r.method+"\x00"+*p.Name)
 	if !ok {
 		return
 	}
-	call := &CallRequest{Request: q, Name: *p.Name, Arguments: args}
+	call := &CallRequest{Request: q, Name: *p.Name, Arguments: args, IdempotencyKey: key}
 	r.readOnly = rt.def.Annotations != nil && rt.def.Annotations.ReadOnlyHint != nil && *rt.def.Annotations.ReadOnlyHint
-	ss.startCall(r, in, rt.lane, ss.srv.deadlines(rt.policy), func(ctx context.Context) (mcp.Result, error) {
+	exec := func(ctx context.Context) (mcp.Result, error) {
 		res, err := rt.handler(ctx, call)
 		return res, err
-	}, toolResult)
+	}
+	if rt.policy.Idempotency.Key != KeyNone {
+		exec = func(ctx context.Context) (mcp.Result, error) { return ss.srv.callIdempotent(ctx, rt, call) }
+	}
+	ss.startCall(r, in, rt.lane, ss.srv.deadlines(rt.policy), exec, toolResult)
 }

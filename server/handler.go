@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/store"
 )
 
 // ErrProgressNotIncreasing is returned by Request.ReportProgress for a value
@@ -84,6 +85,12 @@ type CallRequest struct {
 	// Arguments are the call's arguments, already validated against the
 	// tool's input schema. Nil when the call had none.
 	Arguments json.RawMessage
+	// IdempotencyKey is the call's idempotency key for a tool with an
+	// Idempotency policy, "" when the call has none. Pass it on to any
+	// external service the effect calls.
+	IdempotencyKey string
+
+	tx *store.Tx
 }
 
 // ReadRequest is what a resource handler sees of a resources/read.

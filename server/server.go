@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 )
 
@@ -84,6 +85,11 @@ type Options struct {
 	// StateTTL is how long a signed requestState stays valid. Zero means
 	// DefaultStateTTL.
 	StateTTL time.Duration
+
+	// Ledger is the idempotency ledger that tools with an Idempotency
+	// policy run through (see package ledger). Nil means no tool may have
+	// one.
+	Ledger *ledger.Ledger
 
 	// OnRequestDone, if set, is called once per request when its terminal
 	// state is recorded. It must not block.

@@ -66,6 +66,10 @@ type Policy struct {
 	// keeps the default. A TimeoutLong tool must set MaxTimeout.
 	IdleTimeout time.Duration
 	MaxTimeout  time.Duration
+
+	// Idempotency makes a mutating tool run at most once per idempotency
+	// key (see Idempotency). The zero value keeps the tool off the ledger.
+	Idempotency Idempotency
 }
 
 func (p Policy) validate(tool string) error {
@@ -122,6 +126,9 @@ func (s *Server) AddTool(t Tool, h ToolHandler) error {
 	}
 	rt, err := compileTool(t)
 	if err != nil {
+		return err
+	}
+	if err := s.ledgerFor(t); err != nil {
 		return err
 	}
 	rt.handler = h

@@ -222,8 +222,10 @@ func (db *DB) WriteTx(ctx context.Context, fn func(*Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
 	}
+	// Roll back on every way out but a commit, a panic in fn included:
+	// an abandoned transaction would hold the write connection forever.
+	defer tx.Rollback()
 	if err := fn(&Tx{tx: tx, dialect: db.dialect}); err != nil {
-		tx.Rollback()
 		return err
 	}
 	if err := tx.Commit(); err != nil {

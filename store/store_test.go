@@ -177,3 +177,46 @@ func TestImmediateTransactions(t *testing.T) {
 		t.Fatal("a second writer began while the first held an IMMEDIATE transaction")
 	}
 }
+
+// A panic inside a write transaction rolls it back and frees the write
+// connection for the next writer.
+func TestPanicInWriteTxRollsBack(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		db, err := Open(ctx, dsn, &Options{MaxConns: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if err := db.WriteTx(ctx, func(tx *Tx) error {
+			_, err := tx.Exec(ctx, `CREATE TABLE panic_test (v INTEGER)`)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("the panic did not reach the caller")
+				}
+			}()
+			db.WriteTx(ctx, func(tx *Tx) error {
+				if _, err := tx.Exec(ctx, `INSERT INTO panic_test (v) VALUES (1)`); err != nil {
+					t.Error(err)
+				}
+				panic("handler bug")
+			})
+		}()
+		if err := db.WriteTx(ctx, func(tx *Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO panic_test (v) VALUES (2)`)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var sum int
+		db.ReadTx(ctx, func(tx *Tx) error { return tx.QueryRow(ctx, `SELECT COALESCE(SUM(v), 0) FROM panic_test`).Scan(&sum) })
+		if sum != 2 {
+			t.Fatalf("sum = %d: the panicking transaction's row survived (or the next one was lost)", sum)
+		}
+	})
+}

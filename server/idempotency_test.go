@@ -1,0 +1,391 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcprel/mcprel/internal/mcptest"
+	"github.com/mcprel/mcprel/internal/storetest"
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/ledger"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/store"
+	"github.com/mcprel/mcprel/transport/stdio"
+)
+
+// keyed is a server with a ledger and a "reserve" tool whose effect writes
+// one row per execution.
+type keyed struct {
+	srv  *server.Server
+	l    *ledger.Ledger
+	runs atomic.Int64 // handler starts
+	// hook, if set, runs inside the handler after the business row.
+	hook func(ctx context.Context, req *server.CallRequest) error
+}
+
+const reserveSchema = `{"type":"object","properties":{
+	"sku":{"type":"string"},"quantity":{"type":"integer","minimum":1},
+	"note":{"type":"string"},"idempotencyKey":{"type":"string"}},
+	"required":["sku","quantity"]}`
+
+func newKeyed(t *testing.T, dsn string, mode server.KeyMode, opts *server.Options) *keyed {
+	t.Helper()
+	ctx := context.Background()
+	db, err := store.Open(ctx, dsn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	l, err := ledger.Open(ctx, db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Migrate(ctx, "server-test", []store.Migration{{Version: 1,
+		SQLite:   `CREATE TABLE reservations (tenant TEXT NOT NULL, sku TEXT NOT NULL, quantity INTEGER NOT NULL)`,
+		Postgres: `CREATE TABLE reservations (tenant TEXT NOT NULL, sku TEXT NOT NULL, quantity INTEGER NOT NULL)`,
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if opts == nil {
+		opts = &server.Options{}
+	}
+	opts.Ledger = l
+	k := &keyed{srv: mcptest.NewServer(t, opts), l: l}
+	err = k.srv.AddTool(server.Tool{
+		Name:        "reserve",
+		InputSchema: json.RawMessage(reserveSchema),
+		Policy:      server.Policy{Idempotency: server.Idempotency{Key: mode, Fields: []string{"sku", "quantity"}}},
+	}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		k.runs.Add(1)
+		var in struct {
+			SKU      string `json:"sku"`
+			Quantity int    `json:"quantity"`
+		}
+		json.Unmarshal(req.Arguments, &in)
+		if in.SKU == "sold-out" {
+			return nil, &mcp.ToolError{Code: "insufficient_stock", Message: "only 0 left"}
+		}
+		if _, err := req.Tx().Exec(ctx, `INSERT INTO reservations (tenant, sku, quantity) VALUES (?, ?, ?)`, req.Tenant, in.SKU, in.Quantity); err != nil {
+			return nil, err
+		}
+		if k.hook != nil {
+			if err := k.hook(ctx, req); err != nil {
+				return nil, err
+			}
+		}
+		return &mcp.CallToolResult{
+			Content:           []mcp.Content{mcp.Text(fmt.Sprintf("reserved %d %s", in.Quantity, in.SKU))},
+			StructuredContent: map[string]any{"sku": in.SKU, "quantity": in.Quantity, "run": k.runs.Load()},
+		}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func (k *keyed) reservations(t *testing.T, tenant string) int {
+	t.Helper()
+	var n int
+	ctx := context.Background()
+	if err := k.l.DB().ReadTx(ctx, func(tx *store.Tx) error {
+		return tx.QueryRow(ctx, `SELECT COUNT(*) FROM reservations WHERE tenant = ?`, tenant).Scan(&n)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// callResult is the part of a tools/call result the tests read.
+type callResult struct {
+	IsError           bool            `json:"isError"`
+	StructuredContent json.RawMessage `json:"structuredContent"`
+	Meta              map[string]any  `json:"_meta"`
+}
+
+func (r callResult) failure(t *testing.T) mcp.Failure {
+	t.Helper()
+	var f mcp.Failure
+	if !r.IsError || json.Unmarshal(r.StructuredContent, &f) != nil {
+		t.Fatalf("result is not a structured failure: %s", r.StructuredContent)
+	}
+	return f
+}
+
+func call(t *testing.T, c *mcptest.Client, id int64, args map[string]any, meta map[string]any) callResult {
+	t.Helper()
+	extra := map[string]any{"name": "reserve", "arguments": args}
+	if meta != nil {
+		extra["_meta"] = meta
+	}
+	f := c.Call(id, mcp.MethodToolsCall, mcptest.ModernParams(extra))
+	if f.Error != nil {
+		t.Fatalf("call %d: %s", id, f.Raw)
+	}
+	var r callResult
+	if err := json.Unmarshal(f.Result, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestIdempotentCallRunsOnce(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		k := newKeyed(t, dsn, server.KeyRequired, nil)
+		c := mcptest.Stdio(t, k.srv, nil)
+		args := map[string]any{"sku": "A", "quantity": 2, "idempotencyKey": "order-1"}
+		first := call(t, c, 1, args, nil)
+		if first.IsError || first.Meta[mcp.MetaReplayed] != false || first.Meta[mcp.MetaExecutedAt] == nil {
+			t.Fatalf("first call = %+v", first)
+		}
+		// A retry is a new JSON-RPC request with the same key.
+		args["note"] = "a field outside the fingerprint"
+		second := call(t, c, 2, args, nil)
+		if second.Meta[mcp.MetaReplayed] != true || string(second.StructuredContent) != string(first.StructuredContent) ||
+			second.Meta[mcp.MetaExecutedAt] != first.Meta[mcp.MetaExecutedAt] {
+			t.Fatalf("retry = %+v, want a replay of %s", second, first.StructuredContent)
+		}
+		if k.runs.Load() != 1 || k.reservations(t, "") != 1 {
+			t.Fatalf("handler ran %d times, %d reservations", k.runs.Load(), k.reservations(t, ""))
+		}
+		rec, err := k.l.Lookup(context.Background(), "", "reserve", "order-1")
+		if err != nil || rec.Executions != 1 {
+			t.Fatalf("ledger record = %+v, %v", rec, err)
+		}
+	})
+}
+
+func TestIdempotencyRefusals(t *testing.T) {
+	k := newKeyed(t, storetest.SQLite(t), server.KeyRequired, nil)
+	c := mcptest.Stdio(t, k.srv, nil)
+
+	// No key: refused before anything runs.
+	if f := call(t, c, 1, map[string]any{"sku": "A", "quantity": 1}, nil).failure(t); f.Code != mcp.FailureKeyRequired || f.Retryable {
+		t.Fatalf("missing key: %+v", f)
+	}
+	// An invalid key, or two different keys, is an argument error.
+	if f := call(t, c, 2, map[string]any{"sku": "A", "quantity": 1, "idempotencyKey": ""}, nil).failure(t); f.Code != mcp.FailureInvalidArguments {
+		t.Fatalf("empty key: %+v", f)
+	}
+	if f := call(t, c, 3, map[string]any{"sku": "A", "quantity": 1, "idempotencyKey": "k1"},
+		map[string]any{mcp.MetaIdempotencyKey: "k2"}).failure(t); f.Code != mcp.FailureInvalidArguments {
+		t.Fatalf("two keys: %+v", f)
+	}
+	// Arguments that fail validation store nothing: the key stays free.
+	if f := call(t, c, 4, map[string]any{"sku": "A", "quantity": 0, "idempotencyKey": "k1"}, nil).failure(t); f.Code != mcp.FailureInvalidArguments {
+		t.Fatalf("invalid quantity: %+v", f)
+	}
+	if r := call(t, c, 5, map[string]any{"sku": "A", "quantity": 3, "idempotencyKey": "k1"}, nil); r.IsError || r.Meta[mcp.MetaReplayed] != false {
+		t.Fatalf("valid call after an invalid one with the same key: %+v", r)
+	}
+	// Same key, changed quantity: refused, nothing runs.
+	f := call(t, c, 6, map[string]any{"sku": "A", "quantity": 4, "idempotencyKey": "k1"}, nil).failure(t)
+	if f.Code != mcp.FailureKeyConflict || f.Retryable {
+		t.Fatalf("changed quantity: %+v", f)
+	}
+	if k.runs.Load() != 1 || k.reservations(t, "") != 1 {
+		t.Fatalf("handler ran %d times, %d reservations; want 1 and 1", k.runs.Load(), k.reservations(t, ""))
+	}
+	// The key may come in _meta instead.
+	if r := call(t, c, 7, map[string]any{"sku": "A", "quantity": 3}, map[string]any{mcp.MetaIdempotencyKey: "k1"}); r.Meta[mcp.MetaReplayed] != true {
+		t.Fatalf("key in _meta: %+v, want a replay", r)
+	}
+}
+
+// Without a key, a KeyOptional tool runs for every JSON-RPC id — the
+// retry-unsafe case — and says so.
+func TestOptionalKeyMissingRunsEveryTime(t *testing.T) {
+	k := newKeyed(t, storetest.SQLite(t), server.KeyOptional, nil)
+	c := mcptest.Stdio(t, k.srv, nil)
+	args := map[string]any{"sku": "A", "quantity": 1}
+	for id := int64(1); id <= 2; id++ {
+		r := call(t, c, id, args, nil)
+		if r.IsError || r.Meta[mcp.MetaRetrySafe] != false || r.Meta[mcp.MetaReplayed] != nil {
+			t.Fatalf("call %d = %+v", id, r)
+		}
+	}
+	if k.runs.Load() != 2 || k.reservations(t, "") != 2 {
+		t.Fatalf("two ids without a key: %d runs, %d reservations; want 2 and 2", k.runs.Load(), k.reservations(t, ""))
+	}
+	args["idempotencyKey"] = "k"
+	call(t, c, 3, args, nil)
+	if r := call(t, c, 4, args, nil); r.Meta[mcp.MetaReplayed] != true || r.Meta[mcp.MetaRetrySafe] != nil {
+		t.Fatalf("keyed retry = %+v", r)
+	}
+}
+
+func TestBusinessFailureIsStored(t *testing.T) {
+	k := newKeyed(t, storetest.SQLite(t), server.KeyRequired, nil)
+	c := mcptest.Stdio(t, k.srv, nil)
+	args := map[string]any{"sku": "sold-out", "quantity": 1, "idempotencyKey": "k"}
+	first := call(t, c, 1, args, nil)
+	if f := first.failure(t); f.Code != "insufficient_stock" || first.Meta[mcp.MetaReplayed] != false {
+		t.Fatalf("first = %+v", first)
+	}
+	again := call(t, c, 2, args, nil)
+	if again.failure(t).Code != "insufficient_stock" || again.Meta[mcp.MetaReplayed] != true || k.runs.Load() != 1 {
+		t.Fatalf("retry = %+v after %d runs; want the stored failure replayed", again, k.runs.Load())
+	}
+}
+
+// A retryable failure, a plain error and a panic roll back: nothing is
+// stored and the retry runs.
+func TestTransientFailuresStoreNothing(t *testing.T) {
+	k := newKeyed(t, storetest.SQLite(t), server.KeyRequired, nil)
+	c := mcptest.Stdio(t, k.srv, nil)
+	failures := []func() error{
+		func() error { return &mcp.ToolError{Code: "provider_busy", Message: "try later", Retryable: true} },
+		func() error { return fmt.Errorf("disk on fire") },
+		func() error { panic("handler bug") },
+	}
+	args := map[string]any{"sku": "A", "quantity": 1, "idempotencyKey": "k"}
+	for i, fail := range failures {
+		k.hook = func(context.Context, *server.CallRequest) error { return fail() }
+		if r := call(t, c, int64(i+1), args, nil); !r.IsError {
+			t.Fatalf("failure %d: %+v", i, r)
+		}
+		if n := k.reservations(t, ""); n != 0 {
+			t.Fatalf("failure %d left %d reservations", i, n)
+		}
+	}
+	k.hook = nil
+	if r := call(t, c, 9, args, nil); r.IsError || r.Meta[mcp.MetaReplayed] != false {
+		t.Fatalf("retry after transient failures = %+v", r)
+	}
+	if k.reservations(t, "") != 1 {
+		t.Fatal("want exactly one reservation")
+	}
+}
+
+// A call cancelled inside its effect rolls back; the retry runs once.
+func TestCancelledCallRollsBack(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		rec := mcptest.NewRecorder()
+		k := newKeyed(t, dsn, server.KeyRequired, rec.Hook(nil))
+		entered := make(chan struct{})
+		k.hook = func(ctx context.Context, req *server.CallRequest) error {
+			if req.ID == jsonrpc.IntID(1) {
+				close(entered)
+				<-ctx.Done()
+				return context.Cause(ctx)
+			}
+			return nil
+		}
+		c := mcptest.Stdio(t, k.srv, nil)
+		args := map[string]any{"sku": "A", "quantity": 1, "idempotencyKey": "k"}
+		c.Request(1, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": "reserve", "arguments": args}))
+		<-entered
+		c.Cancel(1, "user gave up")
+		rec.WaitHandler(t, jsonrpc.IntID(1))
+		if n := k.reservations(t, ""); n != 0 {
+			t.Fatalf("the cancelled call left %d reservations", n)
+		}
+		if r := call(t, c, 2, args, nil); r.IsError || r.Meta[mcp.MetaReplayed] != false {
+			t.Fatalf("retry after cancel = %+v", r)
+		}
+		if k.reservations(t, "") != 1 || k.runs.Load() != 2 {
+			t.Fatalf("%d reservations after %d runs", k.reservations(t, ""), k.runs.Load())
+		}
+	})
+}
+
+func TestIdempotencyScopedToTenant(t *testing.T) {
+	k := newKeyed(t, storetest.SQLite(t), server.KeyRequired, nil)
+	a := mcptest.Stdio(t, k.srv, &stdio.Options{Tenant: "tenant-a"})
+	b := mcptest.Stdio(t, k.srv, &stdio.Options{Tenant: "tenant-b"})
+	args := map[string]any{"sku": "A", "quantity": 1, "idempotencyKey": "same"}
+	ra := call(t, a, 1, args, nil)
+	args["quantity"] = 5 // would conflict within one tenant
+	rb := call(t, b, 1, args, nil)
+	if ra.IsError || rb.IsError || rb.Meta[mcp.MetaReplayed] != false {
+		t.Fatalf("tenant-a %+v, tenant-b %+v: want two executions", ra, rb)
+	}
+	if k.reservations(t, "tenant-a") != 1 || k.reservations(t, "tenant-b") != 1 {
+		t.Fatal("want one reservation per tenant")
+	}
+	if _, err := k.l.Lookup(context.Background(), "tenant-b", "reserve", "same"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.l.Lookup(context.Background(), "", "reserve", "same"); err == nil {
+		t.Fatal("the single-tenant scope saw a tenant's record")
+	}
+}
+
+// An External effect holds its key while it runs: a duplicate is told to
+// come back, and after completion it gets the stored result.
+func TestExternalEffectInProgress(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.Open(ctx, storetest.SQLite(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	l, err := ledger.Open(ctx, db, &ledger.Options{Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := mcptest.NewServer(t, &server.Options{Ledger: l})
+	entered, release := make(chan string, 4), make(chan struct{})
+	var charges atomic.Int64
+	charge := server.Tool{
+		Name: "charge",
+		Policy: server.Policy{
+			MaxTimeout:  30 * time.Second,
+			Idempotency: server.Idempotency{Key: server.KeyRequired, External: true},
+		},
+	}
+	err = srv.AddTool(charge, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		if req.Tx() != nil {
+			t.Error("an External handler got a transaction")
+		}
+		entered <- req.IdempotencyKey
+		<-release
+		charges.Add(1)
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("charged")}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcptest.Stdio(t, srv, nil)
+	params := mcptest.ModernParams(map[string]any{"name": "charge", "arguments": map[string]any{"cents": 100, "idempotencyKey": "pay-1"}})
+	c.Request(1, mcp.MethodToolsCall, params)
+	if key := <-entered; key != "pay-1" {
+		t.Fatalf("the handler saw key %q", key)
+	}
+	dup := c.Call(2, mcp.MethodToolsCall, params)
+	var r callResult
+	json.Unmarshal(dup.Result, &r)
+	if f := r.failure(t); f.Code != mcp.FailureInProgress || !f.Retryable || f.RetryAfterMs <= 0 {
+		t.Fatalf("duplicate while running = %+v", f)
+	}
+	close(release)
+	if first, _ := c.Await(1); !strings.Contains(string(first.Result), `"dev.mcprel/replayed":false`) {
+		t.Fatalf("first = %s", first.Raw)
+	}
+	again := c.Call(3, mcp.MethodToolsCall, params)
+	if !strings.Contains(string(again.Result), `"dev.mcprel/replayed":true`) || charges.Load() != 1 {
+		t.Fatalf("after completion = %s, %d charges", again.Raw, charges.Load())
+	}
+}
+
+func TestIdempotencyPolicyNeedsALedger(t *testing.T) {
+	srv := mcptest.NewServer(t, nil)
+	err := srv.AddTool(server.Tool{Name: "pay", Policy: server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired}}},
+		func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) { return nil, nil })
+	if err == nil || !strings.Contains(err.Error(), "Options.Ledger") {
+		t.Fatalf("AddTool without a ledger = %v", err)
+	}
+	k := newKeyed(t, storetest.SQLite(t), server.KeyRequired, nil) // default lease 30 s
+	err = k.srv.AddTool(server.Tool{Name: "slow-pay", Policy: server.Policy{MaxTimeout: time.Minute,
+		Idempotency: server.Idempotency{Key: server.KeyRequired, External: true}}},
+		func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) { return nil, nil })
+	if err == nil || !strings.Contains(err.Error(), "lease") {
+		t.Fatalf("AddTool with a deadline beyond the lease = %v", err)
+	}
+}
