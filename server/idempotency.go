@@ -46,8 +46,9 @@ const (
 // the business outcome (an *mcp.ToolError that is not Retryable, such as
 // "insufficient stock"). Anything else — a retryable ToolError, another
 // error, a panic, a cancelled or timed-out call — rolls back and stores
-// nothing, so a retry with the same key runs again. Argument validation
-// happens before the ledger and is never stored.
+// nothing, so a retry with the same key runs again. Arguments are never
+// stored as refused: schema validation happens before the ledger, and a
+// handler's own ToolError with code "invalid_arguments" rolls back too.
 type Idempotency struct {
 	Key KeyMode
 	// Fields lists the top-level arguments that define the operation; their
@@ -158,12 +159,12 @@ func (h handlerFailed) Error() string { return h.err.Error() }
 func (h handlerFailed) Unwrap() error { return h.err }
 
 // stored decides what of a handler's outcome the ledger keeps: a result,
-// or a business failure (a ToolError that is not retryable). ok is false
-// for everything else, which must roll back.
+// or a business failure (a ToolError that is neither retryable nor about
+// the arguments). ok is false for everything else, which must roll back.
 func stored(res *mcp.CallToolResult, err error) (data json.RawMessage, ok bool, ferr error) {
 	if err != nil {
 		var te *mcp.ToolError
-		if !errors.As(err, &te) || te.Retryable {
+		if !errors.As(err, &te) || te.Retryable || te.Code == mcp.FailureInvalidArguments {
 			return nil, false, err
 		}
 		res = te.Result()

@@ -234,7 +234,7 @@ func TestBusinessFailureIsStored(t *testing.T) {
 	}
 }
 
-// A retryable failure, a plain error and a panic roll back: nothing is
+// A retryable failure, a plain error, an argument refusal and a panic roll back: nothing is
 // stored and the retry runs.
 func TestTransientFailuresStoreNothing(t *testing.T) {
 	k := newKeyed(t, storetest.SQLite(t), server.KeyRequired, nil)
@@ -242,6 +242,7 @@ func TestTransientFailuresStoreNothing(t *testing.T) {
 	failures := []func() error{
 		func() error { return &mcp.ToolError{Code: "provider_busy", Message: "try later", Retryable: true} },
 		func() error { return fmt.Errorf("disk on fire") },
+		func() error { return &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "not your tenant"} },
 		func() error { panic("handler bug") },
 	}
 	args := map[string]any{"sku": "A", "quantity": 1, "idempotencyKey": "k"}

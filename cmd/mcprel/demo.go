@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"time"
 
 	"github.com/mcprel/mcprel/mcp"
@@ -24,6 +25,7 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	width := fs.Int("width", 160, "truncate printed frames to this many characters (0: never)")
+	dbPath := fs.String("db", "", "the SQLite file the demo server keeps its ledger in (default: a fresh temporary file)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -31,9 +33,33 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("demo: locating this binary: %w", err)
 	}
+	if *dbPath == "" {
+		dir, err := os.MkdirTemp("", "mcprel-demo")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		*dbPath = filepath.Join(dir, "demo.db")
+	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, self, "serve", "--stdio")
+
+	err = runDemoServer(ctx, self, *dbPath, stdout, *width, "", func(d *demo) error {
+		if err := d.script(); err != nil {
+			return err
+		}
+		return d.ledgerScript()
+	})
+	if err != nil {
+		return err
+	}
+	return runDemoServer(ctx, self, *dbPath, stdout, *width, "A new server process on the same database file", (*demo).restartScript)
+}
+
+// runDemoServer starts "mcprel serve --stdio" on dbPath, runs script
+// against it, closes its input and prints its log.
+func runDemoServer(ctx context.Context, self, dbPath string, stdout io.Writer, width int, title string, script func(*demo) error) error {
+	cmd := exec.CommandContext(ctx, self, "serve", "--stdio", "--db", dbPath)
 	var serverLog bytes.Buffer
 	cmd.Stderr = &serverLog
 	in, err := cmd.StdinPipe()
@@ -47,10 +73,12 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("demo: starting the server: %w", err)
 	}
-	d := &demo{w: stdout, in: in, frames: make(chan demoFrame, 64), width: *width}
+	d := &demo{w: stdout, in: in, frames: make(chan demoFrame, 64), width: width}
 	go d.read(out)
-
-	err = d.script()
+	if title != "" {
+		d.say("%s", title)
+	}
+	err = script(d)
 	in.Close()
 	if werr := cmd.Wait(); err == nil && werr != nil {
 		err = fmt.Errorf("demo: server exited: %w", werr)
@@ -197,6 +225,123 @@ func (d *demo) script() error {
 			return err
 		}
 	}
+	return nil
+}
+
+// tool calls a tool in the modern era and prints a one-line digest of the
+// outcome under the frames: what a reader should notice.
+func (d *demo) tool(id, name, args string) error {
+	d.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":%q,"arguments":%s,%s}}`, id, name, args, modernMeta("")))
+	for {
+		f, err := d.next()
+		if err != nil {
+			return err
+		}
+		if string(f.id) != id || f.method != "" {
+			continue
+		}
+		var resp struct {
+			Result struct {
+				IsError           bool           `json:"isError"`
+				StructuredContent map[string]any `json:"structuredContent"`
+				Meta              map[string]any `json:"_meta"`
+			} `json:"result"`
+		}
+		json.Unmarshal([]byte(f.raw), &resp)
+		r := resp.Result
+		digest := ""
+		if r.IsError {
+			digest = fmt.Sprintf("isError, code %v", r.StructuredContent["code"])
+		} else {
+			b, _ := json.Marshal(r.StructuredContent)
+			digest = string(b)
+		}
+		for _, k := range []string{mcp.MetaReplayed, mcp.MetaRetrySafe} {
+			if v, ok := r.Meta[k]; ok {
+				digest += fmt.Sprintf("; %s=%v", k, v)
+			}
+		}
+		if d.width > 0 && len(digest) > d.width {
+			digest = digest[:d.width-1] + "…"
+		}
+		fmt.Fprintf(d.w, "   ⇒ %s\n", digest)
+		return nil
+	}
+}
+
+// ledgerScript shows the idempotency ledger: a keyed mutation runs once
+// however often it is retried.
+func (d *demo) ledgerScript() error {
+	steps := []func() error{
+		func() error {
+			d.say("Ledger: stock a SKU (set_stock with expectedVersion 0 creates it at version 1)")
+			return d.tool("20", "set_stock", `{"tenant":"acme","sku":"widget","quantity":10,"expectedVersion":0}`)
+		},
+		func() error {
+			d.say("Reserve 3 with idempotency key order-1001: it runs (replayed=false)")
+			return d.tool("21", "reserve_inventory", `{"tenant":"acme","sku":"widget","quantity":3,"idempotencyKey":"order-1001"}`)
+		},
+		func() error {
+			d.say("The response was lost; the client retries with a new JSON-RPC id and the same key: replayed, nothing reserved twice")
+			return d.tool("22", "reserve_inventory", `{"tenant":"acme","sku":"widget","quantity":3,"idempotencyKey":"order-1001"}`)
+		},
+		func() error {
+			d.say("The same key with another quantity is refused, and nothing runs")
+			return d.tool("23", "reserve_inventory", `{"tenant":"acme","sku":"widget","quantity":4,"idempotencyKey":"order-1001"}`)
+		},
+		func() error {
+			d.say("The authoritative read: 7 left, version 2 (one reservation, not two)")
+			return d.tool("24", "get_inventory", `{"tenant":"acme","sku":"widget"}`)
+		},
+		func() error {
+			d.say("Reserving more than is left is a business failure, stored under its key: the retry gets the same answer")
+			if err := d.tool("25", "reserve_inventory", `{"tenant":"acme","sku":"widget","quantity":50,"idempotencyKey":"order-1002"}`); err != nil {
+				return err
+			}
+			return d.tool("26", "reserve_inventory", `{"tenant":"acme","sku":"widget","quantity":50,"idempotencyKey":"order-1002"}`)
+		},
+		func() error {
+			d.say("A read-modify-write with a stale version is refused with the current one (optimistic concurrency)")
+			return d.tool("27", "set_stock", `{"tenant":"acme","sku":"widget","quantity":100,"expectedVersion":1}`)
+		},
+		func() error {
+			d.say("charge_account without a key: two JSON-RPC ids charge twice, and each result says retrySafe=false")
+			if err := d.tool("28", "charge_account", `{"account":"alice","cents":500}`); err != nil {
+				return err
+			}
+			return d.tool("29", "charge_account", `{"account":"alice","cents":500}`)
+		},
+		func() error {
+			d.say("charge_account with a key: two ids, one charge")
+			if err := d.tool("30", "charge_account", `{"account":"bob","cents":700,"idempotencyKey":"invoice-77"}`); err != nil {
+				return err
+			}
+			return d.tool("31", "charge_account", `{"account":"bob","cents":700,"idempotencyKey":"invoice-77"}`)
+		},
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
 	d.say("Closing stdin: the server cancels anything in flight and exits")
+	return nil
+}
+
+// restartScript runs against a new server process: what committed before
+// is still there, found by key.
+func (d *demo) restartScript() error {
+	d.say("Reconcile by key after the restart: order-1001 committed once, with its stored result")
+	if err := d.tool("1", "lookup_operation", `{"tool":"reserve_inventory","idempotencyKey":"order-1001"}`); err != nil {
+		return err
+	}
+	d.say("A late retry of order-1001 still replays; the stock is still 7")
+	if err := d.tool("2", "reserve_inventory", `{"tenant":"acme","sku":"widget","quantity":3,"idempotencyKey":"order-1001"}`); err != nil {
+		return err
+	}
+	if err := d.tool("3", "get_inventory", `{"tenant":"acme","sku":"widget"}`); err != nil {
+		return err
+	}
+	d.say("Closing stdin: the server exits")
 	return nil
 }

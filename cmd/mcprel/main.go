@@ -35,6 +35,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = serveCmd(ctx, args[1:], stdin, stdout, stderr)
 	case "demo":
 		err = demoCmd(ctx, args[1:], stdout, stderr)
+	case "ledger":
+		err = ledgerCmd(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "mcprel", version)
 	case "help", "-h", "--help":
@@ -51,6 +53,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return 0
 	case errors.Is(err, errUsage):
 		return 2
+	case errors.Is(err, errNotFound):
+		return 3
 	}
 	fmt.Fprintln(stderr, "mcprel:", err)
 	return 1
@@ -62,7 +66,9 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `mcprel: a reliability-first MCP runtime
 
 Commands:
-  serve --stdio     serve the demo tools over stdin/stdout
+  serve --stdio     serve the demo tools over stdin/stdout (ledger in ./mcprel.db)
+  serve --http ADDR serve them over Streamable HTTP
+  ledger show       print the ledger's record of one operation
   demo              run a scripted exchange against "mcprel serve --stdio"
   version           print the version
 

@@ -56,6 +56,16 @@ func TestDemo(t *testing.T) {
 		`msg=request id=7 method=tools/call tool=echo outcome=completed`,
 		`"resultType":"complete"`,
 		`"code":-32700`,
+		// The ledger: one execution, replays, a conflict, a stored failure.
+		`⇒ {"quantity":3,"remaining":7,"reservationId":`,
+		`"version":2}; dev.mcprel/replayed=true`,
+		`⇒ isError, code idempotency_conflict`,
+		`⇒ isError, code insufficient_stock; dev.mcprel/replayed=true`,
+		`⇒ isError, code version_conflict`,
+		`dev.mcprel/retrySafe=false`,
+		// After the restart the record and the stock are still there.
+		`"executions":1,`,
+		`⇒ {"available":7,"sku":"widget","tenant":"acme","version":2}`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("demo output lacks %q", want)
@@ -102,6 +112,7 @@ type child struct {
 func startServe(t *testing.T, args ...string) *child {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"serve", "--stdio"}, args...)...)
+	cmd.Dir = t.TempDir() // where the default ledger file goes
 	c := &child{t: t, cmd: cmd, lines: make(chan string, 256), stderr: &bytes.Buffer{}}
 	cmd.Stderr = c.stderr
 	var err error
@@ -238,6 +249,7 @@ func TestEOFExitsPromptly(t *testing.T) {
 // both eras there, and on SIGTERM lets a running call finish, then exits 0.
 func TestServeHTTP(t *testing.T) {
 	cmd := exec.Command(binary, "serve", "--http", "127.0.0.1:0", "--shutdown-grace", "30s")
+	cmd.Dir = t.TempDir()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -47,6 +47,8 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	grace := fs.Duration("shutdown-grace", 10*time.Second, "on SIGINT/SIGTERM, how long running calls may finish before they are cancelled")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json (log lines go to stderr)")
+	var db dbFlags
+	db.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -71,16 +73,30 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if queued == 0 {
 		queued = 1 // zero means "default" to server.Options; the flag means "none"
 	}
+	l, closeDB, err := db.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	reapCtx, stopReaper := context.WithCancel(context.Background())
+	defer stopReaper()
+	go l.RunReaper(reapCtx, time.Minute, 1000)
 	srv, err := server.New(mcp.Implementation{Name: "mcprel", Version: version}, &server.Options{
-		Instructions:       "mcprel demo server. echo returns its text; slow_count counts with progress and stops when cancelled.",
+		Instructions: "mcprel demo server. echo returns its text; slow_count counts with progress and stops when cancelled. " +
+			"charge_account and reserve_inventory change state: give each operation an idempotencyKey and reuse it on retries; " +
+			"get_inventory and lookup_operation are the reads to reconcile with after a timeout.",
 		MaxConcurrentCalls: *maxConcurrent,
 		MaxQueuedCalls:     queued,
+		Ledger:             l,
 		Logger:             logger,
 	})
 	if err != nil {
 		return err
 	}
 	if err := addDemoTools(srv); err != nil {
+		return err
+	}
+	if err := addLedgerTools(srv, l); err != nil {
 		return err
 	}
 

@@ -84,6 +84,7 @@ type httpServer struct {
 func startHTTPServer(t *testing.T, ctx context.Context, bin string) *httpServer {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, bin, "serve", "--http", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug")
+	cmd.Dir = t.TempDir() // where the default ledger file goes
 	// nodeEnv is what the stdio client hands its server (GORACE under
 	// -race); this server is the test's own child, so it gets it here.
 	cmd.Env = append(os.Environ(), nodeEnv...)

@@ -25,7 +25,7 @@ if (!binary || !outDir || !['v1', 'v2'].includes(sdk)) {
 const WRAPPER = `trap : TERM
 d="$OUT/server-$$"
 mkdir "$d"
-tee "$d/stdin.log" | "$MCPREL" serve --stdio --log-format json 2>"$d/stderr.log" | tee "$d/wire.log"`;
+tee "$d/stdin.log" | "$MCPREL" serve --stdio --db "$d/mcprel.db" --log-format json 2>"$d/stderr.log" | tee "$d/wire.log"`;
 
 const MODERN = '2026-07-28';
 

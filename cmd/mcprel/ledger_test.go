@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/mcprel/mcprel/internal/storetest"
+	"github.com/mcprel/mcprel/mcp"
+)
+
+func modernCall(id int, tool, args string) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":%s,`+
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`, id, tool, args)
+}
+
+// TestLedgerShow: what a server committed is there for "mcprel ledger
+// show" after the server exits; an unknown key exits 3.
+func TestLedgerShow(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	c := startServe(t, "--db", db)
+	c.send(modernCall(1, "set_stock", `{"tenant":"t1","sku":"s","quantity":5,"expectedVersion":0}`))
+	c.send(modernCall(2, "reserve_inventory", `{"tenant":"t1","sku":"s","quantity":2,"idempotencyKey":"k-1"}`))
+	for range 2 {
+		if l, _ := c.next(); strings.Contains(l, `"isError":true`) {
+			t.Fatalf("call failed: %s", l)
+		}
+	}
+	c.in.Close()
+	if code := c.wait(); code != 0 {
+		t.Fatalf("serve exited %d: %s", code, c.stderr)
+	}
+
+	out, err := exec.Command(binary, "ledger", "show", "--db", db, "--tool", "reserve_inventory", "--key", "k-1").Output()
+	if err != nil {
+		t.Fatalf("ledger show: %v", err)
+	}
+	var rec struct {
+		Found      bool
+		State      string
+		Executions int
+		Result     struct{ StructuredContent struct{ Remaining int } }
+	}
+	if err := json.Unmarshal(out, &rec); err != nil || !rec.Found || rec.State != "committed" || rec.Executions != 1 || rec.Result.StructuredContent.Remaining != 3 {
+		t.Fatalf("ledger show printed %s (%v)", out, err)
+	}
+	cmd := exec.Command(binary, "ledger", "show", "--db", db, "--tool", "reserve_inventory", "--key", "never")
+	if out, _ := cmd.Output(); cmd.ProcessState.ExitCode() != 3 || !strings.Contains(string(out), `"found":false`) {
+		t.Fatalf("ledger show of an unknown key: exit %d, %s", cmd.ProcessState.ExitCode(), out)
+	}
+	if err := exec.Command(binary, "ledger", "show", "--db", db).Run(); err == nil {
+		t.Fatal("ledger show without --tool and --key succeeded")
+	}
+}
+
+// httpReplica is one "mcprel serve --http" process.
+type httpReplica struct{ url string }
+
+func startReplica(t *testing.T, dsn string) httpReplica {
+	t.Helper()
+	cmd := exec.Command(binary, "serve", "--http", "127.0.0.1:0", "--max-concurrent", "64")
+	cmd.Env = append(os.Environ(), "MCPREL_DB="+dsn) // keeps the URL out of the process list
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := bufio.NewScanner(stderr)
+	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "http://") {
+		t.Fatalf("replica did not print its URL: %q", lines.Text())
+	}
+	url := lines.Text()
+	go func() { // keep draining the log
+		for lines.Scan() {
+		}
+	}()
+	return httpReplica{url: url}
+}
+
+type toolOutcome struct {
+	IsError           bool
+	StructuredContent map[string]any
+	Meta              map[string]any `json:"_meta"`
+}
+
+func (r httpReplica) call(t *testing.T, id int, tool, args string) (toolOutcome, error) {
+	req, _ := http.NewRequest(http.MethodPost, r.url, strings.NewReader(modernCall(id, tool, args)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "tools/call")
+	req.Header.Set("Mcp-Name", tool)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return toolOutcome{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return toolOutcome{}, err
+	}
+	var msg struct {
+		Result *toolOutcome
+		Error  json.RawMessage
+	}
+	if err := json.Unmarshal(body, &msg); err != nil || msg.Result == nil {
+		return toolOutcome{}, fmt.Errorf("response %d %s", resp.StatusCode, body)
+	}
+	return *msg.Result, nil
+}
+
+// Two replicas sharing one PostgreSQL database: concurrent calls with the
+// same key, spread over both, execute once.
+func TestReplicasShareLedger(t *testing.T) {
+	dsn := storetest.Postgres(t)
+	replicas := []httpReplica{startReplica(t, dsn), startReplica(t, dsn)}
+	if out, err := replicas[0].call(t, 1, "set_stock", `{"tenant":"acme","sku":"widget","quantity":1000,"expectedVersion":0}`); err != nil || out.IsError {
+		t.Fatalf("set_stock: %+v, %v", out, err)
+	}
+	const keys, callsPerKey = 10, 6
+	type result struct {
+		key string
+		out toolOutcome
+		err error
+	}
+	results := make(chan result, keys*callsPerKey)
+	barrier := make(chan struct{})
+	var wg sync.WaitGroup
+	for k := range keys {
+		for i := range callsPerKey {
+			r := replicas[i%2] // alternate replicas for every key
+			wg.Go(func() {
+				key := fmt.Sprintf("order-%d", k)
+				<-barrier
+				out, err := r.call(t, 100+k*callsPerKey+i, "reserve_inventory", fmt.Sprintf(`{"tenant":"acme","sku":"widget","quantity":%d,"idempotencyKey":%q}`, k+1, key))
+				results <- result{key, out, err}
+			})
+		}
+	}
+	close(barrier)
+	wg.Wait()
+	close(results)
+	executed := map[string]int{}
+	reservation := map[string]any{}
+	for r := range results {
+		if r.err != nil || r.out.IsError {
+			t.Fatalf("%s: %+v, %v", r.key, r.out, r.err)
+		}
+		if r.out.Meta[mcp.MetaReplayed] == false {
+			executed[r.key]++
+		}
+		id := r.out.StructuredContent["reservationId"]
+		if prev, ok := reservation[r.key]; ok && prev != id {
+			t.Fatalf("%s answered with two reservations: %v and %v", r.key, prev, id)
+		}
+		reservation[r.key] = id
+	}
+	for k := range keys {
+		if n := executed[fmt.Sprintf("order-%d", k)]; n != 1 {
+			t.Errorf("order-%d executed %d times", k, n)
+		}
+	}
+	// The database agrees: one reservation row per key, and the stock
+	// went down by the sum of the quantities once.
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var rows, available int
+	ctx := context.Background()
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM demo_reservations`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRowContext(ctx, `SELECT available FROM demo_inventory WHERE tenant = 'acme' AND sku = 'widget'`).Scan(&available); err != nil {
+		t.Fatal(err)
+	}
+	if rows != keys || available != 1000-keys*(keys+1)/2 {
+		t.Fatalf("%d reservation rows and %d available; want %d and %d", rows, available, keys, 1000-keys*(keys+1)/2)
+	}
+}
