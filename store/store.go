@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
@@ -67,7 +68,24 @@ type DB struct {
 	read    *sql.DB       // SQLite: a read-only pool; Postgres: the pool
 	slot    chan struct{} // SQLite: the write connection, handed out FIFO
 	target  string        // what was opened, for messages
+
+	// SQLite parses every statement it is given, which costs as much CPU
+	// as the rest of a small transaction: statements are prepared once
+	// per pool and reused. pgx caches its own.
+	stmtMu sync.Mutex
+	stmts  map[stmtKey]*sql.Stmt
+
+	batch batcher // WriteBatched's queue and the commit counters
 }
+
+type stmtKey struct {
+	pool  *sql.DB
+	query string
+}
+
+// maxCachedStmts bounds the statement cache: queries past it (built at run
+// time, say) are simply not cached.
+const maxCachedStmts = 128
 
 // IsPostgres reports whether dsn names a PostgreSQL database.
 func IsPostgres(dsn string) bool {
@@ -158,7 +176,7 @@ func openSQLite(path string, o Options) (*DB, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	read.SetMaxOpenConns(o.MaxConns)
-	db := &DB{dialect: SQLite, write: write, read: read, slot: make(chan struct{}, 1), target: file}
+	db := &DB{dialect: SQLite, write: write, read: read, slot: make(chan struct{}, 1), target: file, stmts: map[stmtKey]*sql.Stmt{}}
 	db.slot <- struct{}{}
 	return db, nil
 }
@@ -166,8 +184,51 @@ func openSQLite(path string, o Options) (*DB, error) {
 // Dialect returns the kind of database.
 func (db *DB) Dialect() Dialect { return db.dialect }
 
+// cached returns pool's prepared statement for query, if there is one.
+func (db *DB) cached(pool *sql.DB, query string) *sql.Stmt {
+	if db.stmts == nil {
+		return nil
+	}
+	db.stmtMu.Lock()
+	defer db.stmtMu.Unlock()
+	return db.stmts[stmtKey{pool, query}]
+}
+
+// prepare caches pool's prepared statements for queries that ran
+// unprepared in t. It runs after t ended, when its connection is back in
+// the pool: preparing while a transaction holds the only write connection
+// would wait for that connection forever.
+func (db *DB) prepare(ctx context.Context, t *Tx) {
+	for _, q := range t.unprepared {
+		db.stmtMu.Lock()
+		_, done := db.stmts[stmtKey{t.pool, q}]
+		full := db.stmts == nil || len(db.stmts) >= maxCachedStmts
+		db.stmtMu.Unlock()
+		if done || full {
+			continue
+		}
+		st, err := t.pool.PrepareContext(ctx, q)
+		if err != nil {
+			continue // the query reports its own error when it runs
+		}
+		db.stmtMu.Lock()
+		if _, done := db.stmts[stmtKey{t.pool, q}]; done || db.stmts == nil {
+			st.Close()
+		} else {
+			db.stmts[stmtKey{t.pool, q}] = st
+		}
+		db.stmtMu.Unlock()
+	}
+}
+
 // Close closes the store.
 func (db *DB) Close() error {
+	db.stmtMu.Lock()
+	for _, st := range db.stmts {
+		st.Close()
+	}
+	db.stmts = nil
+	db.stmtMu.Unlock()
 	err := db.write.Close()
 	if db.read != db.write {
 		if rerr := db.read.Close(); err == nil {
@@ -181,6 +242,27 @@ func (db *DB) Close() error {
 type Tx struct {
 	tx      *sql.Tx
 	dialect Dialect
+	db      *DB
+	pool    *sql.DB
+	// unprepared lists queries that ran without a cached statement, to
+	// prepare once the transaction ends.
+	unprepared []string
+}
+
+// prepared returns the transaction's use of a cached statement for query,
+// or nil to run it unprepared (and cache it afterwards).
+func (t *Tx) prepared(ctx context.Context, query string) *sql.Stmt {
+	if t.db.stmts == nil {
+		return nil
+	}
+	if st := t.db.cached(t.pool, query); st != nil {
+		// Closed with the transaction; the cached statement stays.
+		return t.tx.StmtContext(ctx, st)
+	}
+	if len(t.unprepared) < 16 {
+		t.unprepared = append(t.unprepared, query)
+	}
+	return nil
 }
 
 // Dialect returns the kind of database the transaction runs in.
@@ -188,16 +270,25 @@ func (t *Tx) Dialect() Dialect { return t.dialect }
 
 // Exec runs a statement.
 func (t *Tx) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if st := t.prepared(ctx, query); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
 	return t.tx.ExecContext(ctx, rebind(t.dialect, query), args...)
 }
 
 // QueryRow runs a query expected to return at most one row.
 func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	if st := t.prepared(ctx, query); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
 	return t.tx.QueryRowContext(ctx, rebind(t.dialect, query), args...)
 }
 
 // Query runs a query.
 func (t *Tx) Query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if st := t.prepared(ctx, query); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
 	return t.tx.QueryContext(ctx, rebind(t.dialect, query), args...)
 }
 
@@ -222,15 +313,21 @@ func (db *DB) WriteTx(ctx context.Context, fn func(*Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
 	}
+	t := &Tx{tx: tx, dialect: db.dialect, db: db, pool: db.write}
+	// Deferred calls run last first: roll back, then prepare what ran
+	// unprepared, then hand the write connection on.
+	defer db.prepare(context.WithoutCancel(ctx), t)
 	// Roll back on every way out but a commit, a panic in fn included:
 	// an abandoned transaction would hold the write connection forever.
 	defer tx.Rollback()
-	if err := fn(&Tx{tx: tx, dialect: db.dialect}); err != nil {
+	if err := fn(t); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("store: commit: %w", err)
 	}
+	db.batch.commits.Add(1)
+	db.batch.ops.Add(1)
 	return nil
 }
 
@@ -241,8 +338,28 @@ func (db *DB) ReadTx(ctx context.Context, fn func(*Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
 	}
+	t := &Tx{tx: tx, dialect: db.dialect, db: db, pool: db.read}
+	defer db.prepare(context.WithoutCancel(ctx), t)
 	defer tx.Rollback()
-	return fn(&Tx{tx: tx, dialect: db.dialect})
+	return fn(t)
+}
+
+// QueryRow runs a single-row read on the read pool, outside any explicit
+// transaction: one statement sees one consistent snapshot by itself, and
+// skipping BEGIN and ROLLBACK makes the ledger's replay check cheap.
+func (db *DB) QueryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	if db.stmts != nil {
+		st := db.cached(db.read, query)
+		if st == nil {
+			// No connection is held here, so preparing cannot wait on us.
+			db.prepare(ctx, &Tx{pool: db.read, unprepared: []string{query}})
+			st = db.cached(db.read, query)
+		}
+		if st != nil {
+			return st.QueryRowContext(ctx, args...)
+		}
+	}
+	return db.read.QueryRowContext(ctx, rebind(db.dialect, query), args...)
 }
 
 // rebind turns ? placeholders into PostgreSQL's $1, $2, …, leaving quoted
