@@ -35,7 +35,7 @@ func (l *Ledger) Claim(ctx context.Context, op Op) (claim *Claim, replayed *Resu
 		return nil, nil, ErrInvalidKey
 	}
 	token := newToken()
-	err = l.db.WriteTx(ctx, func(tx *store.Tx) error {
+	err = l.db.WriteBatched(ctx, func(tx *store.Tx) error {
 		now := l.now()
 		inserted, err := l.insert(ctx, tx, op, InProgress, now, token)
 		if err != nil {
@@ -94,7 +94,7 @@ func (c *Claim) Complete(ctx context.Context, data json.RawMessage) (Result, err
 		return Result{}, errors.New("ledger: the result is not JSON")
 	}
 	now := c.l.now()
-	err := c.l.db.WriteTx(ctx, func(tx *store.Tx) error {
+	err := c.l.db.WriteBatched(ctx, func(tx *store.Tx) error {
 		res, err := tx.Exec(ctx, `UPDATE mcprel_ledger SET state = ?, result = ?, executed_at = ?, lease_until = NULL, lease_token = NULL
 			WHERE tenant = ? AND tool = ? AND idem_key = ? AND state = ? AND lease_token = ?`,
 			int(Committed), string(data), ms(now), c.op.Tenant, c.op.Tool, c.op.Key, int(InProgress), c.token)
@@ -115,7 +115,7 @@ func (c *Claim) Complete(ctx context.Context, data json.RawMessage) (Result, err
 // Release gives the key back: the effect did not happen, and the next
 // caller with this key starts afresh.
 func (c *Claim) Release(ctx context.Context) error {
-	return c.l.db.WriteTx(ctx, func(tx *store.Tx) error {
+	return c.l.db.WriteBatched(ctx, func(tx *store.Tx) error {
 		_, err := tx.Exec(ctx, `DELETE FROM mcprel_ledger WHERE tenant = ? AND tool = ? AND idem_key = ? AND state = ? AND lease_token = ?`,
 			c.op.Tenant, c.op.Tool, c.op.Key, int(InProgress), c.token)
 		return err

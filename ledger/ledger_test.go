@@ -143,45 +143,56 @@ func TestBarrierRaceOnTwoHandles(t *testing.T) {
 }
 
 // 200 keys, each raced by 8 callers on 8 separate handles: exactly 200
-// executions and no errors.
+// executions and no errors. On one shared handle the racers' operations
+// share group commits on SQLite, same keys included.
 func TestManyKeysManyRacers(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, dsn string) {
-		const keys, racers = 200, 8
-		handles := make([]*ledger.Ledger, racers)
-		for i := range handles {
-			handles[i] = open(t, dsn, nil)
-		}
-		var executed, replayed, failed atomic.Int64
-		barrier := make(chan struct{})
-		var wg sync.WaitGroup
-		for r, l := range handles {
-			wg.Go(func() {
-				<-barrier
-				for k := range keys {
-					// Each racer walks the keys from a different start so
-					// the collisions spread over the run.
-					key := fmt.Sprintf("k%03d", (k+r*keys/racers)%keys)
-					o := op("acme", key, `{"quantity":3}`)
-					res, err := l.Do(context.Background(), o, reserve(&executed, o, 3))
-					switch {
-					case err != nil:
-						failed.Add(1)
-						t.Error(err)
-					case res.Replayed:
-						replayed.Add(1)
-					}
-				}
-			})
-		}
-		close(barrier)
-		wg.Wait()
-		if executed.Load() != keys || failed.Load() != 0 || replayed.Load() != keys*(racers-1) {
-			t.Fatalf("executed %d, replayed %d, failed %d; want %d, %d, 0", executed.Load(), replayed.Load(), failed.Load(), keys, keys*(racers-1))
-		}
-		if n := countEffects(t, handles[0], "acme", ""); n != keys {
-			t.Fatalf("%d effect rows, want %d", n, keys)
-		}
+		t.Run("separate handles", func(t *testing.T) { manyRacers(t, dsn, false) })
+		t.Run("one handle", func(t *testing.T) { manyRacers(t, dsn, true) })
 	})
+}
+
+func manyRacers(t *testing.T, dsn string, shared bool) {
+	const keys, racers = 200, 8
+	handles := make([]*ledger.Ledger, racers)
+	for i := range handles {
+		if shared && i > 0 {
+			handles[i] = handles[0]
+			continue
+		}
+		handles[i] = open(t, dsn, nil)
+	}
+	tenant := fmt.Sprintf("acme-%v", shared)
+	var executed, replayed, failed atomic.Int64
+	barrier := make(chan struct{})
+	var wg sync.WaitGroup
+	for r, l := range handles {
+		wg.Go(func() {
+			<-barrier
+			for k := range keys {
+				// Each racer walks the keys from a different start so
+				// the collisions spread over the run.
+				key := fmt.Sprintf("k%03d", (k+r*keys/racers)%keys)
+				o := op(tenant, key, `{"quantity":3}`)
+				res, err := l.Do(context.Background(), o, reserve(&executed, o, 3))
+				switch {
+				case err != nil:
+					failed.Add(1)
+					t.Error(err)
+				case res.Replayed:
+					replayed.Add(1)
+				}
+			}
+		})
+	}
+	close(barrier)
+	wg.Wait()
+	if executed.Load() != keys || failed.Load() != 0 || replayed.Load() != keys*(racers-1) {
+		t.Fatalf("executed %d, replayed %d, failed %d; want %d, %d, 0", executed.Load(), replayed.Load(), failed.Load(), keys, keys*(racers-1))
+	}
+	if n := countEffects(t, handles[0], tenant, ""); n != keys {
+		t.Fatalf("%d effect rows, want %d", n, keys)
+	}
 }
 
 func TestConflictRunsNothing(t *testing.T) {

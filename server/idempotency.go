@@ -264,7 +264,7 @@ func (s *Server) callUnkeyed(ctx context.Context, rt *registeredTool, call *Call
 	if rt.policy.Idempotency.External {
 		err = run(nil)
 	} else {
-		err = s.opts.Ledger.DB().WriteTx(ctx, run)
+		err = s.opts.Ledger.DB().WriteBatched(ctx, run)
 	}
 	if err != nil {
 		return nil, ledgerError(err, "")
