@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bufio"
+	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	_ "modernc.org/sqlite"
+)
+
+// TestReadmeShowsThisFile keeps the README's ledger example compiling: the
+// README must quote main.go verbatim.
+func TestReadmeShowsThisFile(t *testing.T) {
+	src, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "```go\n"+string(src)+"```\n") {
+		t.Fatal("README.md does not quote examples/ledger/main.go verbatim; copy the file into its ```go block")
+	}
+}
+
+// TestRetryReservesOnce runs the example: two calls with one key reserve
+// once, and the second says it was replayed.
+func TestRetryReservesOnce(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "ledger-example")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin)
+	cmd.Dir = dir
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer in.Close()
+	lines := bufio.NewScanner(out)
+	for id := 1; id <= 2; id++ {
+		fmt.Fprintf(in, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"reserve","arguments":{"sku":"A","quantity":2,"idempotencyKey":"order-1"},`+
+			`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`+"\n", id)
+		if !lines.Scan() {
+			t.Fatal("no response")
+		}
+		want := fmt.Sprintf(`"dev.mcprel/replayed":%v`, id == 2)
+		if line := lines.Text(); !strings.Contains(line, want) || strings.Contains(line, `"isError":true`) {
+			t.Fatalf("call %d: %s, want %s", id, line, want)
+		}
+	}
+	db, err := sql.Open("sqlite", filepath.Join(dir, "reservations.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM reservations`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d reservation rows (%v), want 1", n, err)
+	}
+}
