@@ -22,6 +22,15 @@ func batchTable(t *testing.T, db *DB) {
 	}
 }
 
+// holdWriter takes the write connection until the returned release is
+// called, so that WriteBatched callers queue up behind it.
+func holdWriter(db *DB) (release func()) {
+	holding, done := make(chan struct{}), make(chan struct{})
+	go db.WriteTx(context.Background(), func(*Tx) error { close(holding); <-done; return nil })
+	<-holding
+	return func() { close(done) }
+}
+
 func batchRows(t *testing.T, db *DB) map[string]bool {
 	t.Helper()
 	ctx := context.Background()
@@ -58,10 +67,7 @@ func TestWriteBatchedGroupsWaitingCallers(t *testing.T) {
 
 	queued := make(chan struct{}, 16)
 	db.batch.onQueue = func() { queued <- struct{}{} }
-	// Hold the write connection so the callers below queue up.
-	holding, release := make(chan struct{}), make(chan struct{})
-	go db.WriteTx(ctx, func(*Tx) error { close(holding); <-release; return nil })
-	<-holding
+	release := holdWriter(db)
 	before := db.WriteStats()
 
 	const callers = 6
@@ -89,7 +95,7 @@ func TestWriteBatchedGroupsWaitingCallers(t *testing.T) {
 	for range callers {
 		<-queued
 	}
-	close(release)
+	release()
 	wg.Wait()
 
 	for i := range callers {
@@ -131,9 +137,7 @@ func TestWriteBatchedDropsCancelledCallers(t *testing.T) {
 	batchTable(t, db)
 	queued := make(chan struct{}, 1)
 	db.batch.onQueue = func() { queued <- struct{}{} }
-	holding, release := make(chan struct{}), make(chan struct{})
-	go db.WriteTx(ctx, func(*Tx) error { close(holding); <-release; return nil })
-	<-holding
+	release := holdWriter(db)
 	cctx, cancel := context.WithCancelCause(ctx)
 	gone := errors.New("caller left")
 	done := make(chan error, 1)
@@ -148,7 +152,7 @@ func TestWriteBatchedDropsCancelledCallers(t *testing.T) {
 	if err := <-done; !errors.Is(err, gone) {
 		t.Fatalf("cancelled caller = %v, want its cause", err)
 	}
-	close(release)
+	release()
 	db.batch.onQueue = nil
 	if err := db.WriteBatched(ctx, func(tx *Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO batch_rows (name) VALUES ('next')`)

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -68,25 +66,8 @@ type httpReplica struct{ url string }
 
 func startReplica(t *testing.T, dsn string) httpReplica {
 	t.Helper()
-	cmd := exec.Command(binary, "serve", "--http", "127.0.0.1:0", "--max-concurrent", "64")
-	cmd.Env = append(os.Environ(), "MCPREL_DB="+dsn) // keeps the URL out of the process list
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	lines := bufio.NewScanner(stderr)
-	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "http://") {
-		t.Fatalf("replica did not print its URL: %q", lines.Text())
-	}
-	url := lines.Text()
-	go func() { // keep draining the log
-		for lines.Scan() {
-		}
-	}()
+	// MCPREL_DB keeps the URL out of the process list.
+	url, _ := startHTTP(t, []string{"MCPREL_DB=" + dsn}, "--max-concurrent", "64")
 	return httpReplica{url: url}
 }
 

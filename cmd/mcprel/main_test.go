@@ -245,11 +245,14 @@ func TestEOFExitsPromptly(t *testing.T) {
 	}
 }
 
-// TestServeHTTP: --http prints the endpoint on a line of its own, serves
-// both eras there, and on SIGTERM lets a running call finish, then exits 0.
-func TestServeHTTP(t *testing.T) {
-	cmd := exec.Command(binary, "serve", "--http", "127.0.0.1:0", "--shutdown-grace", "30s")
-	cmd.Dir = t.TempDir()
+// startHTTP starts "mcprel serve --http 127.0.0.1:0" with args (and env
+// added to the environment) in a temporary directory, and returns the
+// endpoint URL it prints on its first stderr line.
+func startHTTP(t *testing.T, env []string, args ...string) (string, *exec.Cmd) {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"serve", "--http", "127.0.0.1:0"}, args...)...)
+	cmd.Dir = t.TempDir() // where the default ledger file goes
+	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -270,6 +273,13 @@ func TestServeHTTP(t *testing.T) {
 		for lines.Scan() {
 		}
 	}()
+	return url, cmd
+}
+
+// TestServeHTTP: --http prints the endpoint on a line of its own, serves
+// both eras there, and on SIGTERM lets a running call finish, then exits 0.
+func TestServeHTTP(t *testing.T) {
+	url, cmd := startHTTP(t, nil, "--shutdown-grace", "30s")
 
 	post := func(body, method, name string) *http.Response {
 		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
