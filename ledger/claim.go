@@ -37,22 +37,11 @@ func (l *Ledger) Claim(ctx context.Context, op Op) (claim *Claim, replayed *Resu
 	token := newToken()
 	err = l.db.WriteBatched(ctx, func(tx *store.Tx) error {
 		now := l.now()
-		inserted, err := l.insert(ctx, tx, op, InProgress, now, token)
-		if err != nil {
-			return err
-		}
-		if inserted {
-			claim = &Claim{l: l, op: op, token: token, until: now.Add(l.lease), Executions: 1}
-			return nil
-		}
-		rec, err := l.existing(ctx, tx, op, now)
+		rec, err := l.claimKey(ctx, tx, op, InProgress, now, token)
 		switch {
 		case err != nil:
 			return err
 		case rec == nil:
-			if _, err := l.insert(ctx, tx, op, InProgress, now, token); err != nil {
-				return err
-			}
 			claim = &Claim{l: l, op: op, token: token, until: now.Add(l.lease), Executions: 1}
 			return nil
 		case rec.State == Committed:

@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mcprel/mcprel/internal/storetest"
 	"github.com/mcprel/mcprel/ledger"
+	"github.com/mcprel/mcprel/store"
 )
 
 // clock is a time source tests move by hand.
@@ -241,11 +244,84 @@ func TestExpiredRecordFreesKeyBeforeReaping(t *testing.T) {
 	})
 }
 
-func TestRunReaperStopsWithContext(t *testing.T) {
-	l := open(t, storetest.SQLite(t), nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { l.RunReaper(ctx, time.Hour, 100); close(done) }()
-	cancel()
-	<-done
+func TestOpenRefusesRetentionShorterThanLease(t *testing.T) {
+	db, err := store.Open(context.Background(), storetest.SQLite(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := ledger.Open(context.Background(), db, &ledger.Options{Retention: time.Second, Lease: time.Minute}); err == nil {
+		t.Fatal("Open accepted a retention shorter than the lease")
+	}
+}
+
+// RunReaper reaps on its ticker, in batches, and stops with its context;
+// the bubble's fake clock drives both the ticker and the ledger's time.
+func TestRunReaper(t *testing.T) {
+	l := open(t, storetest.SQLite(t), &ledger.Options{Retention: time.Hour})
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		for _, key := range []string{"a", "b", "c"} {
+			o := op("acme", key, `{}`)
+			if _, err := l.Do(ctx, o, reserve(nil, o, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { l.RunReaper(rctx, time.Minute, 2); close(done) }()
+		time.Sleep(59 * time.Minute) // fake time: ticks come, nothing has expired
+		synctest.Wait()
+		if _, err := l.Lookup(ctx, "acme", "reserve", "a"); err != nil {
+			t.Fatalf("reaped before expiry: %v", err)
+		}
+		time.Sleep(2 * time.Minute) // past retention and one more tick
+		synctest.Wait()
+		if n, err := l.Reap(ctx, time.Now(), 10); err != nil || n != 0 {
+			t.Fatalf("after the reaper ran, %d expired records were left (%v)", n, err)
+		}
+		cancel()
+		<-done
+	})
+}
+
+// Racing callers on a key whose retention ended: exactly one takes it
+// over and runs; the other replays that run or is told it is in progress.
+func TestExpiredKeyRace(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		clk := newClock()
+		handles := []*ledger.Ledger{open(t, dsn, &ledger.Options{Retention: time.Minute}), open(t, dsn, &ledger.Options{Retention: time.Minute})}
+		for _, l := range handles {
+			ledger.SetClock(l, clk.Now)
+		}
+		for round := range 30 {
+			key := fmt.Sprintf("expiring-%d", round)
+			o := op("acme", key, `{"quantity":1}`)
+			if _, err := handles[0].Do(context.Background(), o, reserve(nil, o, 1)); err != nil {
+				t.Fatal(err)
+			}
+			clk.Advance(time.Minute) // the record expires, unreaped
+			var executed atomic.Int64
+			barrier := make(chan struct{})
+			var wg sync.WaitGroup
+			for _, l := range handles {
+				wg.Go(func() {
+					<-barrier
+					_, err := l.Do(context.Background(), o, reserve(&executed, o, 1))
+					var busy *ledger.InProgressError
+					if err != nil && !errors.As(err, &busy) {
+						t.Errorf("round %d: %v", round, err)
+					}
+				})
+			}
+			close(barrier)
+			wg.Wait()
+			if executed.Load() != 1 {
+				t.Fatalf("round %d: the expired key ran %d times, want 1", round, executed.Load())
+			}
+			if n := countEffects(t, handles[0], "acme", key); n != 2 { // the first life and the second
+				t.Fatalf("round %d: %d effect rows, want 2", round, n)
+			}
+		}
+	})
 }

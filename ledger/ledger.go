@@ -106,8 +106,8 @@ type Result struct {
 	// ExecutedAt is when the effect committed.
 	ExecutedAt time.Time
 	// Executions counts the times the effect was started for this key:
-	// always 1 for Do; a two-phase claim taken over after an expired lease
-	// counts again.
+	// 1, unless a two-phase claim on it was taken over after its lease
+	// expired, which counts again.
 	Executions int
 }
 
@@ -213,6 +213,9 @@ func Open(ctx context.Context, db *store.DB, opts *Options) (*Ledger, error) {
 	if o.Lease == 0 {
 		o.Lease = DefaultLease
 	}
+	if o.Retention < o.Lease {
+		return nil, errors.New("ledger: Options.Retention must be at least the Lease, or a live claim could expire")
+	}
 	if err := db.Migrate(ctx, "ledger", migrations); err != nil {
 		return nil, err
 	}
@@ -258,25 +261,15 @@ func (l *Ledger) Do(ctx context.Context, op Op, effect func(ctx context.Context,
 	// own savepoint: one fsync for many keys.
 	err := l.db.WriteBatched(ctx, func(tx *store.Tx) error {
 		now := l.now()
-		inserted, err := l.insert(ctx, tx, op, Committed, now, "")
-		if err != nil {
+		rec, err := l.claimKey(ctx, tx, op, Committed, now, "")
+		switch {
+		case err != nil:
 			return err
-		}
-		if !inserted {
-			rec, err := l.existing(ctx, tx, op, now)
-			switch {
-			case err != nil:
-				return err
-			case rec == nil: // expired and removed: the key is free again
-				if _, err := l.insert(ctx, tx, op, Committed, now, ""); err != nil {
-					return err
-				}
-			case rec.State == Committed:
-				out = replay(rec)
-				return nil
-			default:
-				return &InProgressError{RetryAfter: max(rec.LeaseUntil.Sub(now), 100*time.Millisecond)}
-			}
+		case rec != nil && rec.State == Committed:
+			out = replay(rec)
+			return nil
+		case rec != nil:
+			return &InProgressError{RetryAfter: max(rec.LeaseUntil.Sub(now), 100*time.Millisecond)}
 		}
 		data, err := effect(ctx, tx)
 		if err != nil {
@@ -285,7 +278,7 @@ func (l *Ledger) Do(ctx context.Context, op Op, effect func(ctx context.Context,
 		if !json.Valid(data) {
 			return fmt.Errorf("ledger: the effect's result is not JSON")
 		}
-		if _, err := tx.Exec(ctx, `UPDATE mcprel_ledger SET result = ?, executed_at = ?, executions = 1
+		if _, err := tx.Exec(ctx, `UPDATE mcprel_ledger SET result = ?, executed_at = ?
 			WHERE tenant = ? AND tool = ? AND idem_key = ?`, string(data), ms(now), op.Tenant, op.Tool, op.Key); err != nil {
 			return err
 		}
@@ -301,7 +294,7 @@ func (l *Ledger) Do(ctx context.Context, op Op, effect func(ctx context.Context,
 // peek replays a committed record, or reports a conflict, without a write
 // transaction. ok is false when the write path must decide.
 func (l *Ledger) peek(ctx context.Context, op Op) (res Result, ok bool, err error) {
-	rec, err := scanRecord(l.db.QueryRow(ctx, selectRecord+` WHERE tenant = ? AND tool = ? AND idem_key = ?`, op.Tenant, op.Tool, op.Key))
+	rec, err := scanRecord(l.db.QueryRow(ctx, selectRecord+keyIs, op.Tenant, op.Tool, op.Key))
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return Result{}, false, nil
@@ -331,59 +324,50 @@ func waitBounded(ctx context.Context, err error) error {
 	return err
 }
 
-// insert claims the key; it reports false when a record already exists.
-func (l *Ledger) insert(ctx context.Context, tx *store.Tx, op Op, state State, now time.Time, token string) (bool, error) {
-	var leaseUntil any
+// claimKey takes the key for op: it inserts a fresh record, or replaces
+// one whose retention ended, in a single statement, so that two callers
+// racing on an expired key cannot both take it (a DELETE then INSERT
+// could). It returns nil when op now holds the key, or the live record
+// that holds it; a record with another fingerprint is a *ConflictError.
+func (l *Ledger) claimKey(ctx context.Context, tx *store.Tx, op Op, state State, now time.Time, token string) (*Record, error) {
+	var leaseUntil, leaseToken any
 	if state == InProgress {
-		leaseUntil = ms(now.Add(l.lease))
+		leaseUntil, leaseToken = ms(now.Add(l.lease)), token
 	}
-	res, err := tx.Exec(ctx, `INSERT INTO mcprel_ledger
-		(tenant, tool, idem_key, fingerprint, state, created_at, expires_at, lease_until, lease_token, executions)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (tenant, tool, idem_key) DO NOTHING`,
-		op.Tenant, op.Tool, op.Key, op.Fingerprint[:], int(state), ms(now), ms(now.Add(l.retention)), leaseUntil, nullable(token), boolInt(state == InProgress))
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
-}
-
-func nullable(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// existing reads the record that stopped an insert. A record past its
-// retention is deleted (the key is free again) and nil returned; a record
-// with another fingerprint is a conflict.
-func (l *Ledger) existing(ctx context.Context, tx *store.Tx, op Op, now time.Time) (*Record, error) {
-	rec, err := scanRecord(tx.QueryRow(ctx, selectRecord+` WHERE tenant = ? AND tool = ? AND idem_key = ?`, op.Tenant, op.Tool, op.Key))
-	if err != nil {
-		return nil, err
-	}
-	if !rec.ExpiresAt.After(now) {
-		if _, err := tx.Exec(ctx, `DELETE FROM mcprel_ledger WHERE tenant = ? AND tool = ? AND idem_key = ?`, op.Tenant, op.Tool, op.Key); err != nil {
+	for attempt := 0; ; attempt++ {
+		res, err := tx.Exec(ctx, `INSERT INTO mcprel_ledger
+			(tenant, tool, idem_key, fingerprint, state, created_at, expires_at, lease_until, lease_token, executions)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
+			ON CONFLICT (tenant, tool, idem_key) DO UPDATE SET
+				fingerprint = excluded.fingerprint, state = excluded.state, result = NULL,
+				created_at = excluded.created_at, executed_at = NULL, expires_at = excluded.expires_at,
+				lease_until = excluded.lease_until, lease_token = excluded.lease_token, executions = 1
+			WHERE mcprel_ledger.expires_at <= ?`,
+			op.Tenant, op.Tool, op.Key, op.Fingerprint[:], int(state), ms(now), ms(now.Add(l.retention)), leaseUntil, leaseToken, ms(now))
+		if err != nil {
 			return nil, err
 		}
-		return nil, nil
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			return nil, err
+		}
+		rec, err := scanRecord(tx.QueryRow(ctx, selectRecord+keyIs, op.Tenant, op.Tool, op.Key))
+		if errors.Is(err, ErrNotFound) && attempt == 0 {
+			continue // reaped between the two statements: the key is free
+		}
+		if err != nil {
+			return nil, err
+		}
+		if rec.Fingerprint != op.Fingerprint {
+			return nil, &ConflictError{Tenant: op.Tenant, Tool: op.Tool, Key: op.Key}
+		}
+		return rec, nil
 	}
-	if rec.Fingerprint != op.Fingerprint {
-		return nil, &ConflictError{Tenant: op.Tenant, Tool: op.Tool, Key: op.Key}
-	}
-	return rec, nil
 }
 
-const selectRecord = `SELECT tenant, tool, idem_key, fingerprint, state, result, created_at, executed_at, expires_at, lease_until, lease_token, executions FROM mcprel_ledger`
+const (
+	selectRecord = `SELECT tenant, tool, idem_key, fingerprint, state, result, created_at, executed_at, expires_at, lease_until, lease_token, executions FROM mcprel_ledger`
+	keyIs        = ` WHERE tenant = ? AND tool = ? AND idem_key = ?`
+)
 
 // scanRecord reads one ledger row.
 func scanRecord(row interface{ Scan(...any) error }) (*Record, error) {
@@ -420,7 +404,7 @@ func replay(rec *Record) Result {
 // response lost after the commit is recovered by key, never by running the
 // operation again. A key of another tenant is not found.
 func (l *Ledger) Lookup(ctx context.Context, tenant, tool, key string) (Record, error) {
-	rec, err := scanRecord(l.db.QueryRow(ctx, selectRecord+` WHERE tenant = ? AND tool = ? AND idem_key = ?`, tenant, tool, key))
+	rec, err := scanRecord(l.db.QueryRow(ctx, selectRecord+keyIs, tenant, tool, key))
 	if err != nil {
 		return Record{}, err
 	}
@@ -448,9 +432,10 @@ func (l *Ledger) Reap(ctx context.Context, now time.Time, batch int) (int, error
 	return int(n), err
 }
 
-// RunReaper removes expired records every interval, in batches, until ctx
-// ends.
+// RunReaper removes expired records every interval, in batches of batch
+// (at least 1), until ctx ends.
 func (l *Ledger) RunReaper(ctx context.Context, every time.Duration, batch int) {
+	batch = max(batch, 1)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -460,7 +445,7 @@ func (l *Ledger) RunReaper(ctx context.Context, every time.Duration, batch int) 
 		case <-t.C:
 			for {
 				n, err := l.Reap(ctx, l.now(), batch)
-				if err != nil || n < batch {
+				if err != nil || n < batch || ctx.Err() != nil {
 					break
 				}
 			}
