@@ -28,7 +28,7 @@ type batcher struct {
 	commits atomic.Int64 // write transactions committed, batched or not
 	ops     atomic.Int64 // operations committed in them
 
-	onQueue func() // tests: called after a caller joins the queue
+	onWait func() // tests: called when a writer starts waiting for its turn
 }
 
 // WriteStats counts committed write transactions and the operations they
@@ -46,17 +46,19 @@ func (db *DB) WriteStats() WriteStats {
 // WriteBatched runs fn like WriteTx, except that on SQLite fn may share
 // its transaction with other WriteBatched callers waiting at the same
 // time: a group commit, one fsync for the batch instead of one per caller.
-// Each fn runs in a savepoint of its own, so an error (or a panic, which
-// reaches the caller's goroutine) rolls back only its own writes. The
-// batch commits once; if that commit fails, every caller in it gets the
-// error and nothing of theirs is kept. Throughput under concurrency rises
-// with the batch size; a lone caller pays one savepoint more than WriteTx.
+// Each fn runs in a savepoint of its own (a lone one needs none), so an
+// error, a panic (re-raised on the caller's goroutine) or the end of the
+// caller's ctx rolls back only its own writes. The batch commits once; if
+// that commit fails, every caller in it gets the error and nothing of
+// theirs is kept.
 //
 // fn runs on whichever caller's goroutine leads the batch, so it must not
-// depend on goroutine identity, and it should use its own ctx in its
-// statements: a caller whose ctx ends while it waits is dropped from the
-// batch without running. On PostgreSQL, whose concurrent transactions
-// commit in parallel already, WriteBatched is WriteTx.
+// depend on goroutine identity. Its statements are not interrupted when
+// its ctx ends — interrupting one would roll back every caller's writes —
+// but a statement started after that fails, and whatever fn did is rolled
+// back. A caller whose ctx ends while it waits is dropped without running.
+// On PostgreSQL, whose concurrent transactions commit in parallel
+// already, WriteBatched is WriteTx.
 func (db *DB) WriteBatched(ctx context.Context, fn func(*Tx) error) error {
 	if db.slot == nil {
 		return db.WriteTx(ctx, fn)
@@ -65,32 +67,40 @@ func (db *DB) WriteBatched(ctx context.Context, fn func(*Tx) error) error {
 	db.batch.mu.Lock()
 	db.batch.pending = append(db.batch.pending, j)
 	db.batch.mu.Unlock()
-	if db.batch.onQueue != nil {
-		db.batch.onQueue()
+	if db.batch.onWait != nil {
+		db.batch.onWait()
 	}
 	for {
 		select {
 		case <-j.done:
-			if j.panicked != nil {
-				panic(j.panicked)
-			}
-			return j.err
+			return j.outcome()
 		case <-db.slot:
 			// Lead a batch: whatever is queued, ours first in line or
 			// already taken by an earlier leader.
-			db.runBatch(db.takeBatch())
-			db.slot <- struct{}{}
+			func() {
+				defer func() { db.slot <- struct{}{} }()
+				db.runBatch(db.takeBatch())
+			}()
 		case <-ctx.Done():
 			if db.dropJob(j) {
 				return context.Cause(ctx)
 			}
 			<-j.done // a leader has it: its outcome is the answer
-			if j.panicked != nil {
-				panic(j.panicked)
-			}
-			return j.err
+			return j.outcome()
 		}
 	}
+}
+
+// errNotCommitted is the outcome of a job whose batch ended without a
+// commit for reasons not its own (its leader's goroutine exited).
+var errNotCommitted = errors.New("store: the shared transaction ended before it committed; nothing was written")
+
+// outcome is what the job's caller gets, once its batch is done.
+func (j *batchJob) outcome() error {
+	if j.panicked != nil {
+		panic(j.panicked)
+	}
+	return j.err
 }
 
 func (db *DB) takeBatch() []*batchJob {
@@ -115,97 +125,104 @@ func (db *DB) dropJob(j *batchJob) bool {
 	return false
 }
 
-// runBatch runs jobs in one transaction, each in a savepoint, and commits
-// once. The leader holds the write slot.
+// runBatch runs jobs in one transaction, each in a savepoint when there
+// are several, and commits once. The leader holds the write slot. Every
+// job's outcome starts as errNotCommitted and becomes nil only after the
+// commit, so no way out of here reports a write that was not kept.
 func (db *DB) runBatch(jobs []*batchJob) {
 	if len(jobs) == 0 {
 		return
+	}
+	for _, j := range jobs {
+		j.err = errNotCommitted
 	}
 	defer func() {
 		for _, j := range jobs {
 			close(j.done)
 		}
 	}()
+	// fail gives err to every job not already failed by its own fn.
 	fail := func(err error) {
 		for _, j := range jobs {
-			if j.err == nil && j.panicked == nil {
+			if j.err == errNotCommitted {
 				j.err = err
 			}
 		}
 	}
-	// The batch outlives any one caller's context: a caller that gives up
-	// loses only its own savepoint.
+	// The batch outlives any one caller's context.
 	bg := context.Background()
 	tx, err := db.write.BeginTx(bg, nil)
 	if err != nil {
 		fail(fmt.Errorf("store: begin: %w", err))
 		return
 	}
-	t := &Tx{tx: tx, dialect: db.dialect, db: db, pool: db.write}
+	t := &Tx{tx: tx, db: db, pool: db.write, shared: true}
 	defer db.prepare(bg, t)
 	defer tx.Rollback()
-	var ran int64
-	savepointed := jobs
-	if len(jobs) == 1 {
-		// Alone, a job needs no savepoint: its failure rolls back the
-		// whole transaction, which is only its own.
-		j := jobs[0]
-		if j.err = context.Cause(j.ctx); j.err == nil {
-			j.panicked, j.err = runJob(j, t)
-			if j.err == nil && j.panicked == nil && j.ctx.Err() != nil {
-				j.err = context.Cause(j.ctx)
-			}
-		}
-		if j.err != nil || j.panicked != nil {
-			return
-		}
-		ran = 1
-		savepointed = nil
-	}
-	for _, j := range savepointed {
-		if err := j.ctx.Err(); err != nil {
-			j.err = context.Cause(j.ctx)
-			continue
-		}
-		if _, err := t.Exec(bg, `SAVEPOINT mcprel_batch`); err != nil {
-			fail(fmt.Errorf("store: savepoint: %w", err))
-			return
-		}
-		j.panicked, j.err = runJob(j, t)
-		if j.err == nil && j.panicked == nil && j.ctx.Err() != nil {
-			// As WriteTx does: a caller that is gone by the end of its
-			// work keeps nothing.
-			j.err = context.Cause(j.ctx)
-		}
-		if j.err != nil || j.panicked != nil {
-			if _, err := t.Exec(bg, `ROLLBACK TO mcprel_batch`); err != nil {
-				// SQLite rolled the whole transaction back (a full disk,
-				// an I/O error): no one's writes survive.
-				fail(fmt.Errorf("store: the transaction was lost: %w", errors.Join(j.err, err)))
+	// Alone, a job needs no savepoint: its failure rolls back the whole
+	// transaction, which is only its own.
+	savepoints := len(jobs) > 1
+	var kept []*batchJob
+	for _, j := range jobs {
+		if savepoints {
+			if _, err := t.Exec(bg, `SAVEPOINT mcprel_batch`); err != nil {
+				fail(fmt.Errorf("store: savepoint: %w", err))
 				return
 			}
+		}
+		var err error
+		if j.panicked, err = runJob(j, t); err == nil && j.panicked == nil {
+			kept = append(kept, j)
 		} else {
-			ran++
+			j.err = err
+			if !savepoints {
+				return
+			}
+			if _, rerr := t.Exec(bg, `ROLLBACK TO mcprel_batch`); rerr != nil {
+				// SQLite rolled the whole transaction back (a full disk,
+				// an I/O error): no one's writes survive.
+				fail(fmt.Errorf("store: the transaction was lost: %w", errors.Join(err, rerr)))
+				return
+			}
 		}
-		if _, err := t.Exec(bg, `RELEASE mcprel_batch`); err != nil {
-			fail(fmt.Errorf("store: release savepoint: %w", err))
-			return
+		if savepoints {
+			if _, err := t.Exec(bg, `RELEASE mcprel_batch`); err != nil {
+				fail(fmt.Errorf("store: release savepoint: %w", err))
+				return
+			}
 		}
+	}
+	if len(kept) == 0 {
+		return
 	}
 	if err := tx.Commit(); err != nil {
 		fail(fmt.Errorf("store: commit: %w", err))
 		return
 	}
+	for _, j := range kept {
+		j.err = nil
+	}
 	db.batch.commits.Add(1)
-	db.batch.ops.Add(ran)
+	db.batch.ops.Add(int64(len(kept)))
 }
 
-// runJob runs one job's fn, catching a panic to hand to its caller.
+// runJob runs one job's fn, catching a panic to hand to its caller. A job
+// whose caller is gone, before or by the end of its fn, keeps nothing, as
+// in WriteTx.
 func runJob(j *batchJob, t *Tx) (panicked any, err error) {
+	if j.ctx.Err() != nil {
+		return nil, context.Cause(j.ctx)
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			panicked = p
 		}
 	}()
-	return nil, j.fn(t)
+	if err := j.fn(t); err != nil {
+		return nil, err
+	}
+	if j.ctx.Err() != nil {
+		return nil, context.Cause(j.ctx)
+	}
+	return nil, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -66,7 +67,7 @@ func TestWriteBatchedGroupsWaitingCallers(t *testing.T) {
 	batchTable(t, db)
 
 	queued := make(chan struct{}, 16)
-	db.batch.onQueue = func() { queued <- struct{}{} }
+	db.batch.onWait = func() { queued <- struct{}{} }
 	release := holdWriter(db)
 	before := db.WriteStats()
 
@@ -136,7 +137,7 @@ func TestWriteBatchedDropsCancelledCallers(t *testing.T) {
 	defer db.Close()
 	batchTable(t, db)
 	queued := make(chan struct{}, 1)
-	db.batch.onQueue = func() { queued <- struct{}{} }
+	db.batch.onWait = func() { queued <- struct{}{} }
 	release := holdWriter(db)
 	cctx, cancel := context.WithCancelCause(ctx)
 	gone := errors.New("caller left")
@@ -153,7 +154,7 @@ func TestWriteBatchedDropsCancelledCallers(t *testing.T) {
 		t.Fatalf("cancelled caller = %v, want its cause", err)
 	}
 	release()
-	db.batch.onQueue = nil
+	db.batch.onWait = nil
 	if err := db.WriteBatched(ctx, func(tx *Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO batch_rows (name) VALUES ('next')`)
 		return err
@@ -180,5 +181,109 @@ func TestWriteBatchedOnPostgres(t *testing.T) {
 	})
 	if err == nil || batchRows(t, db)["rolled back"] {
 		t.Fatalf("WriteBatched = %v, rows %v", err, batchRows(t, db))
+	}
+}
+
+// A caller whose context ends in the middle of its work in a shared
+// transaction loses its own writes; the others in the batch commit.
+func TestWriteBatchedCancelledMidWork(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, storetest.SQLite(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	batchTable(t, db)
+	queued := make(chan struct{}, 2)
+	db.batch.onWait = func() { queued <- struct{}{} }
+	release := holdWriter(db)
+
+	actx, cancel := context.WithCancelCause(ctx)
+	gone := errors.New("client went away")
+	results := make(chan error, 2)
+	go func() {
+		results <- db.WriteBatched(actx, func(tx *Tx) error {
+			if _, err := tx.Exec(actx, `INSERT INTO batch_rows (name) VALUES ('a1')`); err != nil {
+				return err
+			}
+			cancel(gone)
+			_, err := tx.Exec(actx, `INSERT INTO batch_rows (name) VALUES ('a2')`)
+			return err
+		})
+	}()
+	<-queued // a is first in line
+	go func() {
+		results <- db.WriteBatched(ctx, func(tx *Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO batch_rows (name) VALUES ('b')`)
+			return err
+		})
+	}()
+	<-queued
+	release()
+	var errs []error
+	for range 2 {
+		errs = append(errs, <-results)
+	}
+	var sawGone, sawNil bool
+	for _, err := range errs {
+		sawGone = sawGone || errors.Is(err, gone)
+		sawNil = sawNil || err == nil
+	}
+	if !sawGone || !sawNil {
+		t.Fatalf("outcomes %v: want the cancelled caller's cause and one success", errs)
+	}
+	if got := batchRows(t, db); !got["b"] || got["a1"] || got["a2"] {
+		t.Fatalf("rows = %v: want b only", got)
+	}
+}
+
+// A fn that ends its goroutine (runtime.Goexit, as t.FailNow does) takes
+// no one's success with it: every caller that returns reports that
+// nothing was written, and the writer is free again.
+func TestWriteBatchedSurvivesGoexit(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, storetest.SQLite(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	batchTable(t, db)
+	queued := make(chan struct{}, 2)
+	db.batch.onWait = func() { queued <- struct{}{} }
+	release := holdWriter(db)
+	results := make(chan error, 2)
+	var wg sync.WaitGroup
+	for i, name := range []string{"exits", "innocent"} {
+		wg.Go(func() {
+			err := db.WriteBatched(ctx, func(tx *Tx) error {
+				if _, err := tx.Exec(ctx, `INSERT INTO batch_rows (name) VALUES (?)`, name); err != nil {
+					return err
+				}
+				if i == 0 {
+					runtime.Goexit()
+				}
+				return nil
+			})
+			results <- err // not reached by a goroutine that led and exited
+		})
+		<-queued
+	}
+	release()
+	wg.Wait()
+	close(results)
+	for err := range results {
+		if !errors.Is(err, errNotCommitted) {
+			t.Fatalf("a caller returned %v, want errNotCommitted", err)
+		}
+	}
+	db.batch.onWait = nil
+	if err := db.WriteBatched(ctx, func(tx *Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO batch_rows (name) VALUES ('after')`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := batchRows(t, db); len(got) != 1 || !got["after"] {
+		t.Fatalf("rows = %v: want only the write made after", got)
 	}
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/fnv"
@@ -12,8 +13,8 @@ import (
 type Migration struct {
 	Version int
 	// SQLite and Postgres are the statements for each dialect, separated
-	// by semicolons.
-	SQLite, Postgres string
+	// by semicolons; SQL serves a dialect whose own field is empty.
+	SQLite, Postgres, SQL string
 }
 
 const migrationsTable = `CREATE TABLE IF NOT EXISTS mcprel_migrations (
@@ -21,6 +22,10 @@ const migrationsTable = `CREATE TABLE IF NOT EXISTS mcprel_migrations (
 	version INTEGER NOT NULL,
 	applied_at BIGINT NOT NULL,
 	PRIMARY KEY (component, version))`
+
+// migrationsLock is the advisory lock that serialises creating the
+// migrations table on PostgreSQL.
+const migrationsLock = 0x6d6370726c // "mcprl"
 
 // Migrate brings component's schema up to date. It is safe to call from
 // several processes or replicas at once: SQLite serialises the steps with
@@ -32,6 +37,14 @@ func (db *DB) Migrate(ctx context.Context, component string, steps []Migration) 
 		}
 	}
 	if err := db.WriteTx(ctx, func(tx *Tx) error {
+		// CREATE TABLE IF NOT EXISTS is not safe against itself on
+		// PostgreSQL: two replicas opening at once can both try to create
+		// the table's type and one fails. Take turns.
+		if tx.db.dialect == Postgres {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(?)`, migrationsLock); err != nil {
+				return err
+			}
+		}
 		_, err := tx.Exec(ctx, migrationsTable)
 		return err
 	}); err != nil {
@@ -42,7 +55,7 @@ func (db *DB) Migrate(ctx context.Context, component string, steps []Migration) 
 	lock := int64(h.Sum64() >> 1)
 	for _, m := range steps {
 		err := db.WriteTx(ctx, func(tx *Tx) error {
-			if tx.dialect == Postgres {
+			if tx.db.dialect == Postgres {
 				if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(?)`, lock); err != nil {
 					return err
 				}
@@ -54,9 +67,12 @@ func (db *DB) Migrate(ctx context.Context, component string, steps []Migration) 
 			if n > 0 {
 				return nil
 			}
-			stmt := m.SQLite
-			if tx.dialect == Postgres {
-				stmt = m.Postgres
+			stmt := cmp.Or(m.SQLite, m.SQL)
+			if tx.db.dialect == Postgres {
+				stmt = cmp.Or(m.Postgres, m.SQL)
+			}
+			if stmt == "" {
+				return fmt.Errorf("no statements for %s", tx.db.dialect)
 			}
 			if _, err := tx.Exec(ctx, stmt); err != nil {
 				return err

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -69,11 +70,7 @@ type DB struct {
 	slot    chan struct{} // SQLite: the write connection, handed out FIFO
 	target  string        // what was opened, for messages
 
-	// SQLite parses every statement it is given, which costs as much CPU
-	// as the rest of a small transaction: statements are prepared once
-	// per pool and reused. pgx caches its own.
-	stmtMu sync.Mutex
-	stmts  map[stmtKey]*sql.Stmt
+	stmts stmtCache // SQLite: statements prepared once per pool
 
 	batch batcher // WriteBatched's queue and the commit counters
 }
@@ -86,6 +83,65 @@ type stmtKey struct {
 // maxCachedStmts bounds the statement cache: queries past it (built at run
 // time, say) are simply not cached.
 const maxCachedStmts = 128
+
+// stmtCache holds prepared statements. SQLite parses every statement it is
+// given, which costs as much CPU as the rest of a small transaction, so on
+// SQLite statements are prepared once per pool and reused; pgx caches its
+// own, so on PostgreSQL the cache stays off.
+type stmtCache struct {
+	mu     sync.Mutex
+	on     bool
+	closed bool
+	stmts  map[stmtKey]*sql.Stmt
+}
+
+// get returns pool's prepared statement for query, if there is one.
+func (c *stmtCache) get(pool *sql.DB, query string) *sql.Stmt {
+	if !c.on {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stmts[stmtKey{pool, query}]
+}
+
+// add prepares and caches pool's statements for queries. It must run
+// while the caller holds none of pool's connections: preparing inside a
+// transaction on SQLite's only write connection would wait for that
+// connection forever.
+func (c *stmtCache) add(ctx context.Context, pool *sql.DB, queries []string) {
+	for _, q := range queries {
+		k := stmtKey{pool, q}
+		c.mu.Lock()
+		_, done := c.stmts[k]
+		full := c.closed || len(c.stmts) >= maxCachedStmts
+		c.mu.Unlock()
+		if done || full {
+			continue
+		}
+		st, err := pool.PrepareContext(ctx, q)
+		if err != nil {
+			continue // the query reports its own error when it runs
+		}
+		c.mu.Lock()
+		if _, done := c.stmts[k]; done || c.closed {
+			st.Close()
+		} else {
+			c.stmts[k] = st
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *stmtCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for _, st := range c.stmts {
+		st.Close()
+	}
+	c.stmts = nil
+}
 
 // IsPostgres reports whether dsn names a PostgreSQL database.
 func IsPostgres(dsn string) bool {
@@ -176,7 +232,8 @@ func openSQLite(path string, o Options) (*DB, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	read.SetMaxOpenConns(o.MaxConns)
-	db := &DB{dialect: SQLite, write: write, read: read, slot: make(chan struct{}, 1), target: file, stmts: map[stmtKey]*sql.Stmt{}}
+	db := &DB{dialect: SQLite, write: write, read: read, slot: make(chan struct{}, 1), target: file,
+		stmts: stmtCache{on: true, stmts: map[stmtKey]*sql.Stmt{}}}
 	db.slot <- struct{}{}
 	return db, nil
 }
@@ -184,51 +241,9 @@ func openSQLite(path string, o Options) (*DB, error) {
 // Dialect returns the kind of database.
 func (db *DB) Dialect() Dialect { return db.dialect }
 
-// cached returns pool's prepared statement for query, if there is one.
-func (db *DB) cached(pool *sql.DB, query string) *sql.Stmt {
-	if db.stmts == nil {
-		return nil
-	}
-	db.stmtMu.Lock()
-	defer db.stmtMu.Unlock()
-	return db.stmts[stmtKey{pool, query}]
-}
-
-// prepare caches pool's prepared statements for queries that ran
-// unprepared in t. It runs after t ended, when its connection is back in
-// the pool: preparing while a transaction holds the only write connection
-// would wait for that connection forever.
-func (db *DB) prepare(ctx context.Context, t *Tx) {
-	for _, q := range t.unprepared {
-		db.stmtMu.Lock()
-		_, done := db.stmts[stmtKey{t.pool, q}]
-		full := db.stmts == nil || len(db.stmts) >= maxCachedStmts
-		db.stmtMu.Unlock()
-		if done || full {
-			continue
-		}
-		st, err := t.pool.PrepareContext(ctx, q)
-		if err != nil {
-			continue // the query reports its own error when it runs
-		}
-		db.stmtMu.Lock()
-		if _, done := db.stmts[stmtKey{t.pool, q}]; done || db.stmts == nil {
-			st.Close()
-		} else {
-			db.stmts[stmtKey{t.pool, q}] = st
-		}
-		db.stmtMu.Unlock()
-	}
-}
-
 // Close closes the store.
 func (db *DB) Close() error {
-	db.stmtMu.Lock()
-	for _, st := range db.stmts {
-		st.Close()
-	}
-	db.stmts = nil
-	db.stmtMu.Unlock()
+	db.stmts.close()
 	err := db.write.Close()
 	if db.read != db.write {
 		if rerr := db.read.Close(); err == nil {
@@ -240,10 +255,13 @@ func (db *DB) Close() error {
 
 // Tx is a transaction. Queries use ? placeholders in both dialects.
 type Tx struct {
-	tx      *sql.Tx
-	dialect Dialect
-	db      *DB
-	pool    *sql.DB
+	tx   *sql.Tx
+	db   *DB
+	pool *sql.DB
+	// shared marks a group-commit transaction: one caller's cancellation
+	// must not interrupt a statement, since SQLite then rolls back the
+	// whole transaction, everyone's writes included.
+	shared bool
 	// unprepared lists queries that ran without a cached statement, to
 	// prepare once the transaction ends.
 	unprepared []string
@@ -252,44 +270,67 @@ type Tx struct {
 // prepared returns the transaction's use of a cached statement for query,
 // or nil to run it unprepared (and cache it afterwards).
 func (t *Tx) prepared(ctx context.Context, query string) *sql.Stmt {
-	if t.db.stmts == nil {
+	if !t.db.stmts.on {
 		return nil
 	}
-	if st := t.db.cached(t.pool, query); st != nil {
+	if st := t.db.stmts.get(t.pool, query); st != nil {
 		// Closed with the transaction; the cached statement stays.
 		return t.tx.StmtContext(ctx, st)
 	}
-	if len(t.unprepared) < 16 {
+	if len(t.unprepared) < 16 && !slices.Contains(t.unprepared, query) {
 		t.unprepared = append(t.unprepared, query)
 	}
 	return nil
 }
 
-// Dialect returns the kind of database the transaction runs in.
-func (t *Tx) Dialect() Dialect { return t.dialect }
+// stmtCtx is the context a statement runs under: the caller's, or in a
+// shared transaction one that cannot interrupt it, after refusing to start
+// for a caller that is gone.
+func (t *Tx) stmtCtx(ctx context.Context) (context.Context, error) {
+	if !t.shared {
+		return ctx, nil
+	}
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	return context.WithoutCancel(ctx), nil
+}
 
 // Exec runs a statement.
 func (t *Tx) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	ctx, err := t.stmtCtx(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if st := t.prepared(ctx, query); st != nil {
 		return st.ExecContext(ctx, args...)
 	}
-	return t.tx.ExecContext(ctx, rebind(t.dialect, query), args...)
+	return t.tx.ExecContext(ctx, rebind(t.db.dialect, query), args...)
 }
 
 // QueryRow runs a query expected to return at most one row.
 func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	if t.shared {
+		// A Row cannot carry an early error; the caller's fn is rolled
+		// back anyway once its ctx has ended.
+		ctx = context.WithoutCancel(ctx)
+	}
 	if st := t.prepared(ctx, query); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}
-	return t.tx.QueryRowContext(ctx, rebind(t.dialect, query), args...)
+	return t.tx.QueryRowContext(ctx, rebind(t.db.dialect, query), args...)
 }
 
 // Query runs a query.
 func (t *Tx) Query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	ctx, err := t.stmtCtx(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if st := t.prepared(ctx, query); st != nil {
 		return st.QueryContext(ctx, args...)
 	}
-	return t.tx.QueryContext(ctx, rebind(t.dialect, query), args...)
+	return t.tx.QueryContext(ctx, rebind(t.db.dialect, query), args...)
 }
 
 // WriteTx runs fn in a write transaction and commits it if fn returns nil,
@@ -298,6 +339,9 @@ func (t *Tx) Query(ctx context.Context, query string, args ...any) (*sql.Rows, e
 // begins READ COMMITTED.
 func (db *DB) WriteTx(ctx context.Context, fn func(*Tx) error) error {
 	if db.slot != nil {
+		if db.batch.onWait != nil {
+			db.batch.onWait()
+		}
 		select {
 		case <-db.slot:
 			defer func() { db.slot <- struct{}{} }()
@@ -313,7 +357,7 @@ func (db *DB) WriteTx(ctx context.Context, fn func(*Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
 	}
-	t := &Tx{tx: tx, dialect: db.dialect, db: db, pool: db.write}
+	t := &Tx{tx: tx, db: db, pool: db.write}
 	// Deferred calls run last first: roll back, then prepare what ran
 	// unprepared, then hand the write connection on.
 	defer db.prepare(context.WithoutCancel(ctx), t)
@@ -338,7 +382,7 @@ func (db *DB) ReadTx(ctx context.Context, fn func(*Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
 	}
-	t := &Tx{tx: tx, dialect: db.dialect, db: db, pool: db.read}
+	t := &Tx{tx: tx, db: db, pool: db.read}
 	defer db.prepare(context.WithoutCancel(ctx), t)
 	defer tx.Rollback()
 	return fn(t)
@@ -348,18 +392,23 @@ func (db *DB) ReadTx(ctx context.Context, fn func(*Tx) error) error {
 // transaction: one statement sees one consistent snapshot by itself, and
 // skipping BEGIN and ROLLBACK makes the ledger's replay check cheap.
 func (db *DB) QueryRow(ctx context.Context, query string, args ...any) *sql.Row {
-	if db.stmts != nil {
-		st := db.cached(db.read, query)
-		if st == nil {
-			// No connection is held here, so preparing cannot wait on us.
-			db.prepare(ctx, &Tx{pool: db.read, unprepared: []string{query}})
-			st = db.cached(db.read, query)
-		}
-		if st != nil {
-			return st.QueryRowContext(ctx, args...)
-		}
+	st := db.stmts.get(db.read, query)
+	if st == nil && db.stmts.on {
+		// No connection is held here, so preparing cannot wait on us.
+		db.stmts.add(ctx, db.read, []string{query})
+		st = db.stmts.get(db.read, query)
+	}
+	if st != nil {
+		return st.QueryRowContext(ctx, args...)
 	}
 	return db.read.QueryRowContext(ctx, rebind(db.dialect, query), args...)
+}
+
+// prepare caches the statements t ran unprepared, once t has ended.
+func (db *DB) prepare(ctx context.Context, t *Tx) {
+	if len(t.unprepared) > 0 {
+		db.stmts.add(ctx, t.pool, t.unprepared)
+	}
 }
 
 // rebind turns ? placeholders into PostgreSQL's $1, $2, …, leaving quoted

@@ -3,10 +3,10 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/mcprel/mcprel/internal/storetest"
@@ -91,34 +91,43 @@ func TestOpenRejectsBadOptions(t *testing.T) {
 // TestWritersQueueInOrder: SQLite writers are served in arrival order by
 // the Go-side queue, and one that gives up while waiting leaves.
 func TestWritersQueueInOrder(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		db := &DB{dialect: SQLite, slot: make(chan struct{}, 1)}
-		// Take the slot as if a writer held it.
-		order := make(chan int, 3)
-		var wg sync.WaitGroup
-		for i := 1; i <= 3; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-db.slot
-				order <- i
-				db.slot <- struct{}{}
-			}()
-			synctest.Wait() // each waiter queues before the next arrives
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if err := db.WriteTx(ctx, func(*Tx) error { return nil }); !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("a writer that gives up: %v", err)
-		}
-		db.slot <- struct{}{}
-		wg.Wait()
-		for want := 1; want <= 3; want++ {
-			if got := <-order; got != want {
-				t.Fatalf("writer %d served at position %d", got, want)
+	ctx := context.Background()
+	db, err := Open(ctx, storetest.SQLite(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	release := holdWriter(db)
+	waiting := make(chan struct{}, 4)
+	db.batch.onWait = func() { waiting <- struct{}{} }
+
+	var order []int // appended by each writer in turn, under the write connection
+	var wg sync.WaitGroup
+	for i := 1; i <= 3; i++ {
+		wg.Go(func() {
+			if err := db.WriteTx(ctx, func(*Tx) error { order = append(order, i); return nil }); err != nil {
+				t.Error(err)
 			}
-		}
-	})
+		})
+		<-waiting // each writer queues before the next arrives
+	}
+	// A writer that gives up while waiting leaves the queue with its cause.
+	gctx, cancel := context.WithCancelCause(ctx)
+	gaveUp := make(chan error, 1)
+	go func() {
+		gaveUp <- db.WriteTx(gctx, func(*Tx) error { t.Error("a writer that gave up ran"); return nil })
+	}()
+	<-waiting
+	cause := errors.New("deadline passed")
+	cancel(cause)
+	if err := <-gaveUp; !errors.Is(err, cause) {
+		t.Fatalf("a writer that gives up: %v", err)
+	}
+	release()
+	wg.Wait()
+	if fmt.Sprint(order) != "[1 2 3]" {
+		t.Fatalf("writers ran in order %v, want [1 2 3]", order)
+	}
 }
 
 // TestSQLiteSettings: the file is in WAL mode with synchronous FULL unless
@@ -219,4 +228,31 @@ func TestPanicInWriteTxRollsBack(t *testing.T) {
 			t.Fatalf("sum = %d: the panicking transaction's row survived (or the next one was lost)", sum)
 		}
 	})
+}
+
+// Replicas starting together migrate the same database at once: every one
+// succeeds and each step is applied once.
+func TestConcurrentMigrations(t *testing.T) {
+	dsn := storetest.Postgres(t)
+	ctx := context.Background()
+	steps := []Migration{{Version: 1, SQL: `CREATE TABLE concurrent_items (id BIGINT PRIMARY KEY)`}}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			db, err := Open(ctx, dsn, nil)
+			if err == nil {
+				err = db.Migrate(ctx, "concurrent", steps)
+				db.Close()
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a replica failed to migrate: %v", err)
+		}
+	}
 }

@@ -79,8 +79,10 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	defer closeDB()
 	reapCtx, stopReaper := context.WithCancel(context.Background())
-	defer stopReaper()
-	go l.RunReaper(reapCtx, time.Minute, 1000)
+	reaped := make(chan struct{})
+	go func() { l.RunReaper(reapCtx, time.Minute, 1000); close(reaped) }()
+	// Stop the reaper before the database closes under it.
+	defer func() { stopReaper(); <-reaped }()
 	srv, err := server.New(mcp.Implementation{Name: "mcprel", Version: version}, &server.Options{
 		Instructions: "mcprel demo server. echo returns its text; slow_count counts with progress and stops when cancelled. " +
 			"charge_account and reserve_inventory change state: give each operation an idempotencyKey and reuse it on retries; " +
