@@ -26,31 +26,38 @@ func (f Fingerprint) String() string { return hex.EncodeToString(f[:]) }
 // fields lists the top-level arguments that define the operation (nil
 // means all of them); skip names one to leave out even then, such as the
 // idempotency key itself, which never counts. Canonical JSON sorts object
-// keys at every depth and writes every number in one form (1, 1.0 and 1e0
-// are the same), so formatting never changes a fingerprint; a field listed
-// but absent counts as absent, which differs from null.
+// keys at every depth and writes every number in one exact form (1, 1.0
+// and 1e0 are the same), so formatting never changes a fingerprint; a
+// field listed but absent counts as absent, which differs from null.
 func FingerprintArgs(args json.RawMessage, fields []string, skip string) (Fingerprint, error) {
-	var v any
+	var top map[string]json.RawMessage
 	if len(bytes.TrimSpace(args)) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(args))
-		dec.UseNumber()
-		if err := dec.Decode(&v); err != nil {
-			return Fingerprint{}, fmt.Errorf("ledger: arguments are not JSON: %w", err)
+		if err := dec.Decode(&top); err != nil {
+			return Fingerprint{}, fmt.Errorf("ledger: arguments must be a JSON object: %w", err)
 		}
 		if _, err := dec.Token(); err != io.EOF {
 			return Fingerprint{}, errors.New("ledger: arguments are followed by more data")
 		}
 	}
-	obj, _ := v.(map[string]any)
-	if v != nil && obj == nil {
-		return Fingerprint{}, errors.New("ledger: arguments must be a JSON object")
-	}
+	return FingerprintFields(top, fields, skip)
+}
+
+// FingerprintFields is FingerprintArgs for arguments whose top level the
+// caller has already decoded.
+func FingerprintFields(args map[string]json.RawMessage, fields []string, skip string) (Fingerprint, error) {
 	picked := map[string]any{}
-	for k, val := range obj {
+	for k, raw := range args {
 		if k == skip || (fields != nil && !slices.Contains(fields, k)) {
 			continue
 		}
-		picked[k] = val
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return Fingerprint{}, fmt.Errorf("ledger: argument %q is not JSON: %w", k, err)
+		}
+		picked[k] = v
 	}
 	var b bytes.Buffer
 	if err := canonical(&b, picked); err != nil {

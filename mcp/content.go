@@ -155,16 +155,25 @@ func UnmarshalContent(raw json.RawMessage) (Content, error) {
 }
 
 // UnmarshalJSON decodes a result whose content blocks may be of any type.
+// structuredContent is kept as the raw JSON it was, so that decoding and
+// encoding a result again (a stored result being replayed, say) changes
+// nothing: through any, a number beyond float64's 53 bits would not
+// survive.
 func (r *CallToolResult) UnmarshalJSON(data []byte) error {
 	type plain CallToolResult
 	var aux struct {
 		plain
-		Content []json.RawMessage `json:"content"`
+		Content           []json.RawMessage `json:"content"`
+		StructuredContent json.RawMessage   `json:"structuredContent"`
 	}
 	if err := json.Unmarshal(data, &aux); err != nil {
 		return err
 	}
 	*r = CallToolResult(aux.plain)
+	r.StructuredContent = nil
+	if len(aux.StructuredContent) > 0 && string(aux.StructuredContent) != "null" {
+		r.StructuredContent = aux.StructuredContent
+	}
 	r.Content = make([]Content, 0, len(aux.Content))
 	for _, raw := range aux.Content {
 		c, err := UnmarshalContent(raw)

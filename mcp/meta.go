@@ -23,6 +23,9 @@ type RequestMeta struct {
 	LogLevel *LoggingLevel `json:"io.modelcontextprotocol/logLevel,omitempty"`
 	// ProgressToken opts the request into notifications/progress.
 	ProgressToken *jsonrpc.ID `json:"progressToken,omitempty"`
+	// IdempotencyKey is MetaIdempotencyKey's value, undecoded (the server
+	// checks it only for tools that take a key).
+	IdempotencyKey json.RawMessage `json:"dev.mcprel/idempotencyKey,omitempty"`
 }
 
 // metaParams is the one member every request's params may carry.

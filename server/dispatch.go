@@ -194,29 +194,21 @@ func (ss *Session) callTool(r *inflight, in *incoming) {
 		r.succeed(te.Result())
 		return
 	}
-	var key string
-	if mode := rt.policy.Idempotency.Key; mode != KeyNone {
-		var err error
-		if key, err = idempotencyKey(args, in.rawMeta); err == nil && key == "" && mode == KeyRequired {
-			err = errKeyRequired
-		}
-		if err != nil {
-			r.succeed(err.(*mcp.ToolError).Result())
+	call := &CallRequest{Name: *p.Name, Arguments: args}
+	exec := func(ctx context.Context) (mcp.Result, error) { return rt.handler(ctx, call) }
+	if idem := rt.policy.Idempotency; idem.Key != KeyNone {
+		var te *mcp.ToolError
+		if call.IdempotencyKey, call.fingerprint, te = idempotentArgs(idem, args, in.meta.IdempotencyKey); te != nil {
+			r.succeed(te.Result())
 			return
 		}
+		exec = func(ctx context.Context) (mcp.Result, error) { return ss.srv.callIdempotent(ctx, rt, call) }
 	}
 	q, ok := ss.requestInfo(r, in, r.method+"\x00"+*p.Name)
 	if !ok {
 		return
 	}
-	call := &CallRequest{Request: q, Name: *p.Name, Arguments: args, IdempotencyKey: key}
+	call.Request = q
 	r.readOnly = rt.def.Annotations != nil && rt.def.Annotations.ReadOnlyHint != nil && *rt.def.Annotations.ReadOnlyHint
-	exec := func(ctx context.Context) (mcp.Result, error) {
-		res, err := rt.handler(ctx, call)
-		return res, err
-	}
-	if rt.policy.Idempotency.Key != KeyNone {
-		exec = func(ctx context.Context) (mcp.Result, error) { return ss.srv.callIdempotent(ctx, rt, call) }
-	}
 	ss.startCall(r, in, rt.lane, ss.srv.deadlines(rt.policy), exec, toolResult)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/store"
 )
@@ -90,7 +91,8 @@ type CallRequest struct {
 	// external service the effect calls.
 	IdempotencyKey string
 
-	tx *store.Tx
+	tx          *store.Tx
+	fingerprint ledger.Fingerprint // of the operation, when it has a key
 }
 
 // ReadRequest is what a resource handler sees of a resources/read.

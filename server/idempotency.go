@@ -100,45 +100,46 @@ func (s *Server) ledgerFor(t Tool) error {
 	return nil
 }
 
-// idempotencyKey finds a call's key in its arguments or its _meta. A key
-// that is not a string, or is given twice with two values, is an argument
-// error; "" means the call has none.
-func idempotencyKey(args, meta json.RawMessage) (string, error) {
-	var fromArgs, fromMeta json.RawMessage
+// idempotentArgs finds a call's key, in its arguments or its _meta, and
+// the fingerprint of the operation, from one decode of the arguments' top
+// level. A key that is not a string, is given twice with two values, or
+// is missing for a tool that requires one is refused before anything
+// runs; "" means the call has none.
+func idempotentArgs(p Idempotency, args json.RawMessage, metaKey json.RawMessage) (string, ledger.Fingerprint, *mcp.ToolError) {
+	var fields map[string]json.RawMessage
 	if len(args) > 0 {
-		var a map[string]json.RawMessage
-		if json.Unmarshal(args, &a) == nil {
-			fromArgs = a[mcp.ArgIdempotencyKey]
+		if err := json.Unmarshal(args, &fields); err != nil {
+			return "", ledger.Fingerprint{}, &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "arguments must be a JSON object"}
 		}
 	}
-	if len(meta) > 0 {
-		var m map[string]json.RawMessage
-		if json.Unmarshal(meta, &m) == nil {
-			fromMeta = m[mcp.MetaIdempotencyKey]
-		}
-	}
-	var key, other string
-	for _, raw := range []json.RawMessage{fromArgs, fromMeta} {
+	var key string
+	for _, raw := range []json.RawMessage{fields[mcp.ArgIdempotencyKey], metaKey} {
 		if raw == nil || string(raw) == "null" {
 			continue
 		}
 		var k string
 		if err := json.Unmarshal(raw, &k); err != nil {
-			return "", keyError("the idempotency key must be a string")
+			return "", ledger.Fingerprint{}, keyError("the idempotency key must be a string")
 		}
 		if !ledger.ValidKey(k) {
-			return "", keyError("the idempotency key must be 1 to 255 bytes of printable text")
+			return "", ledger.Fingerprint{}, keyError("the idempotency key must be 1 to 255 bytes of printable text")
 		}
-		if key == "" {
-			key = k
-		} else {
-			other = k
+		if key != "" && k != key {
+			return "", ledger.Fingerprint{}, keyError(fmt.Sprintf("the idempotency key is given twice with two values (arguments.%s and _meta[%q])", mcp.ArgIdempotencyKey, mcp.MetaIdempotencyKey))
 		}
+		key = k
 	}
-	if other != "" && other != key {
-		return "", keyError(fmt.Sprintf("the idempotency key is given twice with two values (arguments.%s and _meta[%q])", mcp.ArgIdempotencyKey, mcp.MetaIdempotencyKey))
+	if key == "" {
+		if p.Key == KeyRequired {
+			return "", ledger.Fingerprint{}, errKeyRequired
+		}
+		return "", ledger.Fingerprint{}, nil
 	}
-	return key, nil
+	fp, err := ledger.FingerprintFields(fields, p.Fields, mcp.ArgIdempotencyKey)
+	if err != nil {
+		return "", ledger.Fingerprint{}, &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: err.Error()}
+	}
+	return key, fp, nil
 }
 
 func keyError(msg string) *mcp.ToolError {
@@ -158,142 +159,149 @@ type handlerFailed struct{ err error }
 func (h handlerFailed) Error() string { return h.err.Error() }
 func (h handlerFailed) Unwrap() error { return h.err }
 
-// stored decides what of a handler's outcome the ledger keeps: a result,
-// or a business failure (a ToolError that is neither retryable nor about
-// the arguments). ok is false for everything else, which must roll back.
-func stored(res *mcp.CallToolResult, err error) (data json.RawMessage, ok bool, ferr error) {
+// outcome sorts what a handler returned into a result to keep — a
+// success, or a business failure (a ToolError neither retryable nor about
+// the arguments) as its isError result — or an error that must roll back,
+// wrapped in handlerFailed. The kept result is the server's own shallow
+// copy: the handler's value is never written to.
+func outcome(res *mcp.CallToolResult, err error) (*mcp.CallToolResult, error) {
 	if err != nil {
 		var te *mcp.ToolError
 		if !errors.As(err, &te) || te.Retryable || te.Code == mcp.FailureInvalidArguments {
-			return nil, false, err
+			return nil, handlerFailed{err}
 		}
-		res = te.Result()
+		return te.Result(), nil
 	}
-	if res == nil {
-		res = &mcp.CallToolResult{}
+	var kept mcp.CallToolResult
+	if res != nil {
+		kept = *res
 	}
-	if res.Content == nil {
-		res.Content = []mcp.Content{}
+	if kept.Content == nil {
+		kept.Content = []mcp.Content{}
 	}
-	data, err = json.Marshal(res)
-	if err != nil {
-		return nil, false, fmt.Errorf("encoding the result to store it: %w", err)
-	}
-	return data, true, nil
+	return &kept, nil
+}
+
+// runInTx runs the handler with tx as the call's transaction.
+func runInTx(ctx context.Context, rt *registeredTool, call *CallRequest, tx *store.Tx) (*mcp.CallToolResult, error) {
+	call.tx = tx
+	defer func() { call.tx = nil }()
+	return outcome(rt.handler(ctx, call))
 }
 
 // callIdempotent runs a call of a tool with an Idempotency policy.
 func (s *Server) callIdempotent(ctx context.Context, rt *registeredTool, call *CallRequest) (mcp.Result, error) {
-	idem := rt.policy.Idempotency
 	if call.IdempotencyKey == "" {
 		return s.callUnkeyed(ctx, rt, call)
 	}
-	fp, err := ledger.FingerprintArgs(call.Arguments, idem.Fields, mcp.ArgIdempotencyKey)
-	if err != nil {
-		return nil, &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: err.Error()}
-	}
-	op := ledger.Op{Tenant: call.Tenant, Tool: call.Name, Key: call.IdempotencyKey, Fingerprint: fp}
+	op := ledger.Op{Tenant: call.Tenant, Tool: call.Name, Key: call.IdempotencyKey, Fingerprint: call.fingerprint}
 	var res ledger.Result
-	if idem.External {
-		res, err = s.callExternal(ctx, rt, call, op)
+	var ran *mcp.CallToolResult // this call's own result, when it executed
+	var err error
+	if rt.policy.Idempotency.External {
+		res, ran, err = s.callExternal(ctx, rt, call, op)
 	} else {
 		res, err = s.opts.Ledger.Do(ctx, op, func(ctx context.Context, tx *store.Tx) (json.RawMessage, error) {
-			call.tx = tx
-			out, herr := rt.handler(ctx, call)
-			call.tx = nil
-			data, ok, herr := stored(out, herr)
-			if !ok {
-				return nil, handlerFailed{herr}
+			out, err := runInTx(ctx, rt, call, tx)
+			if err != nil {
+				return nil, err
 			}
-			return data, nil
+			ran = out
+			return encodeKept(out)
 		})
 	}
 	if err != nil {
 		return nil, ledgerError(err, call.IdempotencyKey)
 	}
-	return replayable(res)
+	if res.Replayed {
+		// Rebuilt from the stored JSON: a copy no one else holds.
+		ran = new(mcp.CallToolResult)
+		if err := json.Unmarshal(res.Data, ran); err != nil {
+			return nil, fmt.Errorf("decoding a stored result: %w", err)
+		}
+	}
+	return withMeta(ran, mcp.Meta{mcp.MetaReplayed: res.Replayed, mcp.MetaExecutedAt: res.ExecutedAt.UTC().Format(time.RFC3339Nano)}), nil
+}
+
+// encodeKept encodes a kept result for the ledger to store.
+func encodeKept(res *mcp.CallToolResult) (json.RawMessage, error) {
+	data, err := json.Marshal(res)
+	if err != nil {
+		return nil, handlerFailed{fmt.Errorf("encoding the result to store it: %w", err)}
+	}
+	return data, nil
+}
+
+// withMeta returns res with marks added to a copy of its _meta.
+func withMeta(res *mcp.CallToolResult, marks mcp.Meta) *mcp.CallToolResult {
+	meta := make(mcp.Meta, len(res.Meta)+len(marks))
+	maps.Copy(meta, res.Meta)
+	maps.Copy(meta, marks)
+	res.Meta = meta
+	return res
 }
 
 // callExternal runs an External tool in two phases: claim the key, run the
-// handler outside any transaction, store its result.
-func (s *Server) callExternal(ctx context.Context, rt *registeredTool, call *CallRequest, op ledger.Op) (ledger.Result, error) {
+// handler outside any transaction, store its result. It returns the
+// handler's kept result when this call ran it.
+func (s *Server) callExternal(ctx context.Context, rt *registeredTool, call *CallRequest, op ledger.Op) (ledger.Result, *mcp.CallToolResult, error) {
 	claim, replayed, err := s.opts.Ledger.Claim(ctx, op)
 	if err != nil {
-		return ledger.Result{}, err
+		return ledger.Result{}, nil, err
 	}
 	if replayed != nil {
-		return *replayed, nil
+		return *replayed, nil, nil
 	}
-	out, herr := rt.handler(ctx, call)
-	data, ok, herr := stored(out, herr)
-	if !ok {
-		// The handler says the effect did not complete: free the key so a
-		// retry runs (the external service dedupes by the same key).
-		if rerr := claim.Release(context.WithoutCancel(ctx)); rerr != nil {
-			s.log.Warn("releasing an idempotency claim failed; it frees itself when its lease expires",
-				"tool", call.Name, "error", rerr)
+	completed := false
+	defer func() {
+		if completed {
+			return
 		}
-		return ledger.Result{}, handlerFailed{herr}
+		// The effect did not complete (the handler failed, or panicked):
+		// free the key so a retry runs; the external service dedupes by
+		// the same key.
+		if err := claim.Release(context.WithoutCancel(ctx)); err != nil {
+			s.log.Warn("releasing an idempotency claim failed; it frees itself when its lease expires",
+				"tool", call.Name, "error", err)
+		}
+	}()
+	out, err := outcome(rt.handler(ctx, call))
+	if err != nil {
+		return ledger.Result{}, nil, err
 	}
+	data, err := encodeKept(out)
+	if err != nil {
+		return ledger.Result{}, nil, err
+	}
+	completed = true
 	// Store the outcome even if the call was cancelled meanwhile: the
 	// effect happened.
 	res, err := claim.Complete(context.WithoutCancel(ctx), data)
 	if err != nil {
 		s.log.Warn("the effect completed but its result could not be stored", "tool", call.Name, "error", err)
-		return ledger.Result{}, err
+		return ledger.Result{}, nil, err
 	}
-	return res, nil
+	return res, out, nil
 }
 
 // callUnkeyed runs a call of a KeyOptional tool made without a key: in a
 // transaction, so the handler writes the same way, but with nothing to
 // stop a retry from running it again — which its result says.
 func (s *Server) callUnkeyed(ctx context.Context, rt *registeredTool, call *CallRequest) (mcp.Result, error) {
-	var data json.RawMessage
-	run := func(tx *store.Tx) error {
-		call.tx = tx
-		out, herr := rt.handler(ctx, call)
-		call.tx = nil
-		var ok bool
-		if data, ok, herr = stored(out, herr); !ok {
-			return handlerFailed{herr}
-		}
-		return nil
-	}
+	var out *mcp.CallToolResult
 	var err error
 	if rt.policy.Idempotency.External {
-		err = run(nil)
+		out, err = runInTx(ctx, rt, call, nil)
 	} else {
-		err = s.opts.Ledger.DB().WriteBatched(ctx, run)
+		err = s.opts.Ledger.DB().WriteBatched(ctx, func(tx *store.Tx) (err error) {
+			out, err = runInTx(ctx, rt, call, tx)
+			return err
+		})
 	}
 	if err != nil {
 		return nil, ledgerError(err, "")
 	}
-	var res mcp.CallToolResult
-	if err := json.Unmarshal(data, &res); err != nil {
-		return nil, err
-	}
-	res.Meta = maps.Clone(res.Meta)
-	if res.Meta == nil {
-		res.Meta = mcp.Meta{}
-	}
-	res.Meta[mcp.MetaRetrySafe] = false
-	return &res, nil
-}
-
-// replayable rebuilds the stored result — a copy no one else holds — and
-// marks whether it was replayed.
-func replayable(r ledger.Result) (mcp.Result, error) {
-	var res mcp.CallToolResult
-	if err := json.Unmarshal(r.Data, &res); err != nil {
-		return nil, fmt.Errorf("decoding a stored result: %w", err)
-	}
-	if res.Meta == nil {
-		res.Meta = mcp.Meta{}
-	}
-	res.Meta[mcp.MetaReplayed] = r.Replayed
-	res.Meta[mcp.MetaExecutedAt] = r.ExecutedAt.UTC().Format(time.RFC3339Nano)
-	return &res, nil
+	return withMeta(out, mcp.Meta{mcp.MetaRetrySafe: false}), nil
 }
 
 // ledgerError maps what the ledger path failed with onto a tool failure.
@@ -321,9 +329,9 @@ func ledgerError(err error, key string) error {
 			Details:    map[string]any{"idempotencyKey": key},
 		}
 	}
-	return &mcp.ToolError{
-		Code:      mcp.FailureLedger,
-		Message:   "the idempotency ledger could not be reached; retrying with the same key is safe",
-		Retryable: true,
+	msg := "the idempotency ledger could not be reached; retrying with the same key is safe"
+	if key == "" {
+		msg = "the database could not be reached or refused the commit; this call's writes were not kept"
 	}
+	return &mcp.ToolError{Code: mcp.FailureLedger, Message: msg, Retryable: true}
 }

@@ -390,3 +390,88 @@ func TestIdempotencyPolicyNeedsALedger(t *testing.T) {
 		t.Fatalf("AddTool with a deadline beyond the lease = %v", err)
 	}
 }
+
+// A stored result comes back exactly, numbers beyond float64 included,
+// and the handler's own result value is never written to.
+func TestKeyedResultsAreExactAndTheHandlersOwn(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.Open(ctx, storetest.SQLite(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	l, err := ledger.Open(ctx, db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := mcptest.NewServer(t, &server.Options{Ledger: l})
+	shared := &mcp.CallToolResult{StructuredContent: map[string]any{"orderId": int64(9007199254740993)}}
+	shared.Meta = mcp.Meta{"own": 1}
+	err = srv.AddTool(server.Tool{Name: "order", Policy: server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired}}},
+		func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) { return shared, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcptest.Stdio(t, srv, nil)
+	params := mcptest.ModernParams(map[string]any{"name": "order", "arguments": map[string]any{"idempotencyKey": "k"}})
+	for id := int64(1); id <= 2; id++ {
+		f := c.Call(id, mcp.MethodToolsCall, params)
+		if !strings.Contains(string(f.Result), `"structuredContent":{"orderId":9007199254740993}`) {
+			t.Fatalf("call %d: %s, want the exact orderId", id, f.Result)
+		}
+	}
+	if shared.Content != nil || len(shared.Meta) != 1 {
+		t.Fatalf("the handler's result was written to: %+v", shared)
+	}
+}
+
+// A panicking External handler gives its key back: the retry runs rather
+// than waiting out the lease.
+func TestExternalPanicReleasesTheKey(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.Open(ctx, storetest.SQLite(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	l, err := ledger.Open(ctx, db, &ledger.Options{Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := mcptest.NewServer(t, &server.Options{Ledger: l})
+	var calls atomic.Int64
+	err = srv.AddTool(server.Tool{Name: "charge", Policy: server.Policy{MaxTimeout: 30 * time.Second,
+		Idempotency: server.Idempotency{Key: server.KeyRequired, External: true}}},
+		func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) {
+			if calls.Add(1) == 1 {
+				panic("provider client bug")
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("charged")}}, nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcptest.Stdio(t, srv, nil)
+	params := mcptest.ModernParams(map[string]any{"name": "charge", "arguments": map[string]any{"idempotencyKey": "pay-1"}})
+	var first callResult
+	json.Unmarshal(c.Call(1, mcp.MethodToolsCall, params).Result, &first)
+	if first.failure(t).Code != mcp.FailureInternal {
+		t.Fatalf("panicking call = %+v", first)
+	}
+	var second callResult
+	json.Unmarshal(c.Call(2, mcp.MethodToolsCall, params).Result, &second)
+	if second.IsError || second.Meta[mcp.MetaReplayed] != false || calls.Load() != 2 {
+		t.Fatalf("retry after a panic = %+v after %d calls; want it to run", second, calls.Load())
+	}
+}
+
+func TestNonStringKeyIsRefused(t *testing.T) {
+	k := newKeyed(t, storetest.SQLite(t), server.KeyOptional, nil)
+	c := mcptest.Stdio(t, k.srv, nil)
+	if f := call(t, c, 1, map[string]any{"sku": "A", "quantity": 1}, map[string]any{mcp.MetaIdempotencyKey: 42}).failure(t); f.Code != mcp.FailureInvalidArguments {
+		t.Fatalf("numeric key in _meta: %+v", f)
+	}
+	if k.runs.Load() != 0 {
+		t.Fatal("a call with a malformed key ran")
+	}
+}
