@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"time"
@@ -34,7 +35,7 @@ func (l *Ledger) Claim(ctx context.Context, op Op) (claim *Claim, replayed *Resu
 	if !ValidKey(op.Key) {
 		return nil, nil, ErrInvalidKey
 	}
-	token := newToken()
+	token := rand.Text()
 	err = l.db.WriteBatched(ctx, func(tx *store.Tx) error {
 		now := l.now()
 		rec, err := l.claimKey(ctx, tx, op, InProgress, now, token)

@@ -31,9 +31,7 @@ package ledger
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -451,10 +449,4 @@ func (l *Ledger) RunReaper(ctx context.Context, every time.Duration, batch int) 
 			}
 		}
 	}
-}
-
-func newToken() string {
-	var b [16]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

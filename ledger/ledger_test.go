@@ -17,9 +17,8 @@ import (
 // effectsSchema is the business table the tests' effects write: one row per
 // execution, so a duplicate effect shows as a second row.
 var effectsSchema = []store.Migration{{
-	Version:  1,
-	SQLite:   `CREATE TABLE effects (tenant TEXT NOT NULL, idem_key TEXT NOT NULL, quantity INTEGER NOT NULL)`,
-	Postgres: `CREATE TABLE effects (tenant TEXT NOT NULL, idem_key TEXT NOT NULL, quantity INTEGER NOT NULL)`,
+	Version: 1,
+	SQL:     `CREATE TABLE effects (tenant TEXT NOT NULL, idem_key TEXT NOT NULL, quantity INTEGER NOT NULL)`,
 }}
 
 // open returns a ledger on dsn with the effects table, closed after the

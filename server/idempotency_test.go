@@ -47,8 +47,7 @@ func newKeyed(t *testing.T, dsn string, mode server.KeyMode, opts *server.Option
 		t.Fatal(err)
 	}
 	if err := db.Migrate(ctx, "server-test", []store.Migration{{Version: 1,
-		SQLite:   `CREATE TABLE reservations (tenant TEXT NOT NULL, sku TEXT NOT NULL, quantity INTEGER NOT NULL)`,
-		Postgres: `CREATE TABLE reservations (tenant TEXT NOT NULL, sku TEXT NOT NULL, quantity INTEGER NOT NULL)`,
+		SQL: `CREATE TABLE reservations (tenant TEXT NOT NULL, sku TEXT NOT NULL, quantity INTEGER NOT NULL)`,
 	}}); err != nil {
 		t.Fatal(err)
 	}

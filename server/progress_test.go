@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -24,9 +25,10 @@ func progressValues(t *testing.T, frames []mcptest.Frame) []float64 {
 	return out
 }
 
-// TestProgressBurstIsCoalesced: 10,000 reports in one instant become two
-// notifications, the first and the last; the last value always arrives
-// before the result.
+// TestProgressBurstIsCoalesced: 10,000 reports in one instant become at
+// most two notifications, the first and the last — or the last alone when
+// the writer had not yet taken the first off the queue, which the newer
+// value then replaced; the last value always arrives before the result.
 func TestProgressBurstIsCoalesced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := mcptest.NewServer(t, nil)
@@ -39,8 +41,8 @@ func TestProgressBurstIsCoalesced(t *testing.T) {
 		c.Request(1, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": "burst", "_meta": map[string]any{"progressToken": 1}}))
 		_, before := c.Await(1)
 		got := progressValues(t, before)
-		if len(got) != 2 || got[0] != 1 || got[1] != 10_000 {
-			t.Fatalf("notifications = %v, want [1 10000]", got)
+		if fmt.Sprint(got) != "[1 10000]" && fmt.Sprint(got) != "[10000]" {
+			t.Fatalf("notifications = %v, want [1 10000] or [10000]", got)
 		}
 		c.CloseInput()
 		c.ServeResult()

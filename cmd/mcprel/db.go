@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"time"
 
@@ -31,14 +30,6 @@ func (f *dbFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dsn, "db", "", "the ledger's database: a SQLite file path, or a postgres:// URL shared by replicas; default $MCPREL_DB, else "+defaultDB+" (a URL with a password belongs in MCPREL_DB, not in the process list)")
 	fs.StringVar(&f.synchronous, "synchronous", "FULL", "SQLite durability: FULL survives power loss; NORMAL is faster and survives process crashes only")
 	fs.DurationVar(&f.retention, "retention", ledger.DefaultRetention, "how long idempotency records are kept")
-}
-
-// describe names the database without any password in a URL.
-func (f *dbFlags) describe() string {
-	if u, err := url.Parse(f.dsn); err == nil && store.IsPostgres(f.dsn) {
-		return u.Redacted()
-	}
-	return f.dsn
 }
 
 // open opens the database and the ledger in it.
@@ -81,6 +72,16 @@ func ledgerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *tool == "" || *key == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "ledger show: --tool and --key are required")
 		return errUsage
+	}
+	if db.dsn == "" {
+		db.dsn = cmp.Or(os.Getenv("MCPREL_DB"), defaultDB)
+	}
+	// Opening a mistyped path would create an empty ledger and report the
+	// operation as never committed, inviting a second run of it.
+	if !store.IsPostgres(db.dsn) {
+		if _, err := os.Stat(db.dsn); err != nil {
+			return fmt.Errorf("ledger show: no ledger database at %s: %w", db.dsn, err)
+		}
 	}
 	l, closeDB, err := db.open(ctx)
 	if err != nil {

@@ -143,21 +143,21 @@ func (d *demo) next() (demoFrame, error) {
 }
 
 // until prints frames until the response with the given id (JSON text).
-func (d *demo) until(id string) error {
+// until prints frames until the response with the given id (JSON text),
+// and returns that response.
+func (d *demo) until(id string) (demoFrame, error) {
 	for {
 		f, err := d.next()
-		if err != nil {
-			return err
-		}
-		if string(f.id) == id && f.method == "" {
-			return nil
+		if err != nil || string(f.id) == id && f.method == "" {
+			return f, err
 		}
 	}
 }
 
 func (d *demo) call(id, method, params string) error {
 	d.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"method":%q,"params":%s}`, id, method, params))
-	return d.until(id)
+	_, err := d.until(id)
+	return err
 }
 
 func modernMeta(extra string) string {
@@ -232,41 +232,36 @@ func (d *demo) script() error {
 // outcome under the frames: what a reader should notice.
 func (d *demo) tool(id, name, args string) error {
 	d.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":%q,"arguments":%s,%s}}`, id, name, args, modernMeta("")))
-	for {
-		f, err := d.next()
-		if err != nil {
-			return err
-		}
-		if string(f.id) != id || f.method != "" {
-			continue
-		}
-		var resp struct {
-			Result struct {
-				IsError           bool           `json:"isError"`
-				StructuredContent map[string]any `json:"structuredContent"`
-				Meta              map[string]any `json:"_meta"`
-			} `json:"result"`
-		}
-		json.Unmarshal([]byte(f.raw), &resp)
-		r := resp.Result
-		digest := ""
-		if r.IsError {
-			digest = fmt.Sprintf("isError, code %v", r.StructuredContent["code"])
-		} else {
-			b, _ := json.Marshal(r.StructuredContent)
-			digest = string(b)
-		}
-		for _, k := range []string{mcp.MetaReplayed, mcp.MetaRetrySafe} {
-			if v, ok := r.Meta[k]; ok {
-				digest += fmt.Sprintf("; %s=%v", k, v)
-			}
-		}
-		if d.width > 0 && len(digest) > d.width {
-			digest = digest[:d.width-1] + "…"
-		}
-		fmt.Fprintf(d.w, "   ⇒ %s\n", digest)
-		return nil
+	f, err := d.until(id)
+	if err != nil {
+		return err
 	}
+	var resp struct {
+		Result struct {
+			IsError           bool           `json:"isError"`
+			StructuredContent map[string]any `json:"structuredContent"`
+			Meta              map[string]any `json:"_meta"`
+		} `json:"result"`
+	}
+	json.Unmarshal([]byte(f.raw), &resp)
+	r := resp.Result
+	digest := ""
+	if r.IsError {
+		digest = fmt.Sprintf("isError, code %v", r.StructuredContent["code"])
+	} else {
+		b, _ := json.Marshal(r.StructuredContent)
+		digest = string(b)
+	}
+	for _, k := range []string{mcp.MetaReplayed, mcp.MetaRetrySafe} {
+		if v, ok := r.Meta[k]; ok {
+			digest += fmt.Sprintf("; %s=%v", k, v)
+		}
+	}
+	if d.width > 0 && len(digest) > d.width {
+		digest = digest[:d.width-1] + "…"
+	}
+	fmt.Fprintf(d.w, "   ⇒ %s\n", digest)
+	return nil
 }
 
 // ledgerScript shows the idempotency ledger: a keyed mutation runs once

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,17 +20,7 @@ import (
 // rows live beside the ledger, so each effect commits with its record.
 var inventorySchema = []store.Migration{{
 	Version: 1,
-	SQLite: `CREATE TABLE demo_inventory (
-			tenant TEXT NOT NULL, sku TEXT NOT NULL,
-			available INTEGER NOT NULL, version INTEGER NOT NULL,
-			PRIMARY KEY (tenant, sku));
-		CREATE TABLE demo_reservations (
-			id TEXT PRIMARY KEY, tenant TEXT NOT NULL, sku TEXT NOT NULL,
-			quantity INTEGER NOT NULL, idem_key TEXT NOT NULL, created_at INTEGER NOT NULL);
-		CREATE TABLE demo_receipts (
-			id TEXT PRIMARY KEY, tenant TEXT NOT NULL, account TEXT NOT NULL,
-			cents INTEGER NOT NULL, idem_key TEXT, created_at INTEGER NOT NULL)`,
-	Postgres: `CREATE TABLE demo_inventory (
+	SQL: `CREATE TABLE demo_inventory (
 			tenant TEXT NOT NULL, sku TEXT NOT NULL,
 			available BIGINT NOT NULL, version BIGINT NOT NULL,
 			PRIMARY KEY (tenant, sku));
@@ -132,9 +121,9 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 		Annotations: mutating(false),
 		Policy:      server.Policy{Idempotency: server.Idempotency{Key: server.KeyOptional, Fields: []string{"account", "cents"}}},
 	}, func(ctx context.Context, req *server.CallRequest, in chargeArgs) (chargeResult, error) {
-		id := "rcpt_" + randomID()
+		id := "rcpt_" + rand.Text()
 		_, err := req.Tx().Exec(ctx, `INSERT INTO demo_receipts (id, tenant, account, cents, idem_key, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
-			id, req.Tenant, in.Account, in.Cents, nullIfEmpty(req.IdempotencyKey), time.Now().UnixMilli())
+			id, req.Tenant, in.Account, in.Cents, sql.Null[string]{V: req.IdempotencyKey, Valid: req.IdempotencyKey != ""}, time.Now().UnixMilli())
 		if err != nil {
 			return chargeResult{}, err
 		}
@@ -161,7 +150,7 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 			return reserveResult{}, err
 		}
 		tx := req.Tx()
-		out := reserveResult{ReservationID: "res_" + randomID(), Tenant: in.Tenant, SKU: in.SKU, Quantity: in.Quantity}
+		out := reserveResult{ReservationID: "res_" + rand.Text(), Tenant: in.Tenant, SKU: in.SKU, Quantity: in.Quantity}
 		err := tx.QueryRow(ctx, `UPDATE demo_inventory SET available = available - ?, version = version + 1
 			WHERE tenant = ? AND sku = ? AND available >= ? RETURNING available, version`,
 			in.Quantity, in.Tenant, in.SKU, in.Quantity).Scan(&out.Remaining, &out.Version)
@@ -309,17 +298,4 @@ func ownTenant(req *server.CallRequest, tenant string) error {
 		return &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "this connection may only use tenant " + req.Tenant, Details: map[string]any{"field": "tenant"}}
 	}
 	return nil
-}
-
-func nullIfEmpty(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
-func randomID() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -55,6 +56,15 @@ func TestLedgerShow(t *testing.T) {
 	cmd := exec.Command(binary, "ledger", "show", "--db", db, "--tool", "reserve_inventory", "--key", "never")
 	if out, _ := cmd.Output(); cmd.ProcessState.ExitCode() != 3 || !strings.Contains(string(out), `"found":false`) {
 		t.Fatalf("ledger show of an unknown key: exit %d, %s", cmd.ProcessState.ExitCode(), out)
+	}
+	// A mistyped path is an error, not "never committed", and creates nothing.
+	typo := filepath.Join(filepath.Dir(db), "ledgr.db")
+	cmd = exec.Command(binary, "ledger", "show", "--db", typo, "--tool", "reserve_inventory", "--key", "k-1")
+	if out, _ := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "no ledger database") {
+		t.Fatalf("ledger show of a missing file: exit %d, %s", cmd.ProcessState.ExitCode(), out)
+	}
+	if _, err := os.Stat(typo); err == nil {
+		t.Fatal("ledger show created the mistyped database")
 	}
 	if err := exec.Command(binary, "ledger", "show", "--db", db).Run(); err == nil {
 		t.Fatal("ledger show without --tool and --key succeeded")

@@ -34,8 +34,7 @@ func main() {
 		log.Fatal(err)
 	}
 	err = db.Migrate(ctx, "reservations", []store.Migration{{Version: 1,
-		SQLite:   `CREATE TABLE reservations (sku TEXT NOT NULL, quantity INTEGER NOT NULL)`,
-		Postgres: `CREATE TABLE reservations (sku TEXT NOT NULL, quantity BIGINT NOT NULL)`}})
+		SQL: `CREATE TABLE reservations (sku TEXT NOT NULL, quantity BIGINT NOT NULL)`}})
 	if err != nil {
 		log.Fatal(err)
 	}

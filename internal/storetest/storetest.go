@@ -1,12 +1,14 @@
-// Package storetest gives tests a fresh database of each dialect: a SQLite
-// file in a temporary directory always, and a PostgreSQL schema of its own
-// when the environment names a server.
+// Package storetest gives tests (and benchmarks) a fresh database of each
+// dialect: a SQLite file in a temporary directory always, and a PostgreSQL
+// schema of its own when the environment names a server.
 package storetest
 
 import (
+	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -40,34 +42,50 @@ func Postgres(t testing.TB) string {
 	if base == "" {
 		t.Skip(PostgresEnv + " is not set: skipping the PostgreSQL variant")
 	}
-	var b [6]byte
-	rand.Read(b[:])
-	schema := "mcprel_test_" + hex.EncodeToString(b[:])
-	admin, err := sql.Open("pgx", base)
+	dsn, drop, err := FreshSchema(context.Background(), base, "mcprel_test_")
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	if _, err := admin.Exec(`CREATE SCHEMA ` + schema); err != nil {
-		t.Fatalf("creating a test schema on %s: %v", PostgresEnv, err)
+		t.Fatalf("%s: %v", PostgresEnv, err)
 	}
 	t.Cleanup(func() {
+		if err := drop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return dsn
+}
+
+// FreshSchema creates a schema named prefix plus a random suffix in the
+// database at base, and returns a URL whose connections use it and a
+// function that drops it.
+func FreshSchema(ctx context.Context, base, prefix string) (dsn string, drop func() error, err error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", nil, err
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	schema := prefix + hex.EncodeToString(b[:])
+	admin, err := sql.Open("pgx", base)
+	if err != nil {
+		return "", nil, err
+	}
+	defer admin.Close()
+	if _, err := admin.ExecContext(ctx, `CREATE SCHEMA `+schema); err != nil {
+		return "", nil, fmt.Errorf("creating a schema: %w", err)
+	}
+	drop = func() error {
 		admin, err := sql.Open("pgx", base)
 		if err != nil {
-			t.Error(err)
-			return
+			return err
 		}
 		defer admin.Close()
 		if _, err := admin.Exec(`DROP SCHEMA ` + schema + ` CASCADE`); err != nil {
-			t.Errorf("dropping test schema %s: %v", schema, err)
+			return fmt.Errorf("dropping schema %s: %w", schema, err)
 		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("%s: %v", PostgresEnv, err)
+		return nil
 	}
 	q := u.Query()
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
-	return u.String()
+	return u.String(), drop, nil
 }

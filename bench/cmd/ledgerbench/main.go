@@ -10,12 +10,9 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -24,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcprel/mcprel/internal/storetest"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/store"
 )
@@ -32,7 +30,7 @@ func main() {
 	dir := flag.String("dir", os.TempDir(), "directory for the fsync probe and the SQLite files (put it on the disk you care about)")
 	duration := flag.Duration("duration", 3*time.Second, "how long each phase runs")
 	writers := flag.Int("writers", 8, "concurrent writers in the contended phases")
-	pg := flag.String("postgres", os.Getenv("MCPREL_TEST_POSTGRES_URL"), "PostgreSQL URL for the shared-store phase (empty: skip it)")
+	pg := flag.String("postgres", os.Getenv(storetest.PostgresEnv), "PostgreSQL URL for the shared-store phase (empty: skip it)")
 	sync := flag.String("synchronous", "FULL", "SQLite synchronous setting")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
@@ -127,10 +125,10 @@ func (b *bench) run(pg, sync string) error {
 	fmt.Printf("%-34s %9.2f× the one-transaction mode\n", "  two-phase / one transaction", twoPhase.rate()/seq.rate())
 
 	if pg == "" {
-		fmt.Println("\npostgres: skipped (no -postgres URL and MCPREL_TEST_POSTGRES_URL unset)")
+		fmt.Println("\npostgres: skipped (no -postgres URL and " + storetest.PostgresEnv + " unset)")
 		return nil
 	}
-	dsn, drop, err := freshSchema(ctx, pg)
+	dsn, drop, err := storetest.FreshSchema(ctx, pg, "ledgerbench_")
 	if err != nil {
 		return err
 	}
@@ -180,8 +178,7 @@ func (b *bench) fsyncRate() (phase, error) {
 }
 
 var effects = []store.Migration{{Version: 1,
-	SQLite:   `CREATE TABLE bench_effects (idem_key TEXT NOT NULL, amount INTEGER NOT NULL)`,
-	Postgres: `CREATE TABLE bench_effects (idem_key TEXT NOT NULL, amount BIGINT NOT NULL)`,
+	SQL: `CREATE TABLE bench_effects (idem_key TEXT NOT NULL, amount BIGINT NOT NULL)`,
 }}
 
 func openLedger(ctx context.Context, db *store.DB) (*ledger.Ledger, error) {
@@ -289,32 +286,4 @@ func (b *bench) claim(ctx context.Context, l *ledger.Ledger, name string) phase 
 		_, err = c.Complete(ctx, json.RawMessage(`{"charged":true}`))
 		return err
 	})
-}
-
-// freshSchema creates a schema for this run and returns a URL that uses it.
-func freshSchema(ctx context.Context, base string) (string, func(), error) {
-	var b [6]byte
-	rand.Read(b[:])
-	schema := "ledgerbench_" + hex.EncodeToString(b[:])
-	admin, err := sql.Open("pgx", base)
-	if err != nil {
-		return "", nil, err
-	}
-	if _, err := admin.ExecContext(ctx, `CREATE SCHEMA `+schema); err != nil {
-		admin.Close()
-		return "", nil, err
-	}
-	drop := func() {
-		admin.ExecContext(context.Background(), `DROP SCHEMA `+schema+` CASCADE`)
-		admin.Close()
-	}
-	u, err := url.Parse(base)
-	if err != nil {
-		drop()
-		return "", nil, err
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String(), drop, nil
 }
