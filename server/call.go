@@ -136,7 +136,9 @@ func toolResult(res mcp.Result, err error) (mcp.Result, *jsonrpc.Error) {
 			c = &mcp.CallToolResult{}
 		}
 		if c.Content == nil {
-			c.Content = []mcp.Content{}
+			cp := *c // the handler's value may be shared
+			cp.Content = []mcp.Content{}
+			c = &cp
 		}
 		return c, nil
 	}
@@ -149,6 +151,19 @@ func toolResult(res mcp.Result, err error) (mcp.Result, *jsonrpc.Error) {
 		return te.Result(), nil
 	}
 	return (&mcp.ToolError{Code: mcp.FailureToolError, Message: err.Error()}).Result(), nil
+}
+
+// asResult turns a handler's typed result into an mcp.Result, keeping a
+// nil pointer nil: wrapped in the interface it would pass for a result,
+// and protocolResult could not refuse it.
+func asResult[P interface {
+	*T
+	mcp.Result
+}, T any](res P, err error) (mcp.Result, error) {
+	if res == nil {
+		return nil, err
+	}
+	return res, err
 }
 
 // protocolResult maps what a resource, prompt or completion handler

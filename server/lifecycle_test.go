@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mcprel/mcprel/internal/mcptest"
@@ -365,4 +366,38 @@ func TestPolicyValidation(t *testing.T) {
 	if _, err := server.New(mcp.Implementation{Name: "x", Version: "1"}, &server.Options{MaxQueuedCalls: -1}); err == nil {
 		t.Fatal("a negative server option was accepted")
 	}
+}
+
+// A tool's own rate (Policy.Rate, Burst) refuses calls past its bucket
+// before they run, with a retryable rate-limit error.
+func TestToolRateLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := mcptest.NewServer(t, nil)
+		var runs int
+		err := srv.AddTool(server.Tool{Name: "metered", Policy: server.Policy{Rate: 1, Burst: 2}},
+			func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) { runs++; return nil, nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := mcptest.Stdio(t, srv, nil)
+		params := mcptest.ModernParams(map[string]any{"name": "metered"})
+		for id := int64(1); id <= 3; id++ {
+			f := c.Call(id, mcp.MethodToolsCall, params)
+			switch {
+			case id <= 2 && f.Error != nil:
+				t.Fatalf("call %d within the burst: %s", id, f.Raw)
+			case id == 3 && (f.Error == nil || f.Error.Code != mcp.CodeRateLimited):
+				t.Fatalf("call past the burst: %s, want a rate-limit error", f.Raw)
+			}
+		}
+		time.Sleep(time.Second) // fake time: one token back
+		if f := c.Call(4, mcp.MethodToolsCall, params); f.Error != nil {
+			t.Fatalf("call after a token came back: %s", f.Raw)
+		}
+		if runs != 3 {
+			t.Fatalf("%d calls ran, want 3", runs)
+		}
+		c.CloseInput()
+		c.ServeResult()
+	})
 }

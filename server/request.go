@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"reflect"
 	"sync"
 	"time"
 
@@ -183,14 +184,14 @@ func (r *inflight) encodeResult(res mcp.Result) ([]byte, error) {
 	return jsonrpc.AppendResult(make([]byte, 0, len(raw)+48), r.id, raw), nil
 }
 
-// modernize returns res with resultType and serverInfo set, copying a
-// handler's result rather than writing into it: a handler may return the
-// same value to many calls at once.
+// modernize returns res with resultType and serverInfo set, on a shallow
+// copy of whatever result type it is rather than in the handler's value:
+// a handler may return the same value to many calls at once.
 func (s *Server) modernize(res mcp.Result) mcp.Result {
-	if c, ok := res.(*mcp.CallToolResult); ok {
-		cp := *c
-		res = &cp
-	}
+	v := reflect.ValueOf(res).Elem()
+	cp := reflect.New(v.Type())
+	cp.Elem().Set(v)
+	res = cp.Interface().(mcp.Result)
 	b := res.Base()
 	if b.ResultType == "" {
 		b.ResultType = mcp.ResultComplete

@@ -240,9 +240,11 @@ func (ss *Session) readResource(r *inflight, in *incoming) {
 	ss.startCall(r, in, ss.srv.resourceLane, ss.srv.opts.Standard, func(ctx context.Context) (mcp.Result, error) {
 		res, err := h(ctx, req)
 		if err == nil && res != nil && modern && res.TTLMs == nil {
-			res.Cacheable = ss.srv.cacheable()
+			cp := *res // the handler's value may be shared
+			cp.Cacheable = ss.srv.cacheable()
+			res = &cp
 		}
-		return res, err
+		return asResult(res, err)
 	}, protocolResult)
 }
 
@@ -292,7 +294,7 @@ func (ss *Session) getPrompt(r *inflight, in *incoming) {
 	}
 	req := &PromptRequest{Request: q, Name: *p.Name, Arguments: p.Arguments}
 	ss.startCall(r, in, ss.srv.promptLane, ss.srv.opts.Standard, func(ctx context.Context) (mcp.Result, error) {
-		return rp.handler(ctx, req)
+		return asResult(rp.handler(ctx, req))
 	}, protocolResult)
 }
 
@@ -317,9 +319,11 @@ func (ss *Session) complete(r *inflight, in *incoming) {
 	ss.startCall(r, in, ss.srv.completeLane, ss.srv.opts.Standard, func(ctx context.Context) (mcp.Result, error) {
 		res, err := h(ctx, req)
 		if err == nil && res != nil && res.Completion.Values == nil {
-			res.Completion.Values = []string{}
+			cp := *res // the handler's value may be shared
+			cp.Completion.Values = []string{}
+			res = &cp
 		}
-		return res, err
+		return asResult(res, err)
 	}, protocolResult)
 }
 

@@ -107,3 +107,42 @@ func TestResourceUpdatedNotifications(t *testing.T) {
 		t.Fatalf("legacy got notifications after unsubscribing or for other URIs:%s", mcptest.Raws(before))
 	}
 }
+
+// A handler may return one shared result value to every call: the server
+// never writes into it (under -race, concurrent modern reads would show
+// it), and a nil result is a clear error, not a crash.
+func TestSharedAndNilResults(t *testing.T) {
+	srv := mcptest.NewServer(t, nil)
+	shared := &mcp.ReadResourceResult{Contents: []mcp.ResourceContents{{URI: "test://shared"}}}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(srv.AddResource(mcp.Resource{URI: "test://shared", Name: "shared"}, func(context.Context, *server.ReadRequest) (*mcp.ReadResourceResult, error) {
+		return shared, nil
+	}))
+	must(srv.AddPrompt(mcp.Prompt{Name: "nothing"}, func(context.Context, *server.PromptRequest) (*mcp.GetPromptResult, error) {
+		return nil, nil
+	}))
+	c := mcptest.Stdio(t, srv, nil)
+	for id := int64(1); id <= 20; id++ {
+		c.Request(id, mcp.MethodResourcesRead, mcptest.ModernParams(map[string]any{"uri": "test://shared"}))
+	}
+	for range 20 { // answered in any order
+		if f := c.Next(); f.Error != nil || !strings.Contains(string(f.Result), `"resultType":"complete"`) {
+			t.Fatalf("read: %s", f.Raw)
+		}
+	}
+	if shared.ResultType != "" || shared.Meta != nil || shared.TTLMs != nil {
+		t.Fatalf("the handler's shared result was written to: %+v", shared)
+	}
+	f := c.Call(21, mcp.MethodPromptsGet, mcptest.ModernParams(map[string]any{"name": "nothing"}))
+	if f.Error == nil || f.Error.Code != jsonrpc.CodeInternalError {
+		t.Fatalf("nil prompt result: %s, want an internal error", f.Raw)
+	}
+	if f := c.Call(22, mcp.MethodResourcesRead, mcptest.ModernParams(map[string]any{"uri": "test://shared"})); f.Error != nil {
+		t.Fatalf("the server stopped serving: %s", f.Raw)
+	}
+}

@@ -197,7 +197,7 @@ func compileTool(t Tool) (*registeredTool, error) {
 		policy:  t.Policy,
 		schema:  resolved,
 		headers: headers,
-		lane:    &lane{limit: t.Policy.MaxConcurrent, maxQueue: t.Policy.MaxQueued},
+		lane:    newLane(t.Policy.MaxConcurrent, t.Policy.MaxQueued, t.Policy.Rate, t.Policy.Burst),
 	}, nil
 }
 
