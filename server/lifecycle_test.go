@@ -401,3 +401,35 @@ func TestToolRateLimit(t *testing.T) {
 		c.ServeResult()
 	})
 }
+
+// A request whose context ended before it was dispatched (its HTTP stream
+// already closed, say) is recorded cancelled, never runs and gets no
+// response.
+func TestRequestWithEndedContextNeverRuns(t *testing.T) {
+	rec := mcptest.NewRecorder()
+	srv := mcptest.NewServer(t, rec.Hook(nil))
+	gate := mcptest.NewGate(t, srv, "gate")
+	sess := srv.NewSession(server.StdioSession)
+	out := server.NewOutbox(8)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	gone := errors.New("stream closed")
+	cancel(gone)
+	m, e := jsonrpc.Decode([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gate",` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`))
+	if e != nil {
+		t.Fatal(e)
+	}
+	sess.Handle(ctx, m, out)
+	if r := rec.WaitRequest(t, jsonrpc.IntID(1)); r.Outcome != server.Cancelled || !errors.Is(r.Cause, gone) {
+		t.Fatalf("record = %+v, want cancelled by the context's cause", r)
+	}
+	select {
+	case id := <-gate.Entered:
+		t.Fatalf("call %v ran although its context had ended", id)
+	default:
+	}
+	if f, ok := out.TryNext(); ok {
+		t.Fatalf("a frame was written: %s", f.Data)
+	}
+	gate.Release()
+}

@@ -173,15 +173,16 @@ func (o *Outbox) Close() {
 const MetaRefetch = mcp.MetaPrefix + "refetch"
 
 // withRefetchFlag adds the refetch flag to a result response's _meta. Error
-// responses and anything that does not parse are returned unchanged.
-func withRefetchFlag(data []byte) []byte {
+// responses and anything that does not parse are returned unchanged, with
+// the flag still pending for the next response.
+func withRefetchFlag(data []byte) (flagged []byte, pending bool) {
 	var env map[string]json.RawMessage
 	if json.Unmarshal(data, &env) != nil || env["result"] == nil {
-		return data
+		return data, true
 	}
 	var result map[string]json.RawMessage
 	if json.Unmarshal(env["result"], &result) != nil {
-		return data
+		return data, true
 	}
 	meta := map[string]json.RawMessage{}
 	if raw := result["_meta"]; raw != nil {
@@ -190,16 +191,16 @@ func withRefetchFlag(data []byte) []byte {
 	meta[MetaRefetch] = json.RawMessage("true")
 	var err error
 	if result["_meta"], err = json.Marshal(meta); err != nil {
-		return data
+		return data, true
 	}
 	if env["result"], err = json.Marshal(result); err != nil {
-		return data
+		return data, true
 	}
 	out, err := json.Marshal(env)
 	if err != nil {
-		return data
+		return data, true
 	}
-	return out
+	return out, false
 }
 
 // Dropped returns how many messages were dropped for lack of room.
@@ -240,8 +241,9 @@ func (o *Outbox) popLocked() (Frame, bool) {
 			o.essential--
 			o.freeSpaceLocked()
 			if f.Kind == FrameFinal && o.flagNext {
-				f.Data = withRefetchFlag(f.Data)
-				o.flagNext = false
+				// An error response has no _meta to carry the flag; the
+				// next result will.
+				f.Data, o.flagNext = withRefetchFlag(f.Data)
 			}
 		case FrameProgress:
 			if o.progress[f.owner] == f {
@@ -422,6 +424,7 @@ func (o *Outbox) evictOldestLocked() bool {
 			continue
 		}
 		o.killLocked(f)
+		o.sweepIfBloatedLocked()
 		o.noteDropLocked()
 		return true
 	}
@@ -436,9 +439,13 @@ func (o *Outbox) killLocked(f *frame) {
 	if f.Kind == FrameProgress && o.progress[f.owner] == f {
 		delete(o.progress, f.owner)
 	}
-	// A reader that stops reading leaves discarded frames in place; sweep
-	// them out before they outnumber the live ones, so the queue stays
-	// bounded by the capacity and eviction scans stay short.
+}
+
+// sweepIfBloatedLocked removes discarded frames once they outnumber the
+// capacity: a reader that stops reading leaves them in place, and the
+// queue must stay bounded and its scans short. Callers sweep after their
+// scan of the queue is over, never during it, since a sweep moves frames.
+func (o *Outbox) sweepIfBloatedLocked() {
 	if o.dead > o.capacity {
 		o.sweepLocked()
 	}
@@ -472,4 +479,5 @@ func (o *Outbox) discard(owner any) {
 			o.killLocked(f)
 		}
 	}
+	o.sweepIfBloatedLocked()
 }

@@ -206,3 +206,38 @@ func TestRefetchFlagGoesOnTheNextResult(t *testing.T) {
 		t.Fatalf("refetch %v dropped %d", o.NeedsRefetch(), o.Dropped())
 	}
 }
+
+// Discarding an owner's frames sweeps the queue when dead frames pile up;
+// the sweep must not make the discard skip any of them.
+func TestOutboxDiscardAcrossASweep(t *testing.T) {
+	o := NewOutbox(4)
+	a, b := new(int), new(int)
+	for range 4 {
+		o.pushDroppable(b, []byte("b"))
+	}
+	o.discard(b) // four dead frames stay queued: no sweep yet
+	for range 3 {
+		o.pushDroppable(a, []byte("a"))
+	}
+	o.discard(a) // the first kill sweeps
+	if got := drain(t, o); len(got) != 0 {
+		t.Fatalf("queue after discarding everything = %v", got)
+	}
+}
+
+// The refetch flag waits for a result it can go on: an error response
+// cannot carry it, so the next result does.
+func TestRefetchFlagSkipsAnErrorResponse(t *testing.T) {
+	o := NewOutbox(2)
+	mustReserve(t, o)
+	o.pushProgress(1, []byte("p"))
+	o.pushProgress(2, []byte("q")) // no room: dropped
+	o.pushFinal(1, []byte(`{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"x"}}`), -32603)
+	mustReserve(t, o)
+	o.pushFinal(2, []byte(`{"jsonrpc":"2.0","id":2,"result":{}}`), 0)
+	got := drain(t, o)
+	last := got[len(got)-1]
+	if !o.NeedsRefetch() || strings.Contains(got[len(got)-2], "refetch") || !strings.Contains(last, `"id":2`) || !strings.Contains(last, `"dev.mcprel/refetch":true`) {
+		t.Fatalf("frames = %v, want the flag on the result after the error", got)
+	}
+}

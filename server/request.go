@@ -25,7 +25,7 @@ type inflight struct {
 	start    time.Time
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
-	stop     func() bool                                          // unhooks the parent-context watch
+	stop     func() bool                                          // unhooks the parent-context watch; guarded by mu
 	lane     *lane                                                // admission lane of a call
 	exec     func(context.Context) (mcp.Result, error)            // the handler, for calls
 	finish   func(mcp.Result, error) (mcp.Result, *jsonrpc.Error) // how its return reaches the wire
@@ -120,8 +120,11 @@ func (r *inflight) abort(cause error) bool {
 }
 
 func (r *inflight) release(cause error) {
-	if r.stop != nil {
-		r.stop()
+	r.mu.Lock()
+	stop := r.stop
+	r.mu.Unlock()
+	if stop != nil {
+		stop()
 	}
 	if r.cancel != nil {
 		r.cancel(cause)

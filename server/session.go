@@ -209,7 +209,8 @@ func (ss *Session) selectEra(r *inflight, meta *mcp.RequestMeta, hasMeta bool) *
 }
 
 // track gives the request its context and registers it as in flight, so
-// that a cancellation can find it. It returns false if ctx already ended.
+// that a cancellation can find it. It returns false if the session is
+// closed, or if ctx had already ended, which aborts the request.
 func (ss *Session) track(ctx context.Context, r *inflight) bool {
 	// The handler's context keeps ctx's values but not its cancellation:
 	// it ends only when the request reaches its terminal state (release),
@@ -231,8 +232,13 @@ func (ss *Session) track(ctx context.Context, r *inflight) bool {
 		ss.subs[r] = struct{}{}
 	}
 	ss.mu.Unlock()
-	r.stop = context.AfterFunc(ctx, func() { r.abort(context.Cause(ctx)) })
-	return true
+	stop := context.AfterFunc(ctx, func() { r.abort(context.Cause(ctx)) })
+	r.mu.Lock()
+	r.stop = stop
+	r.mu.Unlock()
+	// A ctx that had already ended runs the abort at once (on its own
+	// goroutine): the request is over before it started.
+	return ctx.Err() == nil
 }
 
 // forget removes a request that reached its terminal state.
