@@ -181,15 +181,18 @@ func (h *Handler) postModern(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 	// exactly as long as the HTTP request, and says why it ended.
 	// serve returns as soon as the client goes away or stops reading.
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
-	st := h.serve(w, r, h.stateless, ctx, m, sse, true)
-	switch st.end {
+	h.serve(w, r, h.stateless, ctx, m, sse, true, cancel)
+}
+
+// endCause is why a modern request's context ends with its stream.
+func endCause(end string) error {
+	switch end {
 	case endWriteFailed:
-		cancel(server.ErrSlowConsumer)
+		return server.ErrSlowConsumer
 	case endClientClosed:
-		cancel(server.ErrDisconnected)
-	default:
-		cancel(server.ErrRequestDone)
+		return server.ErrDisconnected
 	}
+	return server.ErrRequestDone
 }
 
 // checkModernHeaders applies the 2026-07-28 rules: _meta complete, and the
@@ -313,12 +316,12 @@ func (h *Handler) postLegacy(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 	if len(m.Params) > 0 {
 		meta, _, _ = mcp.ParseRequestMeta(m.Params)
 	}
-	h.serve(w, r, ls.sess, ls.ctx, m, ls.sess.Streams(m.Method, &meta), false)
+	h.serve(w, r, ls.sess, ls.ctx, m, ls.sess.Streams(m.Method, &meta), false, nil)
 }
 
 // serve dispatches a request to sess with ctx bounding its life, and
 // writes its response stream: SSE when sse, otherwise one JSON body.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Session, ctx context.Context, m jsonrpc.Message, sse, modern bool) streamStats {
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Session, ctx context.Context, m jsonrpc.Message, sse, modern bool, cancel context.CancelCauseFunc) streamStats {
 	out := server.NewOutbox(h.opts.StreamCapacity)
 	defer out.Close()
 	rc := http.NewResponseController(w)
@@ -331,6 +334,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Ses
 		st = h.writeSSE(w, r, rc, out)
 	} else {
 		st = h.writeJSON(w, r, rc, out, modern)
+	}
+	if cancel != nil {
+		// End the request before its outbox closes: a handler returning
+		// in between would otherwise be recorded as completed, with its
+		// response refused by the closed outbox.
+		cancel(endCause(st.end))
 	}
 	h.srv.Logger().Debug("stream", "id", m.ID, "method", m.Method, "sse", sse,
 		"frames", st.frames, "final", st.final, "end", st.end)

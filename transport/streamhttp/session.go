@@ -38,6 +38,14 @@ func newSessionID() string {
 // initialize opens a legacy session with the initialize request it carries.
 func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, m jsonrpc.Message) {
 	h.mu.Lock()
+	if h.draining {
+		// Checked again under the lock that Shutdown's snapshot takes: a
+		// session added after it would never be ended.
+		h.mu.Unlock()
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, m.ID, jsonrpc.NewError(mcp.CodeUnavailable, "server shutting down"))
+		return
+	}
 	if len(h.sessions) >= h.opts.MaxSessions {
 		h.mu.Unlock()
 		w.Header().Set("Retry-After", "10")
