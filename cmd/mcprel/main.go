@@ -1,7 +1,9 @@
 // Command mcprel runs the mcprel MCP runtime.
 //
 //	mcprel serve --stdio      serve the demo tools over stdin/stdout
+//	mcprel serve --http ADDR  serve them over Streamable HTTP
 //	mcprel demo               drive a served process through a scripted exchange
+//	mcprel ledger show        print the ledger's record of one operation
 //	mcprel version            print the version
 //
 // Run "mcprel <command> -h" for a command's flags.

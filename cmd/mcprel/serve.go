@@ -42,7 +42,7 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	fs.Var(&tokens, "token", "TENANT=TOKEN: accept this bearer token for that tenant (repeatable); tenants are isolated and limited separately")
 	keepAlive := fs.Duration("keepalive", streamhttp.DefaultKeepAlive, "comment line cadence on quiet SSE streams")
 	maxConcurrent := fs.Int("max-concurrent", server.DefaultMaxConcurrentCalls, "tool calls that may run at once")
-	maxQueued := fs.Int("max-queued", server.DefaultMaxQueuedCalls, "calls that may wait for a slot before new ones are refused as overloaded")
+	maxQueued := fs.Int("max-queued", server.DefaultMaxQueuedCalls, "calls that may wait for a slot before new ones are refused as overloaded (at least 1: 0 is taken as 1)")
 	maxMessage := fs.Int("max-message-bytes", jsonrpc.DefaultMaxMessageBytes, "largest inbound message accepted")
 	grace := fs.Duration("shutdown-grace", 10*time.Second, "on SIGINT/SIGTERM, how long running calls may finish before they are cancelled")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -71,7 +71,7 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	queued := *maxQueued
 	if queued == 0 {
-		queued = 1 // zero means "default" to server.Options; the flag means "none"
+		queued = 1 // zero means "the default" to server.Options, which has no "none"
 	}
 	l, closeDB, err := db.open(ctx)
 	if err != nil {
