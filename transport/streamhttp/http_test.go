@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/jsonrpc"
@@ -152,6 +155,7 @@ func TestLegacyCompleteThenCancel(t *testing.T) {
 	if len(frames) != 1 || !frames[0].IsResponseTo(jsonrpc.IntID(1)) || frames[0].Error != nil {
 		t.Fatalf("stream = %s", mcptest.Raws(frames))
 	}
+	rec.WaitRequest(t, jsonrpc.IntID(1)) // the response is pushed before it is recorded
 	c.LegacyNotify(context.Background(), mcp.NotificationCancelled, map[string]any{"requestId": 1})
 	if recs := rec.Requests(jsonrpc.IntID(1)); len(recs) != 1 || recs[0].Outcome != server.Completed {
 		t.Fatalf("records = %+v", recs)
@@ -160,13 +164,39 @@ func TestLegacyCompleteThenCancel(t *testing.T) {
 
 // TestLegacyDisconnectIsNotCancellation: in the 2025 era a dropped stream
 // does not cancel; the call finishes and its terminal state is recorded.
+// logSeen is a log handler that reports when a message is logged.
+type logSeen struct {
+	msg  string
+	seen chan struct{}
+	once *sync.Once
+}
+
+func (l logSeen) Enabled(context.Context, slog.Level) bool { return true }
+func (l logSeen) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l logSeen) WithGroup(string) slog.Handler            { return l }
+func (l logSeen) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == l.msg {
+		l.once.Do(func() { close(l.seen) })
+	}
+	return nil
+}
+
 func TestLegacyDisconnectIsNotCancellation(t *testing.T) {
-	rec, gate, c := gated(t)
+	ended := logSeen{msg: "legacy stream ended before its response; the call continues", seen: make(chan struct{}), once: new(sync.Once)}
+	rec := mcptest.NewRecorder()
+	srv := mcptest.NewServer(t, rec.Hook(&server.Options{Logger: slog.New(ended)}))
+	gate := mcptest.NewGate(t, srv, "gate")
+	c := mcptest.HTTP(t, srv, nil)
 	c.Initialize(nil)
 	stream := mcptest.ReadSSE(t, c.Legacy(context.Background(), 1, mcp.MethodToolsCall, streamed("gate")))
 	gate.WaitEntered(t)
 	stream.Close()
 	c.Client.CloseIdleConnections()
+	select { // the server has seen the stream end, and the call goes on
+	case <-ended.seen:
+	case <-time.After(mcptest.Timeout):
+		t.Fatal("the server never noticed the dropped stream")
+	}
 	gate.Release()
 	if h := rec.WaitHandler(t, jsonrpc.IntID(1)); h.Discarded {
 		t.Fatalf("a dropped legacy stream cancelled the call: %+v", h)
