@@ -117,14 +117,6 @@ func (o *Options) validate() error {
 	return nil
 }
 
-func orDefault[T cmp.Ordered](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
-}
-
 // Server is an MCP server: a registry of tools and the request lifecycle
 // that runs them. Transports (transport/stdio, transport/streamhttp) feed it
 // messages through Sessions.
@@ -173,14 +165,14 @@ func New(info mcp.Implementation, opts *Options) (*Server, error) {
 	}
 	o.Fast = o.Fast.or(DefaultFast)
 	o.Standard = o.Standard.or(DefaultStandard)
-	o.ProgressInterval = orDefault(o.ProgressInterval, DefaultProgressInterval)
-	o.MaxConcurrentCalls = orDefault(o.MaxConcurrentCalls, DefaultMaxConcurrentCalls)
-	o.MaxQueuedCalls = orDefault(o.MaxQueuedCalls, DefaultMaxQueuedCalls)
-	o.OverloadRetryAfter = orDefault(o.OverloadRetryAfter, DefaultOverloadRetryAfter)
-	o.OutboxCapacity = orDefault(o.OutboxCapacity, DefaultOutboxCapacity)
-	o.MaxSubscriptions = orDefault(o.MaxSubscriptions, DefaultMaxSubscriptions)
-	o.ListTTL = orDefault(o.ListTTL, DefaultListTTL)
-	o.StateTTL = orDefault(o.StateTTL, DefaultStateTTL)
+	o.ProgressInterval = cmp.Or(o.ProgressInterval, DefaultProgressInterval)
+	o.MaxConcurrentCalls = cmp.Or(o.MaxConcurrentCalls, DefaultMaxConcurrentCalls)
+	o.MaxQueuedCalls = cmp.Or(o.MaxQueuedCalls, DefaultMaxQueuedCalls)
+	o.OverloadRetryAfter = cmp.Or(o.OverloadRetryAfter, DefaultOverloadRetryAfter)
+	o.OutboxCapacity = cmp.Or(o.OutboxCapacity, DefaultOutboxCapacity)
+	o.MaxSubscriptions = cmp.Or(o.MaxSubscriptions, DefaultMaxSubscriptions)
+	o.ListTTL = cmp.Or(o.ListTTL, DefaultListTTL)
+	o.StateTTL = cmp.Or(o.StateTTL, DefaultStateTTL)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

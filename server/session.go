@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -449,5 +448,3 @@ func unavailable() *jsonrpc.Error {
 	te := &mcp.ToolError{Code: mcp.FailureShuttingDown, Message: "the server is shutting down and takes no new requests", Retryable: true}
 	return jsonrpc.NewError(mcp.CodeUnavailable, "server shutting down").WithData(te.Failure())
 }
-
-var _ = slog.LevelInfo

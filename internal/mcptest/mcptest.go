@@ -83,26 +83,7 @@ func (c *Client) read(r io.Reader) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
-		line := sc.Text()
-		var raw struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-			Params json.RawMessage `json:"params"`
-			Result json.RawMessage `json:"result"`
-			Error  *jsonrpc.Error  `json:"error"`
-		}
-		f := Frame{Raw: line}
-		if err := json.Unmarshal([]byte(line), &raw); err != nil {
-			f.Method = "!invalid JSON from server: " + err.Error()
-		} else {
-			if raw.ID != nil {
-				if id, err := jsonrpc.ParseID(raw.ID); err == nil {
-					f.ID = &id
-				}
-			}
-			f.Method, f.Params, f.Result, f.Error = raw.Method, raw.Params, raw.Result, raw.Error
-		}
-		c.frames <- f
+		c.frames <- parseFrame(sc.Text())
 	}
 }
 
