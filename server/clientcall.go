@@ -89,6 +89,10 @@ func (q *Request) CallClient(ctx context.Context, method string, params any) (js
 		params, _ := json.Marshal(mcp.CancelledParams{RequestID: id, Reason: "the server no longer needs the answer"})
 		r.out.pushDroppable(r, jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params))
 		return nil, context.Cause(ctx)
+	case <-r.ctx.Done():
+		// The request itself ended (its session closed, say), even if the
+		// handler passed a context not derived from it.
+		return nil, context.Cause(r.ctx)
 	}
 }
 
