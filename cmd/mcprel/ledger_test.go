@@ -28,10 +28,14 @@ func modernCall(id int, tool, args string) string {
 func TestLedgerShow(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	c := startServe(t, "--db", db)
-	c.send(modernCall(1, "set_stock", `{"tenant":"t1","sku":"s","quantity":5,"expectedVersion":0}`))
-	c.send(modernCall(2, "reserve_inventory", `{"tenant":"t1","sku":"s","quantity":2,"idempotencyKey":"k-1"}`))
-	for range 2 {
-		if l, _ := c.next(); strings.Contains(l, `"isError":true`) {
+	// One at a time: calls run concurrently, and the reservation needs
+	// the stock to exist.
+	for i, call := range []string{
+		modernCall(1, "set_stock", `{"tenant":"t1","sku":"s","quantity":5,"expectedVersion":0}`),
+		modernCall(2, "reserve_inventory", `{"tenant":"t1","sku":"s","quantity":2,"idempotencyKey":"k-1"}`),
+	} {
+		c.send(call)
+		if l, _ := c.next(); !strings.Contains(l, fmt.Sprintf(`"id":%d,"result"`, i+1)) || strings.Contains(l, `"isError":true`) {
 			t.Fatalf("call failed: %s", l)
 		}
 	}
