@@ -86,14 +86,16 @@ func (q *Request) CallClient(ctx context.Context, method string, params any) (js
 		}
 		return m.Result, nil
 	case <-ctx.Done():
-		params, _ := json.Marshal(mcp.CancelledParams{RequestID: id, Reason: "the server no longer needs the answer"})
-		r.out.pushDroppable(r, jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params))
-		return nil, context.Cause(ctx)
 	case <-r.ctx.Done():
 		// The request itself ended (its session closed, say), even if the
 		// handler passed a context not derived from it.
-		return nil, context.Cause(r.ctx)
 	}
+	cancelled, _ := json.Marshal(mcp.CancelledParams{RequestID: id, Reason: "the server no longer needs the answer"})
+	r.out.pushDroppable(r, jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, cancelled))
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	return nil, context.Cause(r.ctx)
 }
 
 // CreateMessage asks the client to sample from its model (legacy era).
