@@ -67,8 +67,8 @@ func TestWriteBatchedGroupsWaitingCallers(t *testing.T) {
 	batchTable(t, db)
 
 	queued := make(chan struct{}, 16)
+	release := holdWriter(db) // before the hook: the holder does not count
 	db.batch.onWait = func() { queued <- struct{}{} }
-	release := holdWriter(db)
 	before := db.WriteStats()
 
 	const callers = 6
@@ -137,8 +137,8 @@ func TestWriteBatchedDropsCancelledCallers(t *testing.T) {
 	defer db.Close()
 	batchTable(t, db)
 	queued := make(chan struct{}, 1)
+	release := holdWriter(db) // before the hook: the holder does not count
 	db.batch.onWait = func() { queued <- struct{}{} }
-	release := holdWriter(db)
 	cctx, cancel := context.WithCancelCause(ctx)
 	gone := errors.New("caller left")
 	done := make(chan error, 1)
@@ -195,8 +195,8 @@ func TestWriteBatchedCancelledMidWork(t *testing.T) {
 	defer db.Close()
 	batchTable(t, db)
 	queued := make(chan struct{}, 2)
+	release := holdWriter(db) // before the hook: the holder does not count
 	db.batch.onWait = func() { queued <- struct{}{} }
-	release := holdWriter(db)
 
 	actx, cancel := context.WithCancelCause(ctx)
 	gone := errors.New("client went away")
@@ -249,8 +249,8 @@ func TestWriteBatchedSurvivesGoexit(t *testing.T) {
 	defer db.Close()
 	batchTable(t, db)
 	queued := make(chan struct{}, 2)
+	release := holdWriter(db) // before the hook: the holder does not count
 	db.batch.onWait = func() { queued <- struct{}{} }
-	release := holdWriter(db)
 	results := make(chan error, 2)
 	var wg sync.WaitGroup
 	for i, name := range []string{"exits", "innocent"} {
