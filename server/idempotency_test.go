@@ -89,6 +89,22 @@ func newKeyed(t *testing.T, dsn string, mode server.KeyMode, opts *server.Option
 	return k
 }
 
+// ledgerServer is a server whose ledger is on a fresh SQLite file.
+func ledgerServer(t *testing.T, opts *ledger.Options) *server.Server {
+	t.Helper()
+	ctx := context.Background()
+	db, err := store.Open(ctx, storetest.SQLite(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	l, err := ledger.Open(ctx, db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mcptest.NewServer(t, &server.Options{Ledger: l})
+}
+
 func (k *keyed) reservations(t *testing.T, tenant string) int {
 	t.Helper()
 	var n int
@@ -320,17 +336,7 @@ func TestIdempotencyScopedToTenant(t *testing.T) {
 // An External effect holds its key while it runs: a duplicate is told to
 // come back, and after completion it gets the stored result.
 func TestExternalEffectInProgress(t *testing.T) {
-	ctx := context.Background()
-	db, err := store.Open(ctx, storetest.SQLite(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	l, err := ledger.Open(ctx, db, &ledger.Options{Lease: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := mcptest.NewServer(t, &server.Options{Ledger: l})
+	srv := ledgerServer(t, &ledger.Options{Lease: time.Minute})
 	entered, release := make(chan string, 4), make(chan struct{})
 	var charges atomic.Int64
 	charge := server.Tool{
@@ -340,7 +346,7 @@ func TestExternalEffectInProgress(t *testing.T) {
 			Idempotency: server.Idempotency{Key: server.KeyRequired, External: true},
 		},
 	}
-	err = srv.AddTool(charge, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+	err := srv.AddTool(charge, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
 		if req.Tx() != nil {
 			t.Error("an External handler got a transaction")
 		}
@@ -393,20 +399,10 @@ func TestIdempotencyPolicyNeedsALedger(t *testing.T) {
 // A stored result comes back exactly, numbers beyond float64 included,
 // and the handler's own result value is never written to.
 func TestKeyedResultsAreExactAndTheHandlersOwn(t *testing.T) {
-	ctx := context.Background()
-	db, err := store.Open(ctx, storetest.SQLite(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	l, err := ledger.Open(ctx, db, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := mcptest.NewServer(t, &server.Options{Ledger: l})
+	srv := ledgerServer(t, nil)
 	shared := &mcp.CallToolResult{StructuredContent: map[string]any{"orderId": int64(9007199254740993)}}
 	shared.Meta = mcp.Meta{"own": 1}
-	err = srv.AddTool(server.Tool{Name: "order", Policy: server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired}}},
+	err := srv.AddTool(server.Tool{Name: "order", Policy: server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired}}},
 		func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) { return shared, nil })
 	if err != nil {
 		t.Fatal(err)
@@ -427,19 +423,9 @@ func TestKeyedResultsAreExactAndTheHandlersOwn(t *testing.T) {
 // A panicking External handler gives its key back: the retry runs rather
 // than waiting out the lease.
 func TestExternalPanicReleasesTheKey(t *testing.T) {
-	ctx := context.Background()
-	db, err := store.Open(ctx, storetest.SQLite(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	l, err := ledger.Open(ctx, db, &ledger.Options{Lease: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := mcptest.NewServer(t, &server.Options{Ledger: l})
+	srv := ledgerServer(t, &ledger.Options{Lease: time.Minute})
 	var calls atomic.Int64
-	err = srv.AddTool(server.Tool{Name: "charge", Policy: server.Policy{MaxTimeout: 30 * time.Second,
+	err := srv.AddTool(server.Tool{Name: "charge", Policy: server.Policy{MaxTimeout: 30 * time.Second,
 		Idempotency: server.Idempotency{Key: server.KeyRequired, External: true}}},
 		func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) {
 			if calls.Add(1) == 1 {

@@ -23,6 +23,23 @@ func batchTable(t *testing.T, db *DB) {
 	}
 }
 
+// queuedWriters opens a SQLite store with the batch table, takes its write
+// connection (release gives it back) and then reports, on queued, each
+// writer that starts waiting for it.
+func queuedWriters(t *testing.T) (db *DB, queued chan struct{}, release func()) {
+	t.Helper()
+	db, err := Open(context.Background(), storetest.SQLite(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	batchTable(t, db)
+	release = holdWriter(db) // before the hook: the holder does not count
+	queued = make(chan struct{}, 16)
+	db.batch.onWait = func() { queued <- struct{}{} }
+	return db, queued, release
+}
+
 // holdWriter takes the write connection until the returned release is
 // called, so that WriteBatched callers queue up behind it.
 func holdWriter(db *DB) (release func()) {
@@ -59,16 +76,7 @@ func batchRows(t *testing.T, db *DB) map[string]bool {
 // savepoint: a failing one and a panicking one lose only their own rows.
 func TestWriteBatchedGroupsWaitingCallers(t *testing.T) {
 	ctx := context.Background()
-	db, err := Open(ctx, storetest.SQLite(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	batchTable(t, db)
-
-	queued := make(chan struct{}, 16)
-	release := holdWriter(db) // before the hook: the holder does not count
-	db.batch.onWait = func() { queued <- struct{}{} }
+	db, queued, release := queuedWriters(t)
 	before := db.WriteStats()
 
 	const callers = 6
@@ -130,15 +138,7 @@ func TestWriteBatchedGroupsWaitingCallers(t *testing.T) {
 // A caller whose context ends while it is queued never runs.
 func TestWriteBatchedDropsCancelledCallers(t *testing.T) {
 	ctx := context.Background()
-	db, err := Open(ctx, storetest.SQLite(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	batchTable(t, db)
-	queued := make(chan struct{}, 1)
-	release := holdWriter(db) // before the hook: the holder does not count
-	db.batch.onWait = func() { queued <- struct{}{} }
+	db, queued, release := queuedWriters(t)
 	cctx, cancel := context.WithCancelCause(ctx)
 	gone := errors.New("caller left")
 	done := make(chan error, 1)
@@ -188,15 +188,7 @@ func TestWriteBatchedOnPostgres(t *testing.T) {
 // transaction loses its own writes; the others in the batch commit.
 func TestWriteBatchedCancelledMidWork(t *testing.T) {
 	ctx := context.Background()
-	db, err := Open(ctx, storetest.SQLite(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	batchTable(t, db)
-	queued := make(chan struct{}, 2)
-	release := holdWriter(db) // before the hook: the holder does not count
-	db.batch.onWait = func() { queued <- struct{}{} }
+	db, queued, release := queuedWriters(t)
 
 	actx, cancel := context.WithCancelCause(ctx)
 	gone := errors.New("client went away")
@@ -242,15 +234,7 @@ func TestWriteBatchedCancelledMidWork(t *testing.T) {
 // nothing was written, and the writer is free again.
 func TestWriteBatchedSurvivesGoexit(t *testing.T) {
 	ctx := context.Background()
-	db, err := Open(ctx, storetest.SQLite(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	batchTable(t, db)
-	queued := make(chan struct{}, 2)
-	release := holdWriter(db) // before the hook: the holder does not count
-	db.batch.onWait = func() { queued <- struct{}{} }
+	db, queued, release := queuedWriters(t)
 	results := make(chan error, 2)
 	var wg sync.WaitGroup
 	for i, name := range []string{"exits", "innocent"} {
