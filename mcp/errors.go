@@ -68,9 +68,9 @@ const (
 )
 
 // ToolError is a tool failure meant for the model: a handler returns it (or
-// wraps it) and the call ends with a result whose isError is true and whose
-// structuredContent carries the fields below, so the model can decide whether
-// to retry, change its arguments or try something else.
+// wraps it) and the call ends with a result whose isError is true and which
+// carries the fields below (see Result), so the model can decide whether to
+// retry, change its arguments or try something else.
 type ToolError struct {
 	// Code is a stable, machine-readable name such as "invalid_arguments".
 	Code string
@@ -90,7 +90,8 @@ type ToolError struct {
 func (e *ToolError) Error() string { return e.Code + ": " + e.Message }
 
 // Failure is the structured body of a failed call, as it appears in a
-// result's structuredContent or in the data of an mcprel JSON-RPC error.
+// failed result (its text content and _meta[MetaFailure]) or in the data of
+// an mcprel JSON-RPC error.
 type Failure struct {
 	Code         string         `json:"code"`
 	Message      string         `json:"message"`
@@ -116,8 +117,14 @@ func (e *ToolError) Failure() Failure {
 }
 
 // Result returns the call result that reports the error: isError set, the
-// structured body in structuredContent and, for clients that read only
-// content, the same body as JSON text.
+// structured body as JSON text (what the model reads) and the same body,
+// decoded, under _meta[MetaFailure] (what programs read).
+//
+// The body is never put in structuredContent. That member is described by
+// the tool's outputSchema, which describes the tool's successful output,
+// and clients validate structuredContent against it even when isError is
+// set: a failure body there would turn every tool failure into a
+// client-side schema error.
 func (e *ToolError) Result() *CallToolResult {
 	f := e.Failure()
 	text, err := json.Marshal(f)
@@ -126,8 +133,8 @@ func (e *ToolError) Result() *CallToolResult {
 		text, _ = json.Marshal(f)
 	}
 	return &CallToolResult{
-		Content:           []Content{&TextContent{Text: string(text)}},
-		StructuredContent: f,
-		IsError:           true,
+		ResultBase: ResultBase{Meta: Meta{MetaFailure: json.RawMessage(text)}},
+		Content:    []Content{&TextContent{Text: string(text)}},
+		IsError:    true,
 	}
 }

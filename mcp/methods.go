@@ -64,6 +64,12 @@ const (
 	MetaRetrySafe = MetaPrefix + "retrySafe"
 )
 
+// MetaFailure, in the _meta of a result whose isError is true, is the
+// structured failure body (Failure: code, message, retryable, …), the same
+// body the result's text content holds as JSON. It is where programs read
+// a tool failure; structuredContent is left to the tool's outputSchema.
+const MetaFailure = MetaPrefix + "failure"
+
 // ResultType values for the modern era's resultType member.
 const (
 	ResultComplete      = "complete"

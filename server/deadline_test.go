@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"testing"
 	"testing/synctest"
@@ -105,13 +104,9 @@ func runClockCase(t *testing.T, tc clockCase) {
 	// The client got a structured timeout failure, after every progress
 	// notification it will ever get.
 	resp, _ := c.Await(1)
-	var res struct {
-		IsError bool        `json:"isError"`
-		SC      mcp.Failure `json:"structuredContent"`
-	}
-	if json.Unmarshal(resp.Result, &res) != nil || !res.IsError || res.SC.Code != mcp.FailureTimeout ||
-		res.SC.Details["deadline"] != map[bool]string{true: "idle", false: "max"}[errors.Is(tc.cause, server.ErrIdleTimeout)] ||
-		res.SC.Details["elapsedMs"] != float64(tc.endAt.Milliseconds()) {
+	if f := mcptest.Failure(t, resp.Result); f.Code != mcp.FailureTimeout ||
+		f.Details["deadline"] != map[bool]string{true: "idle", false: "max"}[errors.Is(tc.cause, server.ErrIdleTimeout)] ||
+		f.Details["elapsedMs"] != float64(tc.endAt.Milliseconds()) {
 		t.Fatalf("response = %s", resp.Raw)
 	}
 	if before := c.Sync(2, mcp.Modern); len(before) > 0 {

@@ -188,21 +188,24 @@ func (ss *Session) callTool(r *inflight, in *incoming) {
 		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.arguments must be an object"))
 		return
 	}
-	if err := rt.validate(args); err != nil {
-		var te *mcp.ToolError
-		errors.As(err, &te)
-		r.succeed(te.Result())
-		return
-	}
 	call := &CallRequest{Name: *p.Name, Arguments: args}
 	exec := func(ctx context.Context) (mcp.Result, error) { return rt.handler(ctx, call) }
+	metaKey := ""
 	if idem := rt.policy.Idempotency; idem.Key != KeyNone {
+		// The key comes first: a call missing it is told so, whatever else
+		// is wrong with its arguments.
 		var te *mcp.ToolError
-		if call.IdempotencyKey, call.fingerprint, te = idempotentArgs(idem, args, in.meta.IdempotencyKey); te != nil {
+		if call.IdempotencyKey, call.fingerprint, metaKey, te = idempotentArgs(idem, args, in.meta.IdempotencyKey); te != nil {
 			r.succeed(te.Result())
 			return
 		}
 		exec = func(ctx context.Context) (mcp.Result, error) { return ss.srv.callIdempotent(ctx, rt, call) }
+	}
+	if err := rt.validate(args, metaKey); err != nil {
+		var te *mcp.ToolError
+		errors.As(err, &te)
+		r.succeed(te.Result())
+		return
 	}
 	q, ok := ss.requestInfo(r, in, r.method+"\x00"+*p.Name)
 	if !ok {
@@ -210,5 +213,5 @@ func (ss *Session) callTool(r *inflight, in *incoming) {
 	}
 	call.Request = q
 	r.readOnly = rt.def.Annotations != nil && rt.def.Annotations.ReadOnlyHint != nil && *rt.def.Annotations.ReadOnlyHint
-	ss.startCall(r, in, rt.lane, ss.srv.deadlines(rt.policy), exec, toolResult)
+	ss.startCall(r, in, rt.lane, ss.srv.deadlines(rt.policy), exec, rt.result)
 }

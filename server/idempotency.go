@@ -104,42 +104,46 @@ func (s *Server) ledgerFor(t Tool) error {
 // the fingerprint of the operation, from one decode of the arguments' top
 // level. A key that is not a string, is given twice with two values, or
 // is missing for a tool that requires one is refused before anything
-// runs; "" means the call has none.
-func idempotentArgs(p Idempotency, args json.RawMessage, metaKey json.RawMessage) (string, ledger.Fingerprint, *mcp.ToolError) {
+// runs; "" means the call has none. metaKey is the key when it came in
+// _meta only, so that the arguments can be checked as if they held it.
+func idempotentArgs(p Idempotency, args json.RawMessage, rawMetaKey json.RawMessage) (key string, fp ledger.Fingerprint, metaKey string, te *mcp.ToolError) {
 	var fields map[string]json.RawMessage
 	if len(args) > 0 {
 		if err := json.Unmarshal(args, &fields); err != nil {
-			return "", ledger.Fingerprint{}, &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "arguments must be a JSON object"}
+			return "", fp, "", &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "arguments must be a JSON object"}
 		}
 	}
-	var key string
-	for _, raw := range []json.RawMessage{fields[mcp.ArgIdempotencyKey], metaKey} {
+	inArgs := false
+	for i, raw := range []json.RawMessage{fields[mcp.ArgIdempotencyKey], rawMetaKey} {
 		if raw == nil || string(raw) == "null" {
 			continue
 		}
 		var k string
 		if err := json.Unmarshal(raw, &k); err != nil {
-			return "", ledger.Fingerprint{}, keyError("the idempotency key must be a string")
+			return "", fp, "", keyError("the idempotency key must be a string")
 		}
 		if !ledger.ValidKey(k) {
-			return "", ledger.Fingerprint{}, keyError("the idempotency key must be 1 to 255 bytes of printable text")
+			return "", fp, "", keyError("the idempotency key must be 1 to 255 bytes of printable text")
 		}
 		if key != "" && k != key {
-			return "", ledger.Fingerprint{}, keyError(fmt.Sprintf("the idempotency key is given twice with two values (arguments.%s and _meta[%q])", mcp.ArgIdempotencyKey, mcp.MetaIdempotencyKey))
+			return "", fp, "", keyError(fmt.Sprintf("the idempotency key is given twice with two values (arguments.%s and _meta[%q])", mcp.ArgIdempotencyKey, mcp.MetaIdempotencyKey))
 		}
-		key = k
+		key, inArgs = k, inArgs || i == 0
 	}
 	if key == "" {
 		if p.Key == KeyRequired {
-			return "", ledger.Fingerprint{}, errKeyRequired
+			return "", fp, "", errKeyRequired
 		}
-		return "", ledger.Fingerprint{}, nil
+		return "", fp, "", nil
 	}
 	fp, err := ledger.FingerprintFields(fields, p.Fields, mcp.ArgIdempotencyKey)
 	if err != nil {
-		return "", ledger.Fingerprint{}, &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: err.Error()}
+		return "", fp, "", &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: err.Error()}
 	}
-	return key, fp, nil
+	if !inArgs {
+		metaKey = key
+	}
+	return key, fp, metaKey, nil
 }
 
 func keyError(msg string) *mcp.ToolError {
@@ -149,7 +153,8 @@ func keyError(msg string) *mcp.ToolError {
 var errKeyRequired = &mcp.ToolError{
 	Code: mcp.FailureKeyRequired,
 	Message: "this tool changes state and needs an idempotency key: generate a unique key (a UUID) for this operation, " +
-		"pass it as arguments." + mcp.ArgIdempotencyKey + ", and reuse the same key on every retry of it",
+		"pass it as arguments." + mcp.ArgIdempotencyKey + " (or params._meta[\"" + mcp.MetaIdempotencyKey + "\"]), " +
+		"and reuse the same key on every retry of it",
 }
 
 // handlerFailed carries an error the handler returned out of the ledger's

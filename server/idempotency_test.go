@@ -122,15 +122,21 @@ type callResult struct {
 	IsError           bool            `json:"isError"`
 	StructuredContent json.RawMessage `json:"structuredContent"`
 	Meta              map[string]any  `json:"_meta"`
+	raw               json.RawMessage // the whole result
+}
+
+func (r *callResult) UnmarshalJSON(data []byte) error {
+	type plain callResult
+	if err := json.Unmarshal(data, (*plain)(r)); err != nil {
+		return err
+	}
+	r.raw = append(json.RawMessage(nil), data...)
+	return nil
 }
 
 func (r callResult) failure(t *testing.T) mcp.Failure {
 	t.Helper()
-	var f mcp.Failure
-	if !r.IsError || json.Unmarshal(r.StructuredContent, &f) != nil {
-		t.Fatalf("result is not a structured failure: %s", r.StructuredContent)
-	}
-	return f
+	return mcptest.Failure(t, r.raw)
 }
 
 func call(t *testing.T, c *mcptest.Client, id int64, args map[string]any, meta map[string]any) callResult {
@@ -458,5 +464,47 @@ func TestNonStringKeyIsRefused(t *testing.T) {
 	}
 	if k.runs.Load() != 0 {
 		t.Fatal("a call with a malformed key ran")
+	}
+}
+
+// A tool whose input schema lists the key as a required argument (so that
+// models see it must be given) still takes it in _meta, and a call with no
+// key at all is told it needs one, not that an argument is missing.
+func TestKeyRequiredBySchema(t *testing.T) {
+	srv := ledgerServer(t, nil)
+	var runs atomic.Int64
+	err := srv.AddTool(server.Tool{
+		Name: "reserve",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"sku":{"type":"string"},
+			"idempotencyKey":{"type":"string","minLength":1}},"required":["sku","idempotencyKey"],"additionalProperties":false}`),
+		Policy: server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired}},
+	}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		runs.Add(1)
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("reserved under " + req.IdempotencyKey)}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcptest.Stdio(t, srv, nil)
+	if f := call(t, c, 1, map[string]any{"sku": "A"}, nil).failure(t); f.Code != mcp.FailureKeyRequired {
+		t.Fatalf("no key: %+v, want %s", f, mcp.FailureKeyRequired)
+	}
+	if f := call(t, c, 2, map[string]any{}, nil).failure(t); f.Code != mcp.FailureKeyRequired {
+		t.Fatalf("no key and a missing argument: %+v, want %s first", f, mcp.FailureKeyRequired)
+	}
+	r := call(t, c, 3, map[string]any{"sku": "A"}, map[string]any{mcp.MetaIdempotencyKey: "k1"})
+	if r.IsError || r.Meta[mcp.MetaReplayed] != false || !strings.Contains(string(r.raw), "reserved under k1") {
+		t.Fatalf("key in _meta only: %s, want it to run", r.raw)
+	}
+	if r := call(t, c, 4, map[string]any{"sku": "A", "idempotencyKey": "k1"}, nil); r.Meta[mcp.MetaReplayed] != true {
+		t.Fatalf("the same key in the arguments: %s, want a replay", r.raw)
+	}
+	// The key in _meta does not excuse other invalid arguments.
+	f := call(t, c, 5, map[string]any{"sku": "A", "extra": 1}, map[string]any{mcp.MetaIdempotencyKey: "k2"}).failure(t)
+	if f.Code != mcp.FailureInvalidArguments || f.Details["field"] != "extra" {
+		t.Fatalf("unexpected argument with the key in _meta: %+v", f)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("the handler ran %d times, want 1", runs.Load())
 	}
 }

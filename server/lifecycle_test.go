@@ -288,14 +288,7 @@ func TestHandlerErrorMapping(t *testing.T) {
 	}
 	failure := func(f mcptest.Frame) mcp.Failure {
 		t.Helper()
-		var res struct {
-			IsError bool        `json:"isError"`
-			SC      mcp.Failure `json:"structuredContent"`
-		}
-		if json.Unmarshal(f.Result, &res) != nil || !res.IsError {
-			t.Fatalf("want an isError result, got %s", f.Raw)
-		}
-		return res.SC
+		return mcptest.Failure(t, f.Result)
 	}
 	if got := failure(call(1, "plain")); got.Code != mcp.FailureToolError || got.Message != "disk full" || got.Retryable {
 		t.Errorf("plain error → %+v", got)

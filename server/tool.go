@@ -3,8 +3,11 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"math/big"
 	"reflect"
 	"regexp"
 	"strings"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 )
 
@@ -107,6 +111,8 @@ type registeredTool struct {
 	def     mcp.Tool
 	policy  Policy
 	schema  *jsonschema.Resolved
+	output  *jsonschema.Resolved // nil when the tool declares no output schema
+	keyArg  bool                 // the input schema declares the idempotency key argument
 	headers []HeaderParam
 	handler ToolHandler
 	lane    *lane // guarded by admission.mu
@@ -181,8 +187,15 @@ func compileTool(t Tool) (*registeredTool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: tool %q: %w", t.Name, err)
 	}
-	if len(t.OutputSchema) > 0 && !json.Valid(t.OutputSchema) {
-		return nil, fmt.Errorf("server: tool %q: output schema is not valid JSON", t.Name)
+	var output *jsonschema.Resolved
+	if len(bytes.TrimSpace(t.OutputSchema)) > 0 {
+		var os jsonschema.Schema
+		if err := json.Unmarshal(t.OutputSchema, &os); err != nil {
+			return nil, fmt.Errorf("server: tool %q: output schema is not a JSON Schema: %w", t.Name, err)
+		}
+		if output, err = os.Resolve(nil); err != nil {
+			return nil, fmt.Errorf("server: tool %q: output schema: %w", t.Name, err)
+		}
 	}
 	return &registeredTool{
 		def: mcp.Tool{
@@ -196,6 +209,8 @@ func compileTool(t Tool) (*registeredTool, error) {
 		},
 		policy:  t.Policy,
 		schema:  resolved,
+		output:  output,
+		keyArg:  schema.Properties[mcp.ArgIdempotencyKey] != nil,
 		headers: headers,
 		lane:    newLane(t.Policy.MaxConcurrent, t.Policy.MaxQueued, t.Policy.Rate, t.Policy.Burst),
 	}, nil
@@ -204,12 +219,19 @@ func compileTool(t Tool) (*registeredTool, error) {
 // validate checks arguments against the tool's input schema. The error is
 // an *mcp.ToolError with code invalid_arguments naming the offending field,
 // so the model can correct its call.
-func (rt *registeredTool) validate(args json.RawMessage) error {
+//
+// metaKey is an idempotency key the call carried in _meta rather than in
+// its arguments: the arguments are checked as if they held it, so that a
+// schema declaring the key required accepts either form.
+func (rt *registeredTool) validate(args json.RawMessage, metaKey string) error {
 	var v any
 	if len(args) == 0 {
 		v = map[string]any{}
 	} else if err := json.Unmarshal(args, &v); err != nil {
 		return &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "arguments are not valid JSON"}
+	}
+	if m, ok := v.(map[string]any); ok && metaKey != "" && rt.keyArg && m[mcp.ArgIdempotencyKey] == nil {
+		m[mcp.ArgIdempotencyKey] = metaKey
 	}
 	if err := rt.schema.Validate(v); err != nil {
 		field, msg := describeSchemaError(err)
@@ -276,7 +298,7 @@ func AddTypedTool[In, Out any](s *Server, t Tool, h func(ctx context.Context, re
 		return fmt.Errorf("server: tool %q has no handler", t.Name)
 	}
 	if t.InputSchema == nil {
-		schema, err := jsonschema.For[In](nil)
+		schema, err := inferSchema(reflect.TypeFor[In]())
 		if err != nil {
 			return fmt.Errorf("server: tool %q: inferring input schema: %w", t.Name, err)
 		}
@@ -286,7 +308,7 @@ func AddTypedTool[In, Out any](s *Server, t Tool, h func(ctx context.Context, re
 	}
 	outType := reflect.TypeFor[Out]()
 	if t.OutputSchema == nil && outType.Kind() == reflect.Struct {
-		if schema, err := jsonschema.For[Out](nil); err == nil {
+		if schema, err := inferSchema(outType); err == nil {
 			t.OutputSchema, _ = json.Marshal(schema)
 		}
 	}
@@ -314,4 +336,118 @@ func AddTypedTool[In, Out any](s *Server, t Tool, h func(ctx context.Context, re
 			StructuredContent: json.RawMessage(raw),
 		}, nil
 	})
+}
+
+// result maps what a tool handler returned onto the wire (toolResult), and
+// is the one place that keeps a failed result from carrying
+// structuredContent the tool's outputSchema does not describe: clients
+// validate structuredContent against that schema even when isError is set,
+// so such a result would reach the model as a client-side schema error
+// instead of the failure. The failure itself stays in the text content
+// (and, for a ToolError, in _meta[mcp.MetaFailure]).
+func (rt *registeredTool) result(res mcp.Result, err error) (mcp.Result, *jsonrpc.Error) {
+	out, rpcErr := toolResult(res, err)
+	if c, ok := out.(*mcp.CallToolResult); ok && c.IsError && c.StructuredContent != nil && !rt.describes(c.StructuredContent) {
+		cp := *c // the handler's value may be shared
+		cp.StructuredContent = nil
+		out = &cp
+	}
+	return out, rpcErr
+}
+
+// describes reports whether the tool's output schema accepts v as
+// structuredContent; without a schema anything goes.
+func (rt *registeredTool) describes(v any) bool {
+	if rt.output == nil {
+		return true
+	}
+	raw, ok := v.(json.RawMessage)
+	if !ok {
+		var err error
+		if raw, err = json.Marshal(v); err != nil {
+			return false
+		}
+	}
+	var inst any
+	if err := json.Unmarshal(raw, &inst); err != nil {
+		return false
+	}
+	return rt.output.Validate(inst) == nil
+}
+
+// inferSchema infers the JSON Schema of Go type t as the values
+// encoding/json writes for it. Beyond jsonschema.ForType's defaults it
+// describes raw JSON (json.RawMessage) and any other type that encodes
+// itself (a json.Marshaler) as "any JSON value", a type that encodes as
+// text (an encoding.TextMarshaler) as a string, and []byte, which
+// encoding/json writes as base64 text, as a string: inferred from their Go
+// shape they would be arrays of bytes, which no result ever is.
+func inferSchema(t reflect.Type) (*jsonschema.Schema, error) {
+	schemas := map[reflect.Type]*jsonschema.Schema{
+		reflect.TypeFor[[]byte](): {Types: []string{"null", "string"}, ContentEncoding: "base64"},
+	}
+	seen := map[reflect.Type]bool{}
+	var walk func(reflect.Type)
+	walk = func(t reflect.Type) {
+		if seen[t] {
+			return
+		}
+		seen[t] = true
+		if _, known := schemas[t]; known {
+			return
+		}
+		switch {
+		case t.Implements(jsonMarshaler) || reflect.PointerTo(t).Implements(jsonMarshaler):
+			if !knownMarshaler(t) {
+				schemas[t] = anyJSON()
+			}
+			return
+		case t.Implements(textMarshaler) || reflect.PointerTo(t).Implements(textMarshaler):
+			if !knownMarshaler(t) {
+				schemas[t] = &jsonschema.Schema{Type: "string"}
+			}
+			return
+		}
+		switch t.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Array:
+			walk(t.Elem())
+		case reflect.Map:
+			walk(t.Elem())
+		case reflect.Struct:
+			for _, f := range reflect.VisibleFields(t) {
+				if f.IsExported() {
+					walk(f.Type)
+				}
+			}
+		}
+	}
+	walk(t)
+	return jsonschema.ForType(t, &jsonschema.ForOptions{TypeSchemas: schemas})
+}
+
+// anyJSON is the schema of any JSON value. It lists the types rather than
+// being the empty schema because jsonschema.ForType narrows an empty
+// schema reached through a pointer to "null".
+func anyJSON() *jsonschema.Schema {
+	return &jsonschema.Schema{Types: []string{"null", "boolean", "number", "string", "array", "object"}}
+}
+
+var (
+	jsonMarshaler = reflect.TypeFor[json.Marshaler]()
+	textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// knownMarshaler reports whether jsonschema.ForType already describes what
+// a self-encoding standard type writes (time.Time, slog.Level and the
+// math/big numbers: strings).
+func knownMarshaler(t reflect.Type) bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t {
+	case reflect.TypeFor[time.Time](), reflect.TypeFor[slog.Level](),
+		reflect.TypeFor[big.Int](), reflect.TypeFor[big.Rat](), reflect.TypeFor[big.Float]():
+		return true
+	}
+	return false
 }

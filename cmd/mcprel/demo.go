@@ -247,7 +247,8 @@ func (d *demo) tool(id, name, args string) error {
 	r := resp.Result
 	digest := ""
 	if r.IsError {
-		digest = fmt.Sprintf("isError, code %v", r.StructuredContent["code"])
+		failure, _ := r.Meta[mcp.MetaFailure].(map[string]any)
+		digest = fmt.Sprintf("isError, code %v", failure["code"])
 	} else {
 		b, _ := json.Marshal(r.StructuredContent)
 		digest = string(b)
@@ -270,34 +271,34 @@ func (d *demo) ledgerScript() error {
 	steps := []func() error{
 		func() error {
 			d.say("Ledger: stock a SKU (set_stock with expectedVersion 0 creates it at version 1)")
-			return d.tool("20", "set_stock", `{"tenant":"acme","sku":"widget","quantity":10,"expectedVersion":0}`)
+			return d.tool("20", "set_stock", `{"sku":"widget","quantity":10,"expectedVersion":0}`)
 		},
 		func() error {
 			d.say("Reserve 3 with idempotency key order-1001: it runs (replayed=false)")
-			return d.tool("21", "reserve_inventory", `{"tenant":"acme","sku":"widget","quantity":3,"idempotencyKey":"order-1001"}`)
+			return d.tool("21", "reserve_inventory", `{"sku":"widget","quantity":3,"idempotencyKey":"order-1001"}`)
 		},
 		func() error {
 			d.say("The response was lost; the client retries with a new JSON-RPC id and the same key: replayed, nothing reserved twice")
-			return d.tool("22", "reserve_inventory", `{"tenant":"acme","sku":"widget","quantity":3,"idempotencyKey":"order-1001"}`)
+			return d.tool("22", "reserve_inventory", `{"sku":"widget","quantity":3,"idempotencyKey":"order-1001"}`)
 		},
 		func() error {
 			d.say("The same key with another quantity is refused, and nothing runs")
-			return d.tool("23", "reserve_inventory", `{"tenant":"acme","sku":"widget","quantity":4,"idempotencyKey":"order-1001"}`)
+			return d.tool("23", "reserve_inventory", `{"sku":"widget","quantity":4,"idempotencyKey":"order-1001"}`)
 		},
 		func() error {
 			d.say("The authoritative read: 7 left, version 2 (one reservation, not two)")
-			return d.tool("24", "get_inventory", `{"tenant":"acme","sku":"widget"}`)
+			return d.tool("24", "get_inventory", `{"sku":"widget"}`)
 		},
 		func() error {
 			d.say("Reserving more than is left is a business failure, stored under its key: the retry gets the same answer")
-			if err := d.tool("25", "reserve_inventory", `{"tenant":"acme","sku":"widget","quantity":50,"idempotencyKey":"order-1002"}`); err != nil {
+			if err := d.tool("25", "reserve_inventory", `{"sku":"widget","quantity":50,"idempotencyKey":"order-1002"}`); err != nil {
 				return err
 			}
-			return d.tool("26", "reserve_inventory", `{"tenant":"acme","sku":"widget","quantity":50,"idempotencyKey":"order-1002"}`)
+			return d.tool("26", "reserve_inventory", `{"sku":"widget","quantity":50,"idempotencyKey":"order-1002"}`)
 		},
 		func() error {
 			d.say("A read-modify-write with a stale version is refused with the current one (optimistic concurrency)")
-			return d.tool("27", "set_stock", `{"tenant":"acme","sku":"widget","quantity":100,"expectedVersion":1}`)
+			return d.tool("27", "set_stock", `{"sku":"widget","quantity":100,"expectedVersion":1}`)
 		},
 		func() error {
 			d.say("charge_account without a key: two JSON-RPC ids charge twice, and each result says retrySafe=false")
@@ -331,10 +332,10 @@ func (d *demo) restartScript() error {
 		return err
 	}
 	d.say("A late retry of order-1001 still replays; the stock is still 7")
-	if err := d.tool("2", "reserve_inventory", `{"tenant":"acme","sku":"widget","quantity":3,"idempotencyKey":"order-1001"}`); err != nil {
+	if err := d.tool("2", "reserve_inventory", `{"sku":"widget","quantity":3,"idempotencyKey":"order-1001"}`); err != nil {
 		return err
 	}
-	if err := d.tool("3", "get_inventory", `{"tenant":"acme","sku":"widget"}`); err != nil {
+	if err := d.tool("3", "get_inventory", `{"sku":"widget"}`); err != nil {
 		return err
 	}
 	d.say("Closing stdin: the server exits")

@@ -171,15 +171,9 @@ func TestInvalidArgumentsNameTheField(t *testing.T) {
 		{map[string]any{"text": "x", "extra": true}, "extra"},
 	} {
 		f := c.Call(int64(i+1), mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": "echo", "arguments": tc.args}))
-		var res struct {
-			IsError           bool        `json:"isError"`
-			StructuredContent mcp.Failure `json:"structuredContent"`
-		}
-		if err := json.Unmarshal(f.Result, &res); err != nil {
-			t.Fatalf("%s: %v", f.Raw, err)
-		}
-		if !res.IsError || res.StructuredContent.Code != mcp.FailureInvalidArguments || res.StructuredContent.Details["field"] != tc.field ||
-			!strings.HasPrefix(res.StructuredContent.Message, "invalid arguments: "+tc.field+":") || res.StructuredContent.Retryable {
+		res := mcptest.Failure(t, f.Result)
+		if res.Code != mcp.FailureInvalidArguments || res.Details["field"] != tc.field ||
+			!strings.HasPrefix(res.Message, "invalid arguments: "+tc.field+":") || res.Retryable {
 			t.Errorf("args %v: got %s, want a non-retryable invalid_arguments error naming %q", tc.args, f.Raw, tc.field)
 		}
 	}
