@@ -18,6 +18,12 @@ import (
 // The ledger-backed demo tools: a small inventory and an account ledger
 // whose mutations run at most once per idempotency key. Their business
 // rows live beside the ledger, so each effect commits with its record.
+//
+// Every tool acts for the caller's tenant, the one the transport
+// authenticated (server.Request.Tenant): over HTTP the tenant of the bearer
+// token (--token TENANT=TOKEN), otherwise the one unnamed tenant "". No
+// argument names a tenant, so the stock a call changes, the ledger record
+// of its key and "mcprel ledger show --tenant" always agree.
 var inventorySchema = []store.Migration{{
 	Version: 1,
 	SQL: `CREATE TABLE demo_inventory (
@@ -44,14 +50,12 @@ type chargeResult struct {
 }
 
 type reserveArgs struct {
-	Tenant   string `json:"tenant"`
 	SKU      string `json:"sku"`
 	Quantity int64  `json:"quantity"`
 }
 
 type reserveResult struct {
 	ReservationID string `json:"reservationId"`
-	Tenant        string `json:"tenant"`
 	SKU           string `json:"sku"`
 	Quantity      int64  `json:"quantity"`
 	Remaining     int64  `json:"remaining"`
@@ -59,19 +63,16 @@ type reserveResult struct {
 }
 
 type stockKey struct {
-	Tenant string `json:"tenant"`
-	SKU    string `json:"sku"`
+	SKU string `json:"sku"`
 }
 
 type stockLevel struct {
-	Tenant    string `json:"tenant"`
 	SKU       string `json:"sku"`
 	Available int64  `json:"available"`
 	Version   int64  `json:"version"`
 }
 
 type setStockArgs struct {
-	Tenant          string `json:"tenant"`
 	SKU             string `json:"sku"`
 	Quantity        int64  `json:"quantity"`
 	ExpectedVersion int64  `json:"expectedVersion"`
@@ -137,25 +138,22 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 		Name: "reserve_inventory",
 		Description: "Reserves quantity units of a SKU. idempotencyKey is required: use a new UUID per reservation " +
 			"and the same one on every retry. A retry with the same key returns the original reservation without " +
-			"reserving again; the same key with another tenant, SKU or quantity is refused (idempotency_conflict). " +
+			"reserving again; the same key with another SKU or quantity is refused (idempotency_conflict). " +
 			"insufficient_stock is a final answer for that key. After a timeout or a lost response, retry with the " +
 			"same key, or check with lookup_operation; read stock with get_inventory.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{` +
-			`"tenant":` + nameSchema + `,"sku":` + nameSchema + `,"quantity":{"type":"integer","minimum":1,"maximum":1000000},` +
-			`"idempotencyKey":` + keySchema + `},"required":["tenant","sku","quantity","idempotencyKey"],"additionalProperties":false}`),
+			`"sku":` + nameSchema + `,"quantity":{"type":"integer","minimum":1,"maximum":1000000},` +
+			`"idempotencyKey":` + keySchema + `},"required":["sku","quantity","idempotencyKey"],"additionalProperties":false}`),
 		Annotations: mutating(true),
-		Policy:      server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired, Fields: []string{"tenant", "sku", "quantity"}}},
+		Policy:      server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired, Fields: []string{"sku", "quantity"}}},
 	}, func(ctx context.Context, req *server.CallRequest, in reserveArgs) (reserveResult, error) {
-		if err := ownTenant(req, in.Tenant); err != nil {
-			return reserveResult{}, err
-		}
 		tx := req.Tx()
-		out := reserveResult{ReservationID: "res_" + rand.Text(), Tenant: in.Tenant, SKU: in.SKU, Quantity: in.Quantity}
+		out := reserveResult{ReservationID: "res_" + rand.Text(), SKU: in.SKU, Quantity: in.Quantity}
 		err := tx.QueryRow(ctx, `UPDATE demo_inventory SET available = available - ?, version = version + 1
 			WHERE tenant = ? AND sku = ? AND available >= ? RETURNING available, version`,
-			in.Quantity, in.Tenant, in.SKU, in.Quantity).Scan(&out.Remaining, &out.Version)
+			in.Quantity, req.Tenant, in.SKU, in.Quantity).Scan(&out.Remaining, &out.Version)
 		if errors.Is(err, sql.ErrNoRows) {
-			level, lerr := readStock(ctx, tx, in.Tenant, in.SKU)
+			level, lerr := readStock(ctx, tx, req.Tenant, in.SKU)
 			if lerr != nil {
 				return reserveResult{}, lerr
 			}
@@ -169,7 +167,7 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 			return reserveResult{}, err
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO demo_reservations (id, tenant, sku, quantity, idem_key, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
-			out.ReservationID, in.Tenant, in.SKU, in.Quantity, req.IdempotencyKey, time.Now().UnixMilli())
+			out.ReservationID, req.Tenant, in.SKU, in.Quantity, req.IdempotencyKey, time.Now().UnixMilli())
 		return out, err
 	})
 	if err != nil {
@@ -179,16 +177,13 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 	err = server.AddTypedTool(srv, server.Tool{
 		Name:        "get_inventory",
 		Description: "Returns the stock of a SKU and its version: the authoritative read after a timeout or a lost response. Read-only; safe to retry.",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"tenant":` + nameSchema + `,"sku":` + nameSchema + `},"required":["tenant","sku"],"additionalProperties":false}`),
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"sku":` + nameSchema + `},"required":["sku"],"additionalProperties":false}`),
 		Annotations: readOnly,
 		Policy:      server.Policy{Timeout: server.TimeoutFast},
 	}, func(ctx context.Context, req *server.CallRequest, in stockKey) (stockLevel, error) {
-		if err := ownTenant(req, in.Tenant); err != nil {
-			return stockLevel{}, err
-		}
 		var level stockLevel
 		err := db.ReadTx(ctx, func(tx *store.Tx) (err error) {
-			level, err = readStock(ctx, tx, in.Tenant, in.SKU)
+			level, err = readStock(ctx, tx, req.Tenant, in.SKU)
 			return err
 		})
 		return level, err
@@ -202,24 +197,21 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 		Description: "Sets the stock of a SKU to quantity if its version is still expectedVersion (0 creates a new SKU). " +
 			"A stale version is refused with version_conflict and the current version: read get_inventory, decide again, " +
 			"and retry with the new version. Repeating a call that succeeded is refused the same way, never applied twice.",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"tenant":` + nameSchema + `,"sku":` + nameSchema + `,` +
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"sku":` + nameSchema + `,` +
 			`"quantity":{"type":"integer","minimum":0,"maximum":1000000000},"expectedVersion":{"type":"integer","minimum":0}},` +
-			`"required":["tenant","sku","quantity","expectedVersion"],"additionalProperties":false}`),
+			`"required":["sku","quantity","expectedVersion"],"additionalProperties":false}`),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: mcp.Bool(false), DestructiveHint: mcp.Bool(true), IdempotentHint: mcp.Bool(true), OpenWorldHint: mcp.Bool(false)},
 	}, func(ctx context.Context, req *server.CallRequest, in setStockArgs) (stockLevel, error) {
-		if err := ownTenant(req, in.Tenant); err != nil {
-			return stockLevel{}, err
-		}
-		out := stockLevel{Tenant: in.Tenant, SKU: in.SKU, Available: in.Quantity}
+		out := stockLevel{SKU: in.SKU, Available: in.Quantity}
 		err := db.WriteTx(ctx, func(tx *store.Tx) error {
 			var res sql.Result
 			var err error
 			if in.ExpectedVersion == 0 {
 				res, err = tx.Exec(ctx, `INSERT INTO demo_inventory (tenant, sku, available, version) VALUES (?, ?, ?, 1)
-					ON CONFLICT (tenant, sku) DO NOTHING`, in.Tenant, in.SKU, in.Quantity)
+					ON CONFLICT (tenant, sku) DO NOTHING`, req.Tenant, in.SKU, in.Quantity)
 			} else {
 				res, err = tx.Exec(ctx, `UPDATE demo_inventory SET available = ?, version = version + 1
-					WHERE tenant = ? AND sku = ? AND version = ?`, in.Quantity, in.Tenant, in.SKU, in.ExpectedVersion)
+					WHERE tenant = ? AND sku = ? AND version = ?`, in.Quantity, req.Tenant, in.SKU, in.ExpectedVersion)
 			}
 			if err != nil {
 				return err
@@ -228,7 +220,7 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 				out.Version = in.ExpectedVersion + 1
 				return nil
 			}
-			current, err := readStock(ctx, tx, in.Tenant, in.SKU)
+			current, err := readStock(ctx, tx, req.Tenant, in.SKU)
 			var te *mcp.ToolError
 			if errors.As(err, &te) { // no such SKU
 				te.Message += "; create it with expectedVersion 0"
@@ -283,19 +275,10 @@ func describeRecord(rec ledger.Record) lookupResult {
 }
 
 func readStock(ctx context.Context, tx *store.Tx, tenant, sku string) (stockLevel, error) {
-	level := stockLevel{Tenant: tenant, SKU: sku}
+	level := stockLevel{SKU: sku}
 	err := tx.QueryRow(ctx, `SELECT available, version FROM demo_inventory WHERE tenant = ? AND sku = ?`, tenant, sku).Scan(&level.Available, &level.Version)
 	if errors.Is(err, sql.ErrNoRows) {
-		return level, &mcp.ToolError{Code: "unknown_sku", Message: fmt.Sprintf("tenant %q has no SKU %q", tenant, sku)}
+		return level, &mcp.ToolError{Code: "unknown_sku", Message: fmt.Sprintf("there is no SKU %q", sku)}
 	}
 	return level, err
-}
-
-// ownTenant refuses a call naming another tenant's inventory than the one
-// the transport authenticated, when it authenticated one.
-func ownTenant(req *server.CallRequest, tenant string) error {
-	if req.Tenant != "" && tenant != req.Tenant {
-		return &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "this connection may only use tenant " + req.Tenant, Details: map[string]any{"field": "tenant"}}
-	}
-	return nil
 }

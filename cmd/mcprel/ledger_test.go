@@ -31,8 +31,8 @@ func TestLedgerShow(t *testing.T) {
 	// One at a time: calls run concurrently, and the reservation needs
 	// the stock to exist.
 	for i, call := range []string{
-		modernCall(1, "set_stock", `{"tenant":"t1","sku":"s","quantity":5,"expectedVersion":0}`),
-		modernCall(2, "reserve_inventory", `{"tenant":"t1","sku":"s","quantity":2,"idempotencyKey":"k-1"}`),
+		modernCall(1, "set_stock", `{"sku":"s","quantity":5,"expectedVersion":0}`),
+		modernCall(2, "reserve_inventory", `{"sku":"s","quantity":2,"idempotencyKey":"k-1"}`),
 	} {
 		c.send(call)
 		if l, _ := c.next(); !strings.Contains(l, fmt.Sprintf(`"id":%d,"result"`, i+1)) || strings.Contains(l, `"isError":true`) {
@@ -122,7 +122,7 @@ func (r httpReplica) call(t *testing.T, id int, tool, args string) (toolOutcome,
 func TestReplicasShareLedger(t *testing.T) {
 	dsn := storetest.Postgres(t)
 	replicas := []httpReplica{startReplica(t, dsn), startReplica(t, dsn)}
-	if out, err := replicas[0].call(t, 1, "set_stock", `{"tenant":"acme","sku":"widget","quantity":1000,"expectedVersion":0}`); err != nil || out.IsError {
+	if out, err := replicas[0].call(t, 1, "set_stock", `{"sku":"widget","quantity":1000,"expectedVersion":0}`); err != nil || out.IsError {
 		t.Fatalf("set_stock: %+v, %v", out, err)
 	}
 	const keys, callsPerKey = 10, 6
@@ -140,7 +140,7 @@ func TestReplicasShareLedger(t *testing.T) {
 			wg.Go(func() {
 				key := fmt.Sprintf("order-%d", k)
 				<-barrier
-				out, err := r.call(t, 100+k*callsPerKey+i, "reserve_inventory", fmt.Sprintf(`{"tenant":"acme","sku":"widget","quantity":%d,"idempotencyKey":%q}`, k+1, key))
+				out, err := r.call(t, 100+k*callsPerKey+i, "reserve_inventory", fmt.Sprintf(`{"sku":"widget","quantity":%d,"idempotencyKey":%q}`, k+1, key))
 				results <- result{key, out, err}
 			})
 		}
@@ -180,7 +180,7 @@ func TestReplicasShareLedger(t *testing.T) {
 	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM demo_reservations`).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.QueryRowContext(ctx, `SELECT available FROM demo_inventory WHERE tenant = 'acme' AND sku = 'widget'`).Scan(&available); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT available FROM demo_inventory WHERE tenant = '' AND sku = 'widget'`).Scan(&available); err != nil {
 		t.Fatal(err)
 	}
 	if rows != keys || available != 1000-keys*(keys+1)/2 {

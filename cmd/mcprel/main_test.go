@@ -65,7 +65,7 @@ func TestDemo(t *testing.T) {
 		`dev.mcprel/retrySafe=false`,
 		// After the restart the record and the stock are still there.
 		`"executions":1,`,
-		`⇒ {"available":7,"sku":"widget","tenant":"acme","version":2}`,
+		`⇒ {"available":7,"sku":"widget","version":2}`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("demo output lacks %q", want)

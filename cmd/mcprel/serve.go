@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/transport/stdio"
@@ -83,22 +84,12 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	go func() { l.RunReaper(reapCtx, time.Minute, 1000); close(reaped) }()
 	// Stop the reaper before the database closes under it.
 	defer func() { stopReaper(); <-reaped }()
-	srv, err := server.New(mcp.Implementation{Name: "mcprel", Version: version}, &server.Options{
-		Instructions: "mcprel demo server. echo returns its text; slow_count counts with progress and stops when cancelled. " +
-			"charge_account and reserve_inventory change state: give each operation an idempotencyKey and reuse it on retries; " +
-			"get_inventory and lookup_operation are the reads to reconcile with after a timeout.",
+	srv, err := newDemoServer(l, &server.Options{
 		MaxConcurrentCalls: *maxConcurrent,
 		MaxQueuedCalls:     queued,
-		Ledger:             l,
 		Logger:             logger,
 	})
 	if err != nil {
-		return err
-	}
-	if err := addDemoTools(srv); err != nil {
-		return err
-	}
-	if err := addLedgerTools(srv, l); err != nil {
 		return err
 	}
 
@@ -140,6 +131,27 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		conn.Shutdown(sctx)
 	}()
 	return conn.Serve(ctx)
+}
+
+// newDemoServer returns the server "mcprel serve" runs: the demo tools,
+// with l as the ledger, and opts for everything else.
+func newDemoServer(l *ledger.Ledger, opts *server.Options) (*server.Server, error) {
+	o := *opts
+	o.Ledger = l
+	o.Instructions = "mcprel demo server. echo returns its text; slow_count counts with progress and stops when cancelled. " +
+		"charge_account and reserve_inventory change state: give each operation an idempotencyKey and reuse it on retries; " +
+		"get_inventory and lookup_operation are the reads to reconcile with after a timeout."
+	srv, err := server.New(mcp.Implementation{Name: "mcprel", Version: version}, &o)
+	if err != nil {
+		return nil, err
+	}
+	if err := addDemoTools(srv); err != nil {
+		return nil, err
+	}
+	if err := addLedgerTools(srv, l); err != nil {
+		return nil, err
+	}
+	return srv, nil
 }
 
 // serveHTTP serves srv at addr until SIGINT or SIGTERM, then shuts down
