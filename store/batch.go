@@ -60,7 +60,7 @@ func (db *DB) WriteStats() WriteStats {
 // On PostgreSQL, whose concurrent transactions commit in parallel
 // already, WriteBatched is WriteTx.
 func (db *DB) WriteBatched(ctx context.Context, fn func(*Tx) error) error {
-	if db.slot == nil {
+	if db.writers == nil {
 		return db.WriteTx(ctx, fn)
 	}
 	j := &batchJob{ctx: ctx, fn: fn, done: make(chan struct{})}
@@ -71,17 +71,25 @@ func (db *DB) WriteBatched(ctx context.Context, fn func(*Tx) error) error {
 		db.batch.onWait()
 	}
 	for {
+		turn := db.writers.join()
 		select {
-		case <-j.done:
+		case <-j.done: // an earlier leader ran it
+			db.writers.leave(turn)
 			return j.outcome()
-		case <-db.slot:
+		case <-turn:
 			// Lead a batch: whatever is queued, ours first in line or
 			// already taken by an earlier leader.
 			func() {
-				defer func() { db.slot <- struct{}{} }()
+				defer db.writers.release()
 				db.runBatch(db.takeBatch())
 			}()
+			select {
+			case <-j.done:
+				return j.outcome()
+			default: // taken by no batch yet (the queue was longer than a batch)
+			}
 		case <-ctx.Done():
+			db.writers.leave(turn)
 			if db.dropJob(j) {
 				return context.Cause(ctx)
 			}

@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"hash/fnv"
 	"time"
@@ -35,6 +36,9 @@ func (db *DB) Migrate(ctx context.Context, component string, steps []Migration) 
 		if steps[i].Version <= steps[i-1].Version {
 			return fmt.Errorf("store: %s migrations out of order at version %d", component, steps[i].Version)
 		}
+	}
+	if db.ro {
+		return db.checkMigrated(ctx, component, steps)
 	}
 	if err := db.WriteTx(ctx, func(tx *Tx) error {
 		// CREATE TABLE IF NOT EXISTS is not safe against itself on
@@ -83,6 +87,23 @@ func (db *DB) Migrate(ctx context.Context, component string, steps []Migration) 
 		if err != nil {
 			return fmt.Errorf("store: %s migration %d: %w", component, m.Version, err)
 		}
+	}
+	return nil
+}
+
+// checkMigrated verifies, without writing, that component's schema has
+// every step: a database opened read-only cannot be migrated.
+func (db *DB) checkMigrated(ctx context.Context, component string, steps []Migration) error {
+	if len(steps) == 0 {
+		return nil
+	}
+	want := steps[len(steps)-1].Version
+	var have sql.NullInt64
+	err := db.ReadTx(ctx, func(tx *Tx) error {
+		return tx.QueryRow(ctx, `SELECT MAX(version) FROM mcprel_migrations WHERE component = ?`, component).Scan(&have)
+	})
+	if err != nil || int(have.Int64) < want {
+		return fmt.Errorf("store: the %s schema in %s is missing or older than this version of mcprel needs (version %d); open it once for writing to create or migrate it", component, db.target, want)
 	}
 	return nil
 }

@@ -20,10 +20,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
@@ -60,15 +64,25 @@ type Options struct {
 	// MaxConns bounds the PostgreSQL connection pool (and the SQLite read
 	// pool). Zero means 16.
 	MaxConns int
+	// ReadOnly opens the database for reading only: a SQLite file must
+	// already exist and is never created or changed, WriteTx fails with
+	// ErrReadOnly, and Migrate only checks that the schema is current. For
+	// tools that inspect a database another process serves.
+	ReadOnly bool
 }
+
+// ErrReadOnly is returned by WriteTx on a database opened with
+// Options.ReadOnly.
+var ErrReadOnly = errors.New("store: the database was opened read-only")
 
 // DB is an open store.
 type DB struct {
 	dialect Dialect
 	write   *sql.DB       // SQLite: the one write connection; Postgres: the pool
 	read    *sql.DB       // SQLite: a read-only pool; Postgres: the pool
-	slot    chan struct{} // SQLite: the write connection, handed out FIFO
+	writers *writerQueue  // SQLite: the write connection, handed out in arrival order
 	target  string        // what was opened, for messages
+	ro      bool          // opened with Options.ReadOnly
 
 	stmts stmtCache // SQLite: statements prepared once per pool
 
@@ -149,11 +163,15 @@ func IsPostgres(dsn string) bool {
 }
 
 // Open opens a store: a postgres:// or postgresql:// URL, or otherwise the
-// path of a SQLite file (created if missing).
+// path of a SQLite file (created if missing). A URL of any other scheme is
+// refused rather than taken for a file name.
 func Open(ctx context.Context, dsn string, opts *Options) (*DB, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
+	}
+	if scheme, _, ok := strings.Cut(dsn, "://"); ok && !IsPostgres(dsn) && !strings.ContainsAny(scheme, `/\.`) {
+		return nil, fmt.Errorf("store: unsupported database URL scheme %q: give a postgres:// URL or the path of a SQLite file", scheme+"://")
 	}
 	if o.MaxConns <= 0 {
 		o.MaxConns = 16
@@ -171,6 +189,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
+	db.ro = o.ReadOnly
 	if err := db.write.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: opening %s: %w", db.target, err)
@@ -208,8 +227,23 @@ func openSQLite(path string, o Options) (*DB, error) {
 	if i := strings.IndexByte(file, '?'); i >= 0 {
 		return nil, fmt.Errorf("store: give SQLite a plain file path, not %q", path)
 	}
+	if err := checkFile(file, o.ReadOnly); err != nil {
+		return nil, err
+	}
 	params := url.Values{}
 	params.Set("_busy_timeout", fmt.Sprint(o.BusyTimeout.Milliseconds()))
+	if o.ReadOnly {
+		// No journal mode change, no file created: SQLite's own read-only
+		// mode. A WAL database still reads what its writer committed.
+		params.Set("mode", "ro")
+		read, err := sql.Open("sqlite", "file:"+file+"?"+params.Encode())
+		if err != nil {
+			return nil, fmt.Errorf("store: %w", err)
+		}
+		read.SetMaxOpenConns(o.MaxConns)
+		return &DB{dialect: SQLite, write: read, read: read, target: file,
+			stmts: stmtCache{on: true, stmts: map[stmtKey]*sql.Stmt{}}}, nil
+	}
 	params.Set("_journal_mode", "WAL")
 	params.Set("_synchronous", sync)
 	params.Add("_pragma", "foreign_keys(1)")
@@ -222,7 +256,7 @@ func openSQLite(path string, o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	// One write connection, handed out in arrival order by slot.
+	// One write connection, handed out in arrival order by writers.
 	write.SetMaxOpenConns(1)
 	write.SetMaxIdleConns(1)
 	write.SetConnMaxLifetime(0)
@@ -232,10 +266,64 @@ func openSQLite(path string, o Options) (*DB, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	read.SetMaxOpenConns(o.MaxConns)
-	db := &DB{dialect: SQLite, write: write, read: read, slot: make(chan struct{}, 1), target: file,
-		stmts: stmtCache{on: true, stmts: map[stmtKey]*sql.Stmt{}}}
-	db.slot <- struct{}{}
-	return db, nil
+	return &DB{dialect: SQLite, write: write, read: read, writers: &writerQueue{}, target: file,
+		stmts: stmtCache{on: true, stmts: map[stmtKey]*sql.Stmt{}}}, nil
+}
+
+// checkFile tells, in words, why a SQLite file cannot be opened (for
+// writing, unless readOnly), instead of SQLite's "unable to open database
+// file (14)". Opened for writing, a missing file is created empty here, with
+// permissions for its owner only: the ledger holds what tools returned.
+func checkFile(file string, readOnly bool) error {
+	fail := func(why string) error {
+		return fmt.Errorf("store: cannot open the SQLite file %s: %s", file, why)
+	}
+	info, err := os.Stat(file)
+	switch {
+	case err == nil && info.IsDir():
+		return fail("it is a directory")
+	case err == nil:
+		flag := os.O_RDWR
+		if readOnly {
+			flag = os.O_RDONLY
+		}
+		f, err := os.OpenFile(file, flag, 0)
+		if err != nil {
+			return fail(describePathError(err))
+		}
+		return f.Close()
+	case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR):
+		return fail(describePathError(err))
+	case readOnly:
+		return fail("no such file")
+	}
+	dir := filepath.Dir(file)
+	if d, err := os.Stat(dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fail("its directory " + dir + " does not exist")
+		}
+		return fail(describePathError(err))
+	} else if !d.IsDir() {
+		return fail(dir + " is not a directory")
+	}
+	f, err := os.OpenFile(file, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil // another process just created it
+	}
+	if err != nil {
+		return fail("cannot create it in " + dir + ": " + describePathError(err))
+	}
+	return f.Close()
+}
+
+// describePathError is the reason of a file error without its repeated
+// operation and path.
+func describePathError(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
 }
 
 // Dialect returns the kind of database.
@@ -338,14 +426,19 @@ func (t *Tx) Query(ctx context.Context, query string, args ...any) (*sql.Rows, e
 // (in arrival order, bounded by ctx) and begins IMMEDIATE; on PostgreSQL it
 // begins READ COMMITTED.
 func (db *DB) WriteTx(ctx context.Context, fn func(*Tx) error) error {
-	if db.slot != nil {
+	if db.ro {
+		return ErrReadOnly
+	}
+	if db.writers != nil {
+		turn := db.writers.join()
 		if db.batch.onWait != nil {
 			db.batch.onWait()
 		}
 		select {
-		case <-db.slot:
-			defer func() { db.slot <- struct{}{} }()
+		case <-turn:
+			defer db.writers.release()
 		case <-ctx.Done():
+			db.writers.leave(turn)
 			return context.Cause(ctx)
 		}
 	}
@@ -376,9 +469,17 @@ func (db *DB) WriteTx(ctx context.Context, fn func(*Tx) error) error {
 }
 
 // ReadTx runs fn in a read-only transaction on the read pool, which on
-// SQLite never waits for writers.
+// SQLite never waits for writers. Every statement in fn sees one
+// consistent snapshot of the database: on SQLite the WAL snapshot taken
+// at the first read, on PostgreSQL a REPEATABLE READ READ ONLY
+// transaction's. (At READ COMMITTED each statement would see whatever had
+// committed by its own start, so two related reads could disagree.)
 func (db *DB) ReadTx(ctx context.Context, fn func(*Tx) error) error {
-	tx, err := db.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: db.dialect == Postgres})
+	opts := &sql.TxOptions{}
+	if db.dialect == Postgres {
+		opts.Isolation, opts.ReadOnly = sql.LevelRepeatableRead, true
+	}
+	tx, err := db.read.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
 	}
