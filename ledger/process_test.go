@@ -201,7 +201,8 @@ func TestCrashSafety(t *testing.T) {
 			phase := crashPhases[rng.IntN(len(crashPhases))]
 			killAt := rng.IntN(crashKeys)
 			delay := time.Duration(rng.IntN(3000)) * time.Microsecond
-			cmd := child(t, "crash", "DSN="+dsn, "ITER="+strconv.Itoa(iter), "PHASE="+phase, "KILL_AT="+strconv.Itoa(killAt))
+			app := fmt.Sprintf("mcprel-crash-%d-%d", os.Getpid(), iter)
+			cmd := child(t, "crash", "DSN="+storetest.Tagged(dsn, app), "ITER="+strconv.Itoa(iter), "PHASE="+phase, "KILL_AT="+strconv.Itoa(killAt))
 			out, _ := cmd.StdoutPipe()
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
@@ -234,6 +235,10 @@ func TestCrashSafety(t *testing.T) {
 			default:
 				finishedFirst++ // the child was done before the kill arrived
 			}
+
+			// A commit the child sent just before it died may still be
+			// landing: read only once its backends are gone.
+			storetest.AwaitBackendsGone(t, dsn, app)
 
 			// Before any retry: records and effects match one to one.
 			recorded, effects := crashRows(t, l, iter)
@@ -291,7 +296,9 @@ func TestCrashSafety(t *testing.T) {
 }
 
 // crashRows returns the keys of one iteration with a ledger record, and the
-// number of effect rows per key.
+// number of effect rows per key, read from one snapshot (store.ReadTx): a
+// record and its effect commit together, so one snapshot has both or
+// neither.
 func crashRows(t *testing.T, l *ledger.Ledger, iter int) (recorded map[string]bool, effects map[string]int) {
 	t.Helper()
 	recorded, effects = map[string]bool{}, map[string]int{}

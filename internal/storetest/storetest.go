@@ -12,7 +12,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 )
@@ -88,4 +90,63 @@ func FreshSchema(ctx context.Context, base, prefix string) (dsn string, drop fun
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
 	return u.String(), drop, nil
+}
+
+// Tagged returns dsn with its PostgreSQL connections named application
+// (pg_stat_activity.application_name), so a test can wait for the backends
+// of a process it killed; a SQLite dsn comes back unchanged.
+func Tagged(dsn, application string) string {
+	if !isPostgres(dsn) {
+		return dsn
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return dsn
+	}
+	q := u.Query()
+	q.Set("application_name", application)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// AwaitBackendsGone waits until no PostgreSQL backend named application
+// (see Tagged) is left. When a client process is killed, its backend lives
+// on until it notices: one in the middle of a COMMIT finishes it first.
+// Until the backend is gone, what the killed process wrote is not settled.
+// For a SQLite dsn it returns at once: a killed process's writes are
+// settled when it dies.
+func AwaitBackendsGone(t testing.TB, dsn, application string) {
+	t.Helper()
+	if !isPostgres(dsn) {
+		return
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, application).Scan(&n); err != nil {
+			t.Fatalf("waiting for the backends of %s: %v", application, err)
+		}
+		if n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d backends of %s still running after 30 s", n, application)
+		case <-tick.C:
+		}
+	}
+}
+
+// isPostgres is store.IsPostgres, which store's own tests cannot import
+// through this package.
+func isPostgres(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
 }
