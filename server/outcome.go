@@ -78,6 +78,7 @@ type RequestRecord struct {
 	Method    string
 	Tool      string // tools/call only
 	Era       mcp.Era
+	Session   string // SessionConfig.Name of the request's session
 	Outcome   Outcome
 	Cause     error // Cancelled and TimedOut: why
 	ErrorCode int64 // Failed: the JSON-RPC error code

@@ -133,7 +133,7 @@ func (r *inflight) release(cause error) {
 
 // record completes rec with what the request knows and reports it.
 func (r *inflight) record(rec RequestRecord) {
-	rec.ID, rec.Method, rec.Tool, rec.Era = r.id, r.method, r.toolName, r.era
+	rec.ID, rec.Method, rec.Tool, rec.Era, rec.Session = r.id, r.method, r.toolName, r.era, r.sess.cfg.Name
 	r.mu.Lock()
 	rec.Start, rec.Duration = r.start, r.ended.Sub(r.start)
 	rec.ProgressRefused = r.progressDrop
@@ -141,12 +141,21 @@ func (r *inflight) record(rec RequestRecord) {
 	r.sess.srv.report(rec)
 }
 
-// report logs a terminal record and hands it to the hook.
+// report logs a terminal record and hands it to the hook. A listen stream
+// that ends because its client left is how every modern client says
+// goodbye, not news: it is logged at debug.
 func (s *Server) report(rec RequestRecord) {
-	if s.log.Enabled(context.Background(), slog.LevelInfo) {
+	level := slog.LevelInfo
+	if rec.Method == mcp.MethodListen && rec.Outcome == Cancelled {
+		level = slog.LevelDebug
+	}
+	if s.log.Enabled(context.Background(), level) {
 		attrs := []slog.Attr{
 			slog.Any("id", rec.ID),
 			slog.String("method", rec.Method),
+		}
+		if rec.Session != "" {
+			attrs = append(attrs, slog.String("session", rec.Session))
 		}
 		if rec.Tool != "" {
 			attrs = append(attrs, slog.String("tool", rec.Tool))
@@ -167,7 +176,7 @@ func (s *Server) report(rec RequestRecord) {
 		if rec.ProgressRefused > 0 {
 			attrs = append(attrs, slog.Uint64("progress_refused", rec.ProgressRefused))
 		}
-		s.log.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
+		s.log.LogAttrs(context.Background(), level, "request", attrs...)
 	}
 	if s.opts.OnRequestDone != nil {
 		s.opts.OnRequestDone(rec)

@@ -27,6 +27,11 @@ type SessionConfig struct {
 	// subscriptions/listen it tears down: with a result on that stream, or,
 	// on a shared channel such as stdio, with notifications/cancelled.
 	StreamPerRequest bool
+	// Name tells this session's requests apart from another session's in
+	// the request log and in RequestRecord.Session, where JSON-RPC ids
+	// repeat: a legacy HTTP session's tag, say. Empty for stdio and the
+	// stateless era. It must not be a secret.
+	Name string
 }
 
 // StdioSession is the configuration of a stdio connection: both eras, ids

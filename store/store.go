@@ -78,11 +78,11 @@ var ErrReadOnly = errors.New("store: the database was opened read-only")
 // DB is an open store.
 type DB struct {
 	dialect Dialect
-	write   *sql.DB       // SQLite: the one write connection; Postgres: the pool
-	read    *sql.DB       // SQLite: a read-only pool; Postgres: the pool
-	writers *writerQueue  // SQLite: the write connection, handed out in arrival order
-	target  string        // what was opened, for messages
-	ro      bool          // opened with Options.ReadOnly
+	write   *sql.DB      // SQLite: the one write connection; Postgres: the pool
+	read    *sql.DB      // SQLite: a read-only pool; Postgres: the pool
+	writers *writerQueue // SQLite: the write connection, handed out in arrival order
+	target  string       // what was opened, for messages
+	ro      bool         // opened with Options.ReadOnly
 
 	stmts stmtCache // SQLite: statements prepared once per pool
 
@@ -162,6 +162,19 @@ func IsPostgres(dsn string) bool {
 	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
 }
 
+// CheckDSN reports whether Open could take dsn for what it names: a
+// postgres:// URL, or a SQLite file path. A URL of any other scheme is an
+// error, not a file name, and so is an empty string.
+func CheckDSN(dsn string) error {
+	if dsn == "" {
+		return errors.New("store: empty database path")
+	}
+	if scheme, _, ok := strings.Cut(dsn, "://"); ok && !IsPostgres(dsn) && !strings.ContainsAny(scheme, `/\.`) {
+		return fmt.Errorf("store: unsupported database URL scheme %q: give a postgres:// URL or the path of a SQLite file", scheme+"://")
+	}
+	return nil
+}
+
 // Open opens a store: a postgres:// or postgresql:// URL, or otherwise the
 // path of a SQLite file (created if missing). A URL of any other scheme is
 // refused rather than taken for a file name.
@@ -170,8 +183,8 @@ func Open(ctx context.Context, dsn string, opts *Options) (*DB, error) {
 	if opts != nil {
 		o = *opts
 	}
-	if scheme, _, ok := strings.Cut(dsn, "://"); ok && !IsPostgres(dsn) && !strings.ContainsAny(scheme, `/\.`) {
-		return nil, fmt.Errorf("store: unsupported database URL scheme %q: give a postgres:// URL or the path of a SQLite file", scheme+"://")
+	if err := CheckDSN(dsn); err != nil {
+		return nil, err
 	}
 	if o.MaxConns <= 0 {
 		o.MaxConns = 16

@@ -6,9 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
-	"fmt"
+
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/mcprel/mcprel/ledger"
@@ -24,6 +25,7 @@ type dbFlags struct {
 	dsn         string
 	synchronous string
 	retention   time.Duration
+	readOnly    bool // ledger show: inspect, never create or change
 }
 
 func (f *dbFlags) register(fs *flag.FlagSet) {
@@ -32,15 +34,32 @@ func (f *dbFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.retention, "retention", ledger.DefaultRetention, "how long idempotency records are kept")
 }
 
-// open opens the database and the ledger in it.
-func (f *dbFlags) open(ctx context.Context) (*ledger.Ledger, func(), error) {
+// check validates the flags fs parsed, naming each as the user typed it,
+// and picks the default database.
+func (f *dbFlags) check(fs *flag.FlagSet) error {
 	if f.dsn == "" {
+		if setFlags(fs)["db"] {
+			return usagef("%s: --db must name a SQLite file or a postgres:// URL; it is empty", fs.Name())
+		}
 		f.dsn = cmp.Or(os.Getenv("MCPREL_DB"), defaultDB)
 	}
-	if f.retention <= 0 {
-		return nil, nil, fmt.Errorf("--retention must be positive")
+	if err := store.CheckDSN(f.dsn); err != nil {
+		return usagef("%s: --db: %v", fs.Name(), strings.TrimPrefix(err.Error(), "store: "))
 	}
-	db, err := store.Open(ctx, f.dsn, &store.Options{Synchronous: f.synchronous})
+	switch strings.ToUpper(f.synchronous) {
+	case "FULL", "NORMAL":
+	default:
+		return usagef("%s: --synchronous must be FULL or NORMAL, not %q", fs.Name(), f.synchronous)
+	}
+	if f.retention <= 0 {
+		return usagef("%s: --retention must be positive, not %v", fs.Name(), f.retention)
+	}
+	return nil
+}
+
+// open opens the database and the ledger in it.
+func (f *dbFlags) open(ctx context.Context) (*ledger.Ledger, func(), error) {
+	db, err := store.Open(ctx, f.dsn, &store.Options{Synchronous: f.synchronous, ReadOnly: f.readOnly})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -53,35 +72,29 @@ func (f *dbFlags) open(ctx context.Context) (*ledger.Ledger, func(), error) {
 }
 
 // ledgerCmd is "mcprel ledger show": the record of one operation, for
-// reconciling by key from a shell.
+// reconciling by key from a shell. It opens the database read-only, so a
+// mistyped path is reported, never created as an empty ledger that would
+// answer "never committed" and invite a second run of the operation.
 func ledgerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const usageLine = "usage: mcprel ledger show --tool NAME --key KEY [--tenant T] [--db PATH|URL]"
 	if len(args) == 0 || args[0] != "show" {
-		fmt.Fprintln(stderr, "usage: mcprel ledger show --tool NAME --key KEY [--tenant T] [--db PATH|URL]")
-		return errUsage
+		return usagef("%s", usageLine)
 	}
 	fs := flag.NewFlagSet("ledger show", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var db dbFlags
+	db := dbFlags{readOnly: true}
 	db.register(fs)
-	tenant := fs.String("tenant", "", "the tenant the operation belongs to (\"\" for a single-tenant server)")
+	tenant := fs.String("tenant", "", "the tenant the operation belongs to: the TENANT of the --token the caller used with \"mcprel serve --http\"; \"\" (the default) over stdio, with --auth-token, or without tokens")
 	tool := fs.String("tool", "", "the tool that ran the operation")
 	key := fs.String("key", "", "the operation's idempotency key")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	if *tool == "" || *key == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "ledger show: --tool and --key are required")
-		return errUsage
+	if *tool == "" || *key == "" {
+		return usagef("ledger show: --tool and --key are required\n%s", usageLine)
 	}
-	if db.dsn == "" {
-		db.dsn = cmp.Or(os.Getenv("MCPREL_DB"), defaultDB)
-	}
-	// Opening a mistyped path would create an empty ledger and report the
-	// operation as never committed, inviting a second run of it.
-	if !store.IsPostgres(db.dsn) {
-		if _, err := os.Stat(db.dsn); err != nil {
-			return fmt.Errorf("ledger show: no ledger database at %s: %w", db.dsn, err)
-		}
+	if err := db.check(fs); err != nil {
+		return err
 	}
 	l, closeDB, err := db.open(ctx)
 	if err != nil {

@@ -26,8 +26,11 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.SetOutput(stderr)
 	width := fs.Int("width", 160, "truncate printed frames to this many characters (0: never)")
 	dbPath := fs.String("db", "", "the SQLite file the demo server keeps its ledger in (default: a fresh temporary file)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *width < 0 {
+		return usagef("demo: --width must not be negative, not %d", *width)
 	}
 	self, err := os.Executable()
 	if err != nil {

@@ -64,7 +64,7 @@ func TestLedgerShow(t *testing.T) {
 	// A mistyped path is an error, not "never committed", and creates nothing.
 	typo := filepath.Join(filepath.Dir(db), "ledgr.db")
 	cmd = exec.Command(binary, "ledger", "show", "--db", typo, "--tool", "reserve_inventory", "--key", "k-1")
-	if out, _ := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "no ledger database") {
+	if out, _ := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "no such file") {
 		t.Fatalf("ledger show of a missing file: exit %d, %s", cmd.ProcessState.ExitCode(), out)
 	}
 	if _, err := os.Stat(typo); err == nil {
@@ -75,8 +75,39 @@ func TestLedgerShow(t *testing.T) {
 	}
 }
 
+// The ledger's tenant is the caller's authenticated tenant: an operation
+// made with alice's token is found with "ledger show --tenant alice", and
+// nowhere else — while the server that made it is still running.
+func TestLedgerShowTenant(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	url, _ := startHTTP(t, nil, "--db", db, "--token", "alice=tok-a")
+	alice := httpReplica{url: url, token: "tok-a"}
+	for i, call := range [][2]string{
+		{"set_stock", `{"sku":"s","quantity":5,"expectedVersion":0}`},
+		{"reserve_inventory", `{"sku":"s","quantity":2,"idempotencyKey":"k-1"}`},
+	} {
+		if out, err := alice.call(t, i+1, call[0], call[1]); err != nil || out.IsError {
+			t.Fatalf("%s: %+v, %v", call[0], out, err)
+		}
+	}
+	show := func(tenant string) int {
+		cmd := exec.Command(binary, "ledger", "show", "--db", db, "--tenant", tenant, "--tool", "reserve_inventory", "--key", "k-1")
+		out, _ := cmd.CombinedOutput()
+		if tenant == "alice" && !strings.Contains(string(out), `"executions": 1`) {
+			t.Errorf("ledger show --tenant alice printed %s", out)
+		}
+		return cmd.ProcessState.ExitCode()
+	}
+	if code := show("alice"); code != 0 {
+		t.Errorf("ledger show --tenant alice exited %d", code)
+	}
+	if code := show(""); code != 3 {
+		t.Errorf("ledger show without the tenant exited %d, want 3 (not found)", code)
+	}
+}
+
 // httpReplica is one "mcprel serve --http" process.
-type httpReplica struct{ url string }
+type httpReplica struct{ url, token string }
 
 func startReplica(t *testing.T, dsn string) httpReplica {
 	t.Helper()
@@ -98,6 +129,9 @@ func (r httpReplica) call(t *testing.T, id int, tool, args string) (toolOutcome,
 	req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
 	req.Header.Set("Mcp-Method", "tools/call")
 	req.Header.Set("Mcp-Name", tool)
+	if r.token != "" {
+		req.Header.Set("Authorization", "Bearer "+r.token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return toolOutcome{}, err

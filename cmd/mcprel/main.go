@@ -29,7 +29,7 @@ func main() {
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		usage(stderr)
-		return 2
+		return exitUsage
 	}
 	var err error
 	switch args[0] {
@@ -39,30 +39,64 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = demoCmd(ctx, args[1:], stdout, stderr)
 	case "ledger":
 		err = ledgerCmd(ctx, args[1:], stdout, stderr)
-	case "version":
+	case "version", "--version", "-v", "-version":
 		fmt.Fprintln(stdout, "mcprel", version)
-	case "help", "-h", "--help":
+	case "help", "-h", "--help", "-help":
 		usage(stdout)
 	default:
 		fmt.Fprintf(stderr, "mcprel: unknown command %q\n", args[0])
 		usage(stderr)
-		return 2
+		return exitUsage
 	}
+	var ue usageError
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		return 2
+	case errors.As(err, &ue):
+		if ue.msg != "" {
+			fmt.Fprintln(stderr, "mcprel:", ue.msg)
+		}
+		return exitUsage
 	case errors.Is(err, errNotFound):
-		return 3
+		return exitNotFound
 	}
 	fmt.Fprintln(stderr, "mcprel:", err)
-	return 1
+	return exitFailure
 }
 
-var errUsage = errors.New("usage")
+// Exit statuses, the same for every command.
+const (
+	exitFailure  = 1 // the command ran and failed
+	exitUsage    = 2 // the command line is wrong: a flag, a value, an argument
+	exitNotFound = 3 // ledger show: no record for this key
+)
+
+// usageError is a mistake in the command line. Its message names the flag
+// as the user typed it.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// usagef reports a command-line mistake: exit status 2.
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Sprintf(format, args...)}
+}
+
+// parseFlags parses args into fs. The flag package has already printed
+// what is wrong with a bad flag, so the error carries no message of its
+// own; -h is not an error.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{}
+	}
+	if fs.NArg() > 0 {
+		return usagef("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	}
+	return nil
+}
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `mcprel: a reliability-first MCP runtime
@@ -72,9 +106,11 @@ Commands:
   serve --http ADDR serve them over Streamable HTTP
   ledger show       print the ledger's record of one operation
   demo              run a scripted exchange against "mcprel serve --stdio"
-  version           print the version
+  version           print the version (also --version, -v)
 
 Run "mcprel <command> -h" for a command's flags.
+Exit status: 0 success, 1 failure, 2 a mistake in the command line,
+3 "ledger show" found no record.
 `)
 }
 
@@ -82,7 +118,7 @@ Run "mcprel <command> -h" for a command's flags.
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
+		return nil, usagef("--log-level must be debug, info, warn or error, not %q", level)
 	}
 	opts := &slog.HandlerOptions{Level: l}
 	switch format {
@@ -91,5 +127,5 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("--log-format must be text or json, not %q", format)
+	return nil, usagef("--log-format must be text or json, not %q", format)
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -79,24 +78,73 @@ func TestDemo(t *testing.T) {
 	}
 }
 
+// Every mistake in a command line exits 2 with a message naming the flag
+// as the user typed it, and touches nothing: no database is created.
 func TestUsageErrors(t *testing.T) {
-	for _, args := range [][]string{
-		{},
-		{"frobnicate"},
-		{"serve", "--max-concurrent", "0"},
-		{"serve", "--log-format", "xml"},
-		{"serve", "--log-level", "loud"},
-		{"serve", "extra"},
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "Commands:"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"serve", "--max-concurrent", "0"}, "--max-concurrent must be at least 1, not 0"},
+		{[]string{"serve", "--max-queued", "-1"}, "--max-queued must be at least 1, not -1"},
+		{[]string{"serve", "--max-message-bytes", "0"}, "--max-message-bytes must be at least 1"},
+		{[]string{"serve", "--shutdown-grace", "-1s"}, "--shutdown-grace must not be negative"},
+		{[]string{"serve", "--log-format", "xml"}, `--log-format must be text or json, not "xml"`},
+		{[]string{"serve", "--log-level", "loud"}, `--log-level must be debug, info, warn or error, not "loud"`},
+		{[]string{"serve", "extra"}, `serve: unexpected argument "extra"`},
+		{[]string{"serve", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"serve", "--max-concurrent", "many"}, `invalid value "many" for flag -max-concurrent`},
+		{[]string{"serve", "--stdio", "--http", "127.0.0.1:0"}, "choose one of --stdio and --http"},
+		{[]string{"serve", "--http", "localhost"}, `--http wants HOST:PORT`},
+		{[]string{"serve", "--http", "127.0.0.1:0", "--path", "mcp"}, `--path must be a URL path starting with "/"`},
+		{[]string{"serve", "--path", "/x"}, "--path applies to --http only"},
+		{[]string{"serve", "--http", "127.0.0.1:0", "--token", "alice"}, `--token wants TENANT=TOKEN, not "alice"`},
+		{[]string{"serve", "--http", "127.0.0.1:0", "--allowed-origin", "example.com"}, "--allowed-origin wants scheme://host[:port]"},
+		{[]string{"serve", "--synchronous", "fast"}, `--synchronous must be FULL or NORMAL, not "fast"`},
+		{[]string{"serve", "--retention", "0s"}, "--retention must be positive"},
+		{[]string{"serve", "--db", ""}, "--db must name a SQLite file or a postgres:// URL; it is empty"},
+		{[]string{"serve", "--db", "mysql://root@localhost/test"}, `--db: unsupported database URL scheme "mysql://"`},
+		{[]string{"ledger"}, "usage: mcprel ledger show"},
+		{[]string{"ledger", "show", "--tool", "x"}, "--tool and --key are required"},
+		{[]string{"ledger", "show", "--tool", "x", "--key", "k", "--db", "mysql://x/y"}, "unsupported database URL scheme"},
+		{[]string{"demo", "--width", "-1"}, "--width must not be negative"},
 	} {
-		cmd := exec.Command(binary, args...)
-		out, err := cmd.CombinedOutput()
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
-			t.Errorf("mcprel %v: err %v, want exit status 2\n%s", args, err, out)
+		cmd := exec.Command(binary, tc.args...)
+		cmd.Dir = dir
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), tc.want) {
+			t.Errorf("mcprel %q: exit %d, want 2 and a message with %q:\n%s", tc.args, code, tc.want, out)
 		}
 	}
-	if out, err := exec.Command(binary, "version").Output(); err != nil || !strings.HasPrefix(string(out), "mcprel ") {
-		t.Errorf("mcprel version = %q, %v", out, err)
+	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+		t.Errorf("usage errors left files behind: %v", entries)
+	}
+	for _, v := range []string{"version", "--version", "-v"} {
+		if out, err := exec.Command(binary, v).Output(); err != nil || !strings.HasPrefix(string(out), "mcprel ") {
+			t.Errorf("mcprel %s = %q, %v", v, out, err)
+		}
+	}
+}
+
+// A database that cannot be opened is a failure (exit 1) that says why.
+func TestDatabaseErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--stdio", "--db", filepath.Join(dir, "missing", "x.db")}, "its directory " + filepath.Join(dir, "missing") + " does not exist"},
+		{[]string{"serve", "--stdio", "--db", dir}, "it is a directory"},
+		{[]string{"ledger", "show", "--tool", "x", "--key", "k", "--db", filepath.Join(dir, "absent.db")}, "no such file"},
+	} {
+		cmd := exec.Command(binary, tc.args...)
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(string(out), tc.want) || strings.Contains(string(out), "(14)") {
+			t.Errorf("mcprel %q: exit %d, want 1 and a message with %q:\n%s", tc.args, code, tc.want, out)
+		}
 	}
 }
 
@@ -250,7 +298,15 @@ func TestEOFExitsPromptly(t *testing.T) {
 // endpoint URL it prints on its first stderr line.
 func startHTTP(t *testing.T, env []string, args ...string) (string, *exec.Cmd) {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"serve", "--http", "127.0.0.1:0"}, args...)...)
+	url, cmd, _ := startHTTPAt(t, "127.0.0.1:0", env, args...)
+	return url, cmd
+}
+
+// startHTTPAt is startHTTP on addr; it also returns the stderr lines that
+// follow the URL, as they come.
+func startHTTPAt(t *testing.T, addr string, env []string, args ...string) (string, *exec.Cmd, <-chan string) {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"serve", "--http", addr}, args...)...)
 	cmd.Dir = t.TempDir() // where the default ledger file goes
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
@@ -269,11 +325,55 @@ func startHTTP(t *testing.T, env []string, args ...string) (string, *exec.Cmd) {
 	if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/mcp") {
 		t.Fatalf("first stderr line %q is not the endpoint URL", url)
 	}
+	rest := make(chan string, 64)
 	go func() { // keep draining the log
+		defer close(rest)
 		for lines.Scan() {
+			select {
+			case rest <- lines.Text():
+			default: // nobody is reading them
+			}
 		}
 	}()
-	return url, cmd
+	return url, cmd, rest
+}
+
+// Bound to every interface, the server prints a URL a client can use (a
+// loopback host, which its Host check accepts, not [::]) and says which
+// Host and Origin values it accepts.
+func TestServeHTTPOnAllInterfaces(t *testing.T) {
+	url, _, rest := startHTTPAt(t, "0.0.0.0:0", nil, "--auth-token", "secret", "--allowed-host", "mcp.example.com")
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(modernCall(1, "echo", `{"text":"hi"}`)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "tools/call")
+	req.Header.Set("Mcp-Name", "echo")
+	req.Header.Set("Authorization", "Bearer secret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"hi"`) {
+		t.Fatalf("the printed URL %s answered %d %s", url, resp.StatusCode, body)
+	}
+	timeout := time.After(20 * time.Second) // a safety net: the line comes before the URL is served
+	for {
+		select {
+		case line := <-rest:
+			if !strings.Contains(line, "the Host header must name an allowed host") {
+				continue
+			}
+			if !strings.Contains(line, "mcp.example.com") || !strings.Contains(line, "127.0.0.1") {
+				t.Errorf("the allowed hosts line does not list them: %s", line)
+			}
+			return
+		case <-timeout:
+			t.Fatal("no stderr line says which Host values are allowed")
+		}
+	}
 }
 
 // TestServeHTTP: --http prints the endpoint on a line of its own, serves

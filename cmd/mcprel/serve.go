@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -9,8 +10,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -42,38 +45,54 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	var tokens listFlag
 	fs.Var(&tokens, "token", "TENANT=TOKEN: accept this bearer token for that tenant (repeatable); tenants are isolated and limited separately")
 	keepAlive := fs.Duration("keepalive", streamhttp.DefaultKeepAlive, "comment line cadence on quiet SSE streams")
-	maxConcurrent := fs.Int("max-concurrent", server.DefaultMaxConcurrentCalls, "tool calls that may run at once")
-	maxQueued := fs.Int("max-queued", server.DefaultMaxQueuedCalls, "calls that may wait for a slot before new ones are refused as overloaded (at least 1: 0 is taken as 1)")
+	maxConcurrent := fs.Int("max-concurrent", server.DefaultMaxConcurrentCalls, "tool calls that may run at once (at least 1)")
+	maxQueued := fs.Int("max-queued", server.DefaultMaxQueuedCalls, "calls that may wait for a slot before new ones are refused as overloaded (at least 1)")
 	maxMessage := fs.Int("max-message-bytes", jsonrpc.DefaultMaxMessageBytes, "largest inbound message accepted")
 	grace := fs.Duration("shutdown-grace", 10*time.Second, "on SIGINT/SIGTERM, how long running calls may finish before they are cancelled")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json (log lines go to stderr)")
 	var db dbFlags
 	db.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "serve: unexpected argument %q\n", fs.Arg(0))
-		return errUsage
-	}
 	if *useStdio && *httpAddr != "" {
-		fmt.Fprintln(stderr, "serve: choose one of --stdio and --http")
-		return errUsage
+		return usagef("serve: choose one of --stdio and --http")
 	}
-	if *maxConcurrent <= 0 || *maxQueued < 0 || *maxMessage <= 0 {
-		fmt.Fprintln(stderr, "serve: --max-concurrent and --max-message-bytes must be positive, --max-queued not negative")
-		return errUsage
+	for _, c := range []struct {
+		flag  string
+		value int
+	}{{"--max-concurrent", *maxConcurrent}, {"--max-queued", *maxQueued}, {"--max-message-bytes", *maxMessage}} {
+		if c.value < 1 {
+			return usagef("serve: %s must be at least 1, not %d", c.flag, c.value)
+		}
+	}
+	for _, c := range []struct {
+		flag  string
+		value time.Duration
+	}{{"--keepalive", *keepAlive}, {"--shutdown-grace", *grace}} {
+		if c.value < 0 {
+			return usagef("serve: %s must not be negative, not %v", c.flag, c.value)
+		}
+	}
+	if err := db.check(fs); err != nil {
+		return err
 	}
 	logger, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
-		fmt.Fprintln(stderr, "serve:", err)
-		return errUsage
+		return err
 	}
-	queued := *maxQueued
-	if queued == 0 {
-		queued = 1 // zero means "the default" to server.Options, which has no "none"
+	var httpOpts *streamhttp.HandlerOptions
+	if *httpAddr != "" {
+		if httpOpts, err = httpOptions(*httpAddr, *path, hosts, origins, *authToken, tokens); err != nil {
+			return err
+		}
+		httpOpts.MaxBodyBytes = int64(*maxMessage)
+		httpOpts.KeepAlive = *keepAlive
+	} else if setFlags(fs)["path"] {
+		return usagef("serve: --path applies to --http only")
 	}
+
 	l, closeDB, err := db.open(ctx)
 	if err != nil {
 		return err
@@ -86,35 +105,14 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	defer func() { stopReaper(); <-reaped }()
 	srv, err := newDemoServer(l, &server.Options{
 		MaxConcurrentCalls: *maxConcurrent,
-		MaxQueuedCalls:     queued,
+		MaxQueuedCalls:     *maxQueued,
 		Logger:             logger,
 	})
 	if err != nil {
 		return err
 	}
-
-	if *httpAddr != "" {
-		token := *authToken
-		if token == "" {
-			token = os.Getenv("MCPREL_AUTH_TOKEN")
-		}
-		tenants := map[string]string{}
-		for _, t := range tokens {
-			name, tok, ok := strings.Cut(t, "=")
-			if !ok || name == "" || tok == "" {
-				fmt.Fprintf(stderr, "serve: --token wants TENANT=TOKEN, not %q\n", t)
-				return errUsage
-			}
-			tenants[tok] = name
-		}
-		return serveHTTP(ctx, srv, logger, stderr, *httpAddr, *path, *grace, &streamhttp.HandlerOptions{
-			AllowedHosts:   hosts,
-			AllowedOrigins: origins,
-			AuthToken:      token,
-			Tokens:         tenants,
-			MaxBodyBytes:   int64(*maxMessage),
-			KeepAlive:      *keepAlive,
-		})
+	if httpOpts != nil {
+		return serveHTTP(ctx, srv, logger, stderr, *httpAddr, *path, *grace, httpOpts)
 	}
 
 	conn := stdio.NewConn(srv, stdin, stdout, &stdio.Options{MaxMessageBytes: *maxMessage})
@@ -131,6 +129,46 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		conn.Shutdown(sctx)
 	}()
 	return conn.Serve(ctx)
+}
+
+// setFlags returns the names of the flags the command line set.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
+// httpOptions checks the HTTP flags and turns them into handler options.
+func httpOptions(addr, path string, hosts, origins []string, authToken string, tokens []string) (*streamhttp.HandlerOptions, error) {
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		return nil, usagef("serve: --http wants HOST:PORT, such as 127.0.0.1:8080 (port 0 picks a free one), not %q", addr)
+	}
+	if !strings.HasPrefix(path, "/") || strings.ContainsAny(path, " {}?#") {
+		return nil, usagef("serve: --path must be a URL path starting with \"/\", such as /mcp, not %q", path)
+	}
+	for _, o := range origins {
+		if u, err := url.Parse(o); o != "*" && (err != nil || u.Scheme == "" || u.Host == "") {
+			return nil, usagef("serve: --allowed-origin wants scheme://host[:port], such as https://app.example.com, not %q", o)
+		}
+	}
+	token := cmp.Or(authToken, os.Getenv("MCPREL_AUTH_TOKEN"))
+	tenants := map[string]string{}
+	for _, t := range tokens {
+		name, tok, ok := strings.Cut(t, "=")
+		if !ok || name == "" || tok == "" {
+			return nil, usagef("serve: --token wants TENANT=TOKEN, not %q", t)
+		}
+		if prev, dup := tenants[tok]; dup || tok == token {
+			return nil, usagef("serve: the token of tenant %q is given twice (also for %q)", name, cmp.Or(prev, "--auth-token"))
+		}
+		tenants[tok] = name
+	}
+	return &streamhttp.HandlerOptions{
+		AllowedHosts:   hosts,
+		AllowedOrigins: origins,
+		AuthToken:      token,
+		Tokens:         tenants,
+	}, nil
 }
 
 // newDemoServer returns the server "mcprel serve" runs: the demo tools,
@@ -170,8 +208,25 @@ func serveHTTP(ctx context.Context, srv *server.Server, logger *slog.Logger, std
 	if err != nil {
 		return err
 	}
-	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && opts.AuthToken == "" && len(opts.Tokens) == 0 {
+	tcp, _ := ln.Addr().(*net.TCPAddr)
+	// The endpoint on a line of its own, first, once it accepts
+	// connections: a URL that works, with a loopback host for an
+	// unspecified address.
+	fmt.Fprintln(stderr, endpointURL(tcp, ln.Addr().String(), path))
+	beyondLoopback := tcp != nil && !tcp.IP.IsLoopback()
+	if beyondLoopback && opts.AuthToken == "" && len(opts.Tokens) == 0 {
 		logger.Warn("serving beyond loopback without --auth-token: anyone who can reach this address can call the tools", "addr", ln.Addr().String())
+	}
+	if beyondLoopback {
+		hosts, origins := "localhost, 127.0.0.1, ::1", "http(s)://localhost, 127.0.0.1 or [::1], any port"
+		if len(opts.AllowedHosts) > 0 {
+			hosts = strings.Join(opts.AllowedHosts, ", ")
+		}
+		if len(opts.AllowedOrigins) > 0 {
+			origins = strings.Join(opts.AllowedOrigins, ", ")
+		}
+		logger.Warn("the Host header must name an allowed host, or the request is refused with 403; add the names clients use with --allowed-host (and browser origins with --allowed-origin)",
+			"allowed_hosts", hosts, "allowed_origins", origins)
 	}
 	mux := http.NewServeMux()
 	mux.Handle(path, h)
@@ -181,9 +236,6 @@ func serveHTTP(ctx context.Context, srv *server.Server, logger *slog.Logger, std
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	// The endpoint on a line of its own, once it accepts connections.
-	fmt.Fprintf(stderr, "http://%s%s\n", ln.Addr(), path)
-
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	sigs := make(chan os.Signal, 1)
@@ -209,4 +261,19 @@ func serveHTTP(ctx context.Context, srv *server.Server, logger *slog.Logger, std
 		return err
 	}
 	return nil
+}
+
+// endpointURL is the URL clients reach the endpoint at. An unspecified
+// address (0.0.0.0, which Go listens on as the dual-stack [::]) accepts
+// connections on every interface but is no host to connect to, and a Host
+// header naming it would be refused: loopback stands in.
+func endpointURL(tcp *net.TCPAddr, addr, path string) string {
+	if tcp == nil {
+		return "http://" + addr + path
+	}
+	ip := tcp.IP
+	if ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(tcp.Port)) + path
 }

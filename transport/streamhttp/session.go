@@ -54,10 +54,14 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 	}
 	tenant := server.TenantFrom(r.Context())
 	ctx, cancel := context.WithCancelCause(server.WithTenant(context.Background(), tenant))
+	id := newSessionID()
 	ls := &legacySession{
-		id:       newSessionID(),
-		tenant:   tenant,
-		sess:     h.srv.NewSession(server.SessionConfig{Legacy: true, TrackIDs: true, StreamPerRequest: true}),
+		id:     id,
+		tenant: tenant,
+		// The log names the session by the first 8 characters of its id:
+		// enough to tell sessions apart and to find the client's, not
+		// enough to present it.
+		sess:     h.srv.NewSession(server.SessionConfig{Legacy: true, TrackIDs: true, StreamPerRequest: true, Name: id[:8]}),
 		ctx:      ctx,
 		cancel:   cancel,
 		lastUsed: time.Now(),
