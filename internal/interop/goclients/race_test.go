@@ -1,0 +1,5 @@
+//go:build race
+
+package goclients_test
+
+func init() { raceEnabled = true }
