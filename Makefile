@@ -3,13 +3,17 @@
 GO       ?= go
 NPM      ?= npm
 INTEROP  := internal/interop/ts
+INSPECT  := internal/interop/inspector
+GOCLIENT := internal/interop/goclients
 CONF     := conformance
 
 .PHONY: check vet test interop-deps conformance conformance-deps demo build
 
 ## check: formatting, vet, every test with the race detector (including the
-## TypeScript SDK interop tests), and both official conformance suites. The
-## pinned npm packages (and Node 22 for the suites) install on first use.
+## interop tests with the TypeScript SDKs, the Inspector CLI, the official Go
+## SDK and mcp-go), and both official conformance suites. The pinned npm
+## packages (and Node 22 for the suites and the Inspector) and the Go peers
+## (a module of their own) install on first use.
 check: vet interop-deps test conformance
 
 vet:
@@ -17,14 +21,22 @@ vet:
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
+	cd $(GOCLIENT) && $(GO) vet ./...
 
 test:
 	MCPREL_REQUIRE_INTEROP=1 $(GO) test -race -count=1 ./...
+	cd $(GOCLIENT) && $(GO) test -race -count=1 ./...
 
-interop-deps: $(INTEROP)/node_modules/.package-lock.json
+interop-deps: $(INTEROP)/node_modules/.package-lock.json $(INSPECT)/node_modules/.package-lock.json
 
 $(INTEROP)/node_modules/.package-lock.json: $(INTEROP)/package.json $(INTEROP)/package-lock.json
 	cd $(INTEROP) && $(NPM) ci --no-audit --no-fund
+
+# npm install, not npm ci: the Inspector's web UI pulls in vite, whose
+# optional dependency napi-windows-process-start-time is not in the registry,
+# and npm ci refuses a lock file without it. install follows the same lock.
+$(INSPECT)/node_modules/.package-lock.json: $(INSPECT)/package.json $(INSPECT)/package-lock.json
+	cd $(INSPECT) && $(NPM) install --no-audit --no-fund
 
 ## conformance: the official MCP conformance suites against the fixture
 ## server; summaries are printed, details land in conformance/results/.

@@ -1,0 +1,214 @@
+package ts_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcprel/mcprel/internal/interop/scenario"
+)
+
+// TestTypeScriptScenario runs the interop scenario with both official
+// TypeScript SDKs in every era and transport they speak against `mcprel
+// serve`, and judges each answer with the judge every client faces: each
+// result or tool failure must reach the caller as the server meant it,
+// never as a client-side validation error.
+func TestTypeScriptScenario(t *testing.T) {
+	requireNode(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	bin := buildServer(t, ctx)
+	for _, tc := range []struct{ sdk, era string }{
+		{"v1", "legacy"}, // @modelcontextprotocol/sdk 1.32.2
+		{"v2", "legacy"}, // @modelcontextprotocol/client 2.4.0, its default handshake
+		{"v2", "modern"}, // the same, pinned to 2026-07-28
+	} {
+		for _, transport := range []string{"stdio", "http"} {
+			t.Run(fmt.Sprintf("%s-%s-%s", tc.sdk, tc.era, transport), func(t *testing.T) {
+				dir := t.TempDir()
+				logPath := filepath.Join(dir, "server.log")
+				db := filepath.Join(dir, "ledger.db")
+				var target string
+				if transport == "stdio" {
+					// The client spawns the server; its log goes to a file.
+					target = fmt.Sprintf("exec %q serve --stdio --db %q --log-format json 2>>%q", bin, db, logPath)
+				} else {
+					target = startServer(t, ctx, bin, db, logPath)
+				}
+				cmd := exec.CommandContext(ctx, "node", "scenario-client.mjs", tc.sdk, tc.era, transport, target)
+				var stdout, stderr bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &stdout, &stderr
+				cmd.Env = append(os.Environ(), nodeEnv...)
+				cmd.WaitDelay = 10 * time.Second
+				if err := cmd.Run(); err != nil {
+					t.Fatalf("node scenario-client.mjs: %v\n%s\n%s", err, stdout.Bytes(), stderr.Bytes())
+				}
+				judgeTS(t, tc.era, stdout.Bytes(), logPath)
+			})
+		}
+	}
+}
+
+// startServer runs `mcprel serve --http` with its log in logPath and
+// returns its endpoint URL.
+func startServer(t *testing.T, ctx context.Context, bin, db, logPath string) string {
+	t.Helper()
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, bin, "serve", "--http", "127.0.0.1:0", "--db", db, "--log-format", "json")
+	pr, pw, _ := os.Pipe()
+	cmd.Stderr = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); logFile.Close() })
+	br := bufio.NewReader(pr)
+	url, err := br.ReadString('\n')
+	if err != nil {
+		t.Fatalf("mcprel serve --http printed %q: %v", url, err)
+	}
+	go func() { br.WriteTo(logFile); pr.Close() }()
+	return strings.TrimSpace(url)
+}
+
+type tsOutcome struct {
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Name, Message string
+		Code          any
+	} `json:"error"`
+}
+
+// judgeTS judges one run of scenario-client.mjs.
+func judgeTS(t *testing.T, era string, raw []byte, logPath string) {
+	t.Helper()
+	var out struct {
+		ProtocolVersion string
+		Tools           []string
+		Steps           []struct {
+			Name string
+			tsOutcome
+		}
+		Progress struct {
+			tsOutcome
+			Values, Late []float64
+		}
+		Cancel struct {
+			tsOutcome
+			ProgressBeforeAbort bool
+		}
+		AfterCancel  tsOutcome
+		ClientErrors []string
+		Fatal        string
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("the client's report %s: %v", raw, err)
+	}
+	if out.Fatal != "" {
+		t.Fatalf("the client failed: %s", out.Fatal)
+	}
+	s := scenario.Load()
+	if want := map[string]string{"legacy": "2025-11-25", "modern": "2026-07-28"}[era]; out.ProtocolVersion != want && !strings.HasPrefix(out.ProtocolVersion, "(") {
+		t.Errorf("negotiated %q, want %s", out.ProtocolVersion, want)
+	}
+	slices.Sort(out.Tools)
+	if !slices.Equal(out.Tools, s.Tools) {
+		t.Errorf("tools/list = %v, want %v", out.Tools, s.Tools)
+	}
+	run := &scenario.Run{}
+	judge := func(step scenario.Step, o tsOutcome) {
+		t.Helper()
+		if o.Error != nil {
+			t.Errorf("%s: the client threw %s (code %v): %s", step.Name, o.Error.Name, o.Error.Code, o.Error.Message)
+		} else if p := run.Judge(step, o.Result); p != "" {
+			t.Errorf("%s: %s\n%s", step.Name, p, o.Result)
+		}
+	}
+	if len(out.Steps) != len(s.Steps) {
+		t.Fatalf("the client ran %d steps of %d", len(out.Steps), len(s.Steps))
+	}
+	for i, step := range s.Steps {
+		judge(step, out.Steps[i].tsOutcome)
+	}
+	judge(s.Progress, out.Progress.tsOutcome)
+	// typescript-sdk#2580: the last value may be reported as late.
+	values := append(out.Progress.Values, out.Progress.Late...)
+	if len(values) == 0 || values[len(values)-1] != s.Progress.LastProgress || !slices.IsSorted(values) || len(slices.Compact(slices.Clone(values))) != len(values) {
+		t.Errorf("progress %v (+%v late), want increasing values ending at %v", out.Progress.Values, out.Progress.Late, s.Progress.LastProgress)
+	}
+	if !out.Cancel.ProgressBeforeAbort || out.Cancel.Error == nil || !strings.Contains(out.Cancel.Error.Message, "AbortError") {
+		t.Errorf("the aborted call: %+v, want an abort error after progress", out.Cancel)
+	}
+	judge(s.Steps[0], out.AfterCancel)
+	if len(out.ClientErrors) > 0 {
+		t.Errorf("the client reported errors: %v", out.ClientErrors)
+	}
+
+	// The server's side of the cancellation: the call ended cancelled by
+	// the client's signal, its handler stopped, and nothing was logged
+	// above INFO.
+	wantCause := "cancelled by the client"
+	if era == "modern" && strings.Contains(t.Name(), "http") {
+		wantCause = "client closed the request stream"
+	}
+	isCancelled := func(rec map[string]string) bool {
+		return rec["msg"] == "request" && rec["tool"] == s.Cancel.Tool && rec["outcome"] == "cancelled"
+	}
+	log := awaitLog(t, logPath, func(log []map[string]string) bool {
+		i := slices.IndexFunc(log, isCancelled)
+		return i >= 0 && slices.ContainsFunc(log, func(rec map[string]string) bool {
+			return rec["msg"] == "handler returned after the request ended; result discarded" && rec["id"] == log[i]["id"]
+		})
+	})
+	if rec := log[slices.IndexFunc(log, isCancelled)]; !strings.HasPrefix(rec["cause"], wantCause) {
+		t.Errorf("the aborted call was cancelled with cause %q, want %q", rec["cause"], wantCause)
+	}
+	for _, rec := range log {
+		if rec["level"] != "INFO" && rec["level"] != "DEBUG" {
+			t.Errorf("the server logged %s", rec)
+		}
+	}
+	if t.Failed() {
+		t.Logf("client report: %s", raw)
+	}
+}
+
+// awaitLog reads a server's JSON log until done says it holds what the
+// test needs. A stdio server has exited by the time the client is done;
+// an HTTP server notices a closed stream on its own time, so its log is
+// read again as it grows.
+func awaitLog(t *testing.T, path string, done func([]map[string]string) bool) []map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second) // a safety net, never an outcome
+	for {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log []map[string]string
+		for line := range strings.Lines(string(data)) {
+			if rec := parseLogLine(strings.TrimSpace(line)); rec != nil {
+				log = append(log, rec)
+			}
+		}
+		if done(log) {
+			return log
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server's log never showed the aborted call cancelled and its handler stopped:\n%s", data)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a file another process writes
+	}
+}
