@@ -34,10 +34,16 @@ suite() {
     echo "== $name"
     if node "$@" > "results/$name.log" 2>&1; then :; else status=1; fi
     grep -E '(✓|✗) |^Total|Baseline|[Ss]tale|FAILURE' "results/$name.log" | sed 's/\x1b\[[0-9;]*m//g' || true
+    # The suite counts the checks of baselined scenarios in its Total line;
+    # say so, so that a passing run does not read as a failure.
+    if grep -q 'Baseline check passed' "results/$name.log"; then
+        echo "   (every failed check above is in a scenario listed in $(basename "$baseline") — not built yet, expected to fail; the baseline check is the verdict)"
+    fi
 }
+baseline=baseline-2026.yml
 suite conformance-0.1.16 node_modules/conformance-2025/dist/index.js server --url "$url" -o results/0.1.16
 suite conformance-0.2.0-alpha.12 node_modules/conformance-2026/dist/index.js server --url "$url" \
-    --requirements 2026-07-28 --expected-failures baseline-2026.yml -o results/0.2.0-alpha.12
+    --requirements 2026-07-28 --expected-failures "$baseline" -o results/0.2.0-alpha.12
 
 if [ $status -ne 0 ]; then
     echo "conformance: FAILED (details in conformance/results/)" >&2

@@ -47,15 +47,21 @@ func TestRetryReservesOnce(t *testing.T) {
 	defer cmd.Wait()
 	defer in.Close()
 	lines := bufio.NewScanner(out)
-	for id := 1; id <= 2; id++ {
-		fmt.Fprintf(in, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"reserve","arguments":{"sku":"A","quantity":2,"idempotencyKey":"order-1"},`+
-			`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`+"\n", id)
+	// What the README says of the key: in the arguments or in _meta, and
+	// a call without one is refused with idempotency_key_required.
+	for id, tc := range []struct{ args, meta, want string }{
+		{`{"sku":"A","quantity":2,"idempotencyKey":"order-1"}`, ``, `"dev.mcprel/replayed":false`},
+		{`{"sku":"A","quantity":2,"idempotencyKey":"order-1"}`, ``, `"dev.mcprel/replayed":true`},
+		{`{"sku":"A","quantity":2}`, `"dev.mcprel/idempotencyKey":"order-1",`, `"dev.mcprel/replayed":true`},
+		{`{"sku":"A","quantity":2}`, ``, `idempotency_key_required`},
+	} {
+		fmt.Fprintf(in, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"reserve","arguments":%s,`+
+			`"_meta":{%s"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`+"\n", id, tc.args, tc.meta)
 		if !lines.Scan() {
 			t.Fatal("no response")
 		}
-		want := fmt.Sprintf(`"dev.mcprel/replayed":%v`, id == 2)
-		if line := lines.Text(); !strings.Contains(line, want) || strings.Contains(line, `"isError":true`) {
-			t.Fatalf("call %d: %s, want %s", id, line, want)
+		if line := lines.Text(); !strings.Contains(line, tc.want) || strings.Contains(line, `"isError":true`) != (tc.want == "idempotency_key_required") {
+			t.Fatalf("call %d: %s, want %s", id, line, tc.want)
 		}
 	}
 	db, err := sql.Open("sqlite", filepath.Join(dir, "reservations.db"))
