@@ -1,7 +1,6 @@
 package ts_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -34,15 +33,25 @@ func TestTypeScriptScenario(t *testing.T) {
 	} {
 		for _, transport := range []string{"stdio", "http"} {
 			t.Run(fmt.Sprintf("%s-%s-%s", tc.sdk, tc.era, transport), func(t *testing.T) {
-				dir := t.TempDir()
-				logPath := filepath.Join(dir, "server.log")
-				db := filepath.Join(dir, "ledger.db")
 				var target string
+				var serverLog func(done func([]map[string]string) bool) []map[string]string
 				if transport == "stdio" {
 					// The client spawns the server; its log goes to a file.
-					target = fmt.Sprintf("exec %q serve --stdio --db %q --log-format json 2>>%q", bin, db, logPath)
+					dir := t.TempDir()
+					logPath := filepath.Join(dir, "server.log")
+					target = fmt.Sprintf("exec %q serve --stdio --db %q --log-format json 2>>%q", bin, filepath.Join(dir, "ledger.db"), logPath)
+					serverLog = func(done func([]map[string]string) bool) []map[string]string { return awaitFile(t, logPath, done) }
 				} else {
-					target = startServer(t, ctx, bin, db, logPath)
+					srv := startHTTPServer(t, ctx, bin)
+					target = srv.url
+					serverLog = func(done func([]map[string]string) bool) []map[string]string {
+						if !srv.waitFor(ctx, done) {
+							t.Fatal("the server's log never showed the aborted call cancelled and its handler stopped")
+						}
+						srv.mu.Lock()
+						defer srv.mu.Unlock()
+						return slices.Clone(srv.log)
+					}
 				}
 				cmd := exec.CommandContext(ctx, "node", "scenario-client.mjs", tc.sdk, tc.era, transport, target)
 				var stdout, stderr bytes.Buffer
@@ -52,35 +61,10 @@ func TestTypeScriptScenario(t *testing.T) {
 				if err := cmd.Run(); err != nil {
 					t.Fatalf("node scenario-client.mjs: %v\n%s\n%s", err, stdout.Bytes(), stderr.Bytes())
 				}
-				judgeTS(t, tc.era, stdout.Bytes(), logPath)
+				judgeTS(t, tc.era, stdout.Bytes(), serverLog)
 			})
 		}
 	}
-}
-
-// startServer runs `mcprel serve --http` with its log in logPath and
-// returns its endpoint URL.
-func startServer(t *testing.T, ctx context.Context, bin, db, logPath string) string {
-	t.Helper()
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(ctx, bin, "serve", "--http", "127.0.0.1:0", "--db", db, "--log-format", "json")
-	pr, pw, _ := os.Pipe()
-	cmd.Stderr = pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); logFile.Close() })
-	br := bufio.NewReader(pr)
-	url, err := br.ReadString('\n')
-	if err != nil {
-		t.Fatalf("mcprel serve --http printed %q: %v", url, err)
-	}
-	go func() { br.WriteTo(logFile); pr.Close() }()
-	return strings.TrimSpace(url)
 }
 
 type tsOutcome struct {
@@ -91,8 +75,9 @@ type tsOutcome struct {
 	} `json:"error"`
 }
 
-// judgeTS judges one run of scenario-client.mjs.
-func judgeTS(t *testing.T, era string, raw []byte, logPath string) {
+// judgeTS judges one run of scenario-client.mjs; serverLog returns the
+// server's log once done holds for it.
+func judgeTS(t *testing.T, era string, raw []byte, serverLog func(done func([]map[string]string) bool) []map[string]string) {
 	t.Helper()
 	var out struct {
 		ProtocolVersion string
@@ -166,7 +151,7 @@ func judgeTS(t *testing.T, era string, raw []byte, logPath string) {
 	isCancelled := func(rec map[string]string) bool {
 		return rec["msg"] == "request" && rec["tool"] == s.Cancel.Tool && rec["outcome"] == "cancelled"
 	}
-	log := awaitLog(t, logPath, func(log []map[string]string) bool {
+	log := serverLog(func(log []map[string]string) bool {
 		i := slices.IndexFunc(log, isCancelled)
 		return i >= 0 && slices.ContainsFunc(log, func(rec map[string]string) bool {
 			return rec["msg"] == "handler returned after the request ended; result discarded" && rec["id"] == log[i]["id"]
@@ -185,11 +170,10 @@ func judgeTS(t *testing.T, era string, raw []byte, logPath string) {
 	}
 }
 
-// awaitLog reads a server's JSON log until done says it holds what the
-// test needs. A stdio server has exited by the time the client is done;
-// an HTTP server notices a closed stream on its own time, so its log is
-// read again as it grows.
-func awaitLog(t *testing.T, path string, done func([]map[string]string) bool) []map[string]string {
+// awaitFile reads the JSON log a stdio server writes to path until done
+// says it holds what the test needs. The server has usually exited by the
+// time its client is done; until then the file is read again as it grows.
+func awaitFile(t *testing.T, path string, done func([]map[string]string) bool) []map[string]string {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second) // a safety net, never an outcome
 	for {
