@@ -50,6 +50,15 @@ func TestFailedResultsNeverBreakTheOutputSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An output schema the validator cannot compile (a remote $ref) is
+	// still served, and nothing is known to match it.
+	err = srv.AddTool(server.Tool{Name: "remote", OutputSchema: json.RawMessage(`{"$ref":"https://example.com/schemas/stock.json"}`)},
+		func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("failed")}, StructuredContent: map[string]any{"sku": "w1"}, IsError: true}, nil
+		})
+	if err != nil {
+		t.Fatalf("a tool with an uncompilable output schema: %v", err)
+	}
 	c := mcptest.Stdio(t, srv, nil)
 	callTool := func(id int64, name string, args map[string]any) mcptest.Frame {
 		t.Helper()
@@ -83,5 +92,10 @@ func TestFailedResultsNeverBreakTheOutputSchema(t *testing.T) {
 	json.Unmarshal(callTool(12, "raw", map[string]any{"valid": true}).Result, &res)
 	if !res.IsError || string(res.StructuredContent) != `{"sku":"w1"}` {
 		t.Errorf("structuredContent the schema describes: got %s, want it kept", res.StructuredContent)
+	}
+	res.StructuredContent = nil
+	json.Unmarshal(callTool(13, "remote", nil).Result, &res)
+	if !res.IsError || res.StructuredContent != nil {
+		t.Errorf("structuredContent under an uncompilable schema: kept %s", res.StructuredContent)
 	}
 }

@@ -111,7 +111,7 @@ type registeredTool struct {
 	def     mcp.Tool
 	policy  Policy
 	schema  *jsonschema.Resolved
-	output  *jsonschema.Resolved // nil when the tool declares no output schema
+	output  *jsonschema.Resolved // nil when the tool declares no output schema, or one that does not compile
 	keyArg  bool                 // the input schema declares the idempotency key argument
 	headers []HeaderParam
 	handler ToolHandler
@@ -187,15 +187,17 @@ func compileTool(t Tool) (*registeredTool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: tool %q: %w", t.Name, err)
 	}
+	if len(t.OutputSchema) > 0 && !json.Valid(t.OutputSchema) {
+		return nil, fmt.Errorf("server: tool %q: output schema is not valid JSON", t.Name)
+	}
+	// The output schema is only used to judge a failed result's
+	// structuredContent (see result). One this validator cannot compile
+	// (an older draft, a remote $ref) is still served as given: clients
+	// may well understand it.
 	var output *jsonschema.Resolved
-	if len(bytes.TrimSpace(t.OutputSchema)) > 0 {
-		var os jsonschema.Schema
-		if err := json.Unmarshal(t.OutputSchema, &os); err != nil {
-			return nil, fmt.Errorf("server: tool %q: output schema is not a JSON Schema: %w", t.Name, err)
-		}
-		if output, err = os.Resolve(nil); err != nil {
-			return nil, fmt.Errorf("server: tool %q: output schema: %w", t.Name, err)
-		}
+	var os jsonschema.Schema
+	if len(bytes.TrimSpace(t.OutputSchema)) > 0 && json.Unmarshal(t.OutputSchema, &os) == nil {
+		output, _ = os.Resolve(nil)
 	}
 	return &registeredTool{
 		def: mcp.Tool{
@@ -356,10 +358,14 @@ func (rt *registeredTool) result(res mcp.Result, err error) (mcp.Result, *jsonrp
 }
 
 // describes reports whether the tool's output schema accepts v as
-// structuredContent; without a schema anything goes.
+// structuredContent: without a schema anything goes, and with one that
+// could not be compiled nothing is known to.
 func (rt *registeredTool) describes(v any) bool {
-	if rt.output == nil {
+	if len(rt.def.OutputSchema) == 0 {
 		return true
+	}
+	if rt.output == nil {
+		return false
 	}
 	raw, ok := v.(json.RawMessage)
 	if !ok {
