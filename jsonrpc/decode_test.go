@@ -204,3 +204,83 @@ func TestDecodedMembersDoNotAliasTheFrame(t *testing.T) {
 		t.Fatalf("params changed with the frame: %s", m.Params)
 	}
 }
+
+// A string id that decoding would alter (invalid UTF-8, a lone surrogate
+// escape) is echoed as it arrived, and two such ids stay apart; ids that
+// decode exactly keep their normal form.
+func TestLossyStringIDsEchoAsSent(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		echo string // "" means the same as raw
+	}{
+		{`"a\ud800"`, ``},
+		{`"a\udbff"`, ``},
+		{`"\udc00x"`, ``},
+		{`"a\ud800\u0041"`, ``},
+		{"\"a\xffb\"", ``},
+		{`"\ud83d\ude00"`, `"😀"`}, // a proper pair: exact, re-encoded normally
+		{`"plain"`, ``},
+		{`"tab\\\\u"`, ``}, // an escaped backslash, not an escape
+	} {
+		m, err := Decode([]byte(`{"jsonrpc":"2.0","id":` + tc.raw + `,"method":"ping"}`))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.raw, err)
+		}
+		want := tc.echo
+		if want == "" {
+			want = tc.raw
+		}
+		if got := string(m.ID.AppendJSON(nil)); got != want {
+			t.Errorf("id %s echoed as %s, want %s", tc.raw, got, want)
+		}
+	}
+	a, _ := ParseID([]byte(`"a\ud800"`))
+	b, _ := ParseID([]byte(`"a\udbff"`))
+	if a == b {
+		t.Error(`"a\ud800" and "a\udbff" are the same id`)
+	}
+	c, _ := ParseID([]byte(`"a"`))
+	d, _ := ParseID([]byte(`"\u0061"`))
+	if c != d {
+		t.Error(`"a" and "\u0061" are different ids`)
+	}
+}
+
+// Decode and IDScanner agree on a frame with two "id" members: the last
+// counts, as encoding/json has it.
+func TestDuplicateIDOneRule(t *testing.T) {
+	frame := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","id":"two"}`)
+	m, err := Decode(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s IDScanner
+	s.Write(frame)
+	id, ok := s.ID()
+	if !ok || id != m.ID || m.ID != StringID("two") {
+		t.Fatalf("Decode read %v, IDScanner %v (%v); want both \"two\"", m.ID, id, ok)
+	}
+}
+
+// IDScanner tells a request from a notification and a response, as Decode
+// does, so that an oversize notification is never answered.
+func TestIDScannerKind(t *testing.T) {
+	for _, tc := range []struct {
+		frame string
+		kind  Kind
+	}{
+		{`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"id":7,"requestId":1}}`, KindNotification},
+		{`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"method":"x"}}`, KindRequest},
+		{`{"method":"tools/call","jsonrpc":"2.0","id":3}`, KindRequest},
+		{`{"jsonrpc":"2.0","id":3,"result":{}}`, KindResponse},
+		{`{"jsonrpc":"2.0","params":{"method":"x","id":1}}`, 0},
+		{`{"jsonrpc":"2.0","methods":"x"}`, 0},
+	} {
+		var s IDScanner
+		s.Write([]byte(tc.frame))
+		m, _ := Decode([]byte(tc.frame))
+		if s.Kind() != tc.kind || (tc.kind != 0 && m.Kind != tc.kind) {
+			t.Errorf("%s: scanner says %v, Decode %v; want %v", tc.frame, s.Kind(), m.Kind, tc.kind)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"unicode/utf8"
 )
 
 // ID is a JSON-RPC request id: a string or an integer. The zero ID is "no id"
@@ -13,8 +14,15 @@ import (
 //
 // IDs are comparable and may be used as map keys. The string "1" and the
 // integer 1 are different ids, as JSON-RPC requires.
+//
+// A string id whose JSON holds invalid UTF-8 or a lone UTF-16 surrogate
+// escape cannot be decoded without loss (both become U+FFFD). Such an id
+// keeps its JSON text as it arrived, is echoed byte for byte, and differs
+// from every other id, so that the client can match the response to its
+// request.
 type ID struct {
 	str  string
+	raw  string // the JSON text of a string id that decoding would alter; "" otherwise
 	num  int64
 	kind idKind
 }
@@ -66,10 +74,14 @@ func (id ID) LogValue() slog.Value {
 	return slog.StringValue("<none>")
 }
 
-// AppendJSON appends the id's JSON encoding to b.
+// AppendJSON appends the id's JSON encoding to b: for a string id that
+// could not be decoded without loss, the text it arrived as.
 func (id ID) AppendJSON(b []byte) []byte {
 	switch id.kind {
 	case idString:
+		if id.raw != "" {
+			return append(b, id.raw...)
+		}
 		return appendString(b, id.str)
 	case idNumber:
 		return strconv.AppendInt(b, id.num, 10)
@@ -116,7 +128,11 @@ func ParseID(raw []byte) (ID, error) {
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return ID{}, ErrInvalidID
 		}
-		return StringID(s), nil
+		id := StringID(s)
+		if lossy(raw) {
+			id.raw = string(raw)
+		}
+		return id, nil
 	case c == '-' || (c >= '0' && c <= '9'):
 		n, err := strconv.ParseInt(string(raw), 10, 64)
 		if err != nil {
@@ -127,4 +143,55 @@ func ParseID(raw []byte) (ID, error) {
 		return ID{}, ErrNullID
 	}
 	return ID{}, ErrInvalidID
+}
+
+// lossy reports whether decoding the JSON string raw (a valid one, quotes
+// included) replaced anything with U+FFFD: invalid UTF-8, or a \u escape of
+// a UTF-16 surrogate that is not half of a pair.
+func lossy(raw []byte) bool {
+	if !utf8.Valid(raw) {
+		return true
+	}
+	for i := 0; i+5 < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		if raw[i+1] != 'u' {
+			i++ // skip the escaped character, which may be a backslash
+			continue
+		}
+		r, ok := hex4(raw[i+2 : i+6])
+		i += 5
+		switch {
+		case !ok || r < 0xD800 || r > 0xDFFF:
+		case r >= 0xDC00: // a low surrogate with no high one before it
+			return true
+		case i+6 < len(raw) && raw[i+1] == '\\' && raw[i+2] == 'u':
+			lo, ok := hex4(raw[i+3 : i+7])
+			if !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return true
+			}
+			i += 6
+		default: // a high surrogate with no low one after it
+			return true
+		}
+	}
+	return false
+}
+
+func hex4(b []byte) (rune, bool) {
+	var r rune
+	for _, c := range b {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }

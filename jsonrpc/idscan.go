@@ -1,14 +1,21 @@
 package jsonrpc
 
+import (
+	"slices"
+	"strings"
+)
+
 // IDScanner recovers the top-level "id" of a frame that is read in pieces
-// and never held whole, such as a message over the size limit. A transport
-// feeds it the frame's bytes as it discards them and can then answer the
-// refused request with its id instead of leaving the sender to wait forever.
+// and never held whole, such as a message over the size limit, and which
+// kind of message the frame is. A transport feeds it the frame's bytes as it
+// discards them and can then answer a refused request with its id instead of
+// leaving the sender to wait forever — and leave a notification unanswered.
 //
 // The scan is syntactic only: it follows strings, escapes and nesting, and
 // keeps at most maxScannedID bytes of the id value. A frame that is not valid
 // JSON may yield no id, or an id from a member a full parser would reject;
-// the caller uses it only to address an error response.
+// the caller uses it only to address an error response. When "id" appears
+// more than once the last one counts, as it does for Decode.
 type IDScanner struct {
 	depth     int
 	inString  bool
@@ -16,12 +23,13 @@ type IDScanner struct {
 	wantKey   bool // at depth 1, the next string is a member name
 	inKey     bool
 	key       []byte
-	keyIsID   bool
-	wantValue bool // at depth 1, after ':' and before the value starts
+	member    string // the top-level member whose value comes next
+	wantValue bool   // at depth 1, after ':' and before the value starts
 	capturing bool
 	value     []byte
-	done      bool
+	done      bool // a complete id value was read
 	overflow  bool
+	seen      map[string]bool // top-level members seen: id, method, result, error
 }
 
 const maxScannedID = 256
@@ -29,9 +37,6 @@ const maxScannedID = 256
 // Write feeds the next bytes of the frame. It never fails.
 func (s *IDScanner) Write(p []byte) (int, error) {
 	for _, c := range p {
-		if s.done {
-			break
-		}
 		s.step(c)
 	}
 	return len(p), nil
@@ -44,6 +49,21 @@ func (s *IDScanner) ID() (ID, bool) {
 	}
 	id, err := ParseID(s.value)
 	return id, err == nil
+}
+
+// Kind is the kind of message the frame appears to be, by the top-level
+// members seen so far, as Decode classifies them; 0 when it has none of
+// them.
+func (s *IDScanner) Kind() Kind {
+	switch {
+	case s.seen["method"] && s.seen["id"]:
+		return KindRequest
+	case s.seen["method"]:
+		return KindNotification
+	case s.seen["result"] || s.seen["error"]:
+		return KindResponse
+	}
+	return 0
 }
 
 func (s *IDScanner) keep(c byte) {
@@ -70,9 +90,16 @@ func (s *IDScanner) step(c byte) {
 			s.inString = false
 			if s.inKey {
 				s.inKey = false
-				s.keyIsID = string(s.key) == `id"`
+				s.member = ""
+				if name, ok := strings.CutSuffix(string(s.key), `"`); ok && slices.Contains(scannedMembers, name) {
+					s.member = name
+					if s.seen == nil {
+						s.seen = map[string]bool{}
+					}
+					s.seen[name] = true
+				}
 			} else if s.capturing {
-				s.done = true
+				s.capturing, s.done = false, true
 			}
 		}
 		return
@@ -80,11 +107,11 @@ func (s *IDScanner) step(c byte) {
 	if s.capturing { // a number or literal ends at the first structural byte
 		switch c {
 		case ',', '}', ']', ' ', '\t', '\r', '\n':
-			s.done = true
+			s.capturing, s.done = false, true
+		default:
+			s.keep(c)
 			return
 		}
-		s.keep(c)
-		return
 	}
 	switch c {
 	case '"':
@@ -94,9 +121,8 @@ func (s *IDScanner) step(c byte) {
 			s.key = s.key[:0]
 		} else if s.depth == 1 && s.wantValue {
 			s.wantValue = false
-			if s.keyIsID {
-				s.capturing = true
-				s.value = append(s.value[:0], '"')
+			if s.member == "id" {
+				s.startValue('"')
 			}
 		}
 	case '{', '[':
@@ -121,10 +147,20 @@ func (s *IDScanner) step(c byte) {
 	default:
 		if s.depth == 1 && s.wantValue {
 			s.wantValue = false
-			if s.keyIsID {
-				s.capturing = true
-				s.value = append(s.value[:0], c)
+			if s.member == "id" {
+				s.startValue(c)
 			}
 		}
 	}
+}
+
+// scannedMembers are the top-level members whose presence decides a
+// message's kind.
+var scannedMembers = []string{"id", "method", "result", "error"}
+
+// startValue begins capturing an id value, replacing any earlier one: the
+// last "id" member counts.
+func (s *IDScanner) startValue(first byte) {
+	s.capturing, s.done, s.overflow = true, false, false
+	s.value = append(s.value[:0], first)
 }

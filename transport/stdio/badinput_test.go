@@ -77,6 +77,19 @@ var badInputs = []struct {
 	{name: "second initialize", era: mcp.Legacy, frame: `{"jsonrpc":"2.0","id":28,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`, wantCode: jsonrpc.CodeInvalidRequest, wantID: idp(28)},
 	{name: "invalid logging level", era: mcp.Legacy, frame: `{"jsonrpc":"2.0","id":29,"method":"logging/setLevel","params":{"level":"loud"}}`, wantCode: jsonrpc.CodeInvalidParams, wantID: idp(29)},
 	{name: "unknown list cursor", era: mcp.Legacy, frame: `{"jsonrpc":"2.0","id":30,"method":"tools/list","params":{"cursor":"abc"}}`, wantCode: jsonrpc.CodeInvalidParams, wantID: idp(30)},
+	{name: "oversize message with two ids", frame: `{"jsonrpc":"2.0","id":34,"method":"tools/call","params":{"name":"echo","arguments":{"text":"` + strings.Repeat("x", 3*maxMessage) + `"}},"id":35}`, wantCode: jsonrpc.CodeInvalidRequest, wantID: idp(35)},
+	{name: "id with a lone surrogate", era: mcp.Modern, frame: modernFrameRawID(`"a\ud800"`, "tools/frobnicate"), wantCode: jsonrpc.CodeMethodNotFound, wantID: rawidp(`"a\ud800"`),
+		check: func(t *testing.T, f mcptest.Frame) {
+			if !strings.Contains(f.Raw, `"id":"a\ud800"`) {
+				t.Errorf("the id was not echoed as sent: %s", f.Raw)
+			}
+		}},
+	{name: "id with invalid UTF-8", era: mcp.Modern, frame: modernFrameRawID("\"b\xfe\"", "tools/frobnicate"), wantCode: jsonrpc.CodeMethodNotFound, wantID: rawidp("\"b\xfe\""),
+		check: func(t *testing.T, f mcptest.Frame) {
+			if !strings.Contains(f.Raw, "\"id\":\"b\xfe\"") {
+				t.Errorf("the id was not echoed as sent: %q", f.Raw)
+			}
+		}},
 	{name: "string id 1 is not integer id 1", era: mcp.Modern, frame: `{"jsonrpc":"2.0","id":"1","method":"tools/frobnicate","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`, wantCode: jsonrpc.CodeMethodNotFound, wantID: sidp("1")},
 
 	// Never answered.
@@ -89,10 +102,23 @@ var badInputs = []struct {
 	{name: "notification with a wrong version", frame: `{"jsonrpc":"1.0","method":"notifications/initialized"}`},
 	{name: "unknown notification", frame: `{"jsonrpc":"2.0","method":"notifications/frobnicated"}`},
 	{name: "response to nothing", frame: `{"jsonrpc":"2.0","id":31,"result":{}}`},
+	{name: "oversize notification", frame: `{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"` + strings.Repeat("x", 3*maxMessage) + `"}}`},
+	{name: "oversize response", frame: `{"jsonrpc":"2.0","id":36,"result":{"data":"` + strings.Repeat("x", 3*maxMessage) + `"}}`},
 	{name: "blank line", frame: ``},
 }
 
-func idp(n int64) *jsonrpc.ID   { id := jsonrpc.IntID(n); return &id }
+func idp(n int64) *jsonrpc.ID { id := jsonrpc.IntID(n); return &id }
+func rawidp(raw string) *jsonrpc.ID {
+	id, err := jsonrpc.ParseID([]byte(raw))
+	if err != nil {
+		panic(err)
+	}
+	return &id
+}
+
+func modernFrameRawID(rawID, method string) string {
+	return `{"jsonrpc":"2.0","id":` + rawID + `,"method":"` + method + `","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+}
 func sidp(s string) *jsonrpc.ID { id := jsonrpc.StringID(s); return &id }
 
 func modernFrame(id int, method, params string) string {

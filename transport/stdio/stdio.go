@@ -11,6 +11,7 @@ package stdio
 
 import (
 	"bufio"
+	"cmp"
 	"bytes"
 	"context"
 	"errors"
@@ -158,8 +159,11 @@ func (c *Conn) readLoop(ctx context.Context) error {
 	for {
 		frame, oversize, err := readFrame(br, c.opts.MaxMessageBytes)
 		if oversize != nil {
+			// Answered with its id, unless it is a notification (never
+			// answered) or a response; a frame with none of the members
+			// that tell gets an answer without an id.
 			id, _ := oversize.ID()
-			m := jsonrpc.Message{Kind: jsonrpc.KindRequest, ID: id}
+			m := jsonrpc.Message{Kind: cmp.Or(oversize.Kind(), jsonrpc.KindRequest), ID: id}
 			c.sess.Reject(ctx, m, jsonrpc.NewError(jsonrpc.CodeInvalidRequest,
 				"message exceeds the %d-byte limit", c.opts.MaxMessageBytes), c.outbox)
 		} else if len(bytes.TrimSpace(frame)) > 0 {
