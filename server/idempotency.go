@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/mcprel/mcprel/ledger"
@@ -43,12 +44,14 @@ const (
 // runs: keep it to database work (on SQLite, writers take turns).
 //
 // What is stored and replayed: a successful result, and a failure that is
-// the business outcome (an *mcp.ToolError that is not Retryable, such as
-// "insufficient stock"). Anything else — a retryable ToolError, another
-// error, a panic, a cancelled or timed-out call — rolls back and stores
-// nothing, so a retry with the same key runs again. Arguments are never
-// stored as refused: schema validation happens before the ledger, and a
-// handler's own ToolError with code "invalid_arguments" rolls back too.
+// the operation's outcome — the decision it made about this request (an
+// *mcp.ToolError that is not Retryable, such as "insufficient stock"), so
+// that every retry gets the same decision. Anything else — a retryable
+// ToolError, a failure code listed in Preconditions, another error, a
+// panic, a cancelled or timed-out call — rolls back and stores nothing,
+// so a retry with the same key runs again. Arguments are never stored as
+// refused: schema validation happens before the ledger, and a handler's
+// own ToolError with code "invalid_arguments" rolls back too.
 type Idempotency struct {
 	Key KeyMode
 	// Fields lists the top-level arguments that define the operation; their
@@ -68,6 +71,14 @@ type Idempotency struct {
 	// the effect runs again. The ledger's lease must outlast the tool's
 	// maximum deadline.
 	External bool
+	// Preconditions lists failure codes (mcp.ToolError.Code) that report a
+	// precondition the call found unmet rather than a decision it made:
+	// the SKU does not exist yet, the account is not open. Nothing was
+	// decided, so such a failure is not stored: it rolls back, and a retry
+	// with the same key runs again once the precondition may hold. A
+	// failure that is the operation's own answer (insufficient stock, a
+	// declined card) is not listed, and is replayed to every retry.
+	Preconditions []string
 }
 
 // Tx is the transaction the call's effect writes through: it commits with
@@ -80,7 +91,7 @@ func (c *CallRequest) Tx() *store.Tx { return c.tx }
 func (s *Server) ledgerFor(t Tool) error {
 	idem := t.Policy.Idempotency
 	if idem.Key == KeyNone {
-		if idem.External || idem.Fields != nil {
+		if idem.External || idem.Fields != nil || idem.Preconditions != nil {
 			return fmt.Errorf("server: tool %q: Idempotency.Key must be KeyOptional or KeyRequired to use the ledger", t.Name)
 		}
 		return nil
@@ -165,14 +176,14 @@ func (h handlerFailed) Error() string { return h.err.Error() }
 func (h handlerFailed) Unwrap() error { return h.err }
 
 // outcome sorts what a handler returned into a result to keep — a
-// success, or a business failure (a ToolError neither retryable nor about
-// the arguments) as its isError result — or an error that must roll back,
-// wrapped in handlerFailed. The kept result is the server's own shallow
-// copy: the handler's value is never written to.
-func outcome(res *mcp.CallToolResult, err error) (*mcp.CallToolResult, error) {
+// success, or a business failure (a ToolError neither retryable, nor about
+// the arguments, nor an unmet precondition) as its isError result — or an
+// error that must roll back, wrapped in handlerFailed. The kept result is
+// the server's own shallow copy: the handler's value is never written to.
+func outcome(p Idempotency, res *mcp.CallToolResult, err error) (*mcp.CallToolResult, error) {
 	if err != nil {
 		var te *mcp.ToolError
-		if !errors.As(err, &te) || te.Retryable || te.Code == mcp.FailureInvalidArguments {
+		if !errors.As(err, &te) || te.Retryable || te.Code == mcp.FailureInvalidArguments || slices.Contains(p.Preconditions, te.Code) {
 			return nil, handlerFailed{err}
 		}
 		return te.Result(), nil
@@ -191,7 +202,8 @@ func outcome(res *mcp.CallToolResult, err error) (*mcp.CallToolResult, error) {
 func runInTx(ctx context.Context, rt *registeredTool, call *CallRequest, tx *store.Tx) (*mcp.CallToolResult, error) {
 	call.tx = tx
 	defer func() { call.tx = nil }()
-	return outcome(rt.handler(ctx, call))
+	out, err := rt.handler(ctx, call)
+	return outcome(rt.policy.Idempotency, out, err)
 }
 
 // callIdempotent runs a call of a tool with an Idempotency policy.
@@ -270,7 +282,8 @@ func (s *Server) callExternal(ctx context.Context, rt *registeredTool, call *Cal
 				"tool", call.Name, "error", err)
 		}
 	}()
-	out, err := outcome(rt.handler(ctx, call))
+	out, err := rt.handler(ctx, call)
+	out, err = outcome(rt.policy.Idempotency, out, err)
 	if err != nil {
 		return ledger.Result{}, nil, err
 	}

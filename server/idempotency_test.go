@@ -508,3 +508,38 @@ func TestKeyRequiredBySchema(t *testing.T) {
 		t.Fatalf("the handler ran %d times, want 1", runs.Load())
 	}
 }
+
+// A failure listed in Idempotency.Preconditions is not the operation's
+// answer: it is not stored, and a retry with the same key runs again once
+// the precondition holds.
+func TestPreconditionFailureIsNotStored(t *testing.T) {
+	srv := ledgerServer(t, nil)
+	var exists atomic.Bool
+	var runs atomic.Int64
+	err := srv.AddTool(server.Tool{
+		Name:   "reserve",
+		Policy: server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired, Preconditions: []string{"unknown_sku"}}},
+	}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		runs.Add(1)
+		if !exists.Load() {
+			return nil, &mcp.ToolError{Code: "unknown_sku", Message: "no such SKU yet"}
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("reserved")}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcptest.Stdio(t, srv, nil)
+	args := map[string]any{"idempotencyKey": "k"}
+	if f := call(t, c, 1, args, nil).failure(t); f.Code != "unknown_sku" {
+		t.Fatalf("first = %+v", f)
+	}
+	exists.Store(true)
+	r := call(t, c, 2, args, nil)
+	if r.IsError || r.Meta[mcp.MetaReplayed] != false || runs.Load() != 2 {
+		t.Fatalf("retry once the SKU exists = %s after %d runs; want it to run", r.raw, runs.Load())
+	}
+	if r := call(t, c, 3, args, nil); r.Meta[mcp.MetaReplayed] != true || runs.Load() != 2 {
+		t.Fatalf("retry after the success = %s; want a replay", r.raw)
+	}
+}

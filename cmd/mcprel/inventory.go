@@ -139,13 +139,17 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 		Description: "Reserves quantity units of a SKU. idempotencyKey is required: use a new UUID per reservation " +
 			"and the same one on every retry. A retry with the same key returns the original reservation without " +
 			"reserving again; the same key with another SKU or quantity is refused (idempotency_conflict). " +
-			"insufficient_stock is a final answer for that key. After a timeout or a lost response, retry with the " +
+			"insufficient_stock is a final answer for that key; unknown_sku is not (retry once the SKU exists). After a timeout or a lost response, retry with the " +
 			"same key, or check with lookup_operation; read stock with get_inventory.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{` +
 			`"sku":` + nameSchema + `,"quantity":{"type":"integer","minimum":1,"maximum":1000000},` +
 			`"idempotencyKey":` + keySchema + `},"required":["sku","quantity","idempotencyKey"],"additionalProperties":false}`),
 		Annotations: mutating(true),
-		Policy:      server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired, Fields: []string{"sku", "quantity"}}},
+		// insufficient_stock is this reservation's answer and is replayed;
+		// an unknown SKU is a precondition that set_stock may fix, so it
+		// is not stored and a retry with the same key runs again.
+		Policy: server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired, Fields: []string{"sku", "quantity"},
+			Preconditions: []string{"unknown_sku"}}},
 	}, func(ctx context.Context, req *server.CallRequest, in reserveArgs) (reserveResult, error) {
 		tx := req.Tx()
 		out := reserveResult{ReservationID: "res_" + rand.Text(), SKU: in.SKU, Quantity: in.Quantity}

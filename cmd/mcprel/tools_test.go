@@ -44,6 +44,10 @@ var demoCalls = []demoCall{
 	{"reserve_inventory", `{"sku":"w1","quantity":4,"idempotencyKey":"k-1"}`, nil, mcp.FailureKeyConflict},
 	{"reserve_inventory", `{"sku":"w1","quantity":50,"idempotencyKey":"k-2"}`, nil, "insufficient_stock"},
 	{"reserve_inventory", `{"sku":"nope","quantity":1,"idempotencyKey":"k-3"}`, nil, "unknown_sku"},
+	// unknown_sku is a precondition, not stored: once the SKU exists the
+	// same key runs.
+	{"set_stock", `{"sku":"nope","quantity":1,"expectedVersion":0}`, nil, ""},
+	{"reserve_inventory", `{"sku":"nope","quantity":1,"idempotencyKey":"k-3"}`, nil, ""},
 	{"reserve_inventory", `{"sku":"w1","quantity":1}`, nil, mcp.FailureKeyRequired},
 	{"reserve_inventory", `{"sku":"w1","quantity":0,"idempotencyKey":"k-4"}`, nil, mcp.FailureInvalidArguments},
 	{"charge_account", `{"account":"alice","cents":500}`, nil, ""},
