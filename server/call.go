@@ -13,10 +13,16 @@ import (
 
 // requestInfo builds the part of a handler's request every kind shares.
 // scope names what an input_required state is bound to (method and tool,
-// prompt or resource); empty for requests that cannot ask for input. It
-// fails the request and returns false when a retry's state does not verify.
-func (ss *Session) requestInfo(r *inflight, in *incoming, scope string) (Request, bool) {
+// prompt or resource); empty for requests that cannot ask for input. The
+// state is bound to the request's tenant and to args, the JSON of its
+// arguments, too: a state issued for one tenant or one set of arguments
+// is refused for another. It fails the request and returns false when a
+// retry's state does not verify.
+func (ss *Session) requestInfo(r *inflight, in *incoming, scope string, args []byte) (Request, bool) {
 	q := Request{ID: r.id, Meta: in.rawMeta, Era: r.era, Tenant: TenantFrom(in.ctx), r: r}
+	if scope != "" {
+		scope += "\x00" + q.Tenant + "\x00" + argsDigest(args)
+	}
 	r.scope = scope
 	r.tenant = q.Tenant
 	if r.era == mcp.Modern {

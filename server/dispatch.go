@@ -207,7 +207,7 @@ func (ss *Session) callTool(r *inflight, in *incoming) {
 		r.succeed(te.Result())
 		return
 	}
-	q, ok := ss.requestInfo(r, in, r.method+"\x00"+*p.Name)
+	q, ok := ss.requestInfo(r, in, r.method+"\x00"+*p.Name, args)
 	if !ok {
 		return
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -22,11 +23,13 @@ import (
 // handler finds in Request.InputResponses.
 //
 // State is what the handler wants back on the retry. The server signs it
-// (HMAC-SHA256, bound to the method and name of the request, with an
-// expiry) before it leaves, and verifies the signature when it returns: a
-// retry with a tampered or expired state is refused with -32602 before the
-// handler runs, and the handler sees the verified bytes in
-// Request.RequestState.
+// (HMAC-SHA256, bound to the method and name of the request, its tenant
+// and its arguments, with an expiry) before it leaves, and verifies the
+// signature when it returns: a retry with a tampered or expired state, or
+// with a state issued to another tenant or for other arguments, is refused
+// with -32602 before the handler runs, and the handler sees the verified
+// bytes in Request.RequestState. The state is signed, not encrypted: the
+// client can read it, so nothing secret belongs in it.
 //
 // In the legacy era a handler asks with Request.CallClient instead;
 // InputRequired there is an internal error.
@@ -98,6 +101,21 @@ func (s *stateSigner) verify(scope, state string, now time.Time) ([]byte, error)
 		return nil, errors.New("requestState has expired; start the request again")
 	}
 	return body[8:], nil
+}
+
+// argsDigest is a digest of a request's arguments, the same for any two
+// encodings of the same JSON value (member order, spacing): what an
+// input_required state is bound to besides the method, name and tenant.
+func argsDigest(args []byte) string {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.UseNumber() // numbers exactly as sent
+	canonical := args
+	if len(args) > 0 && dec.Decode(&v) == nil {
+		canonical, _ = json.Marshal(v) // object members sorted
+	}
+	sum := sha256.Sum256(canonical)
+	return string(sum[:])
 }
 
 // mrtrParams are the members any modern request may carry on a retry.

@@ -3,13 +3,16 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/transport/streamhttp"
 )
 
 // TestInputRequiredRoundTrip: a tool asks for input (2026-07-28), the
@@ -76,5 +79,63 @@ func TestRequireCapability(t *testing.T) {
 	if f.Error == nil || f.Error.Code != mcp.CodeMissingClientCapability || json.Unmarshal(f.Error.Data, &data) != nil ||
 		data.RequiredCapabilities["sampling"] == nil || data.RequiredCapabilities["elicitation"] != nil {
 		t.Fatalf("got %s, want -32021 naming only sampling", f.Raw)
+	}
+}
+
+// A requestState is bound to the tenant it was issued to and to the
+// arguments of the call that asked for input: presented by another tenant,
+// or with other arguments, it is refused before the tool runs.
+func TestRequestStateBoundToTenantAndArguments(t *testing.T) {
+	srv := mcptest.NewServer(t, nil)
+	var runs atomic.Int64
+	srv.AddTool(server.Tool{Name: "transfer"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		runs.Add(1)
+		if req.RequestState != nil {
+			return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("done for " + req.Tenant)}}, nil
+		}
+		return nil, &server.InputRequired{
+			Requests: map[string]mcp.InputRequest{"ok": server.ElicitRequest(mcp.ElicitParams{Message: "confirm?"})},
+			State:    []byte("confirmed-amount"),
+		}
+	})
+	c := mcptest.HTTP(t, srv, &streamhttp.HandlerOptions{Tokens: map[string]string{"tok-a": "alice", "tok-b": "bob"}})
+	call := func(token string, id int64, args map[string]any, state string) mcptest.Frame {
+		t.Helper()
+		params := map[string]any{"name": "transfer", "arguments": args}
+		if state != "" {
+			params["requestState"] = state
+			params["inputResponses"] = map[string]any{"ok": map[string]any{"action": "accept"}}
+		}
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": mcp.MethodToolsCall, "params": mcptest.ModernParams(params)})
+		hdr := mcptest.ModernHeaders(mcp.MethodToolsCall, "transfer")
+		hdr["Authorization"] = "Bearer " + token
+		return mcptest.ReadJSON(t, c.Do(context.Background(), http.MethodPost, body, hdr))
+	}
+	args := map[string]any{"to": "carol", "cents": 500}
+	var ir mcp.InputRequiredResult
+	if f := call("tok-a", 1, args, ""); json.Unmarshal(f.Result, &ir) != nil || ir.RequestState == "" {
+		t.Fatalf("first round = %s", f.Raw)
+	}
+	before := runs.Load()
+	for _, tc := range []struct {
+		name  string
+		token string
+		args  map[string]any
+	}{
+		{"another tenant", "tok-b", args},
+		{"other arguments", "tok-a", map[string]any{"to": "mallory", "cents": 500}},
+		{"a changed amount", "tok-a", map[string]any{"to": "carol", "cents": 50000}},
+	} {
+		if f := call(tc.token, 2, tc.args, ir.RequestState); f.Error == nil || f.Error.Code != jsonrpc.CodeInvalidParams {
+			t.Errorf("%s: %s, want -32602", tc.name, f.Raw)
+		}
+	}
+	if runs.Load() != before {
+		t.Fatalf("the tool ran %d times with a misused state", runs.Load()-before)
+	}
+	// The same tenant with the same arguments, in another member order.
+	reordered := map[string]any{"cents": 500, "to": "carol"}
+	if f := call("tok-a", 3, reordered, ir.RequestState); !strings.Contains(string(f.Result), "done for alice") {
+		t.Fatalf("the rightful retry = %s", f.Raw)
 	}
 }

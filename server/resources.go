@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -225,7 +226,7 @@ func (ss *Session) readResource(r *inflight, in *incoming) {
 		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.uri is required"))
 		return
 	}
-	q, ok := ss.requestInfo(r, in, r.method+"\x00"+*p.URI)
+	q, ok := ss.requestInfo(r, in, r.method+"\x00"+*p.URI, nil)
 	if !ok {
 		return
 	}
@@ -288,7 +289,8 @@ func (ss *Session) getPrompt(r *inflight, in *incoming) {
 			return
 		}
 	}
-	q, ok := ss.requestInfo(r, in, r.method+"\x00"+*p.Name)
+	promptArgs, _ := json.Marshal(p.Arguments) // a map: keys sorted
+	q, ok := ss.requestInfo(r, in, r.method+"\x00"+*p.Name, promptArgs)
 	if !ok {
 		return
 	}
@@ -314,7 +316,7 @@ func (ss *Session) complete(r *inflight, in *incoming) {
 		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.ref and params.argument are required"))
 		return
 	}
-	q, _ := ss.requestInfo(r, in, "")
+	q, _ := ss.requestInfo(r, in, "", nil)
 	req := &CompleteRequest{Request: q, Params: p}
 	ss.startCall(r, in, ss.srv.completeLane, ss.srv.opts.Standard, func(ctx context.Context) (mcp.Result, error) {
 		res, err := h(ctx, req)
