@@ -106,6 +106,52 @@ func TestLedgerShowTenant(t *testing.T) {
 	}
 }
 
+// The --auth-token holder is a tenant of its own (""), not an operator over
+// the others: it neither sees nor changes a tenant's stock or operations,
+// and its own are recorded under "".
+func TestAuthTokenIsATenantOfItsOwn(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	url, _ := startHTTP(t, nil, "--db", db, "--token", "alice=tok-a", "--auth-token", "tok-admin")
+	alice := httpReplica{url: url, token: "tok-a"}
+	admin := httpReplica{url: url, token: "tok-admin"}
+	mustCall := func(r httpReplica, id int, tool, args string) toolOutcome {
+		t.Helper()
+		out, err := r.call(t, id, tool, args)
+		if err != nil {
+			t.Fatalf("%s: %v", tool, err)
+		}
+		return out
+	}
+	if out := mustCall(alice, 1, "set_stock", `{"sku":"w","quantity":5,"expectedVersion":0}`); out.IsError {
+		t.Fatalf("alice's set_stock: %+v", out)
+	}
+	if out := mustCall(alice, 2, "reserve_inventory", `{"sku":"w","quantity":2,"idempotencyKey":"k-alice"}`); out.IsError {
+		t.Fatalf("alice's reservation: %+v", out)
+	}
+	// The admin token sees no stock of alice's and cannot reserve it.
+	if out := mustCall(admin, 3, "get_inventory", `{"sku":"w"}`); !out.IsError {
+		t.Errorf("the admin token read alice's stock: %+v", out)
+	}
+	if out := mustCall(admin, 4, "reserve_inventory", `{"sku":"w","quantity":1,"idempotencyKey":"k-admin"}`); !out.IsError {
+		t.Errorf("the admin token reserved alice's stock: %+v", out)
+	}
+	if out := mustCall(admin, 5, "lookup_operation", `{"tool":"reserve_inventory","idempotencyKey":"k-alice"}`); out.StructuredContent["found"] != false {
+		t.Errorf("the admin token found alice's operation: %+v", out)
+	}
+	// Its own stock and operations live under tenant "".
+	mustCall(admin, 6, "set_stock", `{"sku":"w","quantity":9,"expectedVersion":0}`)
+	if out := mustCall(admin, 7, "reserve_inventory", `{"sku":"w","quantity":1,"idempotencyKey":"k-admin-2"}`); out.IsError || out.StructuredContent["remaining"] != float64(8) {
+		t.Errorf("the admin token's own reservation: %+v", out)
+	}
+	if out := mustCall(alice, 8, "get_inventory", `{"sku":"w"}`); out.StructuredContent["available"] != float64(3) {
+		t.Errorf("alice's stock after the admin's calls: %+v", out)
+	}
+	cmd := exec.Command(binary, "ledger", "show", "--db", db, "--tool", "reserve_inventory", "--key", "k-admin-2")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("ledger show of the admin's operation under tenant \"\": %v\n%s", err, out)
+	}
+}
+
 // httpReplica is one "mcprel serve --http" process.
 type httpReplica struct{ url, token string }
 

@@ -41,7 +41,7 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	var hosts, origins listFlag
 	fs.Var(&hosts, "allowed-host", "a Host header value to accept besides loopback names (repeatable; needed when serving beyond loopback)")
 	fs.Var(&origins, "allowed-origin", "an Origin to accept, as scheme://host[:port] (repeatable; default loopback origins)")
-	authToken := fs.String("auth-token", "", "require this bearer token on HTTP requests (or set MCPREL_AUTH_TOKEN)")
+	authToken := fs.String("auth-token", "", "require this bearer token on HTTP requests (or set MCPREL_AUTH_TOKEN); its holder is the tenant \"\", a tenant of its own beside those of --token")
 	var tokens listFlag
 	fs.Var(&tokens, "token", "TENANT=TOKEN: accept this bearer token for that tenant (repeatable); tenants are isolated and limited separately")
 	keepAlive := fs.Duration("keepalive", streamhttp.DefaultKeepAlive, "comment line cadence on quiet SSE streams")

@@ -39,7 +39,8 @@ type HandlerOptions struct {
 	AllowedOrigins []string
 	// AuthToken, if set, must be presented as "Authorization: Bearer
 	// <token>" on every request; others get 401. Its requests belong to
-	// the tenant "".
+	// the tenant "": a tenant of its own beside those of Tokens, not an
+	// operator over them.
 	AuthToken string
 	// Tokens maps bearer tokens to tenants: a request presenting one of
 	// them is served for that tenant (server.Request.Tenant, and the
