@@ -65,6 +65,10 @@ const (
 	FailureKeyConflict = "idempotency_conflict"
 	FailureInProgress  = "in_progress"
 	FailureLedger      = "ledger_unavailable"
+	// FailureStorage: the database a tool works with was unavailable (a
+	// lost connection, a lock, a full disk) outside the idempotency
+	// ledger; the operation's transaction rolled back.
+	FailureStorage = "storage_unavailable"
 )
 
 // ToolError is a tool failure meant for the model: a handler returns it (or

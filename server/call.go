@@ -51,7 +51,11 @@ func (ss *Session) requestInfo(r *inflight, in *incoming, scope string, args []b
 // admitted against the server's and its lane's limits, and run on a
 // handler goroutine. mapErr says how an error from exec reaches the wire.
 func (ss *Session) startCall(r *inflight, in *incoming, ln *lane, d Deadlines, exec func(context.Context) (mcp.Result, error), mapErr func(mcp.Result, error) (mcp.Result, *jsonrpc.Error)) {
-	r.lane, r.exec, r.finish = ln, exec, mapErr
+	r.exec = func(ctx context.Context) (mcp.Result, error) {
+		res, err := exec(ctx)
+		return res, ss.srv.hideStorageFailure(r, err, false)
+	}
+	r.lane, r.finish = ln, mapErr
 	if !ss.track(in.ctx, r) {
 		return
 	}
@@ -132,6 +136,45 @@ func (ss *Session) invoke(r *inflight) (res mcp.Result, err error) {
 }
 
 var errPanicked = &mcp.ToolError{Code: mcp.FailureInternal, Message: "the handler failed unexpectedly"}
+
+// storageFailure is a failure of the database a handler works with, as
+// package store reports it (store.Error). Its text is the driver's and may
+// name tables, constraints and values: it goes to the operator's log and
+// never to the client.
+type storageFailure interface {
+	error
+	StorageUnavailable() bool
+}
+
+// storageRetryAfter is the retry advice for a database that was
+// unavailable: long enough for a reconnect or a lock to clear.
+const storageRetryAfter = time.Second
+
+// hideStorageFailure logs a storage failure in err and returns, instead,
+// the tool failure the client gets; any other error passes unchanged. A
+// database that was unavailable (a lost connection, a terminated backend,
+// a deadlock, a busy file, a full disk) is a retryable failure:
+// ledger_unavailable inside the idempotency ledger's transaction (inLedger),
+// where nothing of the call was kept and the same key may be retried,
+// storage_unavailable elsewhere. A statement the database refused for good
+// (a constraint, a syntax error) is an internal error.
+func (s *Server) hideStorageFailure(r *inflight, err error, inLedger bool) error {
+	var sf storageFailure
+	if !errors.As(err, &sf) {
+		return err
+	}
+	s.log.Warn("a handler's database operation failed", "id", r.id, "method", r.method, "tool", r.toolName,
+		"unavailable", sf.StorageUnavailable(), "err", err)
+	switch {
+	case !sf.StorageUnavailable():
+		return &mcp.ToolError{Code: mcp.FailureInternal, Message: "the database refused an operation of this call; the server log has the details"}
+	case inLedger:
+		return &mcp.ToolError{Code: mcp.FailureLedger, Retryable: true, RetryAfter: storageRetryAfter,
+			Message: "the database lost or refused this call's transaction; nothing of it was kept, and retrying with the same idempotency key is safe"}
+	}
+	return &mcp.ToolError{Code: mcp.FailureStorage, Retryable: true, RetryAfter: storageRetryAfter,
+		Message: "the database was unavailable (a lost connection, a lock or a full disk) and the operation's transaction was rolled back; retrying may succeed"}
+}
 
 // toolResult maps what a tool handler returned onto the wire, following the
 // rules documented on ToolHandler.

@@ -228,7 +228,7 @@ func (s *Server) callIdempotent(ctx context.Context, rt *registeredTool, call *C
 		})
 	}
 	if err != nil {
-		return nil, ledgerError(err, call.IdempotencyKey)
+		return nil, s.ledgerError(call, err)
 	}
 	if res.Replayed {
 		// Rebuilt from the stored JSON: a copy no one else holds.
@@ -317,16 +317,17 @@ func (s *Server) callUnkeyed(ctx context.Context, rt *registeredTool, call *Call
 		})
 	}
 	if err != nil {
-		return nil, ledgerError(err, "")
+		return nil, s.ledgerError(call, err)
 	}
 	return withMeta(out, mcp.Meta{mcp.MetaRetrySafe: false}), nil
 }
 
 // ledgerError maps what the ledger path failed with onto a tool failure.
-func ledgerError(err error, key string) error {
+func (s *Server) ledgerError(call *CallRequest, err error) error {
+	key := call.IdempotencyKey
 	var h handlerFailed
 	if errors.As(err, &h) {
-		return h.err
+		return s.hideStorageFailure(call.r, h.err, true)
 	}
 	var conflict *ledger.ConflictError
 	if errors.As(err, &conflict) {
@@ -347,9 +348,10 @@ func ledgerError(err error, key string) error {
 			Details:    map[string]any{"idempotencyKey": key},
 		}
 	}
+	s.log.Warn("the idempotency ledger failed", "id", call.ID, "tool", call.Name, "err", err)
 	msg := "the idempotency ledger could not be reached; retrying with the same key is safe"
 	if key == "" {
 		msg = "the database could not be reached or refused the commit; this call's writes were not kept"
 	}
-	return &mcp.ToolError{Code: mcp.FailureLedger, Message: msg, Retryable: true}
+	return &mcp.ToolError{Code: mcp.FailureLedger, Message: msg, Retryable: true, RetryAfter: storageRetryAfter}
 }

@@ -161,7 +161,7 @@ func (db *DB) runBatch(jobs []*batchJob) {
 	bg := context.Background()
 	tx, err := db.write.BeginTx(bg, nil)
 	if err != nil {
-		fail(fmt.Errorf("store: begin: %w", err))
+		fail(wrap("begin", err))
 		return
 	}
 	t := &Tx{tx: tx, db: db, pool: db.write, shared: true}
@@ -204,7 +204,7 @@ func (db *DB) runBatch(jobs []*batchJob) {
 		return
 	}
 	if err := tx.Commit(); err != nil {
-		fail(fmt.Errorf("store: commit: %w", err))
+		fail(wrap("commit", err))
 		return
 	}
 	for _, j := range kept {

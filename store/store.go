@@ -31,7 +31,6 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
-	_ "modernc.org/sqlite"             // registers "sqlite"
 )
 
 // Dialect is the kind of database behind a DB.
@@ -403,35 +402,42 @@ func (t *Tx) Exec(ctx context.Context, query string, args ...any) (sql.Result, e
 	if err != nil {
 		return nil, err
 	}
+	var res sql.Result
 	if st := t.prepared(ctx, query); st != nil {
-		return st.ExecContext(ctx, args...)
+		res, err = st.ExecContext(ctx, args...)
+	} else {
+		res, err = t.tx.ExecContext(ctx, rebind(t.db.dialect, query), args...)
 	}
-	return t.tx.ExecContext(ctx, rebind(t.db.dialect, query), args...)
+	return res, wrap("exec", err)
 }
 
 // QueryRow runs a query expected to return at most one row.
-func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) *sql.Row {
+func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) *Row {
 	if t.shared {
 		// A Row cannot carry an early error; the caller's fn is rolled
 		// back anyway once its ctx has ended.
 		ctx = context.WithoutCancel(ctx)
 	}
 	if st := t.prepared(ctx, query); st != nil {
-		return st.QueryRowContext(ctx, args...)
+		return &Row{st.QueryRowContext(ctx, args...)}
 	}
-	return t.tx.QueryRowContext(ctx, rebind(t.db.dialect, query), args...)
+	return &Row{t.tx.QueryRowContext(ctx, rebind(t.db.dialect, query), args...)}
 }
 
-// Query runs a query.
+// Query runs a query. Errors met while iterating the rows are the
+// driver's own.
 func (t *Tx) Query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	ctx, err := t.stmtCtx(ctx)
 	if err != nil {
 		return nil, err
 	}
+	var rows *sql.Rows
 	if st := t.prepared(ctx, query); st != nil {
-		return st.QueryContext(ctx, args...)
+		rows, err = st.QueryContext(ctx, args...)
+	} else {
+		rows, err = t.tx.QueryContext(ctx, rebind(t.db.dialect, query), args...)
 	}
-	return t.tx.QueryContext(ctx, rebind(t.db.dialect, query), args...)
+	return rows, wrap("query", err)
 }
 
 // WriteTx runs fn in a write transaction and commits it if fn returns nil,
@@ -461,7 +467,7 @@ func (db *DB) WriteTx(ctx context.Context, fn func(*Tx) error) error {
 	}
 	tx, err := db.write.BeginTx(ctx, opts)
 	if err != nil {
-		return fmt.Errorf("store: begin: %w", err)
+		return wrap("begin", err)
 	}
 	t := &Tx{tx: tx, db: db, pool: db.write}
 	// Deferred calls run last first: roll back, then prepare what ran
@@ -474,7 +480,7 @@ func (db *DB) WriteTx(ctx context.Context, fn func(*Tx) error) error {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store: commit: %w", err)
+		return wrap("commit", err)
 	}
 	db.batch.commits.Add(1)
 	db.batch.ops.Add(1)
@@ -494,7 +500,7 @@ func (db *DB) ReadTx(ctx context.Context, fn func(*Tx) error) error {
 	}
 	tx, err := db.read.BeginTx(ctx, opts)
 	if err != nil {
-		return fmt.Errorf("store: begin: %w", err)
+		return wrap("begin", err)
 	}
 	t := &Tx{tx: tx, db: db, pool: db.read}
 	defer db.prepare(context.WithoutCancel(ctx), t)
@@ -505,7 +511,7 @@ func (db *DB) ReadTx(ctx context.Context, fn func(*Tx) error) error {
 // QueryRow runs a single-row read on the read pool, outside any explicit
 // transaction: one statement sees one consistent snapshot by itself, and
 // skipping BEGIN and ROLLBACK makes the ledger's replay check cheap.
-func (db *DB) QueryRow(ctx context.Context, query string, args ...any) *sql.Row {
+func (db *DB) QueryRow(ctx context.Context, query string, args ...any) *Row {
 	st := db.stmts.get(db.read, query)
 	if st == nil && db.stmts.on {
 		// No connection is held here, so preparing cannot wait on us.
@@ -513,9 +519,9 @@ func (db *DB) QueryRow(ctx context.Context, query string, args ...any) *sql.Row 
 		st = db.stmts.get(db.read, query)
 	}
 	if st != nil {
-		return st.QueryRowContext(ctx, args...)
+		return &Row{st.QueryRowContext(ctx, args...)}
 	}
-	return db.read.QueryRowContext(ctx, rebind(db.dialect, query), args...)
+	return &Row{db.read.QueryRowContext(ctx, rebind(db.dialect, query), args...)}
 }
 
 // prepare caches the statements t ran unprepared, once t has ended.

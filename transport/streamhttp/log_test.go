@@ -1,12 +1,7 @@
 package streamhttp_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/mcprel/mcprel/internal/mcptest"
@@ -15,42 +10,13 @@ import (
 	"github.com/mcprel/mcprel/server"
 )
 
-// syncBuffer is a log destination safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the JSON log records written so far.
-func (b *syncBuffer) lines(t *testing.T) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for line := range strings.Lines(b.buf.String()) {
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		out = append(out, rec)
-	}
-	return out
-}
-
 // In the 2025 era every session numbers its requests from 0, so the log
 // names the session of each request; a modern listen stream closed by its
 // client, the way every modern client leaves, is logged at debug.
 func TestRequestLogNamesSessions(t *testing.T) {
-	var logs syncBuffer
+	var logs mcptest.LogBuffer
 	rec := mcptest.NewRecorder()
-	srv := mcptest.NewServer(t, rec.Hook(&server.Options{
-		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}))
+	srv := mcptest.NewServer(t, rec.Hook(&server.Options{Logger: logs.Logger()}))
 	a := mcptest.HTTP(t, srv, nil)
 	b := &mcptest.HTTPClient{URL: a.URL, Handler: a.Handler, Client: a.Client}
 	b.SetT(t)
@@ -72,7 +38,7 @@ func TestRequestLogNamesSessions(t *testing.T) {
 
 	sessions := map[string]bool{}
 	sawListen := false
-	for _, l := range logs.lines(t) {
+	for _, l := range logs.Records(t) {
 		switch {
 		case l["msg"] == "request" && l["method"] == mcp.MethodToolsList:
 			s, _ := l["session"].(string)
