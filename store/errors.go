@@ -61,11 +61,11 @@ func transient(err error) bool {
 	if errors.As(err, &pg) {
 		switch {
 		case strings.HasPrefix(pg.Code, "08"), // connection exception
-			strings.HasPrefix(pg.Code, "53"), // insufficient resources: disk full, out of memory, too many connections
-			pg.Code == "40001",               // serialization failure
-			pg.Code == "40P01",               // deadlock detected
-			pg.Code == "55P03",               // lock not available
-			pg.Code == "57014",               // statement cancelled or timed out
+			strings.HasPrefix(pg.Code, "53"),                           // insufficient resources: disk full, out of memory, too many connections
+			pg.Code == "40001",                                         // serialization failure
+			pg.Code == "40P01",                                         // deadlock detected
+			pg.Code == "55P03",                                         // lock not available
+			pg.Code == "57014",                                         // statement cancelled or timed out
 			pg.Code == "57P01", pg.Code == "57P02", pg.Code == "57P03": // terminated, crashed, starting up
 			return true
 		}
