@@ -293,6 +293,40 @@ func TestEOFExitsPromptly(t *testing.T) {
 	}
 }
 
+// A client that closes the server's stderr as soon as it closes stdin (as
+// mcp-go's stdio client does) must not kill the server with SIGPIPE while it
+// logs the end of the connection: it exits 0.
+func TestClosedStderrDoesNotKill(t *testing.T) {
+	cmd := exec.Command(binary, "serve", "--stdio", "--db", filepath.Join(t.TempDir(), "ledger.db"))
+	stderr, _ := cmd.StderrPipe()
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	stderr.Close()
+	// Every request logs a line to the closed stderr; the answers still come.
+	lines := bufio.NewScanner(out)
+	for i := 1; i <= 3; i++ {
+		io.WriteString(in, modernCall(i, "echo", `{"text":"hi"}`)+"\n")
+		if !lines.Scan() || !strings.Contains(lines.Text(), `"hi"`) {
+			t.Fatalf("call %d: %q, %v", i, lines.Text(), lines.Err())
+		}
+	}
+	in.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the server ended with %v, want exit status 0", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server did not exit on EOF")
+	}
+}
+
 // startHTTP starts "mcprel serve --http 127.0.0.1:0" with args (and env
 // added to the environment) in a temporary directory, and returns the
 // endpoint URL it prints on its first stderr line.

@@ -56,6 +56,13 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	// A client may close our stderr (or stdout) before we are done: some
+	// close the stderr pipe as soon as they close our stdin, while we still
+	// log the end of each call. By default a Go program writing to a broken
+	// pipe on fd 1 or 2 dies of SIGPIPE, mid-work; ignored, the write fails
+	// instead, the log line is lost and a broken stdout ends the connection
+	// the orderly way.
+	signal.Ignore(syscall.SIGPIPE)
 	if *useStdio && *httpAddr != "" {
 		return usagef("serve: choose one of --stdio and --http")
 	}

@@ -36,18 +36,32 @@ async function loadSdk() {
     return { Client, StdioClientTransport, StreamableHTTPClientTransport, options, callTool: (c, params, opts) => c.callTool(params, opts) };
 }
 
-const out = { sdk, era, transport: transportKind, steps: [], clientErrors: [] };
+const out = { sdk, era, transport: transportKind, steps: [], clientErrors: [], errorsWhileClosing: [] };
 const { Client, StdioClientTransport, StreamableHTTPClientTransport, options, callTool } = await loadSdk();
+// Over HTTP, the 2025-era SDKs POST notifications/cancelled without waiting
+// for it. Keep each such POST's promise, so the driver can let it land
+// before it goes on: closing the session first would end the call with the
+// session instead of the cancellation.
+const cancelPosts = [];
+const trackingFetch = (input, init = {}) => {
+    const res = fetch(input, init);
+    if (typeof init.body === 'string' && init.body.includes('"notifications/cancelled"')) cancelPosts.push(res.catch(() => {}));
+    return res;
+};
 const transport = transportKind === 'stdio'
     ? new StdioClientTransport({ command: 'sh', args: ['-c', target], env: { PATH: process.env.PATH, ...(process.env.GORACE && { GORACE: process.env.GORACE }) } })
-    : new StreamableHTTPClientTransport(new URL(target));
+    : new StreamableHTTPClientTransport(new URL(target), { fetch: trackingFetch });
 const client = new Client({ name: `mcprel-interop-ts-${sdk}`, version: '0.0.0' }, options);
 // Progress read in the same chunk as its response can reach the client
-// after the call resolved (typescript-sdk#2580); keep it apart.
+// after the call resolved (typescript-sdk#2580); keep it apart. While
+// closing, the SDKs report aborting their own GET stream: an AbortError
+// then is theirs, not a failure.
 const late = [];
+let closing = false;
 client.onerror = (err) => {
     const m = /progress notification for an unknown token: (\{.*\})$/s.exec(String(err?.message));
     if (m) late.push(JSON.parse(m[1]).params);
+    else if (closing && /AbortError/.test(String(err))) out.errorsWhileClosing.push(String(err));
     else out.clientErrors.push(String(err));
 };
 
@@ -82,10 +96,12 @@ try {
         onprogress: (p) => { seen.push(p.progress); if (seen.length === 1) abort.abort(); },
     });
     out.cancel = { ...cancelled, progressBeforeAbort: seen.length > 0 };
+    await Promise.all(cancelPosts); // the server acts on a cancellation before it answers 202
     out.afterCancel = await call(script.steps[0]);
 } catch (err) {
     out.fatal = String(err?.stack ?? err);
 } finally {
+    closing = true;
     await client.close().catch((err) => out.clientErrors.push(`close: ${err}`));
 }
 console.log(JSON.stringify(out));
