@@ -48,6 +48,8 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	maxConcurrent := fs.Int("max-concurrent", server.DefaultMaxConcurrentCalls, "tool calls that may run at once (at least 1)")
 	maxQueued := fs.Int("max-queued", server.DefaultMaxQueuedCalls, "calls that may wait for a slot before new ones are refused as overloaded (at least 1)")
 	maxMessage := fs.Int("max-message-bytes", jsonrpc.DefaultMaxMessageBytes, "largest inbound message accepted")
+	maxConns := fs.Int("max-conns", 0, "HTTP connections open at once; past it a new one is answered 503 (default 4096, or 3/4 of the open-file limit if lower)")
+	maxConnsPerHost := fs.Int("max-conns-per-host", 0, "HTTP connections open at once from one remote address (default a quarter of --max-conns)")
 	grace := fs.Duration("shutdown-grace", 10*time.Second, "on SIGINT/SIGTERM, how long running calls may finish before they are cancelled")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json (log lines go to stderr)")
@@ -72,6 +74,14 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}{{"--max-concurrent", *maxConcurrent}, {"--max-queued", *maxQueued}, {"--max-message-bytes", *maxMessage}} {
 		if c.value < 1 {
 			return usagef("serve: %s must be at least 1, not %d", c.flag, c.value)
+		}
+	}
+	for _, c := range []struct {
+		flag  string
+		value int
+	}{{"--max-conns", *maxConns}, {"--max-conns-per-host", *maxConnsPerHost}} {
+		if c.value < 0 {
+			return usagef("serve: %s must not be negative, not %d", c.flag, c.value)
 		}
 	}
 	for _, c := range []struct {
@@ -119,7 +129,8 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return err
 	}
 	if httpOpts != nil {
-		return serveHTTP(ctx, srv, logger, stderr, *httpAddr, *path, *grace, httpOpts)
+		return serveHTTP(ctx, srv, logger, stderr, *httpAddr, *path, *grace, httpOpts,
+			&streamhttp.ListenerOptions{MaxConns: *maxConns, MaxConnsPerHost: *maxConnsPerHost})
 	}
 
 	conn := stdio.NewConn(srv, stdin, stdout, &stdio.Options{MaxMessageBytes: *maxMessage})
@@ -202,7 +213,7 @@ func newDemoServer(l *ledger.Ledger, opts *server.Options) (*server.Server, erro
 // serveHTTP serves srv at addr until SIGINT or SIGTERM, then shuts down
 // gracefully: no new requests, running calls finish within grace, the rest
 // are cancelled.
-func serveHTTP(ctx context.Context, srv *server.Server, logger *slog.Logger, stderr io.Writer, addr, path string, grace time.Duration, opts *streamhttp.HandlerOptions) error {
+func serveHTTP(ctx context.Context, srv *server.Server, logger *slog.Logger, stderr io.Writer, addr, path string, grace time.Duration, opts *streamhttp.HandlerOptions, conns *streamhttp.ListenerOptions) error {
 	if len(opts.AllowedHosts) > 0 {
 		// The loopback names stay allowed beside the ones given.
 		opts.AllowedHosts = append(opts.AllowedHosts, "localhost", "127.0.0.1", "::1")
@@ -211,10 +222,14 @@ func serveHTTP(ctx context.Context, srv *server.Server, logger *slog.Logger, std
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", addr)
+	tcpLn, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
+	// Connections are capped below the open-file limit: past the cap a
+	// new one gets 503 at once, instead of the process failing to accept
+	// anyone when descriptors run out.
+	ln := streamhttp.LimitListener(tcpLn, conns)
 	tcp, _ := ln.Addr().(*net.TCPAddr)
 	// The endpoint on a line of its own, first, once it accepts
 	// connections: a URL that works, with a loopback host for an

@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -122,14 +123,17 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotAcceptable, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "Accept must list both application/json and text/event-stream"))
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	body, err := h.readBody(w, r)
 	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		switch {
+		case errors.As(err, &tooBig):
 			writeError(w, http.StatusRequestEntityTooLarge, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "request body exceeds the %d-byte limit", h.opts.MaxBodyBytes))
-			return
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			w.Header().Set("Connection", "close")
+			writeError(w, http.StatusRequestTimeout, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "the request body arrived too slowly (under %d bytes a second after %v)", h.opts.MinBodyRate, h.opts.BodyTimeout))
 		}
-		return // the client went away while sending
+		return // otherwise the client went away while sending
 	}
 	m, derr := jsonrpc.Decode(body)
 	if derr != nil {
@@ -160,6 +164,45 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, m.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "missing %s header: send initialize first", headerSessionID))
 	default:
 		h.postModern(w, r, m, &meta)
+	}
+}
+
+// readBody reads the request body within MaxBodyBytes and on time: the
+// read deadline moves with the bytes received, so the body must arrive
+// within BodyTimeout plus a second for every MinBodyRate bytes. The buffer
+// grows as bytes arrive, never ahead of them (a declared Content-Length
+// alone allocates nothing), and ends at the declared size, not at double
+// it: the body is held once.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	body := http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes)
+	start := time.Now()
+	limit := h.opts.MaxBodyBytes + 1 // room to see the end
+	if r.ContentLength > 0 {
+		limit = min(r.ContentLength, h.opts.MaxBodyBytes) + 1
+	}
+	buf := make([]byte, 0, min(limit, 16<<10))
+	deadlines := true
+	for {
+		if deadlines {
+			allowed := h.opts.BodyTimeout + time.Duration(float64(len(buf))/float64(h.opts.MinBodyRate)*float64(time.Second))
+			// A transport without read deadlines (some test servers) is
+			// read without one.
+			deadlines = rc.SetReadDeadline(start.Add(allowed)) == nil
+		}
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), max(min(2*cap(buf), int(limit)), cap(buf)+4096))
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package streamhttp
 
 import (
+	"cmp"
 	"errors"
 	"net"
 	"net/url"
@@ -19,6 +20,10 @@ const (
 	DefaultSessionIdleTimeout = 30 * time.Minute
 	DefaultMaxSessions        = 1024
 	DefaultStreamCapacity     = 256
+	// DefaultBodyTimeout and DefaultMinBodyRate bound how long a request
+	// body may take to arrive: 10 s plus a second for every 32 KiB.
+	DefaultBodyTimeout = 10 * time.Second
+	DefaultMinBodyRate = 32 << 10
 )
 
 // HandlerOptions configure a Handler. The zero value is valid and safe:
@@ -51,6 +56,14 @@ type HandlerOptions struct {
 	// MaxBodyBytes caps a request body; larger ones get 413. Zero means
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// BodyTimeout and MinBodyRate bound how long a body may take: after
+	// BodyTimeout, its bytes must keep arriving at MinBodyRate bytes a
+	// second on average, or the request gets 408 and its connection is
+	// closed. A client that declares a large body and then sends nothing
+	// (or a byte now and then) cannot hold a connection. Zero means
+	// DefaultBodyTimeout and DefaultMinBodyRate.
+	BodyTimeout time.Duration
+	MinBodyRate int64
 	// KeepAlive is how often a quiet SSE stream gets a comment line, so
 	// that proxies do not cut it. Keepalives never count as progress. Zero
 	// means DefaultKeepAlive.
@@ -73,7 +86,8 @@ type HandlerOptions struct {
 }
 
 func (o *HandlerOptions) normalize() error {
-	if o.MaxBodyBytes < 0 || o.KeepAlive < 0 || o.WriteTimeout < 0 || o.SessionIdleTimeout < 0 || o.MaxSessions < 0 || o.StreamCapacity < 0 {
+	if o.MaxBodyBytes < 0 || o.KeepAlive < 0 || o.WriteTimeout < 0 || o.SessionIdleTimeout < 0 || o.MaxSessions < 0 || o.StreamCapacity < 0 ||
+		o.BodyTimeout < 0 || o.MinBodyRate < 0 {
 		return errors.New("streamhttp: HandlerOptions values must not be negative")
 	}
 	if o.MaxBodyBytes == 0 {
@@ -82,6 +96,8 @@ func (o *HandlerOptions) normalize() error {
 	if o.KeepAlive == 0 {
 		o.KeepAlive = DefaultKeepAlive
 	}
+	o.BodyTimeout = cmp.Or(o.BodyTimeout, DefaultBodyTimeout)
+	o.MinBodyRate = cmp.Or(o.MinBodyRate, DefaultMinBodyRate)
 	if o.WriteTimeout == 0 {
 		o.WriteTimeout = DefaultWriteTimeout
 	}
