@@ -10,7 +10,8 @@ import (
 // admission decides, at once, whether a call runs, waits or is refused.
 //
 // Calls are bounded server-wide, per tool (or per handler kind) and, when
-// Options.Tenant sets limits, per tenant. Each tool has its own lane — a
+// Options.Tenant sets limits, per tenant: in number, and in the bytes their
+// requests hold while they wait and run. Each tool has its own lane — a
 // concurrency limit and a FIFO queue — so calls of a slow tool wait in
 // their own queue instead of starving other tools. A queued call holds no
 // goroutine; past the queue bounds a call is refused with a retryable
@@ -20,10 +21,12 @@ import (
 // now, so handler goroutines never exceed the server-wide limit.
 type admission struct {
 	mu           sync.Mutex
-	limit        int // server-wide running limit
-	maxQueue     int // server-wide queued limit
+	limit        int   // server-wide running limit
+	maxQueue     int   // server-wide queued limit
+	maxBytes     int64 // server-wide bound on the bytes of admitted requests
 	running      int
 	queued       int
+	bytes        int64              // held by the calls running and queued
 	seq          uint64             // arrival order across lanes
 	waiting      map[*lane]struct{} // tool lanes with queued calls
 	tenants      map[string]*lane
@@ -40,6 +43,8 @@ type lane struct {
 	queue    []*inflight   // tool lanes only: the calls waiting, in order
 	limiter  *rate.Limiter // nil: no rate limit
 	runTime  time.Duration // moving average of handler run time
+	maxBytes int64         // tenant lanes: 0, no bound of its own
+	bytes    int64
 }
 
 // TenantLimits bound what one tenant may use (see Options.Tenant). Zero
@@ -51,6 +56,9 @@ type TenantLimits struct {
 	// come at once.
 	Rate  float64
 	Burst int
+	// MaxBytes bounds the bytes the tenant's running and queued requests
+	// hold (see Options.MaxInflightBytes).
+	MaxBytes int64
 }
 
 type admitDecision uint8
@@ -62,9 +70,9 @@ const (
 	admitRateLimited // a token bucket is empty
 )
 
-func newAdmission(limit, maxQueue int, tenant TenantLimits, retryAfter time.Duration) *admission {
+func newAdmission(limit, maxQueue int, maxBytes int64, tenant TenantLimits, retryAfter time.Duration) *admission {
 	return &admission{
-		limit: limit, maxQueue: maxQueue, retryAfter: retryAfter,
+		limit: limit, maxQueue: maxQueue, maxBytes: maxBytes, retryAfter: retryAfter,
 		waiting: make(map[*lane]struct{}), tenants: make(map[string]*lane), tenantLimits: tenant,
 	}
 }
@@ -91,6 +99,7 @@ func (a *admission) lanesLocked(r *inflight) []*lane {
 	tl := a.tenants[r.tenant]
 	if tl == nil {
 		tl = newLane(t.MaxConcurrent, t.MaxQueued, t.Rate, t.Burst)
+		tl.maxBytes = t.MaxBytes
 		a.tenants[r.tenant] = tl
 	}
 	return []*lane{r.lane, tl}
@@ -127,6 +136,16 @@ func (a *admission) admit(r *inflight, now time.Time) (admitDecision, time.Durat
 		taken = append(taken, res)
 	}
 
+	// Bytes: a call whose request would take the held bytes past a bound
+	// is refused, whether or not it could run now.
+	roomForBytes := a.bytes+r.size <= a.maxBytes
+	for _, ln := range lanes {
+		roomForBytes = roomForBytes && (ln.maxBytes == 0 || ln.bytes+r.size <= ln.maxBytes)
+	}
+	if !roomForBytes {
+		giveBack()
+		return admitRefused, a.retryAfterLocked(r.lane)
+	}
 	fits := a.running < a.limit && len(r.lane.queue) == 0
 	for _, ln := range lanes {
 		fits = fits && ln.hasRoom()
@@ -134,8 +153,10 @@ func (a *admission) admit(r *inflight, now time.Time) (admitDecision, time.Durat
 	if fits {
 		for _, ln := range lanes {
 			ln.running++
+			ln.bytes += r.size
 		}
 		a.running++
+		a.bytes += r.size
 		return admitRun, 0
 	}
 	canWait := a.queued < a.maxQueue
@@ -148,8 +169,10 @@ func (a *admission) admit(r *inflight, now time.Time) (admitDecision, time.Durat
 		r.lane.queue = append(r.lane.queue, r)
 		for _, ln := range lanes {
 			ln.queued++
+			ln.bytes += r.size
 		}
 		a.queued++
+		a.bytes += r.size
 		a.waiting[r.lane] = struct{}{}
 		return admitQueued, 0
 	}
@@ -179,8 +202,10 @@ func (a *admission) next(done *inflight, ran time.Duration) *inflight {
 	defer a.mu.Unlock()
 	for _, ln := range a.lanesLocked(done) {
 		ln.running--
+		ln.bytes -= done.size
 	}
 	a.running--
+	a.bytes -= done.size
 	// An exponentially weighted moving average, weight 1/8.
 	if done.lane.runTime == 0 {
 		done.lane.runTime = ran
@@ -209,8 +234,10 @@ func (a *admission) next(done *inflight, ran time.Duration) *inflight {
 	a.dequeueLocked(best)
 	for _, ln := range a.lanesLocked(best) {
 		ln.running++
+		ln.bytes += best.size // dequeueLocked gave them back
 	}
 	a.running++
+	a.bytes += best.size
 	return best
 }
 
@@ -240,8 +267,10 @@ func (a *admission) dequeueLocked(r *inflight) {
 	}
 	for _, l := range a.lanesLocked(r) {
 		l.queued--
+		l.bytes -= r.size
 	}
 	a.queued--
+	a.bytes -= r.size
 	r.queued = false
 }
 
@@ -250,7 +279,7 @@ func (a *admission) dequeueLocked(r *inflight) {
 // that lanes do not accumulate for every tenant ever seen.
 func (a *admission) forgetIdleTenantLocked(tenant string, now time.Time) {
 	tl := a.tenants[tenant]
-	if tl == nil || tl.running != 0 || tl.queued != 0 {
+	if tl == nil || tl.running != 0 || tl.queued != 0 || tl.bytes != 0 {
 		return
 	}
 	if tl.limiter == nil || tl.limiter.TokensAt(now) >= float64(tl.limiter.Burst()) {

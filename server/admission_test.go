@@ -11,7 +11,7 @@ func call(ln *lane, tenant string) *inflight { return &inflight{lane: ln, tenant
 // a burst of 2 admits two at once, refuses the third with the time until a
 // token is free, and admits again once it is.
 func TestRateLimitRefusesWithTheWait(t *testing.T) {
-	a := newAdmission(10, 10, TenantLimits{}, time.Second)
+	a := newAdmission(10, 10, 1<<30, TenantLimits{}, time.Second)
 	ln := newLane(0, 0, 2, 2)
 	t0 := time.Unix(1000, 0)
 	for i := range 2 {
@@ -31,7 +31,7 @@ func TestRateLimitRefusesWithTheWait(t *testing.T) {
 // TestRefusedCallsReturnTheirTokens: a call refused for lack of slots does
 // not spend its rate token.
 func TestRefusedCallsReturnTheirTokens(t *testing.T) {
-	a := newAdmission(1, 0, TenantLimits{}, time.Second)
+	a := newAdmission(1, 0, 1<<30, TenantLimits{}, time.Second)
 	busy := newLane(0, 0, 0, 0)
 	a.admit(call(busy, ""), time.Unix(0, 0)) // takes the only slot
 	ln := newLane(0, 0, 1, 1)
@@ -49,7 +49,7 @@ func TestRefusedCallsReturnTheirTokens(t *testing.T) {
 // TestTenantLimits: one tenant's calls are bounded on their own; another
 // tenant is unaffected, and idle tenants are forgotten.
 func TestTenantLimits(t *testing.T) {
-	a := newAdmission(10, 10, TenantLimits{MaxConcurrent: 1, MaxQueued: 1}, time.Second)
+	a := newAdmission(10, 10, 1<<30, TenantLimits{MaxConcurrent: 1, MaxQueued: 1}, time.Second)
 	ln := newLane(0, 0, 0, 0)
 	now := time.Unix(0, 0)
 	first := call(ln, "a")
@@ -80,7 +80,7 @@ func TestTenantLimits(t *testing.T) {
 // TestRetryAfterFollowsRunTimes: once run times are known, an overloaded
 // lane suggests waiting about one run time per call ahead, per slot.
 func TestRetryAfterFollowsRunTimes(t *testing.T) {
-	a := newAdmission(100, 100, TenantLimits{}, 7*time.Second)
+	a := newAdmission(100, 100, 1<<30, TenantLimits{}, 7*time.Second)
 	ln := newLane(2, 2, 0, 0)
 	now := time.Unix(0, 0)
 	calls := make([]*inflight, 4)
@@ -95,5 +95,47 @@ func TestRetryAfterFollowsRunTimes(t *testing.T) {
 	a.admit(call(ln, ""), now)             // refills the queue
 	if _, wait := a.admit(call(ln, ""), now); wait != 600*time.Millisecond {
 		t.Fatalf("retry after %v, want 400ms × 3 calls ahead / 2 slots = 600ms", wait)
+	}
+}
+
+// TestByteBudget: the bytes of running and queued calls' requests are
+// bounded server-wide and per tenant; a call past a bound is refused, and
+// the bytes come back when a call ends or leaves the queue.
+func TestByteBudget(t *testing.T) {
+	a := newAdmission(1, 10, 100, TenantLimits{MaxBytes: 60}, time.Second)
+	ln := newLane(0, 0, 0, 0)
+	now := time.Unix(0, 0)
+	sized := func(tenant string, size int64) *inflight {
+		r := call(ln, tenant)
+		r.size = size
+		return r
+	}
+	running := sized("a", 50)
+	if d, _ := a.admit(running, now); d != admitRun {
+		t.Fatalf("a's first call: %v", d)
+	}
+	if d, _ := a.admit(sized("a", 20), now); d != admitRefused {
+		t.Fatalf("a's call past its 60 bytes: %v, want refused", d)
+	}
+	queued := sized("b", 40)
+	if d, _ := a.admit(queued, now); d != admitQueued {
+		t.Fatalf("b's call: %v, want queued (one slot, taken)", d)
+	}
+	if d, _ := a.admit(sized("c", 20), now); d != admitRefused {
+		t.Fatalf("c's call past the server's 100 bytes: %v, want refused although the queue has room", d)
+	}
+	if !a.remove(queued) || a.bytes != 50 {
+		t.Fatalf("after b's call left the queue: %d bytes held, want 50", a.bytes)
+	}
+	if d, _ := a.admit(sized("c", 50), now); d != admitQueued {
+		t.Fatalf("c's call once b's bytes came back: %v", d)
+	}
+	next := a.next(running, time.Millisecond)
+	if next == nil || a.bytes != 50 {
+		t.Fatalf("after a's call ended: next %v, %d bytes held; want c's call running with its 50", next, a.bytes)
+	}
+	a.next(next, time.Millisecond)
+	if a.bytes != 0 || len(a.tenants) != 0 {
+		t.Fatalf("%d bytes and %d tenant lanes left after every call ended", a.bytes, len(a.tenants))
 	}
 }

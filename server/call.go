@@ -55,7 +55,7 @@ func (ss *Session) startCall(r *inflight, in *incoming, ln *lane, d Deadlines, e
 		res, err := exec(ctx)
 		return res, ss.srv.hideStorageFailure(r, err, false)
 	}
-	r.lane, r.finish = ln, mapErr
+	r.lane, r.finish, r.size = ln, mapErr, int64(len(in.params))
 	if !ss.track(in.ctx, r) {
 		return
 	}

@@ -39,6 +39,7 @@ type inflight struct {
 
 	readOnly bool   // the tool says it has no side effects: a timeout is retryable
 	tenant   string // who the request is for (see WithTenant)
+	size     int64  // bytes of the request's params, held until its handler returns
 
 	mu           sync.Mutex
 	outcome      Outcome // zero while running

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 )
@@ -26,6 +27,9 @@ const (
 	// DefaultProgressInterval allows at most 20 progress notifications a
 	// second per request.
 	DefaultProgressInterval = 50 * time.Millisecond
+	// DefaultMaxInflightBytes bounds the bytes held by the requests of
+	// running and queued calls: sixteen messages of the default 4 MiB cap.
+	DefaultMaxInflightBytes = 16 * jsonrpc.DefaultMaxMessageBytes
 )
 
 // Options configure a Server. The zero value is valid and conservative; each
@@ -42,6 +46,13 @@ type Options struct {
 	// slot. Past it, calls are refused at once with a retryable overload
 	// error (mcp.CodeOverloaded). Zero means DefaultMaxQueuedCalls.
 	MaxQueuedCalls int
+	// MaxInflightBytes bounds, in total, the bytes of the requests (their
+	// params) of calls running and queued: a count of calls alone would
+	// let a few hundred large ones take gigabytes. A call that would pass
+	// it is refused with the same retryable overload error. It must be at
+	// least the transports' message cap, or the largest messages could
+	// never run. Zero means DefaultMaxInflightBytes.
+	MaxInflightBytes int64
 	// OverloadRetryAfter is the retryAfterMs an overload error suggests
 	// until the server has seen how long calls take (after that it
 	// estimates from their average run time). Zero means
@@ -104,6 +115,7 @@ func (o *Options) validate() error {
 		"MaxConcurrentCalls": int64(o.MaxConcurrentCalls),
 		"MaxQueuedCalls":     int64(o.MaxQueuedCalls),
 		"OverloadRetryAfter": int64(o.OverloadRetryAfter),
+		"MaxInflightBytes":   o.MaxInflightBytes,
 		"OutboxCapacity":     int64(o.OutboxCapacity),
 		"MaxSubscriptions":   int64(o.MaxSubscriptions),
 		"ListTTL":            int64(o.ListTTL),
@@ -154,7 +166,7 @@ func New(info mcp.Implementation, opts *Options) (*Server, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	if t := o.Tenant; t.MaxConcurrent < 0 || t.MaxQueued < 0 || t.Rate < 0 || t.Burst < 0 {
+	if t := o.Tenant; t.MaxConcurrent < 0 || t.MaxQueued < 0 || t.Rate < 0 || t.Burst < 0 || t.MaxBytes < 0 {
 		return nil, errors.New("server: Options.Tenant limits must not be negative")
 	}
 	if err := o.Fast.validate("Options.Fast"); err != nil {
@@ -168,6 +180,7 @@ func New(info mcp.Implementation, opts *Options) (*Server, error) {
 	o.ProgressInterval = cmp.Or(o.ProgressInterval, DefaultProgressInterval)
 	o.MaxConcurrentCalls = cmp.Or(o.MaxConcurrentCalls, DefaultMaxConcurrentCalls)
 	o.MaxQueuedCalls = cmp.Or(o.MaxQueuedCalls, DefaultMaxQueuedCalls)
+	o.MaxInflightBytes = cmp.Or(o.MaxInflightBytes, DefaultMaxInflightBytes)
 	o.OverloadRetryAfter = cmp.Or(o.OverloadRetryAfter, DefaultOverloadRetryAfter)
 	o.OutboxCapacity = cmp.Or(o.OutboxCapacity, DefaultOutboxCapacity)
 	o.MaxSubscriptions = cmp.Or(o.MaxSubscriptions, DefaultMaxSubscriptions)
@@ -184,7 +197,7 @@ func New(info mcp.Implementation, opts *Options) (*Server, error) {
 		info:         info,
 		opts:         o,
 		log:          o.Logger,
-		admit:        newAdmission(o.MaxConcurrentCalls, o.MaxQueuedCalls, o.Tenant, o.OverloadRetryAfter),
+		admit:        newAdmission(o.MaxConcurrentCalls, o.MaxQueuedCalls, o.MaxInflightBytes, o.Tenant, o.OverloadRetryAfter),
 		state:        newStateSigner(o.StateKey, o.StateTTL),
 		serverInfo:   si,
 		tools:        make(map[string]*registeredTool),

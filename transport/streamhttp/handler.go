@@ -372,6 +372,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Ses
 	// http.Server.ReadTimeout must not end a long call.
 	rc.SetReadDeadline(time.Time{})
 	sess.Handle(ctx, m, out)
+	// The request is the server's now, decoded into what its handler
+	// needs: this copy of its params would only double what a queued call
+	// holds.
+	m.Params = nil
 	var st streamStats
 	if sse {
 		st = h.writeSSE(w, r, rc, out)

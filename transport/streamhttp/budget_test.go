@@ -1,0 +1,107 @@
+package streamhttp_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcprel/mcprel/internal/mcptest"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server"
+)
+
+// Large calls that wait for a slot are bounded in bytes, in total: past
+// Options.MaxInflightBytes they are refused with the retryable overload
+// (429 over HTTP), and the process's live heap while the admitted ones wait
+// stays under the budget plus a constant: each queued call holds its
+// request once.
+func TestQueuedCallsBoundedInBytes(t *testing.T) {
+	const (
+		budget = 16 << 20
+		pad    = 1 << 20
+		calls  = 40
+		slack  = 8 << 20 // the test's own buffers, the HTTP machinery, the GC's own
+	)
+	srv := mcptest.NewServer(t, &server.Options{MaxConcurrentCalls: 2, MaxInflightBytes: budget})
+	gate := mcptest.NewGate(t, srv, "gate")
+	c := mcptest.HTTP(t, srv, nil)
+
+	// One body for every request, so the clients hold one copy of it.
+	params, _ := json.Marshal(mcptest.ModernParams(map[string]any{"name": "gate", "arguments": map[string]any{"pad": strings.Repeat("x", pad)}}))
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": mcp.MethodToolsCall, "params": json.RawMessage(params)})
+	admitted := budget / len(params)
+
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+
+	type answer struct {
+		status int
+		body   string
+	}
+	answers := make(chan answer, calls)
+	var wg sync.WaitGroup
+	for range calls {
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodPost, c.URL, bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			for k, v := range mcptest.ModernHeaders(mcp.MethodToolsCall, "gate") {
+				req.Header.Set(k, v)
+			}
+			resp, err := c.Client.Do(req)
+			if err != nil {
+				answers <- answer{body: err.Error()}
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			answers <- answer{resp.StatusCode, string(b)}
+		})
+	}
+	// Every call past the budget is refused at once; the admitted ones
+	// wait, two of them in the gate.
+	refused := 0
+	timeout := time.After(mcptest.Timeout)
+	for refused < calls-admitted {
+		select {
+		case a := <-answers:
+			if a.status != http.StatusTooManyRequests || !strings.Contains(a.body, `"code":-31001`) {
+				t.Fatalf("a call past the budget got %d %.200s, want 429 with -31001", a.status, a.body)
+			}
+			refused++
+		case <-timeout:
+			t.Fatalf("only %d of %d calls past the budget were refused", refused, calls-admitted)
+		}
+	}
+	gate.WaitEntered(t)
+	gate.WaitEntered(t)
+
+	runtime.GC()
+	var during runtime.MemStats
+	runtime.ReadMemStats(&during)
+	held := int64(during.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d calls admitted of %d; live heap grew by %.1f MiB with them waiting (budget %d MiB)", admitted, calls, float64(held)/(1<<20), budget>>20)
+	if held > budget+slack {
+		t.Errorf("the live heap grew by %d bytes while %d calls of %d bytes waited: more than the %d-byte budget plus %d", held, admitted, len(params), budget, slack)
+	}
+
+	gate.Release()
+	wg.Wait()
+	close(answers)
+	ok := 0
+	for a := range answers {
+		if a.status == http.StatusOK {
+			ok++
+		}
+	}
+	if ok != admitted {
+		t.Fatalf("%d admitted calls completed, want %d", ok, admitted)
+	}
+}
