@@ -286,3 +286,19 @@ func (a *admission) forgetIdleTenantLocked(tenant string, now time.Time) {
 		delete(a.tenants, tenant)
 	}
 }
+
+// Load is what the server's calls hold at one moment.
+type Load struct {
+	Running int   // calls whose handlers run
+	Queued  int   // admitted calls waiting for a slot
+	Bytes   int64 // bytes of the requests of running and queued calls
+}
+
+// Load returns what the server's calls hold now: for metrics, and for a
+// test that must know a burst of calls has been admitted.
+func (s *Server) Load() Load {
+	a := s.admit
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return Load{Running: a.running, Queued: a.queued, Bytes: a.bytes}
+}

@@ -21,6 +21,9 @@ const (
 	DefaultMaxQueuedCalls     = 256
 	DefaultOverloadRetryAfter = time.Second
 	DefaultMaxSubscriptions   = 32
+	// DefaultMaxSubscriptionsTotal bounds the listen streams open on the
+	// whole server.
+	DefaultMaxSubscriptionsTotal = 1024
 	// DefaultListTTL is the ttlMs a modern tools/list and discover result
 	// carries: how long a client may cache the answer.
 	DefaultListTTL = time.Minute
@@ -77,9 +80,16 @@ type Options struct {
 	// OutboxCapacity is the number of messages each outbound stream may
 	// hold (see Outbox). Zero means DefaultOutboxCapacity.
 	OutboxCapacity int
-	// MaxSubscriptions bounds the subscriptions/listen streams one session
-	// may hold open. Zero means DefaultMaxSubscriptions.
+	// MaxSubscriptions bounds the subscriptions/listen streams one tenant
+	// (see WithTenant) may hold open at once, across every connection:
+	// over Streamable HTTP all 2026-07-28 requests share one session, so a
+	// bound per session would be one pool for every client. Past it a
+	// listen is refused with -32600. Zero means DefaultMaxSubscriptions.
 	MaxSubscriptions int
+	// MaxSubscriptionsTotal bounds the listen streams open on the whole
+	// server; past it a listen is refused with the retryable overload
+	// error. Zero means DefaultMaxSubscriptionsTotal.
+	MaxSubscriptionsTotal int
 	// ListTTL is the ttlMs of modern list and discover results. Zero means
 	// DefaultListTTL.
 	ListTTL time.Duration
@@ -112,15 +122,16 @@ type Options struct {
 
 func (o *Options) validate() error {
 	for name, v := range map[string]int64{
-		"MaxConcurrentCalls": int64(o.MaxConcurrentCalls),
-		"MaxQueuedCalls":     int64(o.MaxQueuedCalls),
-		"OverloadRetryAfter": int64(o.OverloadRetryAfter),
-		"MaxInflightBytes":   o.MaxInflightBytes,
-		"OutboxCapacity":     int64(o.OutboxCapacity),
-		"MaxSubscriptions":   int64(o.MaxSubscriptions),
-		"ListTTL":            int64(o.ListTTL),
-		"StateTTL":           int64(o.StateTTL),
-		"ProgressInterval":   int64(o.ProgressInterval),
+		"MaxConcurrentCalls":    int64(o.MaxConcurrentCalls),
+		"MaxQueuedCalls":        int64(o.MaxQueuedCalls),
+		"OverloadRetryAfter":    int64(o.OverloadRetryAfter),
+		"MaxInflightBytes":      o.MaxInflightBytes,
+		"OutboxCapacity":        int64(o.OutboxCapacity),
+		"MaxSubscriptions":      int64(o.MaxSubscriptions),
+		"MaxSubscriptionsTotal": int64(o.MaxSubscriptionsTotal),
+		"ListTTL":               int64(o.ListTTL),
+		"StateTTL":              int64(o.StateTTL),
+		"ProgressInterval":      int64(o.ProgressInterval),
 	} {
 		if v < 0 {
 			return fmt.Errorf("server: Options.%s must not be negative", name)
@@ -152,6 +163,15 @@ type Server struct {
 	prompts    map[string]*registeredPrompt
 	completion CompletionHandler
 	sessions   map[*Session]struct{}
+
+	listens listenCount
+}
+
+// listenCount counts the open listen streams, per tenant and in all.
+type listenCount struct {
+	mu       sync.Mutex
+	total    int
+	byTenant map[string]int
 }
 
 // New returns a server that identifies itself as info. opts may be nil.
@@ -184,6 +204,7 @@ func New(info mcp.Implementation, opts *Options) (*Server, error) {
 	o.OverloadRetryAfter = cmp.Or(o.OverloadRetryAfter, DefaultOverloadRetryAfter)
 	o.OutboxCapacity = cmp.Or(o.OutboxCapacity, DefaultOutboxCapacity)
 	o.MaxSubscriptions = cmp.Or(o.MaxSubscriptions, DefaultMaxSubscriptions)
+	o.MaxSubscriptionsTotal = cmp.Or(o.MaxSubscriptionsTotal, DefaultMaxSubscriptionsTotal)
 	o.ListTTL = cmp.Or(o.ListTTL, DefaultListTTL)
 	o.StateTTL = cmp.Or(o.StateTTL, DefaultStateTTL)
 	if o.Logger == nil {

@@ -248,12 +248,15 @@ func (ss *Session) track(ctx context.Context, r *inflight) bool {
 // forget removes a request that reached its terminal state.
 func (ss *Session) forget(r *inflight) {
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	delete(ss.all, r)
 	if ss.byID[r.id] == r {
 		delete(ss.byID, r.id)
 	}
 	delete(ss.subs, r)
+	ss.mu.Unlock()
+	if r.sub != nil {
+		r.sub.end()
+	}
 }
 
 func (ss *Session) legacyLogLevel() mcp.LoggingLevel {

@@ -3,15 +3,25 @@ package server
 import (
 	"encoding/json"
 	"slices"
+	"sync"
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 )
 
 // subscription is the state of one subscriptions/listen stream: the filter
-// the server agreed to honour.
+// the server agreed to honour, and its place in the server's count of
+// listens, given back exactly once when the stream ends (or never opens).
 type subscription struct {
-	filter mcp.SubscriptionFilter
+	filter  mcp.SubscriptionFilter
+	release sync.Once
+	tenant  string
+	srv     *Server
+}
+
+// end gives the subscription's place back; later calls do nothing.
+func (s *subscription) end() {
+	s.release.Do(func() { s.srv.closeListen(s.tenant) })
 }
 
 // listen opens a subscriptions/listen stream (modern era). The
@@ -28,42 +38,78 @@ func (ss *Session) listen(r *inflight, in *incoming) {
 		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.notifications is required"))
 		return
 	}
-	ss.mu.Lock()
-	n := len(ss.subs)
-	ss.mu.Unlock()
-	if n >= ss.srv.opts.MaxSubscriptions {
-		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "at most %d subscriptions may be open at once on this connection", ss.srv.opts.MaxSubscriptions))
+	r.tenant = TenantFrom(in.ctx)
+	if e := ss.srv.openListen(r.tenant); e != nil {
+		r.fail(e)
 		return
 	}
 	// Only what the server can deliver is honoured and acknowledged.
 	caps := ss.srv.capabilities()
 	want := p.Notifications
-	r.sub = &subscription{filter: mcp.SubscriptionFilter{
+	sub := &subscription{tenant: r.tenant, srv: ss.srv, filter: mcp.SubscriptionFilter{
 		ToolsListChanged:     want.ToolsListChanged,
 		PromptsListChanged:   want.PromptsListChanged && caps.Prompts != nil,
 		ResourcesListChanged: want.ResourcesListChanged && caps.Resources != nil,
 	}}
 	if caps.Resources != nil && len(want.ResourceSubscriptions) > 0 {
-		r.sub.filter.ResourceSubscriptions = slices.Clone(want.ResourceSubscriptions)
+		sub.filter.ResourceSubscriptions = slices.Clone(want.ResourceSubscriptions)
 	}
 
 	// The request holds one reservation (for its ending); the
 	// acknowledgement needs a second one.
 	if r.out.reserve(in.ctx) != nil {
 		r.out.unreserve()
+		sub.end()
 		return
 	}
-	ack, err := json.Marshal(mcp.SubscriptionAckParams{Meta: mcp.SubscriptionMeta(r.id), Notifications: r.sub.filter})
+	ack, err := json.Marshal(mcp.SubscriptionAckParams{Meta: mcp.SubscriptionMeta(r.id), Notifications: sub.filter})
 	if err != nil {
 		r.out.unreserve()
+		sub.end()
 		r.fail(jsonrpc.NewError(jsonrpc.CodeInternalError, "internal error: %v", err))
 		return
 	}
 	if err := r.out.pushReserved(FrameEssential, r, jsonrpc.AppendNotification(nil, mcp.NotificationSubscriptionAck, ack)); err != nil {
 		r.out.unreserve()
+		sub.end()
 		return
 	}
-	ss.track(in.ctx, r)
+	// From here the stream's end gives the count back (forget); a stream
+	// that could not even be tracked gives it back now.
+	r.sub = sub
+	if !ss.track(in.ctx, r) {
+		sub.end()
+	}
+}
+
+// openListen counts a new listen stream of tenant, or says why not.
+func (s *Server) openListen(tenant string) *jsonrpc.Error {
+	c := &s.listens
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byTenant[tenant] >= s.opts.MaxSubscriptions {
+		return jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "at most %d subscriptions/listen streams may be open at once for one client; close one first", s.opts.MaxSubscriptions)
+	}
+	if c.total >= s.opts.MaxSubscriptionsTotal {
+		return overloaded(s.opts.OverloadRetryAfter)
+	}
+	if c.byTenant == nil {
+		c.byTenant = map[string]int{}
+	}
+	c.byTenant[tenant]++
+	c.total++
+	return nil
+}
+
+// closeListen gives back what openListen counted.
+func (s *Server) closeListen(tenant string) {
+	c := &s.listens
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.total--
+	if c.byTenant[tenant]--; c.byTenant[tenant] <= 0 {
+		delete(c.byTenant, tenant)
+	}
 }
 
 // notifySubscription sends a notification on an open subscription, tagged
