@@ -27,10 +27,13 @@ import (
 // request once.
 func TestQueuedCallsBoundedInBytes(t *testing.T) {
 	const (
-		budget = 16 << 20
-		pad    = 1 << 20
-		calls  = 40
-		slack  = 8 << 20 // the test's own buffers, the HTTP machinery, the GC's own
+		budget = 4 << 20
+		pad    = 256 << 10
+		calls  = 24
+		slack  = 2 << 20 // the test's own buffers, the HTTP machinery, the GC's own
+		// The safety net on each wait: under the race detector, decoding
+		// these requests takes seconds.
+		wait = time.Minute
 	)
 	srv := mcptest.NewServer(t, &server.Options{MaxConcurrentCalls: 2, MaxInflightBytes: budget})
 	gate := mcptest.NewGate(t, srv, "gate")
@@ -90,7 +93,7 @@ func TestQueuedCallsBoundedInBytes(t *testing.T) {
 	// Every call past the budget is refused at once; the admitted ones
 	// wait, two of them in the gate.
 	refused := 0
-	timeout := time.After(mcptest.Timeout)
+	timeout := time.After(wait)
 	for refused < calls-admitted {
 		select {
 		case a := <-answers:
@@ -124,7 +127,7 @@ func TestQueuedCallsBoundedInBytes(t *testing.T) {
 	}
 
 	held := liveHeap() - int64(before.HeapAlloc)
-	t.Logf("%d calls admitted of %d; live heap grew by %.1f MiB with them waiting (budget %d MiB)", admitted, calls, float64(held)/(1<<20), budget>>20)
+	t.Logf("%d calls admitted of %d; live heap grew by %.2f MiB with them waiting (budget %d MiB)", admitted, calls, float64(held)/(1<<20), budget>>20)
 	if held > budget+slack {
 		t.Errorf("the live heap grew by %d bytes while %d calls of %d bytes waited: more than the %d-byte budget plus %d", held, admitted, len(params), budget, slack)
 	}
