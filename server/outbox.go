@@ -142,6 +142,22 @@ func (o *Outbox) TryNext() (Frame, bool) {
 	return o.popLocked()
 }
 
+// ErrorFirst reports whether the next message is an error response: a
+// request refused while it was dispatched (overloaded, invalid), before
+// anything else was sent for it. A transport with per-request streams can
+// then answer it with an HTTP status of its own instead of opening an
+// event stream.
+func (o *Outbox) ErrorFirst() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i := o.head; i < len(o.queue); i++ {
+		if f := o.queue[i]; !f.dead {
+			return f.Kind == FrameFinal && f.ErrorCode != 0
+		}
+	}
+	return false
+}
+
 // Len returns the number of messages queued.
 func (o *Outbox) Len() int {
 	o.mu.Lock()

@@ -358,6 +358,15 @@ func (ss *Session) Wait(ctx context.Context) error {
 	}
 }
 
+// Idle reports whether nothing is in flight in the session: no request
+// waiting, running or streaming. An idle legacy HTTP session can be ended
+// without cutting anything short.
+func (ss *Session) Idle() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return len(ss.all) == 0 && ss.handlers == 0
+}
+
 // Close ends the session: every request still in flight or queued is
 // cancelled with cause (ErrConnectionClosed if nil) and later requests are
 // ignored. It does not wait for handlers to return; Wait does.

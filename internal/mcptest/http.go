@@ -25,6 +25,14 @@ type HTTPClient struct {
 	Handler   *streamhttp.Handler
 	Client    *http.Client
 	SessionID string // set by Initialize
+	// Token, when set, is sent as a bearer token with every request.
+	Token string
+}
+
+// As returns a client of the same endpoint that authenticates with token,
+// with no session of its own yet.
+func (c *HTTPClient) As(token string) *HTTPClient {
+	return &HTTPClient{t: c.t, URL: c.URL, Handler: c.Handler, Client: c.Client, Token: token}
 }
 
 // SetT binds a client built by hand (over a custom transport) to a test.
@@ -57,6 +65,9 @@ func (c *HTTPClient) Do(ctx context.Context, method string, body []byte, hdr map
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
 	for k, v := range hdr {
 		if v == "" {
 			req.Header.Del(k)
@@ -94,6 +105,15 @@ func (c *HTTPClient) Modern(ctx context.Context, id int64, method string, params
 // Initialize opens a legacy session.
 func (c *HTTPClient) Initialize(extraCaps map[string]any) {
 	c.t.Helper()
+	if resp, f := c.TryInitialize(extraCaps); resp.StatusCode != http.StatusOK || f.Error != nil || c.SessionID == "" {
+		c.t.Fatalf("mcptest: initialize: %d %s", resp.StatusCode, f.Raw)
+	}
+}
+
+// TryInitialize sends initialize and returns the answer, whatever it is;
+// when it opened a session, the client is in it (initialized sent).
+func (c *HTTPClient) TryInitialize(extraCaps map[string]any) (*http.Response, Frame) {
+	c.t.Helper()
 	caps := map[string]any{}
 	for k, v := range extraCaps {
 		caps[k] = v
@@ -103,11 +123,11 @@ func (c *HTTPClient) Initialize(extraCaps map[string]any) {
 	}})
 	resp := c.Do(context.Background(), http.MethodPost, body, nil)
 	f := ReadJSON(c.t, resp)
-	if resp.StatusCode != http.StatusOK || f.Error != nil || resp.Header.Get("Mcp-Session-Id") == "" {
-		c.t.Fatalf("mcptest: initialize: %d %s", resp.StatusCode, f.Raw)
+	if sid := resp.Header.Get("Mcp-Session-Id"); resp.StatusCode == http.StatusOK && f.Error == nil && sid != "" {
+		c.SessionID = sid
+		c.LegacyNotify(context.Background(), mcp.NotificationInitialized, nil)
 	}
-	c.SessionID = resp.Header.Get("Mcp-Session-Id")
-	c.LegacyNotify(context.Background(), mcp.NotificationInitialized, nil)
+	return resp, f
 }
 
 // LegacyHeaders are the headers of a request in the open legacy session.

@@ -40,6 +40,7 @@ type Handler struct {
 
 	mu       sync.Mutex
 	sessions map[string]*legacySession
+	byTenant map[string]int // open sessions per tenant
 	draining bool
 	stop     chan struct{} // ends the session janitor
 	stopOnce sync.Once
@@ -47,7 +48,7 @@ type Handler struct {
 
 // NewHandler returns the endpoint for srv. opts may be nil.
 func NewHandler(srv *server.Server, opts *HandlerOptions) (*Handler, error) {
-	h := &Handler{srv: srv, sessions: make(map[string]*legacySession), stop: make(chan struct{})}
+	h := &Handler{srv: srv, sessions: make(map[string]*legacySession), byTenant: make(map[string]int), stop: make(chan struct{})}
 	if opts != nil {
 		h.opts = *opts
 	}
@@ -376,6 +377,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Ses
 	// needs: this copy of its params would only double what a queued call
 	// holds.
 	m.Params = nil
+	if sse && modern && out.ErrorFirst() {
+		// Refused at once (overloaded, invalid): a plain JSON answer
+		// with the error's own status and Retry-After, not an event
+		// stream that says 200.
+		sse = false
+	}
 	var st streamStats
 	if sse {
 		st = h.writeSSE(w, r, rc, out)

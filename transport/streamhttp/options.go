@@ -76,9 +76,16 @@ type HandlerOptions struct {
 	// SessionIdleTimeout ends a legacy session unused for that long. Zero
 	// means DefaultSessionIdleTimeout.
 	SessionIdleTimeout time.Duration
-	// MaxSessions caps open legacy sessions; initialize past it gets 503.
-	// Zero means DefaultMaxSessions.
+	// MaxSessions caps open legacy sessions; initialize past it gets 503
+	// with the retryable overload error. Zero means DefaultMaxSessions.
 	MaxSessions int
+	// MaxSessionsPerTenant caps the legacy sessions of one tenant (see
+	// Tokens), so that one client cannot take them all. When a tenant at
+	// its cap initializes, its longest-idle session with nothing in flight
+	// is ended to make room (its client gets 404 and initializes again, as
+	// the protocol provides); if none is idle, initialize gets 429 with
+	// the retryable overload error. Zero means a quarter of MaxSessions.
+	MaxSessionsPerTenant int
 	// StreamCapacity is the number of messages one response stream may
 	// buffer for a slow reader (see server.Outbox). Zero means
 	// DefaultStreamCapacity.
@@ -86,7 +93,7 @@ type HandlerOptions struct {
 }
 
 func (o *HandlerOptions) normalize() error {
-	if o.MaxBodyBytes < 0 || o.KeepAlive < 0 || o.WriteTimeout < 0 || o.SessionIdleTimeout < 0 || o.MaxSessions < 0 || o.StreamCapacity < 0 ||
+	if o.MaxBodyBytes < 0 || o.KeepAlive < 0 || o.WriteTimeout < 0 || o.SessionIdleTimeout < 0 || o.MaxSessions < 0 || o.MaxSessionsPerTenant < 0 || o.StreamCapacity < 0 ||
 		o.BodyTimeout < 0 || o.MinBodyRate < 0 {
 		return errors.New("streamhttp: HandlerOptions values must not be negative")
 	}
@@ -106,6 +113,9 @@ func (o *HandlerOptions) normalize() error {
 	}
 	if o.MaxSessions == 0 {
 		o.MaxSessions = DefaultMaxSessions
+	}
+	if o.MaxSessionsPerTenant <= 0 {
+		o.MaxSessionsPerTenant = max(1, o.MaxSessions/4)
 	}
 	if o.StreamCapacity == 0 {
 		o.StreamCapacity = DefaultStreamCapacity

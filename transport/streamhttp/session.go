@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -46,13 +48,25 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 		writeError(w, http.StatusServiceUnavailable, m.ID, jsonrpc.NewError(mcp.CodeUnavailable, "server shutting down"))
 		return
 	}
-	if len(h.sessions) >= h.opts.MaxSessions {
+	tenant := server.TenantFrom(r.Context())
+	var evicted *legacySession
+	switch {
+	case h.byTenant[tenant] >= h.opts.MaxSessionsPerTenant:
+		// Make room by ending this tenant's longest-idle session, if one
+		// has nothing in flight; otherwise this client holds enough.
+		if evicted = h.idlestLocked(tenant); evicted == nil {
+			h.mu.Unlock()
+			w.Header().Set("Retry-After", "10")
+			writeError(w, http.StatusTooManyRequests, m.ID, tooManySessions(fmt.Sprintf("this client already holds %d sessions, all busy; end one (DELETE) or retry later", h.opts.MaxSessionsPerTenant)))
+			return
+		}
+		h.removeLocked(evicted)
+	case len(h.sessions) >= h.opts.MaxSessions:
 		h.mu.Unlock()
 		w.Header().Set("Retry-After", "10")
-		writeError(w, http.StatusServiceUnavailable, m.ID, jsonrpc.NewError(mcp.CodeUnavailable, "too many sessions; retry later"))
+		writeError(w, http.StatusServiceUnavailable, m.ID, tooManySessions("the server holds as many sessions as it may; retry later"))
 		return
 	}
-	tenant := server.TenantFrom(r.Context())
 	ctx, cancel := context.WithCancelCause(server.WithTenant(context.Background(), tenant))
 	id := newSessionID()
 	ls := &legacySession{
@@ -68,7 +82,13 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 		active:   1,
 	}
 	h.sessions[ls.id] = ls
+	h.byTenant[tenant]++
 	h.mu.Unlock()
+	if evicted != nil {
+		h.srv.Logger().Info("ended an idle legacy session to make room for its tenant's new one", "session", evicted.id[:8])
+		evicted.cancel(ErrSessionEnded)
+		evicted.sess.Close(ErrSessionEnded)
+	}
 	defer h.done(ls)
 
 	out := server.NewOutbox(h.opts.StreamCapacity)
@@ -119,12 +139,43 @@ func (h *Handler) done(ls *legacySession) {
 // end removes a session and cancels what still runs in it.
 func (h *Handler) end(ls *legacySession, cause error) {
 	h.mu.Lock()
-	if h.sessions[ls.id] == ls {
-		delete(h.sessions, ls.id)
-	}
+	h.removeLocked(ls)
 	h.mu.Unlock()
 	ls.cancel(cause)
 	ls.sess.Close(cause)
+}
+
+// removeLocked forgets a session, if it is still known.
+func (h *Handler) removeLocked(ls *legacySession) {
+	if h.sessions[ls.id] != ls {
+		return
+	}
+	delete(h.sessions, ls.id)
+	if h.byTenant[ls.tenant]--; h.byTenant[ls.tenant] <= 0 {
+		delete(h.byTenant, ls.tenant)
+	}
+}
+
+// idlestLocked returns the tenant's session unused the longest with
+// nothing in flight, or nil.
+func (h *Handler) idlestLocked(tenant string) *legacySession {
+	var idlest *legacySession
+	for _, ls := range h.sessions {
+		if ls.tenant != tenant || ls.active > 0 || !ls.sess.Idle() {
+			continue
+		}
+		if idlest == nil || ls.lastUsed.Before(idlest.lastUsed) {
+			idlest = ls
+		}
+	}
+	return idlest
+}
+
+// tooManySessions is the refusal of an initialize past a session cap:
+// the retryable overload, not the shutting-down code.
+func tooManySessions(msg string) *jsonrpc.Error {
+	data, _ := json.Marshal(mcp.Failure{Code: mcp.FailureOverloaded, Message: msg, Retryable: true, RetryAfterMs: 10_000})
+	return &jsonrpc.Error{Code: mcp.CodeOverloaded, Message: msg, Data: data}
 }
 
 // get opens the session's stream for messages not tied to a request.
