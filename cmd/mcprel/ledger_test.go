@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mcprel/mcprel/internal/storetest"
 	"github.com/mcprel/mcprel/mcp"
@@ -265,5 +267,70 @@ func TestReplicasShareLedger(t *testing.T) {
 	}
 	if rows != keys || available != 1000-keys*(keys+1)/2 {
 		t.Fatalf("%d reservation rows and %d available; want %d and %d", rows, available, keys, 1000-keys*(keys+1)/2)
+	}
+}
+
+// With tokens, serve limits each tenant on its own: alice's slow calls fill
+// her share (one running, one queued, any more refused with 429), and
+// bob's call is served beside them.
+func TestTenantsAreLimitedApart(t *testing.T) {
+	url, _ := startHTTP(t, nil, "--token", "alice=tok-a", "--token", "bob=tok-b", "--max-concurrent", "4", "--max-queued", "4")
+	post := func(ctx context.Context, token, tool, args string, progress bool) (*http.Response, error) {
+		body := modernCall(1, tool, args)
+		if progress {
+			body = strings.Replace(body, `"_meta":{`, `"_meta":{"progressToken":"p",`, 1)
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+		req.Header.Set("Mcp-Method", "tools/call")
+		req.Header.Set("Mcp-Name", tool)
+		req.Header.Set("Authorization", "Bearer "+token)
+		return http.DefaultClient.Do(req)
+	}
+	// alice's calls end with the test, which cancels them.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	slow := `{"steps":1000,"intervalMs":200}`
+	// The first runs: its first progress says so.
+	first, err := post(ctx, "tok-a", "slow_count", slow, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Body.Close()
+	if line, err := bufio.NewReader(first.Body).ReadString('\n'); err != nil || first.StatusCode != http.StatusOK {
+		t.Fatalf("alice's first call: %d %q %v", first.StatusCode, line, err)
+	}
+	// Of two more, one waits in alice's one-call queue and the other is
+	// refused, whichever comes second.
+	statuses := make(chan int, 2)
+	for range 2 {
+		go func() {
+			resp, err := post(ctx, "tok-a", "slow_count", slow, false)
+			if err != nil {
+				statuses <- 0
+				return
+			}
+			statuses <- resp.StatusCode
+			resp.Body.Close()
+		}()
+	}
+	select {
+	case status := <-statuses:
+		if status != http.StatusTooManyRequests {
+			t.Fatalf("alice's call past her share: %d, want 429", status)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("alice's calls past her share were never refused")
+	}
+	resp, err := post(context.Background(), "tok-b", "echo", `{"text":"bob"}`, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "bob") {
+		t.Fatalf("bob's echo beside alice's full share: %d %s", resp.StatusCode, body)
 	}
 }

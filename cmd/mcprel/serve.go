@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
@@ -45,11 +44,8 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	var tokens listFlag
 	fs.Var(&tokens, "token", "TENANT=TOKEN: accept this bearer token for that tenant (repeatable); tenants are isolated and limited separately")
 	keepAlive := fs.Duration("keepalive", streamhttp.DefaultKeepAlive, "comment line cadence on quiet SSE streams")
-	maxConcurrent := fs.Int("max-concurrent", server.DefaultMaxConcurrentCalls, "tool calls that may run at once (at least 1)")
-	maxQueued := fs.Int("max-queued", server.DefaultMaxQueuedCalls, "calls that may wait for a slot before new ones are refused as overloaded (at least 1)")
-	maxMessage := fs.Int("max-message-bytes", jsonrpc.DefaultMaxMessageBytes, "largest inbound message accepted")
-	maxConns := fs.Int("max-conns", 0, "HTTP connections open at once; past it a new one is answered 503 (default 4096, or 3/4 of the open-file limit if lower)")
-	maxConnsPerHost := fs.Int("max-conns-per-host", 0, "HTTP connections open at once from one remote address (default a quarter of --max-conns)")
+	var limits limitFlags
+	limits.register(fs)
 	grace := fs.Duration("shutdown-grace", 10*time.Second, "on SIGINT/SIGTERM, how long running calls may finish before they are cancelled")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json (log lines go to stderr)")
@@ -68,21 +64,8 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if *useStdio && *httpAddr != "" {
 		return usagef("serve: choose one of --stdio and --http")
 	}
-	for _, c := range []struct {
-		flag  string
-		value int
-	}{{"--max-concurrent", *maxConcurrent}, {"--max-queued", *maxQueued}, {"--max-message-bytes", *maxMessage}} {
-		if c.value < 1 {
-			return usagef("serve: %s must be at least 1, not %d", c.flag, c.value)
-		}
-	}
-	for _, c := range []struct {
-		flag  string
-		value int
-	}{{"--max-conns", *maxConns}, {"--max-conns-per-host", *maxConnsPerHost}} {
-		if c.value < 0 {
-			return usagef("serve: %s must not be negative, not %d", c.flag, c.value)
-		}
+	if err := limits.check(); err != nil {
+		return err
 	}
 	for _, c := range []struct {
 		flag  string
@@ -100,12 +83,13 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return err
 	}
 	var httpOpts *streamhttp.HandlerOptions
+	var connLimits *streamhttp.ListenerOptions
 	if *httpAddr != "" {
 		if httpOpts, err = httpOptions(*httpAddr, *path, hosts, origins, *authToken, tokens); err != nil {
 			return err
 		}
-		httpOpts.MaxBodyBytes = int64(*maxMessage)
 		httpOpts.KeepAlive = *keepAlive
+		connLimits = limits.applyHTTP(httpOpts)
 	} else if setFlags(fs)["path"] {
 		return usagef("serve: --path applies to --http only")
 	}
@@ -120,20 +104,17 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	go func() { l.RunReaper(reapCtx, time.Minute, 1000); close(reaped) }()
 	// Stop the reaper before the database closes under it.
 	defer func() { stopReaper(); <-reaped }()
-	srv, err := newDemoServer(l, &server.Options{
-		MaxConcurrentCalls: *maxConcurrent,
-		MaxQueuedCalls:     *maxQueued,
-		Logger:             logger,
-	})
+	opts := &server.Options{Logger: logger}
+	limits.apply(opts, len(tokens) > 0)
+	srv, err := newDemoServer(l, opts)
 	if err != nil {
 		return err
 	}
 	if httpOpts != nil {
-		return serveHTTP(ctx, srv, logger, stderr, *httpAddr, *path, *grace, httpOpts,
-			&streamhttp.ListenerOptions{MaxConns: *maxConns, MaxConnsPerHost: *maxConnsPerHost})
+		return serveHTTP(ctx, srv, logger, stderr, *httpAddr, *path, *grace, httpOpts, connLimits)
 	}
 
-	conn := stdio.NewConn(srv, stdin, stdout, &stdio.Options{MaxMessageBytes: *maxMessage})
+	conn := stdio.NewConn(srv, stdin, stdout, &stdio.Options{MaxMessageBytes: limits.maxMessage})
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
