@@ -7,14 +7,14 @@ INSPECT  := internal/interop/inspector
 GOCLIENT := internal/interop/goclients
 CONF     := conformance
 
-.PHONY: check vet test interop-deps conformance conformance-deps demo build
+.PHONY: check vet test fuzz interop-deps conformance conformance-deps demo build
 
 ## check: formatting, vet, every test with the race detector (including the
 ## interop tests with the TypeScript SDKs, the Inspector CLI, the official Go
 ## SDK and mcp-go), and both official conformance suites. The pinned npm
 ## packages (and Node 22 for the suites and the Inspector) and the Go peers
 ## (a module of their own) install on first use.
-check: vet interop-deps test conformance
+check: vet interop-deps test fuzz conformance
 
 vet:
 	@unformatted=$$(gofmt -l $$(find . -name '*.go' -not -path '*/node_modules/*')); \
@@ -26,6 +26,16 @@ vet:
 test:
 	MCPREL_REQUIRE_INTEROP=1 $(GO) test -race -count=1 ./...
 	cd $(GOCLIENT) && $(GO) test -race -count=1 ./...
+
+## fuzz: a short run of each fuzz target (the committed corpora under
+## testdata/fuzz also run as tests in `make test`). For a longer hunt:
+##   make fuzz FUZZTIME=10m
+FUZZTIME ?= 10s
+fuzz:
+	$(GO) test ./jsonrpc -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./jsonrpc -run '^$$' -fuzz '^FuzzIDScanner$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./transport/stdio -run '^$$' -fuzz '^FuzzSession$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./transport/streamhttp -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(FUZZTIME)
 
 interop-deps: $(INTEROP)/node_modules/.package-lock.json $(INSPECT)/node_modules/.package-lock.json
 

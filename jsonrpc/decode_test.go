@@ -188,6 +188,42 @@ func FuzzDecode(f *testing.F) {
 		if id, ok := s.ID(); m.Kind == KindRequest && ok && id != m.ID {
 			t.Fatalf("scanner id %v differs from decoded id %v", id, m.ID)
 		}
+		if s.Kind() != m.Kind {
+			t.Fatalf("scanner kind %v differs from decoded kind %v", s.Kind(), m.Kind)
+		}
+		// An id goes back on the wire as the client can match it.
+		if m.ID.IsValid() {
+			if again, err := ParseID(m.ID.AppendJSON(nil)); err != nil || again != m.ID {
+				t.Fatalf("id %s re-encoded as %s parses as %v, %v", m.ID, m.ID.AppendJSON(nil), again, err)
+			}
+		}
+	})
+}
+
+// FuzzIDScanner feeds the scanner a frame in two pieces: where the frame
+// is split must not change what it finds.
+func FuzzIDScanner(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"ping"}`,
+		`{"id":"a\"b","method":"x","params":{"id":2}}`,
+		`{"method":"n","params":{"x":"\\"}}`,
+		`{"jsonrpc":"2.0","id":3,"result":{}}`,
+		`{"id":1,"id":"two"}`,
+		`{"id":-12345678901234567890}`,
+	} {
+		f.Add([]byte(s), uint16(len(s)/2))
+	}
+	f.Fuzz(func(t *testing.T, frame []byte, at uint16) {
+		var whole, split IDScanner
+		whole.Write(frame)
+		cut := int(at) % (len(frame) + 1)
+		split.Write(frame[:cut])
+		split.Write(frame[cut:])
+		id1, ok1 := whole.ID()
+		id2, ok2 := split.ID()
+		if id1 != id2 || ok1 != ok2 || whole.Kind() != split.Kind() {
+			t.Fatalf("split at %d: %v %v %v, whole: %v %v %v", cut, id2, ok2, split.Kind(), id1, ok1, whole.Kind())
+		}
 	})
 }
 

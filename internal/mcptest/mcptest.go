@@ -87,6 +87,10 @@ func (c *Client) read(r io.Reader) {
 	}
 }
 
+// Frames returns the frames the server writes, in order; it is closed when
+// the server closes its output.
+func (c *Client) Frames() <-chan Frame { return c.frames }
+
 // Conn returns the server side of the connection.
 func (c *Client) Conn() *stdio.Conn { return c.conn }
 

@@ -241,7 +241,7 @@ func TestDuplicateInFlightID(t *testing.T) {
 	}
 }
 
-func addEcho(t *testing.T, srv *server.Server) {
+func addEcho(t testing.TB, srv *server.Server) {
 	t.Helper()
 	type args struct {
 		Text string `json:"text"`
