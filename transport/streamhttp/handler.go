@@ -38,6 +38,8 @@ type Handler struct {
 	opts      HandlerOptions
 	stateless *server.Session // every modern request, each on its own stream
 
+	reading readingBudget // bodies being read and decoded
+
 	mu       sync.Mutex
 	sessions map[string]*legacySession
 	byTenant map[string]int // open sessions per tenant
@@ -54,6 +56,11 @@ func NewHandler(srv *server.Server, opts *HandlerOptions) (*Handler, error) {
 	}
 	if err := h.opts.normalize(); err != nil {
 		return nil, err
+	}
+	h.reading = readingBudget{max: h.opts.MaxReadingBytes, perTenant: h.opts.MaxReadingBytesPerTenant}
+	if len(h.opts.Tokens) == 0 {
+		// One tenant: its share is the whole budget.
+		h.reading.perTenant = h.opts.MaxReadingBytes
 	}
 	h.stateless = srv.NewSession(server.SessionConfig{Modern: true, StreamPerRequest: true})
 	go h.janitor()
@@ -124,10 +131,27 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotAcceptable, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "Accept must list both application/json and text/event-stream"))
 		return
 	}
-	body, err := h.readBody(w, r)
+	c := h.reading.open(server.TenantFrom(r.Context()))
+	// The body's bytes count until the server has the request (serve
+	// releases them then), or until this request is answered otherwise.
+	defer c.release()
+	r = r.WithContext(withCharge(r.Context(), c))
+	body, err := h.readBody(w, r, c)
 	if err != nil {
 		var tooBig *http.MaxBytesError
+		var full errBudget
 		switch {
+		case errors.As(err, &full):
+			status := http.StatusServiceUnavailable
+			if full.tenant {
+				status = http.StatusTooManyRequests
+			}
+			// Read the rest without keeping it (under the same deadlines):
+			// a client still sending when the answer comes would see its
+			// connection reset instead of the answer.
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Retry-After", "1")
+			writeError(w, status, jsonrpc.ID{}, overloadedError(full.Error(), 1000))
 		case errors.As(err, &tooBig):
 			writeError(w, http.StatusRequestEntityTooLarge, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "request body exceeds the %d-byte limit", h.opts.MaxBodyBytes))
 		case errors.Is(err, os.ErrDeadlineExceeded):
@@ -174,7 +198,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 // grows as bytes arrive, never ahead of them (a declared Content-Length
 // alone allocates nothing), and ends at the declared size, not at double
 // it: the body is held once.
-func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, c *charge) ([]byte, error) {
 	rc := http.NewResponseController(w)
 	body := http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes)
 	start := time.Now()
@@ -183,6 +207,9 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 		limit = min(r.ContentLength, h.opts.MaxBodyBytes) + 1
 	}
 	buf := make([]byte, 0, min(limit, 16<<10))
+	if err := c.grow(int64(cap(buf))); err != nil {
+		return nil, err
+	}
 	deadlines := true
 	for {
 		if deadlines {
@@ -192,7 +219,11 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 			deadlines = rc.SetReadDeadline(start.Add(allowed)) == nil
 		}
 		if len(buf) == cap(buf) {
-			grown := make([]byte, len(buf), max(min(2*cap(buf), int(limit)), cap(buf)+4096))
+			size := max(min(2*cap(buf), int(limit)), cap(buf)+4096)
+			if err := c.grow(int64(size - cap(buf))); err != nil {
+				return nil, err
+			}
+			grown := make([]byte, len(buf), size)
 			copy(grown, buf)
 			buf = grown
 		}
@@ -374,9 +405,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Ses
 	rc.SetReadDeadline(time.Time{})
 	sess.Handle(ctx, m, out)
 	// The request is the server's now, decoded into what its handler
-	// needs: this copy of its params would only double what a queued call
-	// holds.
+	// needs (and counted by its admission): this copy of its params would
+	// only double what a queued call holds, and its body's reading is done.
 	m.Params = nil
+	releaseCharge(r.Context())
 	if sse && modern && out.ErrorFirst() {
 		// Refused at once (overloaded, invalid): a plain JSON answer
 		// with the error's own status and Retry-After, not an event
@@ -563,6 +595,12 @@ func setRetryAfter(w http.ResponseWriter, data []byte) {
 		return
 	}
 	w.Header().Set("Retry-After", strconv.FormatInt((resp.Error.Data.RetryAfterMs+999)/1000, 10))
+}
+
+// overloadedError is the retryable overload error with its failure body.
+func overloadedError(msg string, retryAfterMs int64) *jsonrpc.Error {
+	data, _ := json.Marshal(mcp.Failure{Code: mcp.FailureOverloaded, Message: msg, Retryable: true, RetryAfterMs: retryAfterMs})
+	return &jsonrpc.Error{Code: mcp.CodeOverloaded, Message: msg, Data: data}
 }
 
 // writeError answers with a JSON-RPC error body and an HTTP status.

@@ -64,6 +64,16 @@ type HandlerOptions struct {
 	// DefaultBodyTimeout and DefaultMinBodyRate.
 	BodyTimeout time.Duration
 	MinBodyRate int64
+	// MaxReadingBytes bounds the bytes of request bodies being read and
+	// decoded at once, across the server; MaxReadingBytesPerTenant those
+	// of one tenant, when Tokens name tenants. A body reserves its bytes as they arrive; one that
+	// does not fit gets 503 (the server's bound) or 429 (its tenant's)
+	// with Retry-After, unread. (Once the server has the request, its
+	// bytes count against server.Options.MaxInflightBytes instead.) Zero
+	// means eight bodies of MaxBodyBytes, and a quarter of that (at least
+	// one body) per tenant.
+	MaxReadingBytes          int64
+	MaxReadingBytesPerTenant int64
 	// KeepAlive is how often a quiet SSE stream gets a comment line, so
 	// that proxies do not cut it. Keepalives never count as progress. Zero
 	// means DefaultKeepAlive.
@@ -94,7 +104,7 @@ type HandlerOptions struct {
 
 func (o *HandlerOptions) normalize() error {
 	if o.MaxBodyBytes < 0 || o.KeepAlive < 0 || o.WriteTimeout < 0 || o.SessionIdleTimeout < 0 || o.MaxSessions < 0 || o.MaxSessionsPerTenant < 0 || o.StreamCapacity < 0 ||
-		o.BodyTimeout < 0 || o.MinBodyRate < 0 {
+		o.BodyTimeout < 0 || o.MinBodyRate < 0 || o.MaxReadingBytes < 0 || o.MaxReadingBytesPerTenant < 0 {
 		return errors.New("streamhttp: HandlerOptions values must not be negative")
 	}
 	if o.MaxBodyBytes == 0 {
@@ -103,6 +113,8 @@ func (o *HandlerOptions) normalize() error {
 	if o.KeepAlive == 0 {
 		o.KeepAlive = DefaultKeepAlive
 	}
+	o.MaxReadingBytes = cmp.Or(o.MaxReadingBytes, 8*o.MaxBodyBytes)
+	o.MaxReadingBytesPerTenant = cmp.Or(o.MaxReadingBytesPerTenant, max(o.MaxBodyBytes, o.MaxReadingBytes/4))
 	o.BodyTimeout = cmp.Or(o.BodyTimeout, DefaultBodyTimeout)
 	o.MinBodyRate = cmp.Or(o.MinBodyRate, DefaultMinBodyRate)
 	if o.WriteTimeout == 0 {

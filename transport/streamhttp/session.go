@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -173,10 +172,7 @@ func (h *Handler) idlestLocked(tenant string) *legacySession {
 
 // tooManySessions is the refusal of an initialize past a session cap:
 // the retryable overload, not the shutting-down code.
-func tooManySessions(msg string) *jsonrpc.Error {
-	data, _ := json.Marshal(mcp.Failure{Code: mcp.FailureOverloaded, Message: msg, Retryable: true, RetryAfterMs: 10_000})
-	return &jsonrpc.Error{Code: mcp.CodeOverloaded, Message: msg, Data: data}
-}
+func tooManySessions(msg string) *jsonrpc.Error { return overloadedError(msg, 10_000) }
 
 // get opens the session's stream for messages not tied to a request.
 func (h *Handler) get(w http.ResponseWriter, r *http.Request) {

@@ -188,3 +188,70 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// Bodies being read are bounded in bytes: a body stalled halfway holds the
+// bytes it sent, a request that does not fit beside it gets 503 (or 429,
+// for a tenant past its share) with Retry-After — fully read, so its
+// client sees the answer, not a reset — another tenant still fits, and once
+// the stalled body times out its bytes are free again. On fake time.
+func TestBodiesBeingReadAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := mcptest.NewServer(t, nil)
+		h, err := streamhttp.NewHandler(srv, &streamhttp.HandlerOptions{
+			Tokens:          map[string]string{"tok-a": "alice", "tok-b": "bob"},
+			MaxReadingBytes: 128 << 10, MaxReadingBytesPerTenant: 80 << 10,
+			BodyTimeout: time.Second, MinBodyRate: 1 << 10,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln := newPipeListener()
+		hs := &http.Server{Handler: h}
+		go hs.Serve(ln)
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			h.Shutdown(ctx)
+			hs.Shutdown(ctx)
+			ln.Close()
+		}()
+		send := func(token string, size, stopAt int) (status chan string) {
+			status = make(chan string, 1)
+			conn, err := ln.DialContext(context.Background(), "tcp", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			head, body := modernList(size)
+			head = strings.Replace(head, "\r\n\r\n", "\r\nAuthorization: Bearer "+token+"\r\n\r\n", 1)
+			go io.WriteString(conn, head+body[:stopAt]) // the rest, if any, never comes
+			go func() {
+				defer conn.Close()
+				line, _ := bufio.NewReader(conn).ReadString('\n')
+				status <- line
+			}()
+			return status
+		}
+		// alice stalls halfway through 80 KiB: her body's buffer has grown
+		// to 64 KiB, which she holds.
+		stalled := send("tok-a", 80<<10, 40<<10)
+		synctest.Wait()
+		// Her next 30 KiB does not fit in her 80 KiB share.
+		if got := <-send("tok-a", 30<<10, 30<<10); !strings.HasPrefix(got, "HTTP/1.1 429") {
+			t.Fatalf("alice's second body: %q, want 429", got)
+		}
+		// bob's 30 KiB fits in the server's 128 KiB; his 70 KiB does not.
+		if got := <-send("tok-b", 30<<10, 30<<10); !strings.HasPrefix(got, "HTTP/1.1 200") {
+			t.Fatalf("bob's body beside alice's: %q, want 200", got)
+		}
+		if got := <-send("tok-b", 70<<10, 70<<10); !strings.HasPrefix(got, "HTTP/1.1 503") {
+			t.Fatalf("bob's body past the server's bound: %q, want 503", got)
+		}
+		// alice's stalled body times out and gives her bytes back.
+		if got := <-stalled; !strings.HasPrefix(got, "HTTP/1.1 408") {
+			t.Fatalf("the stalled body: %q, want 408", got)
+		}
+		if got := <-send("tok-b", 70<<10, 70<<10); !strings.HasPrefix(got, "HTTP/1.1 200") {
+			t.Fatalf("bob's large body once the stall ended: %q, want 200", got)
+		}
+	})
+}
