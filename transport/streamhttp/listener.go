@@ -1,7 +1,10 @@
 package streamhttp
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -16,8 +19,8 @@ const (
 	// shedLimit bounds the connections being turned away at once, each
 	// held for at most shedLinger: past it, an excess connection is closed
 	// without a word rather than hold a descriptor.
-	shedLimit  = 64
-	shedLinger = 200 * time.Millisecond
+	shedLimit  = 256
+	shedLinger = time.Second
 )
 
 // ListenerOptions bound the connections a Listener holds. The zero value
@@ -121,8 +124,10 @@ var overloadedResponse = func() []byte {
 }()
 
 // turnAway answers a connection past the caps with 503 and closes it. It
-// half-closes first and reads briefly, so that the client's unread request
-// does not make the close a reset that discards the answer.
+// reads the request's head first — an HTTP client takes an answer that
+// comes before its request for a broken connection — then half-closes and
+// reads briefly, so that the unread rest of the request does not make the
+// close a reset that discards the answer. All within shedLinger.
 func (l *Listener) turnAway(c net.Conn) {
 	l.shed.Add(1)
 	if l.shedding.Add(1) > shedLimit {
@@ -134,18 +139,23 @@ func (l *Listener) turnAway(c net.Conn) {
 		defer l.shedding.Add(-1)
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(shedLinger))
+		head := bufio.NewReaderSize(c, 4096)
+		for {
+			line, err := head.ReadSlice('\n')
+			if err != nil {
+				return // no request within the linger, or one too large to bother with
+			}
+			if len(bytes.TrimSpace(line)) == 0 {
+				break // the blank line that ends the head
+			}
+		}
 		if _, err := c.Write(overloadedResponse); err != nil {
 			return
 		}
 		if cw, ok := c.(interface{ CloseWrite() error }); ok {
 			cw.CloseWrite()
 		}
-		var buf [4096]byte
-		for {
-			if _, err := c.Read(buf[:]); err != nil {
-				return
-			}
-		}
+		io.Copy(io.Discard, c)
 	}()
 }
 
