@@ -21,9 +21,9 @@ import (
 func (ss *Session) requestInfo(r *inflight, in *incoming, scope string, args []byte) (Request, bool) {
 	q := Request{ID: r.id, Meta: in.rawMeta, Era: r.era, Tenant: TenantFrom(in.ctx), r: r}
 	if scope != "" {
-		scope += "\x00" + q.Tenant + "\x00" + argsDigest(args)
+		scope += "\x00" + q.Tenant
 	}
-	r.scope = scope
+	r.scope, r.scopeArgs = scope, args
 	r.tenant = q.Tenant
 	if r.era == mcp.Modern {
 		q.ProtocolVersion = *in.meta.ProtocolVersion
@@ -39,7 +39,7 @@ func (ss *Session) requestInfo(r *inflight, in *incoming, scope string, args []b
 	}
 	r.token = in.meta.ProgressToken
 	if scope != "" && r.era == mcp.Modern {
-		if e := ss.srv.readRetry(&q, in.params, scope); e != nil {
+		if e := ss.srv.readRetry(&q, in.params, r.stateScope); e != nil {
 			r.fail(e)
 			return q, false
 		}
@@ -98,7 +98,7 @@ func (ss *Session) runCall(r *inflight) time.Duration {
 		var rpcErr *jsonrpc.Error
 		var ir *InputRequired
 		if errors.As(err, &ir) && r.scope != "" {
-			res, rpcErr = ss.srv.inputRequired(r, ir, r.scope)
+			res, rpcErr = ss.srv.inputRequired(r, ir, r.stateScope())
 		} else {
 			res, rpcErr = r.finish(res, err)
 		}

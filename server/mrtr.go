@@ -124,9 +124,17 @@ type mrtrParams struct {
 	RequestState   *string         `json:"requestState"`
 }
 
+// stateScope is everything an input_required state of this request is
+// bound to: method, name, tenant and arguments. The arguments' digest is
+// computed only here, when a state is signed or verified, not for every
+// call.
+func (r *inflight) stateScope() string {
+	return r.scope + "\x00" + argsDigest(r.scopeArgs)
+}
+
 // readRetry fills q's InputResponses and RequestState from params,
-// verifying the state. scope names what the state is bound to.
-func (s *Server) readRetry(q *Request, params json.RawMessage, scope string) *jsonrpc.Error {
+// verifying the state against scope().
+func (s *Server) readRetry(q *Request, params json.RawMessage, scope func() string) *jsonrpc.Error {
 	var p mrtrParams
 	if len(params) > 0 {
 		if err := json.Unmarshal(params, &p); err != nil {
@@ -144,7 +152,7 @@ func (s *Server) readRetry(q *Request, params json.RawMessage, scope string) *js
 		}
 	}
 	if p.RequestState != nil {
-		state, err := s.state.verify(scope, *p.RequestState, time.Now())
+		state, err := s.state.verify(scope(), *p.RequestState, time.Now())
 		if err != nil {
 			return jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: %v", err)
 		}

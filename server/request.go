@@ -16,23 +16,24 @@ import (
 
 // inflight is one request between its arrival and its terminal state.
 type inflight struct {
-	sess     *Session
-	out      *Outbox
-	id       jsonrpc.ID
-	method   string
-	toolName string // tools/call only
-	era      mcp.Era
-	start    time.Time
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
-	stop     func() bool                                          // unhooks the parent-context watch; guarded by mu
-	lane     *lane                                                // admission lane of a call
-	exec     func(context.Context) (mcp.Result, error)            // the handler, for calls
-	finish   func(mcp.Result, error) (mcp.Result, *jsonrpc.Error) // how its return reaches the wire
-	token    *jsonrpc.ID                                          // progress token
-	scope    string                                               // what an input_required state is bound to
-	logLevel mcp.LoggingLevel
-	sub      *subscription // subscriptions/listen only
+	sess      *Session
+	out       *Outbox
+	id        jsonrpc.ID
+	method    string
+	toolName  string // tools/call only
+	era       mcp.Era
+	start     time.Time
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	stop      func() bool                                          // unhooks the parent-context watch; guarded by mu
+	lane      *lane                                                // admission lane of a call
+	exec      func(context.Context) (mcp.Result, error)            // the handler, for calls
+	finish    func(mcp.Result, error) (mcp.Result, *jsonrpc.Error) // how its return reaches the wire
+	token     *jsonrpc.ID                                          // progress token
+	scope     string                                               // what an input_required state is bound to, but for the arguments
+	scopeArgs []byte                                               // the arguments it is bound to as well
+	logLevel  mcp.LoggingLevel
+	sub       *subscription // subscriptions/listen only
 
 	queued bool   // guarded by admission.mu
 	seq    uint64 // arrival order while queued; guarded by admission.mu
