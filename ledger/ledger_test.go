@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprel/mcprel/internal/ledgertest"
 	"github.com/mcprel/mcprel/internal/storetest"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/store"
@@ -26,20 +27,7 @@ var effectsSchema = []store.Migration{{
 // test. Each call is an independent handle: its own connections.
 func open(t testing.TB, dsn string, opts *ledger.Options) *ledger.Ledger {
 	t.Helper()
-	ctx := context.Background()
-	db, err := store.Open(ctx, dsn, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	l, err := ledger.Open(ctx, db, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Migrate(ctx, "ledger-test", effectsSchema); err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return ledgertest.Open(t, dsn, nil, opts, "ledger-test", effectsSchema...)
 }
 
 func op(tenant, key string, args string) ledger.Op {

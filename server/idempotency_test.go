@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprel/mcprel/internal/ledgertest"
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/internal/storetest"
 	"github.com/mcprel/mcprel/jsonrpc"
@@ -36,27 +37,14 @@ const reserveSchema = `{"type":"object","properties":{
 
 func newKeyed(t *testing.T, dsn string, mode server.KeyMode, opts *server.Options) *keyed {
 	t.Helper()
-	ctx := context.Background()
-	db, err := store.Open(ctx, dsn, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	l, err := ledger.Open(ctx, db, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Migrate(ctx, "server-test", []store.Migration{{Version: 1,
-		SQL: `CREATE TABLE reservations (tenant TEXT NOT NULL, sku TEXT NOT NULL, quantity INTEGER NOT NULL)`,
-	}}); err != nil {
-		t.Fatal(err)
-	}
+	l := ledgertest.Open(t, dsn, nil, nil, "server-test", store.Migration{Version: 1,
+		SQL: `CREATE TABLE reservations (tenant TEXT NOT NULL, sku TEXT NOT NULL, quantity INTEGER NOT NULL)`})
 	if opts == nil {
 		opts = &server.Options{}
 	}
 	opts.Ledger = l
 	k := &keyed{srv: mcptest.NewServer(t, opts), l: l}
-	err = k.srv.AddTool(server.Tool{
+	err := k.srv.AddTool(server.Tool{
 		Name:        "reserve",
 		InputSchema: json.RawMessage(reserveSchema),
 		Policy:      server.Policy{Idempotency: server.Idempotency{Key: mode, Fields: []string{"sku", "quantity"}}},
@@ -92,17 +80,7 @@ func newKeyed(t *testing.T, dsn string, mode server.KeyMode, opts *server.Option
 // ledgerServer is a server whose ledger is on a fresh SQLite file.
 func ledgerServer(t *testing.T, opts *ledger.Options) *server.Server {
 	t.Helper()
-	ctx := context.Background()
-	db, err := store.Open(ctx, storetest.SQLite(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	l, err := ledger.Open(ctx, db, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mcptest.NewServer(t, &server.Options{Ledger: l})
+	return mcptest.NewServer(t, &server.Options{Ledger: ledgertest.Open(t, storetest.SQLite(t), nil, opts, "")})
 }
 
 func (k *keyed) reservations(t *testing.T, tenant string) int {

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprel/mcprel/internal/ledgertest"
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/internal/storetest"
-	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/store"
@@ -25,25 +25,16 @@ import (
 func TestBusySQLiteIsRetryable(t *testing.T) {
 	ctx := context.Background()
 	path := storetest.SQLite(t)
-	db, err := store.Open(ctx, path, &store.Options{BusyTimeout: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	l, err := ledger.Open(ctx, db, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Migrate(ctx, "busy-test", []store.Migration{{Version: 1, SQL: `CREATE TABLE notes (n TEXT NOT NULL)`}}); err != nil {
-		t.Fatal(err)
-	}
+	l := ledgertest.Open(t, path, &store.Options{BusyTimeout: 20 * time.Millisecond}, nil,
+		"busy-test", store.Migration{Version: 1, SQL: `CREATE TABLE notes (n TEXT NOT NULL)`})
+	db := l.DB()
 	var logs mcptest.LogBuffer
 	srv := mcptest.NewServer(t, &server.Options{Ledger: l, Logger: logs.Logger()})
 	write := func(ctx context.Context, tx *store.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO notes (n) VALUES ('x')`)
 		return err
 	}
-	err = srv.AddTool(server.Tool{Name: "keyed", Policy: server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired}}},
+	err := srv.AddTool(server.Tool{Name: "keyed", Policy: server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired}}},
 		func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{}, write(ctx, req.Tx())
 		})
@@ -101,23 +92,12 @@ func TestTerminatedBackendIsRetryable(t *testing.T) {
 	ctx := context.Background()
 	dsn := storetest.Postgres(t)
 	app := fmt.Sprintf("mcprel-victim-%d", os.Getpid())
-	db, err := store.Open(ctx, storetest.Tagged(dsn, app), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	l, err := ledger.Open(ctx, db, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Migrate(ctx, "terminate-test", []store.Migration{{Version: 1,
-		SQL: `CREATE TABLE stock (id INTEGER PRIMARY KEY, n INTEGER NOT NULL); INSERT INTO stock (id, n) VALUES (1, 10)`}}); err != nil {
-		t.Fatal(err)
-	}
+	l := ledgertest.Open(t, storetest.Tagged(dsn, app), nil, nil, "terminate-test", store.Migration{Version: 1,
+		SQL: `CREATE TABLE stock (id INTEGER PRIMARY KEY, n INTEGER NOT NULL); INSERT INTO stock (id, n) VALUES (1, 10)`})
 	var logs mcptest.LogBuffer
 	srv := mcptest.NewServer(t, &server.Options{Ledger: l, Logger: logs.Logger()})
 	var runs atomic.Int64
-	err = srv.AddTool(server.Tool{Name: "take", Policy: server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired}}},
+	err := srv.AddTool(server.Tool{Name: "take", Policy: server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired}}},
 		func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
 			runs.Add(1)
 			var n int

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -10,12 +9,11 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/mcprel/mcprel/internal/ledgertest"
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/internal/storetest"
-	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
-	"github.com/mcprel/mcprel/store"
 )
 
 // demoCall is one call of a demo tool and the outcome it must have: a
@@ -62,16 +60,7 @@ var demoCalls = []demoCall{
 // the tool declares (clients check it, even on failures), and every failure
 // must have the one shape mcprel gives failures.
 func TestDemoToolResultsMatchTheirSchemas(t *testing.T) {
-	ctx := context.Background()
-	db, err := store.Open(ctx, storetest.SQLite(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	l, err := ledger.Open(ctx, db, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := ledgertest.Open(t, storetest.SQLite(t), nil, nil, "")
 	srv, err := newDemoServer(l, &server.Options{Logger: mcptest.NewServer(t, nil).Logger()})
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,27 @@ func modernList(size int) (head, body string) {
 	return head, b
 }
 
+// servePipe serves a handler with opts, over a fresh server, on an
+// in-memory network (for a synctest bubble), until the test ends.
+func servePipe(t *testing.T, opts *streamhttp.HandlerOptions) *pipeListener {
+	t.Helper()
+	h, err := streamhttp.NewHandler(mcptest.NewServer(t, nil), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := newPipeListener()
+	hs := &http.Server{Handler: h}
+	go hs.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		h.Shutdown(ctx)
+		hs.Shutdown(ctx)
+		ln.Close()
+	})
+	return ln
+}
+
 // A body that does not arrive (headers declaring 4 MB, one byte, then
 // nothing) or arrives too slowly (a byte every half second) gets 408 once
 // the grace and the minimum rate run out, and its connection is closed; a
@@ -48,21 +69,7 @@ func TestSlowBodies(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				srv := mcptest.NewServer(t, nil)
-				h, err := streamhttp.NewHandler(srv, &streamhttp.HandlerOptions{BodyTimeout: grace, MinBodyRate: rate})
-				if err != nil {
-					t.Fatal(err)
-				}
-				ln := newPipeListener()
-				hs := &http.Server{Handler: h}
-				go hs.Serve(ln)
-				defer func() {
-					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-					defer cancel()
-					h.Shutdown(ctx)
-					hs.Shutdown(ctx)
-					ln.Close()
-				}()
+				ln := servePipe(t, &streamhttp.HandlerOptions{BodyTimeout: grace, MinBodyRate: rate})
 				conn, err := ln.DialContext(context.Background(), "tcp", "")
 				if err != nil {
 					t.Fatal(err)
@@ -196,25 +203,11 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // the stalled body times out its bytes are free again. On fake time.
 func TestBodiesBeingReadAreBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := mcptest.NewServer(t, nil)
-		h, err := streamhttp.NewHandler(srv, &streamhttp.HandlerOptions{
+		ln := servePipe(t, &streamhttp.HandlerOptions{
 			Tokens:          map[string]string{"tok-a": "alice", "tok-b": "bob"},
 			MaxReadingBytes: 128 << 10, MaxReadingBytesPerTenant: 80 << 10,
 			BodyTimeout: time.Second, MinBodyRate: 1 << 10,
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln := newPipeListener()
-		hs := &http.Server{Handler: h}
-		go hs.Serve(ln)
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			h.Shutdown(ctx)
-			hs.Shutdown(ctx)
-			ln.Close()
-		}()
 		send := func(token string, size, stopAt int) (status chan string) {
 			status = make(chan string, 1)
 			conn, err := ln.DialContext(context.Background(), "tcp", "")

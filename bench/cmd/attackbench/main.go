@@ -24,10 +24,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -248,61 +250,58 @@ func queuedLarge(ctx context.Context, url string) func() string {
 	}
 	time.Sleep(time.Second)
 	big := `{"text":"` + strings.Repeat("x", 4<<20-1024) + `"}` // the whole message within the 4 MiB cap
-	var counts sync.Map
+	var t tally
 	for range 200 {
-		go func() {
-			status, err := post(ctx, client, url, attackerToken, "echo", big)
-			key := strconv.Itoa(status)
-			if err != nil {
-				key = "error"
-			}
-			v, _ := counts.LoadOrStore(key, new(atomic.Int64))
-			v.(*atomic.Int64).Add(1)
-		}()
+		go func() { t.add(post(ctx, client, url, attackerToken, "echo", big)) }()
 	}
-	return func() string {
-		var parts []string
-		counts.Range(func(k, v any) bool {
-			parts = append(parts, fmt.Sprintf("%d answered %s", v.(*atomic.Int64).Load(), k))
-			return true
-		})
-		if len(parts) == 0 {
-			return "no echo answered yet (all held)"
-		}
-		return strings.Join(parts, ", ")
+	return func() string { return t.String(200) }
+}
+
+// tally counts the answers an attack's calls got, by status.
+type tally struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (t *tally) add(status int, err error) {
+	key := strconv.Itoa(status)
+	if err != nil {
+		key = "error"
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.counts == nil {
+		t.counts = map[string]int{}
+	}
+	t.counts[key]++
+}
+
+// String says how many of calls were answered, and how.
+func (t *tally) String(calls int) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var parts []string
+	answered := 0
+	for _, k := range slices.Sorted(maps.Keys(t.counts)) {
+		parts = append(parts, fmt.Sprintf("%d answered %s", t.counts[k], k))
+		answered += t.counts[k]
+	}
+	return strings.Join(append(parts, fmt.Sprintf("%d still running or waiting", calls-answered)), ", ")
 }
 
 // slowCalls starts calls concurrent long calls.
 func slowCalls(ctx context.Context, url string, calls int) func() string {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: calls}}
-	var counts sync.Map
+	var t tally
 	for range calls {
 		go func() {
 			status, err := post(ctx, client, url, attackerToken, "slow_count", `{"steps":100000,"intervalMs":1000}`)
-			if ctx.Err() != nil {
-				return
+			if ctx.Err() == nil {
+				t.add(status, err)
 			}
-			key := strconv.Itoa(status)
-			if err != nil {
-				key = "error"
-			}
-			v, _ := counts.LoadOrStore(key, new(atomic.Int64))
-			v.(*atomic.Int64).Add(1)
 		}()
 	}
-	return func() string {
-		var parts []string
-		total := int64(0)
-		counts.Range(func(k, v any) bool {
-			n := v.(*atomic.Int64).Load()
-			total += n
-			parts = append(parts, fmt.Sprintf("%d answered %s", n, k))
-			return true
-		})
-		parts = append(parts, fmt.Sprintf("%d still running or waiting", int64(calls)-total))
-		return strings.Join(parts, ", ")
-	}
+	return func() string { return t.String(calls) }
 }
 
 // peakRSS is the process's peak resident set size (VmHWM), in bytes.
