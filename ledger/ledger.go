@@ -81,10 +81,13 @@ const (
 
 // String returns "in_progress" or "committed".
 func (s State) String() string {
-	if s == InProgress {
+	switch s {
+	case InProgress:
 		return "in_progress"
+	case Committed:
+		return "committed"
 	}
-	return "committed"
+	return "unknown"
 }
 
 // Op identifies one mutation.

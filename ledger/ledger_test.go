@@ -419,3 +419,10 @@ func TestWaitBoundedByContext(t *testing.T) {
 		}
 	})
 }
+
+// The zero State is no state: it must not read as committed.
+func TestZeroStateIsUnknown(t *testing.T) {
+	if got := ledger.State(0).String(); got != "unknown" {
+		t.Fatalf("State(0) = %q, want unknown", got)
+	}
+}

@@ -402,7 +402,7 @@ func TestRequestWithEndedContextNeverRuns(t *testing.T) {
 	rec := mcptest.NewRecorder()
 	srv := mcptest.NewServer(t, rec.Hook(nil))
 	gate := mcptest.NewGate(t, srv, "gate")
-	sess := srv.NewSession(server.StdioSession)
+	sess := srv.NewSession(server.StdioSession())
 	out := server.NewOutbox(8)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	gone := errors.New("stream closed")

@@ -9,6 +9,8 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -203,10 +205,7 @@ func (q *Request) Require(caps ...string) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	names := make([]string, 0, len(missing))
-	for c := range missing {
-		names = append(names, c)
-	}
+	names := slices.Sorted(maps.Keys(missing)) // one message for one set of capabilities
 	return jsonrpc.NewError(mcp.CodeMissingClientCapability, "the client did not declare the capabilities this request needs: %s", strings.Join(names, ", ")).
 		WithData(mcp.MissingCapabilityData{RequiredCapabilities: missing})
 }

@@ -139,3 +139,24 @@ func TestRequestStateBoundToTenantAndArguments(t *testing.T) {
 		t.Fatalf("the rightful retry = %s", f.Raw)
 	}
 }
+
+// The -32021 message names the missing capabilities in one order: the same
+// call gets the same message every time.
+func TestRequireMessageIsStable(t *testing.T) {
+	srv := mcptest.NewServer(t, nil)
+	srv.AddTool(server.Tool{Name: "needs"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		return nil, req.Require("sampling", "elicitation", "roots", "io.example/ext")
+	})
+	c := mcptest.Stdio(t, srv, nil)
+	messages := map[string]bool{}
+	for id := int64(1); id <= 50; id++ {
+		f := c.Call(id, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": "needs"}))
+		if f.Error == nil {
+			t.Fatalf("got %s, want -32021", f.Raw)
+		}
+		messages[f.Error.Message] = true
+	}
+	if len(messages) != 1 {
+		t.Fatalf("50 identical calls gave %d messages: %v", len(messages), messages)
+	}
+}

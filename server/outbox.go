@@ -64,7 +64,8 @@ var (
 // capacity the oldest progress (or other droppable notification) is dropped
 // and the stream is marked as needing a refetch from the authoritative
 // source. Memory is bounded by the capacity times the message size,
-// whatever the number of reports.
+// whatever the number of reports. The zero value is an empty Outbox of
+// DefaultOutboxCapacity.
 type Outbox struct {
 	mu        sync.Mutex
 	queue     []*frame
@@ -105,6 +106,8 @@ func NewOutbox(capacity int) *Outbox {
 func (o *Outbox) Next(ctx context.Context) (Frame, error) {
 	for {
 		o.mu.Lock()
+		o.initLocked()
+	o.initLocked()
 		if f, ok := o.popLocked(); ok {
 			o.mu.Unlock()
 			return f, nil
@@ -126,11 +129,30 @@ func (o *Outbox) Next(ctx context.Context) (Frame, error) {
 // or the outbox is closed. A writer that must also wake for other reasons
 // (keepalives, deadlines) loops on TryNext and selects on Ready; the signal
 // persists, so a message queued between the two is never missed.
-func (o *Outbox) Ready() <-chan struct{} { return o.ready }
+func (o *Outbox) Ready() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.initLocked()
+	return o.ready
+}
+
+// initLocked makes a zero Outbox usable: DefaultOutboxCapacity, and the
+// maps and channel NewOutbox would have made.
+func (o *Outbox) initLocked() {
+	if o.ready != nil {
+		return
+	}
+	if o.capacity == 0 {
+		o.capacity = DefaultOutboxCapacity
+	}
+	o.progress = make(map[any]*frame)
+	o.ready = make(chan struct{}, 1)
+}
 
 // Closed reports whether Close was called.
 func (o *Outbox) Closed() bool {
 	o.mu.Lock()
+	o.initLocked()
 	defer o.mu.Unlock()
 	return o.closed
 }
@@ -138,6 +160,7 @@ func (o *Outbox) Closed() bool {
 // TryNext returns the oldest queued message without waiting.
 func (o *Outbox) TryNext() (Frame, bool) {
 	o.mu.Lock()
+	o.initLocked()
 	defer o.mu.Unlock()
 	return o.popLocked()
 }
@@ -149,6 +172,7 @@ func (o *Outbox) TryNext() (Frame, bool) {
 // event stream.
 func (o *Outbox) ErrorFirst() bool {
 	o.mu.Lock()
+	o.initLocked()
 	defer o.mu.Unlock()
 	for i := o.head; i < len(o.queue); i++ {
 		if f := o.queue[i]; !f.dead {
@@ -161,6 +185,7 @@ func (o *Outbox) ErrorFirst() bool {
 // Len returns the number of messages queued.
 func (o *Outbox) Len() int {
 	o.mu.Lock()
+	o.initLocked()
 	defer o.mu.Unlock()
 	return o.live
 }
@@ -169,6 +194,7 @@ func (o *Outbox) Len() int {
 // reservations and pushes fail with ErrOutboxClosed.
 func (o *Outbox) Close() {
 	o.mu.Lock()
+	o.initLocked()
 	defer o.mu.Unlock()
 	if o.closed {
 		return
@@ -222,6 +248,7 @@ func withRefetchFlag(data []byte) (flagged []byte, pending bool) {
 // Dropped returns how many messages were dropped for lack of room.
 func (o *Outbox) Dropped() uint64 {
 	o.mu.Lock()
+	o.initLocked()
 	defer o.mu.Unlock()
 	return o.dropped
 }
@@ -230,6 +257,7 @@ func (o *Outbox) Dropped() uint64 {
 // newer ones before the reader took them.
 func (o *Outbox) Coalesced() uint64 {
 	o.mu.Lock()
+	o.initLocked()
 	defer o.mu.Unlock()
 	return o.coalesced
 }
@@ -238,6 +266,7 @@ func (o *Outbox) Coalesced() uint64 {
 // refetch state from its authoritative source rather than trust the stream.
 func (o *Outbox) NeedsRefetch() bool {
 	o.mu.Lock()
+	o.initLocked()
 	defer o.mu.Unlock()
 	return o.refetch
 }
@@ -306,6 +335,8 @@ func (o *Outbox) freeSpaceLocked() {
 func (o *Outbox) reserve(ctx context.Context) error {
 	for {
 		o.mu.Lock()
+		o.initLocked()
+	o.initLocked()
 		if o.closed {
 			o.mu.Unlock()
 			return ErrOutboxClosed
@@ -331,6 +362,7 @@ func (o *Outbox) reserve(ctx context.Context) error {
 // unreserve gives back a reservation that will not be used.
 func (o *Outbox) unreserve() {
 	o.mu.Lock()
+	o.initLocked()
 	defer o.mu.Unlock()
 	if o.reserved > 0 {
 		o.reserved--
@@ -353,6 +385,7 @@ func (o *Outbox) pushReserved(kind FrameKind, owner any, data []byte) error {
 
 func (o *Outbox) push(f Frame, owner any) error {
 	o.mu.Lock()
+	o.initLocked()
 	defer o.mu.Unlock()
 	if o.closed {
 		return ErrOutboxClosed
@@ -376,6 +409,7 @@ func (o *Outbox) push(f Frame, owner any) error {
 // one for the same owner. It never blocks.
 func (o *Outbox) pushProgress(owner any, data []byte) error {
 	o.mu.Lock()
+	o.initLocked()
 	defer o.mu.Unlock()
 	if o.closed {
 		return ErrOutboxClosed
@@ -401,6 +435,7 @@ func (o *Outbox) pushProgress(owner any, data []byte) error {
 // pushDroppable queues a notification that may be dropped under pressure.
 func (o *Outbox) pushDroppable(owner any, data []byte) error {
 	o.mu.Lock()
+	o.initLocked()
 	defer o.mu.Unlock()
 	if o.closed {
 		return ErrOutboxClosed
@@ -489,6 +524,7 @@ func (o *Outbox) appendLocked(f *frame) {
 // is cancelled none of its progress may still go out.
 func (o *Outbox) discard(owner any) {
 	o.mu.Lock()
+	o.initLocked()
 	defer o.mu.Unlock()
 	for i := o.head; i < len(o.queue); i++ {
 		if f := o.queue[i]; !f.dead && f.owner == owner && (f.Kind == FrameProgress || f.Kind == FrameDroppable) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 )
 
 func drain(t *testing.T, o *Outbox) []string {
@@ -239,5 +240,35 @@ func TestRefetchFlagSkipsAnErrorResponse(t *testing.T) {
 	last := got[len(got)-1]
 	if !o.NeedsRefetch() || strings.Contains(got[len(got)-2], "refetch") || !strings.Contains(last, `"id":2`) || !strings.Contains(last, `"dev.mcprel/refetch":true`) {
 		t.Fatalf("frames = %v, want the flag on the result after the error", got)
+	}
+}
+
+// A zero Outbox is usable, as its doc says: room for a response, progress
+// kept rather than dropped.
+func TestZeroOutbox(t *testing.T) {
+	var o Outbox
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := o.reserve(ctx); err != nil {
+		t.Fatalf("reserve on a zero Outbox: %v", err)
+	}
+	owner := new(int)
+	if err := o.pushProgress(owner, []byte(`{"progress":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.pushFinal(owner, []byte(`{"result":{}}`), 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-o.Ready():
+	default:
+		t.Fatal("a zero Outbox did not signal what it holds")
+	}
+	var got []string
+	for f, ok := o.TryNext(); ok; f, ok = o.TryNext() {
+		got = append(got, string(f.Data))
+	}
+	if len(got) != 2 || got[0] != `{"progress":1}` {
+		t.Fatalf("a zero Outbox gave %q, want the progress then the response", got)
 	}
 }

@@ -34,9 +34,12 @@ type SessionConfig struct {
 	Name string
 }
 
-// StdioSession is the configuration of a stdio connection: both eras, ids
-// tracked, one shared channel.
-var StdioSession = SessionConfig{Legacy: true, Modern: true, TrackIDs: true}
+// StdioSession returns the configuration of a stdio connection: both eras,
+// ids tracked, one shared channel. (A function, so that no caller can change
+// it for every other.)
+func StdioSession() SessionConfig {
+	return SessionConfig{Legacy: true, Modern: true, TrackIDs: true}
+}
 
 // Session is one client's view of the server: the legacy handshake state if
 // there is one, the requests in flight, and open subscriptions. A stdio

@@ -107,3 +107,14 @@ func TestStalledReaderEndsTheConnection(t *testing.T) {
 		outR.Close() // frees the abandoned writer
 	})
 }
+
+// Negative options are an error, as in server.Options, not the default.
+func TestNegativeOptionsAreRefused(t *testing.T) {
+	srv := mcptest.NewServer(t, nil)
+	for _, opts := range []stdio.Options{{MaxMessageBytes: -1}, {CloseGrace: -time.Second}, {WriteTimeout: -1}} {
+		c := stdio.NewConn(srv, strings.NewReader(""), io.Discard, &opts)
+		if err := c.Serve(context.Background()); err == nil || !strings.Contains(err.Error(), "must not be negative") {
+			t.Errorf("Serve with %+v: %v, want a refusal", opts, err)
+		}
+	}
+}

@@ -31,7 +31,9 @@ const DefaultCloseGrace = 5 * time.Second
 // DefaultWriteTimeout bounds one write to the output stream.
 const DefaultWriteTimeout = 30 * time.Second
 
-// Options configure a Conn. The zero value is valid.
+// Options configure a Conn. The zero value is valid; each field says what
+// zero means. Negative values are errors (Serve returns one), never
+// "unlimited" or the default, as in server.Options.
 type Options struct {
 	// MaxMessageBytes caps one inbound message. A longer line is discarded
 	// and answered with an Invalid Request error (with its id when the id
@@ -61,6 +63,7 @@ type Conn struct {
 
 	stopOnce sync.Once
 	stop     chan error // receives the reason Serve must end early
+	invalid  error      // what is wrong with the options, which Serve returns
 }
 
 // NewConn returns a connection that reads requests from in and writes
@@ -70,16 +73,13 @@ func NewConn(srv *server.Server, in io.Reader, out io.Writer, opts *Options) *Co
 	if opts != nil {
 		c.opts = *opts
 	}
-	if c.opts.MaxMessageBytes <= 0 {
-		c.opts.MaxMessageBytes = jsonrpc.DefaultMaxMessageBytes
+	if o := c.opts; o.MaxMessageBytes < 0 || o.CloseGrace < 0 || o.WriteTimeout < 0 {
+		c.invalid = errors.New("stdio: Options values must not be negative")
 	}
-	if c.opts.CloseGrace <= 0 {
-		c.opts.CloseGrace = DefaultCloseGrace
-	}
-	if c.opts.WriteTimeout <= 0 {
-		c.opts.WriteTimeout = DefaultWriteTimeout
-	}
-	c.sess = srv.NewSession(server.StdioSession)
+	c.opts.MaxMessageBytes = cmp.Or(c.opts.MaxMessageBytes, jsonrpc.DefaultMaxMessageBytes)
+	c.opts.CloseGrace = cmp.Or(c.opts.CloseGrace, DefaultCloseGrace)
+	c.opts.WriteTimeout = cmp.Or(c.opts.WriteTimeout, DefaultWriteTimeout)
+	c.sess = srv.NewSession(server.StdioSession())
 	c.outbox = srv.NewOutbox()
 	c.sess.SetNotifyOutbox(c.outbox)
 	return c
@@ -91,6 +91,10 @@ func NewConn(srv *server.Server, in io.Reader, out io.Writer, opts *Options) *Co
 // return and for what is queued to be written. It returns nil when the
 // input ended cleanly.
 func (c *Conn) Serve(ctx context.Context) error {
+	if c.invalid != nil {
+		c.sess.Close(server.ErrConnectionClosed)
+		return c.invalid
+	}
 	connCtx, cancel := context.WithCancelCause(server.WithTenant(ctx, c.opts.Tenant))
 	defer cancel(nil)
 
@@ -146,9 +150,6 @@ func (c *Conn) Shutdown(ctx context.Context) error {
 	c.stopOnce.Do(func() { c.stop <- server.ErrShutdown })
 	return err
 }
-
-// Session returns the connection's session.
-func (c *Conn) Session() *server.Session { return c.sess }
 
 func (c *Conn) srvLog(msg string, args ...any) {
 	c.srv.Logger().Warn(msg, args...)
