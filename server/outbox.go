@@ -107,7 +107,6 @@ func (o *Outbox) Next(ctx context.Context) (Frame, error) {
 	for {
 		o.mu.Lock()
 		o.initLocked()
-		o.initLocked()
 		if f, ok := o.popLocked(); ok {
 			o.mu.Unlock()
 			return f, nil
@@ -335,7 +334,6 @@ func (o *Outbox) freeSpaceLocked() {
 func (o *Outbox) reserve(ctx context.Context) error {
 	for {
 		o.mu.Lock()
-		o.initLocked()
 		o.initLocked()
 		if o.closed {
 			o.mu.Unlock()
