@@ -64,6 +64,24 @@ const (
 	MetaRetrySafe = MetaPrefix + "retrySafe"
 )
 
+// What a tool's _meta in tools/list says of its reliability policy, so that
+// a client (or mcprel review) can plan retries and deadlines. A client acts
+// on them only when it trusts the server: they are the server's word.
+const (
+	// MetaRetryClass is "safe", "conditional" or "unsafe" (see
+	// server.RetryClass).
+	MetaRetryClass = MetaPrefix + "retryClass"
+	// MetaTimeoutClass is "fast", "standard" or "long" (see
+	// server.TimeoutClass); MetaIdleTimeoutMs and MetaMaxTimeoutMs are the
+	// deadlines the server applies to a call.
+	MetaTimeoutClass  = MetaPrefix + "timeoutClass"
+	MetaIdleTimeoutMs = MetaPrefix + "idleTimeoutMs"
+	MetaMaxTimeoutMs  = MetaPrefix + "maxTimeoutMs"
+	// MetaKeyMode is "required", "optional" or
+	// "none": whether calls carry an idempotency key.
+	MetaKeyMode = MetaPrefix + "idempotencyKeyMode"
+)
+
 // MetaFailure, in the _meta of a result whose isError is true, is the
 // structured failure body (Failure: code, message, retryable, …), the same
 // body the result's text content holds as JSON. It is where programs read

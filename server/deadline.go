@@ -149,9 +149,10 @@ func (r *inflight) timeout(cause error) {
 	te := &mcp.ToolError{
 		Code:    mcp.FailureTimeout,
 		Message: fmt.Sprintf("the request exceeded its %s deadline of %v after %v", which, limit, elapsed.Round(time.Millisecond)),
-		// Whether the work took effect is unknown; only a read-only tool
-		// is safe to call again without reconciling first.
-		Retryable: r.readOnly,
+		// Whether the work took effect is unknown; only a safe call, or a
+		// conditional one that carried its key, may be made again without
+		// reconciling first.
+		Retryable: r.retryable,
 		Details: map[string]any{
 			"deadline":  which,
 			"limitMs":   limit.Milliseconds(),

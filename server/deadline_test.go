@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"testing/synctest"
@@ -144,4 +145,59 @@ func TestLongToolNeedsAMaximum(t *testing.T) {
 	if err == nil {
 		t.Fatal("a long tool without MaxTimeout was registered")
 	}
+}
+
+// A timeout is retryable according to the tool's retry class, never its
+// readOnlyHint: a safe tool's yes, an unsafe tool's no (whatever its
+// annotations say), a conditional one's yes. tools/list advertises the
+// class and the deadlines. (A keyed tool's timeout is retryable only when
+// the call carried its key: TestRetryClassOfKeyedTools.)
+func TestTimeoutRetryableByRetryClass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := mcptest.NewServer(t, nil)
+		block := func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		fast := server.Policy{Timeout: server.TimeoutFast}
+		readOnly := &mcp.ToolAnnotations{ReadOnlyHint: mcp.Bool(true)}
+		for _, tool := range []server.Tool{
+			{Name: "safe", Policy: server.Policy{Timeout: server.TimeoutFast, Retry: server.RetrySafe}},
+			{Name: "unsafe-but-says-read-only", Policy: fast, Annotations: readOnly},
+			{Name: "versioned", Policy: server.Policy{Timeout: server.TimeoutFast, Retry: server.RetryConditional}},
+		} {
+			if err := srv.AddTool(tool, block); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := mcptest.Stdio(t, srv, nil)
+		for i, tc := range []struct {
+			tool string
+			args map[string]any
+			want bool
+		}{
+			{"safe", nil, true},
+			{"unsafe-but-says-read-only", nil, false},
+			{"versioned", nil, true},
+		} {
+			id := int64(i + 1)
+			c.Request(id, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": tc.tool, "arguments": tc.args}))
+			time.Sleep(server.DefaultFast.Idle + time.Second) // past the idle deadline, on fake time
+			f, _ := c.Await(id)
+			if got := mcptest.Failure(t, f.Result); got.Code != mcp.FailureTimeout || got.Retryable != tc.want {
+				t.Errorf("%s %v timed out with %+v, want retryable %v", tc.tool, tc.args, got, tc.want)
+			}
+		}
+		list := c.Call(10, mcp.MethodToolsList, mcptest.ModernParams(nil))
+		var tools struct{ Tools []mcp.Tool }
+		json.Unmarshal(list.Result, &tools)
+		want := map[string]string{"safe": "safe", "unsafe-but-says-read-only": "unsafe", "versioned": "conditional"}
+		for _, tool := range tools.Tools {
+			if tool.Meta[mcp.MetaRetryClass] != want[tool.Name] || tool.Meta[mcp.MetaTimeoutClass] != "fast" ||
+				tool.Meta[mcp.MetaIdleTimeoutMs] != float64(server.DefaultFast.Idle.Milliseconds()) {
+				t.Errorf("%s advertises %v", tool.Name, tool.Meta)
+			}
+		}
+		c.CloseInput()
+	})
 }

@@ -212,6 +212,6 @@ func (ss *Session) callTool(r *inflight, in *incoming) {
 		return
 	}
 	call.Request = q
-	r.readOnly = rt.def.Annotations != nil && rt.def.Annotations.ReadOnlyHint != nil && *rt.def.Annotations.ReadOnlyHint
+	r.retryable = rt.policy.retryableAfterTimeout(call.IdempotencyKey != "")
 	ss.startCall(r, in, rt.lane, ss.srv.deadlines(rt.policy), exec, rt.result)
 }

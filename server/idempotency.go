@@ -30,6 +30,17 @@ const (
 	KeyRequired
 )
 
+// String returns "none", "optional" or "required", as advertised.
+func (m KeyMode) String() string {
+	switch m {
+	case KeyOptional:
+		return "optional"
+	case KeyRequired:
+		return "required"
+	}
+	return "none"
+}
+
 // Idempotency is a mutating tool's contract with the server's ledger
 // (Options.Ledger): a call carrying an idempotency key runs its effect at
 // most once per key, whatever the retries, races, lost responses, restarts

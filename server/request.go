@@ -38,9 +38,9 @@ type inflight struct {
 	queued bool   // guarded by admission.mu
 	seq    uint64 // arrival order while queued; guarded by admission.mu
 
-	readOnly bool   // the tool says it has no side effects: a timeout is retryable
-	tenant   string // who the request is for (see WithTenant)
-	size     int64  // bytes of the request's params, held until its handler returns
+	retryable bool   // a timeout may be retried as it is (see Policy.retryableAfterTimeout)
+	tenant    string // who the request is for (see WithTenant)
+	size      int64  // bytes of the request's params, held until its handler returns
 
 	mu           sync.Mutex
 	outcome      Outcome // zero while running

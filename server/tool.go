@@ -74,6 +74,11 @@ type Policy struct {
 	// Idempotency makes a mutating tool run at most once per idempotency
 	// key (see Idempotency). The zero value keeps the tool off the ledger.
 	Idempotency Idempotency
+
+	// Retry is what a client may do after a call fails without an answer
+	// (see RetryClass). The zero value is RetryUnsafe, except for a tool
+	// with an Idempotency policy, which is RetryConditional.
+	Retry RetryClass
 }
 
 func (p Policy) validate(tool string) error {
@@ -82,6 +87,9 @@ func (p Policy) validate(tool string) error {
 	}
 	if p.Timeout > TimeoutLong {
 		return fmt.Errorf("server: tool %q: unknown timeout class %d", tool, p.Timeout)
+	}
+	if p.Retry > RetryConditional {
+		return fmt.Errorf("server: tool %q: unknown retry class %d", tool, p.Retry)
 	}
 	if p.Timeout == TimeoutLong && p.MaxTimeout == 0 {
 		return fmt.Errorf("server: tool %q: long-running work belongs in a durable task, which this server cannot run yet; set Policy.MaxTimeout to bound the call", tool)
@@ -137,6 +145,7 @@ func (s *Server) AddTool(t Tool, h ToolHandler) error {
 	if err := s.ledgerFor(t); err != nil {
 		return err
 	}
+	rt.def.Meta = s.policyMeta(t.Meta, t.Policy)
 	rt.handler = h
 	s.mu.Lock()
 	s.tools[t.Name] = rt

@@ -183,7 +183,7 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 		Description: "Returns the stock of a SKU and its version: the authoritative read after a timeout or a lost response. Read-only; safe to retry.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"sku":` + nameSchema + `},"required":["sku"],"additionalProperties":false}`),
 		Annotations: readOnly,
-		Policy:      server.Policy{Timeout: server.TimeoutFast},
+		Policy:      server.Policy{Timeout: server.TimeoutFast, Retry: server.RetrySafe},
 	}, func(ctx context.Context, req *server.CallRequest, in stockKey) (stockLevel, error) {
 		var level stockLevel
 		err := db.ReadTx(ctx, func(tx *store.Tx) (err error) {
@@ -205,6 +205,9 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 			`"quantity":{"type":"integer","minimum":0,"maximum":1000000000},"expectedVersion":{"type":"integer","minimum":0}},` +
 			`"required":["sku","quantity","expectedVersion"],"additionalProperties":false}`),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: mcp.Bool(false), DestructiveHint: mcp.Bool(true), IdempotentHint: mcp.Bool(true), OpenWorldHint: mcp.Bool(false)},
+		// The expected version is its key: a retry of a call that took
+		// effect is refused, never applied twice.
+		Policy: server.Policy{Retry: server.RetryConditional},
 	}, func(ctx context.Context, req *server.CallRequest, in setStockArgs) (stockLevel, error) {
 		out := stockLevel{SKU: in.SKU, Available: in.Quantity}
 		err := db.WriteTx(ctx, func(tx *store.Tx) error {
@@ -253,7 +256,7 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"tool":{"type":"string","enum":["charge_account","reserve_inventory"]},` +
 			`"idempotencyKey":` + keySchema + `},"required":["tool","idempotencyKey"],"additionalProperties":false}`),
 		Annotations: readOnly,
-		Policy:      server.Policy{Timeout: server.TimeoutFast},
+		Policy:      server.Policy{Timeout: server.TimeoutFast, Retry: server.RetrySafe},
 	}, func(ctx context.Context, req *server.CallRequest, in lookupArgs) (lookupResult, error) {
 		rec, err := l.Lookup(ctx, req.Tenant, in.Tool, in.IdempotencyKey)
 		if errors.Is(err, ledger.ErrNotFound) {

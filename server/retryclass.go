@@ -1,0 +1,79 @@
+package server
+
+import (
+	"maps"
+
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// RetryClass is what a client may do when a call of a tool fails without
+// an answer it can trust — its response was lost, or it timed out — in the
+// terms of the retry matrix mcprel follows. The server uses it to say
+// whether a timeout is retryable, and advertises it in each tool's _meta
+// (mcp.MetaRetryClass), which a client may act on when it trusts the
+// server. Tool annotations such as readOnlyHint are never used for this:
+// they are hints from the tool's author to a model, not a contract.
+type RetryClass uint8
+
+const (
+	// RetryUnsafe, the zero value: the call has effects and no
+	// deduplication. Never retried automatically; reconcile first (look
+	// the operation up) before calling again.
+	RetryUnsafe RetryClass = iota
+	// RetrySafe: the call has no effects (a read, a computation): it may be
+	// made again with a new JSON-RPC id.
+	RetrySafe
+	// RetryConditional: the call is made at most once per idempotency key
+	// (or, like a versioned write, refuses to apply twice): it may be
+	// retried with the same key and the same arguments, never otherwise.
+	RetryConditional
+)
+
+// String returns "unsafe", "safe" or "conditional", as advertised.
+func (c RetryClass) String() string {
+	switch c {
+	case RetrySafe:
+		return "safe"
+	case RetryConditional:
+		return "conditional"
+	}
+	return "unsafe"
+}
+
+// policyMeta is a tool's _meta as tools/list shows it: the tool's own,
+// with the reliability policy the server applies added (mcp.MetaRetryClass
+// and the rest), for clients and reviewers to plan by.
+func (s *Server) policyMeta(own mcp.Meta, p Policy) mcp.Meta {
+	meta := make(mcp.Meta, len(own)+5)
+	maps.Copy(meta, own)
+	d := s.deadlines(p)
+	meta[mcp.MetaRetryClass] = p.retryClass().String()
+	meta[mcp.MetaTimeoutClass] = p.Timeout.String()
+	meta[mcp.MetaIdleTimeoutMs] = d.Idle.Milliseconds()
+	meta[mcp.MetaMaxTimeoutMs] = d.Max.Milliseconds()
+	meta[mcp.MetaKeyMode] = p.Idempotency.Key.String()
+	return meta
+}
+
+// retryClass is the class a tool's calls have: the declared one, or, for a
+// tool with an Idempotency policy that declares none, conditional (on the
+// key).
+func (p Policy) retryClass() RetryClass {
+	if p.Retry == RetryUnsafe && p.Idempotency.Key != KeyNone {
+		return RetryConditional
+	}
+	return p.Retry
+}
+
+// retryableAfterTimeout says whether a call that timed out may simply be
+// made again: a safe one, or a conditional one that carried its key (its
+// effect rolled back unless it committed, and the key replays it then).
+func (p Policy) retryableAfterTimeout(keyed bool) bool {
+	switch p.retryClass() {
+	case RetrySafe:
+		return true
+	case RetryConditional:
+		return keyed || p.Idempotency.Key == KeyNone
+	}
+	return false
+}
