@@ -165,6 +165,11 @@ type Server struct {
 	sessions   map[*Session]struct{}
 
 	listens listenCount
+
+	// testHooks let internal tests run code at a point a race could.
+	testHooks struct {
+		listenTracked func() // a listen is registered, its acknowledgement not yet sent
+	}
 }
 
 // listenCount counts the open listen streams, per tenant and in all.

@@ -17,7 +17,18 @@ type subscription struct {
 	release sync.Once
 	tenant  string
 	srv     *Server
+
+	// Guarded by the listen request's mu: notifications that came after
+	// the stream was registered but before its acknowledgement went out,
+	// which must go first.
+	acked   bool
+	pending [][]byte
 }
+
+// maxPendingNotifications bounds the notifications held for a listen
+// stream until its acknowledgement is sent; past it they are dropped,
+// like any notification a stream cannot take.
+const maxPendingNotifications = 16
 
 // end gives the subscription's place back; later calls do nothing.
 func (s *subscription) end() {
@@ -69,16 +80,37 @@ func (ss *Session) listen(r *inflight, in *incoming) {
 		r.fail(jsonrpc.NewError(jsonrpc.CodeInternalError, "internal error: %v", err))
 		return
 	}
-	if err := r.out.pushReserved(FrameEssential, r, jsonrpc.AppendNotification(nil, mcp.NotificationSubscriptionAck, ack)); err != nil {
-		r.out.unreserve()
+	// Registered before the acknowledgement goes out, so that nothing
+	// after it is missed; what comes in between waits for it. From here
+	// the stream's end gives the count back (forget); a stream that could
+	// not even be tracked gives it back now.
+	r.sub = sub
+	if !ss.track(in.ctx, r) {
+		r.out.unreserve() // the acknowledgement's
 		sub.end()
 		return
 	}
-	// From here the stream's end gives the count back (forget); a stream
-	// that could not even be tracked gives it back now.
-	r.sub = sub
-	if !ss.track(in.ctx, r) {
-		sub.end()
+	if h := ss.srv.testHooks.listenTracked; h != nil {
+		h()
+	}
+	r.mu.Lock()
+	if r.outcome != 0 { // ended meanwhile
+		r.mu.Unlock()
+		r.out.unreserve()
+		return
+	}
+	err = r.out.pushReserved(FrameEssential, r, jsonrpc.AppendNotification(nil, mcp.NotificationSubscriptionAck, ack))
+	if err == nil {
+		sub.acked = true
+		for _, n := range sub.pending {
+			r.out.pushDroppable(r, n)
+		}
+		sub.pending = nil
+	}
+	r.mu.Unlock()
+	if err != nil {
+		r.out.unreserve()
+		r.abort(ErrConnectionClosed)
 	}
 }
 
@@ -128,7 +160,14 @@ func (r *inflight) notifySubscription(method string, params map[string]any) {
 	if r.outcome != 0 {
 		return
 	}
-	r.out.pushDroppable(r, jsonrpc.AppendNotification(nil, method, data))
+	msg := jsonrpc.AppendNotification(nil, method, data)
+	if !r.sub.acked {
+		if len(r.sub.pending) < maxPendingNotifications {
+			r.sub.pending = append(r.sub.pending, msg)
+		}
+		return
+	}
+	r.out.pushDroppable(r, msg)
 }
 
 // endSubscription ends a subscription from the server side. On a stream of
