@@ -65,6 +65,9 @@ func (ss *Session) startCall(r *inflight, in *incoming, ln *lane, d Deadlines, e
 		go ss.srv.runCalls(r)
 	case admitQueued:
 		// A finishing handler goroutine will pick it up.
+		r.mu.Lock()
+		r.queuedAt = time.Now()
+		r.mu.Unlock()
 	case admitRefused:
 		r.fail(overloaded(retryAfter))
 	case admitRateLimited:
@@ -90,6 +93,9 @@ func (ss *Session) runCall(r *inflight) time.Duration {
 	ss.handlerStarted()
 	defer ss.handlerReturned()
 	start := time.Now()
+	r.mu.Lock()
+	r.ranAt = start
+	r.mu.Unlock()
 	res, err := ss.invoke(r)
 	ran := time.Since(start)
 
@@ -117,9 +123,7 @@ func (ss *Session) runCall(r *inflight) time.Duration {
 		ss.srv.log.Info("handler returned after the request ended; result discarded",
 			"id", r.id, "method", r.method, "tool", r.toolName, "outcome", outcome.String(), "overrun", rec.Overrun)
 	}
-	if h := ss.srv.opts.OnHandlerDone; h != nil {
-		h(rec)
-	}
+	ss.srv.observeHandler(r.obsCtx, rec)
 	return ran
 }
 

@@ -130,47 +130,31 @@ func (r *inflight) stopClocksLocked() {
 // ends with cause, no more progress goes out, and the client gets a
 // structured timeout failure saying which deadline and how long it ran.
 func (r *inflight) timeout(cause error) {
-	if !r.claim(TimedOut) {
-		return
-	}
-	r.mu.Lock()
-	r.stopClocksLocked()
-	elapsed := r.ended.Sub(r.start)
-	d := r.deadlines
-	r.mu.Unlock()
-	r.sess.forget(r)
-	r.sess.srv.admit.remove(r)
-	r.out.discard(r)
-
-	which, limit := "max", d.Max
-	if errors.Is(cause, ErrIdleTimeout) {
-		which, limit = "idle", d.Idle
-	}
-	te := &mcp.ToolError{
-		Code:    mcp.FailureTimeout,
-		Message: fmt.Sprintf("the request exceeded its %s deadline of %v after %v", which, limit, elapsed.Round(time.Millisecond)),
-		// Whether the work took effect is unknown; only a safe call, or a
-		// conditional one that carried its key, may be made again without
-		// reconciling first.
-		Retryable: r.retryable,
-		Details: map[string]any{
-			"deadline":  which,
-			"limitMs":   limit.Milliseconds(),
-			"elapsedMs": elapsed.Milliseconds(),
-		},
-	}
-	var data []byte
-	var code int64
-	if r.method == mcp.MethodToolsCall {
-		data, _ = r.encodeResult(te.Result())
-	}
-	if data == nil {
-		code = mcp.CodeTimeout
-		data = jsonrpc.AppendError(nil, r.id, jsonrpc.NewError(code, "%s", te.Message).WithData(te.Failure()))
-	}
-	if err := r.out.pushFinal(r, data, code); err != nil {
-		r.sess.srv.log.Error("timeout response not queued", "id", r.id, "err", err)
-	}
-	r.release(cause)
-	r.record(RequestRecord{Outcome: TimedOut, Cause: cause, IsError: code == 0, ErrorCode: code})
+	r.end(ending{outcome: TimedOut, cause: cause, withdraw: true, message: func() final {
+		elapsed, d := r.ended.Sub(r.start), r.deadlines
+		which, limit := "max", d.Max
+		if errors.Is(cause, ErrIdleTimeout) {
+			which, limit = "idle", d.Idle
+		}
+		te := &mcp.ToolError{
+			Code:    mcp.FailureTimeout,
+			Message: fmt.Sprintf("the request exceeded its %s deadline of %v after %v", which, limit, elapsed.Round(time.Millisecond)),
+			// Whether the work took effect is unknown; only a safe call, or a
+			// conditional one that carried its key, may be made again without
+			// reconciling first.
+			Retryable: r.retryable,
+			Details: map[string]any{
+				"deadline":  which,
+				"limitMs":   limit.Milliseconds(),
+				"elapsedMs": elapsed.Milliseconds(),
+			},
+		}
+		if r.method == mcp.MethodToolsCall {
+			if data, err := r.encodeResult(te.Result()); err == nil {
+				return final{data: data, rec: RequestRecord{IsError: true}}
+			}
+		}
+		e := jsonrpc.NewError(mcp.CodeTimeout, "%s", te.Message).WithData(te.Failure())
+		return final{data: jsonrpc.AppendError(nil, r.id, e), rec: RequestRecord{ErrorCode: e.Code}}
+	}})
 }

@@ -72,13 +72,17 @@ var (
 )
 
 // RequestRecord describes a request that reached its terminal state. It is
-// passed to Options.OnRequestDone and logged as one line per request.
+// passed to the Observers and logged as one line per request.
 type RequestRecord struct {
-	ID        jsonrpc.ID
-	Method    string
-	Tool      string // tools/call only
-	Era       mcp.Era
-	Session   string // SessionConfig.Name of the request's session
+	ID     jsonrpc.ID
+	Method string
+	Tool   string  // tools/call only
+	Era    mcp.Era // 0 when the request ended before its era was known
+	// Transport, Session and Tenant say where the request came from, as
+	// in its RequestInfo.
+	Transport string
+	Session   string
+	Tenant    string
 	Outcome   Outcome
 	Cause     error // Cancelled and TimedOut: why
 	ErrorCode int64 // Failed: the JSON-RPC error code
@@ -88,6 +92,12 @@ type RequestRecord struct {
 	ProgressRefused uint64
 	Start           time.Time
 	Duration        time.Duration
+	// Queued is how long the call waited for admission before its handler
+	// ran (0 when it ran at once or never ran).
+	Queued time.Duration
+	// Annotations are the facts interceptors attached (Request.Annotate),
+	// such as "idempotency": "replayed". Nil when there are none.
+	Annotations map[string]string
 }
 
 // HandlerRecord describes a tool handler that returned. A handler may return

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,12 +39,16 @@ type inflight struct {
 	queued bool   // guarded by admission.mu
 	seq    uint64 // arrival order while queued; guarded by admission.mu
 
-	retryable bool   // a timeout may be retried as it is (see Policy.retryableAfterTimeout)
-	tenant    string // who the request is for (see WithTenant)
-	size      int64  // bytes of the request's params, held until its handler returns
+	retryable bool            // a timeout may be retried as it is (see Policy.retryableAfterTimeout)
+	tenant    string          // who the request is for (see WithTenant)
+	obsCtx    context.Context // what the observers' RequestStarted returned
+	size      int64           // bytes of the request's params, held until its handler returns
 
 	mu           sync.Mutex
-	outcome      Outcome // zero while running
+	annotations  map[string]string // see Request.Annotate
+	queuedAt     time.Time         // when the call joined an admission queue
+	ranAt        time.Time         // when its handler started
+	outcome      Outcome           // zero while running
 	ended        time.Time
 	deadlines    Deadlines
 	idleTimer    *time.Timer
@@ -76,49 +81,81 @@ func (r *inflight) claim(o Outcome) bool {
 	return true
 }
 
-// respond ends the request with a response, unless it already ended. It
-// reports whether the response was queued. Progress held back by the rate
-// limit goes out first, so the last progress a client sees is the latest.
-func (r *inflight) respond(o Outcome, data []byte, rec RequestRecord) bool {
-	if !r.claim(o) {
+// ending says how a request ends: its terminal state, why, and the final
+// message, if it gets one.
+type ending struct {
+	outcome Outcome
+	cause   error // the handler's context's cause; nil means ErrRequestDone
+	// withdraw takes back what the request still has queued (progress,
+	// its place in an admission queue) instead of flushing it first.
+	withdraw bool
+	// message builds the final message; it runs only if this ending wins,
+	// under the request's lock (it may read the clocks). A nil message, or
+	// one that returns no data, ends the request without a response.
+	message func() final
+}
+
+// final is a request's last message and what its record says of it.
+type final struct {
+	data []byte
+	kind FrameKind // FrameFinal, or FrameEssential for a notification that ends it
+	rec  RequestRecord
+}
+
+// end is the one way a request ends, whatever ended it: a result, an
+// error, a cancellation, a deadline, the server ending a subscription. The
+// first ending recorded wins (claim); for the loser end does nothing and
+// returns false. The winner stops the clocks, leaves the session, sends its
+// final message (after the latest held-back progress, unless it withdraws)
+// or withdraws what it queued, ends the handler's context with its cause,
+// and is recorded once.
+func (r *inflight) end(e ending) bool {
+	if !r.claim(e.outcome) {
 		return false
 	}
 	r.mu.Lock()
-	if r.pending != nil {
-		r.pushProgressLocked(r.pending)
+	var f final
+	if e.message != nil {
+		f = e.message()
+	}
+	if f.data != nil && !e.withdraw && r.pending != nil {
+		r.pushProgressLocked(r.pending) // the last progress a client sees is the latest
 	}
 	r.stopClocksLocked()
 	r.mu.Unlock()
 	r.sess.forget(r)
-	if err := r.out.pushFinal(r, data, rec.ErrorCode); err != nil {
-		r.sess.srv.log.Error("response not queued", "id", r.id, "method", r.method, "err", err)
+	if e.withdraw {
+		r.sess.srv.admit.remove(r)
+		r.out.discard(r)
 	}
-	r.release(ErrRequestDone)
-	r.record(rec)
+	switch {
+	case f.data == nil:
+		r.out.unreserve()
+		if e.outcome == Cancelled && r.sess.cfg.StreamPerRequest {
+			// The stream belongs to this request alone: end it now, with
+			// no response, rather than leave it open until the client
+			// gives up.
+			r.out.Close()
+		}
+	case f.kind == FrameEssential:
+		if r.out.pushReserved(f.kind, r, f.data) != nil {
+			r.out.unreserve()
+		}
+	default:
+		if err := r.out.pushFinal(r, f.data, f.rec.ErrorCode); err != nil {
+			r.sess.srv.log.Error("response not queued", "id", r.id, "method", r.method, "err", err)
+		}
+	}
+	r.release(cmp.Or(e.cause, ErrRequestDone))
+	f.rec.Outcome, f.rec.Cause = e.outcome, e.cause
+	r.record(f.rec)
 	return true
 }
 
 // abort ends the request without a response: it was cancelled. Nothing
 // more is written for it, and its queued progress is withdrawn.
 func (r *inflight) abort(cause error) bool {
-	if !r.claim(Cancelled) {
-		return false
-	}
-	r.mu.Lock()
-	r.stopClocksLocked()
-	r.mu.Unlock()
-	r.sess.forget(r)
-	r.sess.srv.admit.remove(r)
-	r.out.discard(r)
-	r.out.unreserve()
-	if r.sess.cfg.StreamPerRequest {
-		// The stream belongs to this request alone: end it now, with no
-		// response, rather than leave it open until the client gives up.
-		r.out.Close()
-	}
-	r.release(cause)
-	r.record(RequestRecord{Outcome: Cancelled, Cause: cause})
-	return true
+	return r.end(ending{outcome: Cancelled, cause: cause, withdraw: true})
 }
 
 func (r *inflight) release(cause error) {
@@ -135,18 +172,28 @@ func (r *inflight) release(cause error) {
 
 // record completes rec with what the request knows and reports it.
 func (r *inflight) record(rec RequestRecord) {
-	rec.ID, rec.Method, rec.Tool, rec.Era, rec.Session = r.id, r.method, r.toolName, r.era, r.sess.cfg.Name
+	rec.ID, rec.Method, rec.Tool, rec.Era = r.id, r.method, r.toolName, r.era
+	rec.Transport, rec.Session, rec.Tenant = r.sess.cfg.Transport, r.sess.cfg.Name, r.tenant
+	if rec.Outcome != Cancelled && rec.Outcome != TimedOut {
+		rec.Cause = nil
+	}
 	r.mu.Lock()
 	rec.Start, rec.Duration = r.start, r.ended.Sub(r.start)
 	rec.ProgressRefused = r.progressDrop
+	if !r.ranAt.IsZero() && !r.queuedAt.IsZero() {
+		rec.Queued = r.ranAt.Sub(r.queuedAt)
+	}
+	rec.Annotations = r.annotations
+	r.annotations = nil // the record's now; later Annotate calls get a map of their own
+	obsCtx := r.obsCtx
 	r.mu.Unlock()
-	r.sess.srv.report(rec)
+	r.sess.srv.report(obsCtx, rec)
 }
 
-// report logs a terminal record and hands it to the hook. A listen stream
-// that ends because its client left is how every modern client says
+// report logs a terminal record and hands it to the observers. A listen
+// stream that ends because its client left is how every modern client says
 // goodbye, not news: it is logged at debug.
-func (s *Server) report(rec RequestRecord) {
+func (s *Server) report(ctx context.Context, rec RequestRecord) {
 	level := slog.LevelInfo
 	if rec.Method == mcp.MethodListen && rec.Outcome == Cancelled {
 		level = slog.LevelDebug
@@ -178,11 +225,9 @@ func (s *Server) report(rec RequestRecord) {
 		if rec.ProgressRefused > 0 {
 			attrs = append(attrs, slog.Uint64("progress_refused", rec.ProgressRefused))
 		}
-		s.log.LogAttrs(context.Background(), level, "request", attrs...)
+		s.log.LogAttrs(ctx, level, "request", attrs...)
 	}
-	if s.opts.OnRequestDone != nil {
-		s.opts.OnRequestDone(rec)
-	}
+	s.observeEnd(ctx, rec)
 }
 
 // encodeResult encodes a result response for this request, adding the
@@ -220,7 +265,9 @@ func (s *Server) modernize(res mcp.Result) mcp.Result {
 // fail ends the request with a JSON-RPC error.
 func (r *inflight) fail(e *jsonrpc.Error) bool {
 	data := jsonrpc.AppendError(nil, r.id, e)
-	return r.respond(Failed, data, RequestRecord{Outcome: Failed, ErrorCode: e.Code})
+	return r.end(ending{outcome: Failed, message: func() final {
+		return final{data: data, rec: RequestRecord{ErrorCode: e.Code}}
+	}})
 }
 
 // succeed ends the request with a result.
@@ -234,7 +281,9 @@ func (r *inflight) succeed(res mcp.Result) bool {
 	if c, ok := res.(*mcp.CallToolResult); ok {
 		isErr = c.IsError
 	}
-	return r.respond(Completed, data, RequestRecord{Outcome: Completed, IsError: isErr})
+	return r.end(ending{outcome: Completed, message: func() final {
+		return final{data: data, rec: RequestRecord{IsError: isErr}}
+	}})
 }
 
 func (r *inflight) reportProgress(progress, total float64, message string) error {

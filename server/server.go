@@ -112,12 +112,9 @@ type Options struct {
 	// one.
 	Ledger *ledger.Ledger
 
-	// OnRequestDone, if set, is called once per request when its terminal
-	// state is recorded. It must not block.
-	OnRequestDone func(RequestRecord)
-	// OnHandlerDone, if set, is called when a tool handler returns, after
-	// its result has been sent or discarded. It must not block.
-	OnHandlerDone func(HandlerRecord)
+	// Observers are told when every request starts and ends (see
+	// Observer): metrics, traces, logs. They run in order.
+	Observers []Observer
 }
 
 func (o *Options) validate() error {

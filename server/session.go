@@ -32,13 +32,15 @@ type SessionConfig struct {
 	// repeat: a legacy HTTP session's tag, say. Empty for stdio and the
 	// stateless era. It must not be a secret.
 	Name string
+	// Transport names the transport, for observers: "stdio" or "http".
+	Transport string
 }
 
 // StdioSession returns the configuration of a stdio connection: both eras,
 // ids tracked, one shared channel. (A function, so that no caller can change
 // it for every other.)
 func StdioSession() SessionConfig {
-	return SessionConfig{Legacy: true, Modern: true, TrackIDs: true}
+	return SessionConfig{Legacy: true, Modern: true, TrackIDs: true, Transport: "stdio"}
 }
 
 // Session is one client's view of the server: the legacy handshake state if
@@ -140,15 +142,25 @@ func (ss *Session) Reject(ctx context.Context, m jsonrpc.Message, err *jsonrpc.E
 	if out.reserve(ctx) != nil {
 		return
 	}
-	r := &inflight{sess: ss, out: out, id: m.ID, method: m.Method, start: time.Now()}
+	r := ss.newRequest(ctx, m, out)
 	r.fail(err)
+}
+
+// newRequest starts a request's life: it is known from here on, and the
+// observers are told (their context is the one the request runs in).
+func (ss *Session) newRequest(ctx context.Context, m jsonrpc.Message, out *Outbox) *inflight {
+	r := &inflight{sess: ss, out: out, id: m.ID, method: m.Method, start: time.Now(), tenant: TenantFrom(ctx)}
+	r.obsCtx = ss.srv.observeStart(ctx, RequestInfo{ID: r.id, Method: r.method, Transport: ss.cfg.Transport,
+		Session: ss.cfg.Name, Tenant: r.tenant, Start: r.start})
+	return r
 }
 
 func (ss *Session) handleRequest(ctx context.Context, m jsonrpc.Message, out *Outbox) {
 	if out.reserve(ctx) != nil {
 		return // the stream is gone or the connection is closing
 	}
-	r := &inflight{sess: ss, out: out, id: m.ID, method: m.Method, start: time.Now()}
+	r := ss.newRequest(ctx, m, out)
+	ctx = r.obsCtx
 
 	meta, rawMeta, err := mcp.ParseRequestMeta(m.Params)
 	if err != nil {

@@ -175,28 +175,15 @@ func (r *inflight) notifySubscription(method string, params map[string]any) {
 // channel the server sends notifications/cancelled for the listen request,
 // the one use the protocol allows a server to make of it.
 func (r *inflight) endSubscription(reason string) {
-	if !r.claim(Completed) {
-		return
-	}
-	r.sess.forget(r)
-	var data []byte
-	kind := FrameFinal
-	if r.sess.cfg.StreamPerRequest {
-		res := &mcp.EmptyResult{ResultBase: mcp.ResultBase{Meta: mcp.SubscriptionMeta(r.id)}}
-		var err error
-		if data, err = r.encodeResult(res); err != nil {
-			data = nil
+	r.end(ending{outcome: Completed, cause: ErrShutdown, message: func() final {
+		if r.sess.cfg.StreamPerRequest {
+			res := &mcp.EmptyResult{ResultBase: mcp.ResultBase{Meta: mcp.SubscriptionMeta(r.id)}}
+			data, _ := r.encodeResult(res)
+			return final{data: data}
 		}
-	} else {
 		params, _ := json.Marshal(mcp.CancelledParams{RequestID: r.id, Reason: reason})
-		data = jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params)
-		kind = FrameEssential
-	}
-	if data == nil || r.out.pushReserved(kind, r, data) != nil {
-		r.out.unreserve()
-	}
-	r.release(ErrShutdown)
-	r.record(RequestRecord{Outcome: Completed})
+		return final{data: jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params), kind: FrameEssential}
+	}})
 }
 
 var listMethods = [...]string{

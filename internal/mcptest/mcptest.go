@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -355,9 +356,11 @@ func (g *Gate) WaitExited(t testing.TB) error {
 	return nil
 }
 
-// Recorder collects the server's terminal records and handler returns.
+// Recorder is an observer (server.HandlerObserver) that collects the
+// server's request starts, terminal records and handler returns.
 type Recorder struct {
 	mu       sync.Mutex
+	started  []server.RequestInfo
 	requests []server.RequestRecord
 	handlers []server.HandlerRecord
 	changed  chan struct{} // closed and replaced on every new record
@@ -368,24 +371,52 @@ func NewRecorder() *Recorder {
 	return &Recorder{changed: make(chan struct{})}
 }
 
-// Hook installs the recorder's hooks in opts and returns opts.
+// Hook adds the recorder to opts' observers and returns opts.
 func (r *Recorder) Hook(opts *server.Options) *server.Options {
 	if opts == nil {
 		opts = &server.Options{}
 	}
-	opts.OnRequestDone = func(rec server.RequestRecord) {
-		r.mu.Lock()
-		r.requests = append(r.requests, rec)
-		r.notifyLocked()
-		r.mu.Unlock()
-	}
-	opts.OnHandlerDone = func(rec server.HandlerRecord) {
-		r.mu.Lock()
-		r.handlers = append(r.handlers, rec)
-		r.notifyLocked()
-		r.mu.Unlock()
-	}
+	opts.Observers = append(opts.Observers, r)
 	return opts
+}
+
+// RequestStarted implements server.Observer.
+func (r *Recorder) RequestStarted(ctx context.Context, info server.RequestInfo) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.started = append(r.started, info)
+	r.notifyLocked()
+	return ctx
+}
+
+// RequestEnded implements server.Observer.
+func (r *Recorder) RequestEnded(_ context.Context, rec server.RequestRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.requests = append(r.requests, rec)
+	r.notifyLocked()
+}
+
+// HandlerReturned implements server.HandlerObserver.
+func (r *Recorder) HandlerReturned(_ context.Context, rec server.HandlerRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.handlers = append(r.handlers, rec)
+	r.notifyLocked()
+}
+
+// AllRequests returns every terminal record seen so far.
+func (r *Recorder) AllRequests() []server.RequestRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.requests)
+}
+
+// Started returns the RequestInfo of every request started so far.
+func (r *Recorder) Started() []server.RequestInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.started)
 }
 
 func (r *Recorder) notifyLocked() {
@@ -419,6 +450,19 @@ func (r *Recorder) WaitRequest(t testing.TB, id jsonrpc.ID) server.RequestRecord
 	return waitFor(t, r, "terminal record for request "+id.String(), func() (server.RequestRecord, bool) {
 		for _, rec := range r.requests {
 			if rec.ID == id {
+				return rec, true
+			}
+		}
+		return server.RequestRecord{}, false
+	})
+}
+
+// WaitRecord waits for a terminal record that match accepts.
+func (r *Recorder) WaitRecord(t testing.TB, what string, match func(server.RequestRecord) bool) server.RequestRecord {
+	t.Helper()
+	return waitFor(t, r, what, func() (server.RequestRecord, bool) {
+		for _, rec := range r.requests {
+			if match(rec) {
 				return rec, true
 			}
 		}

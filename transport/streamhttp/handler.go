@@ -62,7 +62,7 @@ func NewHandler(srv *server.Server, opts *HandlerOptions) (*Handler, error) {
 		// One tenant: its share is the whole budget.
 		h.reading.perTenant = h.opts.MaxReadingBytes
 	}
-	h.stateless = srv.NewSession(server.SessionConfig{Modern: true, StreamPerRequest: true})
+	h.stateless = srv.NewSession(server.SessionConfig{Modern: true, StreamPerRequest: true, Transport: "http"})
 	go h.janitor()
 	return h, nil
 }

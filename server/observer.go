@@ -1,0 +1,86 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+)
+
+// Observer is told when each request starts and when it ends: metrics,
+// traces and logs attach here (Options.Observers; any number, each sees
+// every request). The server itself imports no metrics or tracing library.
+//
+// RequestStarted is called once per request, as soon as its id and method
+// are read and before anything else is done for it, with the context the
+// request will run in; the context it returns replaces it (a tracer starts
+// a span there, and the handler's context descends from it). RequestEnded
+// is called once, when the request's terminal state is recorded, with the
+// context RequestStarted returned. For one request the two calls happen
+// one after the other; calls for different requests run concurrently, on
+// the goroutines of their transports, timers and handlers. Neither may
+// block: the request waits for them.
+type Observer interface {
+	RequestStarted(ctx context.Context, info RequestInfo) context.Context
+	RequestEnded(ctx context.Context, rec RequestRecord)
+}
+
+// HandlerObserver is an Observer that also wants to know when a tool
+// handler returns, which may be after its request ended (see
+// HandlerRecord). It is called on the handler's goroutine.
+type HandlerObserver interface {
+	Observer
+	HandlerReturned(ctx context.Context, rec HandlerRecord)
+}
+
+// RequestInfo is what is known of a request when it starts.
+type RequestInfo struct {
+	ID     jsonrpc.ID
+	Method string
+	// Transport and Session name where the request came from
+	// (SessionConfig.Transport and Name).
+	Transport string
+	Session   string
+	Tenant    string // see WithTenant
+	Start     time.Time
+}
+
+// Annotate attaches a fact about the call to its RequestRecord
+// (Annotations), for observers: an interceptor says what it did, such as
+// the idempotency ledger's "executed" or "replayed". Later values for the
+// same key replace earlier ones. Keys and values must be few and bounded:
+// metrics use them as labels.
+func (q *Request) Annotate(key, value string) {
+	r := q.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.annotations == nil {
+		r.annotations = map[string]string{}
+	}
+	r.annotations[key] = value
+}
+
+// observeStart tells the observers a request started and returns the
+// context it runs in.
+func (s *Server) observeStart(ctx context.Context, info RequestInfo) context.Context {
+	for _, o := range s.opts.Observers {
+		ctx = o.RequestStarted(ctx, info)
+	}
+	return ctx
+}
+
+// observeEnd tells the observers a request ended.
+func (s *Server) observeEnd(ctx context.Context, rec RequestRecord) {
+	for _, o := range s.opts.Observers {
+		o.RequestEnded(ctx, rec)
+	}
+}
+
+// observeHandler tells the observers that want it that a handler returned.
+func (s *Server) observeHandler(ctx context.Context, rec HandlerRecord) {
+	for _, o := range s.opts.Observers {
+		if ho, ok := o.(HandlerObserver); ok {
+			ho.HandlerReturned(ctx, rec)
+		}
+	}
+}
