@@ -5,9 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,40 +20,21 @@ type Fingerprint [32]byte
 // String returns the fingerprint in hex.
 func (f Fingerprint) String() string { return hex.EncodeToString(f[:]) }
 
-// FingerprintArgs computes the fingerprint of a tool call's arguments.
-// fields lists the top-level arguments that define the operation (nil
-// means all of them); skip names one to leave out even then, such as the
+// FingerprintOf computes the fingerprint of a tool call's arguments, as
+// decoded once with numbers kept exact (json.Decoder.UseNumber: objects
+// as map[string]any, arrays as []any, numbers as json.Number). fields
+// lists the top-level arguments that define the operation (nil means all
+// of them); skip names one to leave out even then, such as the
 // idempotency key itself, which never counts. Canonical JSON sorts object
 // keys at every depth and writes every number in one exact form (1, 1.0
 // and 1e0 are the same), so formatting never changes a fingerprint; a
-// field listed but absent counts as absent, which differs from null.
-func FingerprintArgs(args json.RawMessage, fields []string, skip string) (Fingerprint, error) {
-	var top map[string]json.RawMessage
-	if len(bytes.TrimSpace(args)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(args))
-		if err := dec.Decode(&top); err != nil {
-			return Fingerprint{}, fmt.Errorf("ledger: arguments must be a JSON object: %w", err)
-		}
-		if _, err := dec.Token(); err != io.EOF {
-			return Fingerprint{}, errors.New("ledger: arguments are followed by more data")
-		}
-	}
-	return FingerprintFields(top, fields, skip)
-}
-
-// FingerprintFields is FingerprintArgs for arguments whose top level the
-// caller has already decoded.
-func FingerprintFields(args map[string]json.RawMessage, fields []string, skip string) (Fingerprint, error) {
-	picked := map[string]any{}
-	for k, raw := range args {
+// field listed but absent counts as absent, which differs from null. A
+// number decoded as float64 is refused: its exact text is already lost.
+func FingerprintOf(args map[string]any, fields []string, skip string) (Fingerprint, error) {
+	picked := make(map[string]any, len(args))
+	for k, v := range args {
 		if k == skip || (fields != nil && !slices.Contains(fields, k)) {
 			continue
-		}
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.UseNumber()
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			return Fingerprint{}, fmt.Errorf("ledger: argument %q is not JSON: %w", k, err)
 		}
 		picked[k] = v
 	}

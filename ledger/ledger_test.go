@@ -31,7 +31,7 @@ func open(t testing.TB, dsn string, opts *ledger.Options) *ledger.Ledger {
 }
 
 func op(tenant, key string, args string) ledger.Op {
-	fp, err := ledger.FingerprintArgs(json.RawMessage(args), nil, "idempotencyKey")
+	fp, err := fingerprintJSON(args, nil, "idempotencyKey")
 	if err != nil {
 		panic(err)
 	}

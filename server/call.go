@@ -19,11 +19,14 @@ import (
 // is refused for another. It fails the request and returns false when a
 // retry's state does not verify.
 func (ss *Session) requestInfo(r *inflight, in *incoming, scope string, args []byte) (Request, bool) {
-	q := Request{ID: r.id, Meta: in.rawMeta, Era: r.era, Tenant: TenantFrom(in.ctx), r: r}
-	if scope != "" {
-		scope += "\x00" + q.Tenant
-	}
-	r.scope, r.scopeArgs = scope, args
+	q := ss.baseRequest(r, in)
+	return q, ss.verifyRetry(r, in, &q, scope, args)
+}
+
+// baseRequest is what a handler knows of every request: who sent it, in
+// which era, with which capabilities.
+func (ss *Session) baseRequest(r *inflight, in *incoming) Request {
+	q := Request{ID: r.id, Meta: in.rawMeta, KnownMeta: in.meta, Era: r.era, Tenant: TenantFrom(in.ctx), r: r}
 	r.tenant = q.Tenant
 	if r.era == mcp.Modern {
 		q.ProtocolVersion = *in.meta.ProtocolVersion
@@ -38,13 +41,25 @@ func (ss *Session) requestInfo(r *inflight, in *incoming, scope string, args []b
 		ss.mu.Unlock()
 	}
 	r.token = in.meta.ProgressToken
-	if scope != "" && r.era == mcp.Modern {
-		if e := ss.srv.readRetry(&q, in.params, r.stateScope); e != nil {
+	return q
+}
+
+// verifyRetry binds a request that may ask for input to its scope and,
+// on a modern retry, reads its input responses and verifies its state
+// (see requestInfo). It fails the request and returns false when the
+// state does not verify.
+func (ss *Session) verifyRetry(r *inflight, in *incoming, q *Request, scope string, args []byte) bool {
+	if scope == "" {
+		return true
+	}
+	r.scope, r.scopeArgs = scope+"\x00"+q.Tenant, args
+	if r.era == mcp.Modern {
+		if e := ss.srv.readRetry(q, in.params, r.stateScope); e != nil {
 			r.fail(e)
-			return q, false
+			return false
 		}
 	}
-	return q, true
+	return true
 }
 
 // startCall runs a handler as a call: tracked (so it can be cancelled),
@@ -53,7 +68,7 @@ func (ss *Session) requestInfo(r *inflight, in *incoming, scope string, args []b
 func (ss *Session) startCall(r *inflight, in *incoming, ln *lane, d Deadlines, exec func(context.Context) (mcp.Result, error), mapErr func(mcp.Result, error) (mcp.Result, *jsonrpc.Error)) {
 	r.exec = func(ctx context.Context) (mcp.Result, error) {
 		res, err := exec(ctx)
-		return res, ss.srv.hideStorageFailure(r, err, false)
+		return res, ss.srv.hideStorageFailure(r, err)
 	}
 	r.lane, r.finish, r.size = ln, mapErr, int64(len(in.params))
 	if !ss.track(in.ctx, r) {
@@ -150,33 +165,29 @@ type storageFailure interface {
 	StorageUnavailable() bool
 }
 
-// storageRetryAfter is the retry advice for a database that was
+// StorageRetryAfter is the retry advice for a database that was
 // unavailable: long enough for a reconnect or a lock to clear.
-const storageRetryAfter = time.Second
+const StorageRetryAfter = time.Second
 
 // hideStorageFailure logs a storage failure in err and returns, instead,
 // the tool failure the client gets; any other error passes unchanged. A
 // database that was unavailable (a lost connection, a terminated backend,
-// a deadlock, a busy file, a full disk) is a retryable failure:
-// ledger_unavailable inside the idempotency ledger's transaction (inLedger),
-// where nothing of the call was kept and the same key may be retried,
-// storage_unavailable elsewhere. A statement the database refused for good
-// (a constraint, a syntax error) is an internal error.
-func (s *Server) hideStorageFailure(r *inflight, err error, inLedger bool) error {
+// a deadlock, a busy file, a full disk) is a retryable storage_unavailable;
+// a statement the database refused for good (a constraint, a syntax
+// error) is an internal error. An interceptor that runs the handler in a
+// transaction of its own maps failures there first (package idempotency
+// answers ledger_unavailable).
+func (s *Server) hideStorageFailure(r *inflight, err error) error {
 	var sf storageFailure
 	if !errors.As(err, &sf) {
 		return err
 	}
 	s.log.Warn("a handler's database operation failed", "id", r.id, "method", r.method, "tool", r.toolName,
 		"unavailable", sf.StorageUnavailable(), "err", err)
-	switch {
-	case !sf.StorageUnavailable():
+	if !sf.StorageUnavailable() {
 		return &mcp.ToolError{Code: mcp.FailureInternal, Message: "the database refused an operation of this call; the server log has the details"}
-	case inLedger:
-		return &mcp.ToolError{Code: mcp.FailureLedger, Retryable: true, RetryAfter: storageRetryAfter,
-			Message: "the database lost or refused this call's transaction; nothing of it was kept, and retrying with the same idempotency key is safe"}
 	}
-	return &mcp.ToolError{Code: mcp.FailureStorage, Retryable: true, RetryAfter: storageRetryAfter,
+	return &mcp.ToolError{Code: mcp.FailureStorage, Retryable: true, RetryAfter: StorageRetryAfter,
 		Message: "the database was unavailable (a lost connection, a lock or a full disk) and the operation's transaction was rolled back; retrying may succeed"}
 }
 
@@ -184,6 +195,11 @@ func (s *Server) hideStorageFailure(r *inflight, err error, inLedger bool) error
 // rules documented on ToolHandler.
 func toolResult(res mcp.Result, err error) (mcp.Result, *jsonrpc.Error) {
 	if err == nil {
+		if res != nil {
+			if _, ok := res.(*mcp.CallToolResult); !ok {
+				return res, nil // an interceptor's own kind of answer
+			}
+		}
 		c, _ := res.(*mcp.CallToolResult)
 		if c == nil {
 			c = &mcp.CallToolResult{}

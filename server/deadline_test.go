@@ -151,7 +151,8 @@ func TestLongToolNeedsAMaximum(t *testing.T) {
 // readOnlyHint: a safe tool's yes, an unsafe tool's no (whatever its
 // annotations say), a conditional one's yes. tools/list advertises the
 // class and the deadlines. (A keyed tool's timeout is retryable only when
-// the call carried its key: TestRetryClassOfKeyedTools.)
+// the call carried its key: package idempotency's
+// TestRetryClassOfKeyedTools.)
 func TestTimeoutRetryableByRetryClass(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := mcptest.NewServer(t, nil)

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
@@ -188,30 +187,47 @@ func (ss *Session) callTool(r *inflight, in *incoming) {
 		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.arguments must be an object"))
 		return
 	}
-	call := &CallRequest{Name: *p.Name, Arguments: args}
-	exec := func(ctx context.Context) (mcp.Result, error) { return rt.handler(ctx, call) }
-	metaKey := ""
-	if idem := rt.policy.Idempotency; idem.Key != KeyNone {
-		// The key comes first: a call missing it is told so, whatever else
-		// is wrong with its arguments.
-		var te *mcp.ToolError
-		if call.IdempotencyKey, call.fingerprint, metaKey, te = idempotentArgs(idem, args, in.meta.IdempotencyKey); te != nil {
-			r.succeed(te.Result())
+	call := &CallRequest{Name: *p.Name, Arguments: args, retry: rt.policy.Retry}
+	var err error
+	if call.args, err = decodeArguments(args); err != nil {
+		r.succeed((&mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "arguments are not valid JSON"}).Result())
+		return
+	}
+	call.Request = ss.baseRequest(r, in)
+	// The tool's Check comes first: a call an interceptor refuses (one
+	// missing its idempotency key) is told so, whatever else is wrong with
+	// its arguments.
+	if rt.check != nil {
+		ctx, err := rt.check(in.ctx, call)
+		if err != nil {
+			ss.refuse(r, rt, err)
 			return
 		}
-		exec = func(ctx context.Context) (mcp.Result, error) { return ss.srv.callIdempotent(ctx, rt, call) }
+		if ctx != nil {
+			in.ctx = ctx
+		}
 	}
-	if err := rt.validate(args, metaKey); err != nil {
-		var te *mcp.ToolError
-		errors.As(err, &te)
-		r.succeed(te.Result())
+	if err := rt.validate(call); err != nil {
+		ss.refuse(r, rt, err)
 		return
 	}
-	q, ok := ss.requestInfo(r, in, r.method+"\x00"+*p.Name, args)
-	if !ok {
+	// A queued call holds its raw arguments, which admission counts; the
+	// decoded copy would double that.
+	call.args, call.supplied = nil, nil
+	if !ss.verifyRetry(r, in, &call.Request, r.method+"\x00"+*p.Name, args) {
 		return
 	}
-	call.Request = q
-	r.retryable = rt.policy.retryableAfterTimeout(call.IdempotencyKey != "")
-	ss.startCall(r, in, rt.lane, ss.srv.deadlines(rt.policy), exec, rt.result)
+	r.retryable = call.retry.retryableAfterTimeout()
+	ss.startCall(r, in, rt.lane, ss.srv.deadlines(rt.policy), func(ctx context.Context) (mcp.Result, error) {
+		return rt.handler(ctx, call)
+	}, rt.result)
+}
+
+// refuse answers a call refused before it ran, as its tool's errors are.
+func (ss *Session) refuse(r *inflight, rt *registeredTool, err error) {
+	if res, rpcErr := rt.result(nil, err); rpcErr != nil {
+		r.fail(rpcErr)
+	} else {
+		r.succeed(res)
+	}
 }

@@ -6,9 +6,7 @@ import (
 	"errors"
 
 	"github.com/mcprel/mcprel/jsonrpc"
-	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
-	"github.com/mcprel/mcprel/store"
 )
 
 // ErrProgressNotIncreasing is returned by Request.ReportProgress for a value
@@ -26,6 +24,10 @@ type Request struct {
 	// Meta is the request's raw params._meta (nil when absent), for keys
 	// the protocol does not define.
 	Meta json.RawMessage
+	// KnownMeta holds the members of params._meta that package mcp
+	// defines, decoded once: the protocol's, and mcprel's own such as
+	// mcp.MetaIdempotencyKey. Never nil.
+	KnownMeta *mcp.RequestMeta
 	// Era and ProtocolVersion say how the request is being served.
 	Era             mcp.Era
 	ProtocolVersion string
@@ -86,13 +88,10 @@ type CallRequest struct {
 	// Arguments are the call's arguments, already validated against the
 	// tool's input schema. Nil when the call had none.
 	Arguments json.RawMessage
-	// IdempotencyKey is the call's idempotency key for a tool with an
-	// Idempotency policy, "" when the call has none. Pass it on to any
-	// external service the effect calls.
-	IdempotencyKey string
 
-	tx          *store.Tx
-	fingerprint ledger.Fingerprint // of the operation, when it has a key
+	args     map[string]any // Arguments, decoded once when the call arrived (see Argument)
+	supplied map[string]any // arguments a Check supplied for the schema (see SupplyArgument)
+	retry    RetryClass     // the tool's class, as a Check narrowed it
 }
 
 // ReadRequest is what a resource handler sees of a resources/read.

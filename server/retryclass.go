@@ -40,40 +40,34 @@ func (c RetryClass) String() string {
 	return "unsafe"
 }
 
+// rank orders the classes from least to most safe to retry.
+func (c RetryClass) rank() int {
+	switch c {
+	case RetrySafe:
+		return 2
+	case RetryConditional:
+		return 1
+	}
+	return 0
+}
+
+// retryableAfterTimeout says whether a call of this class that timed out
+// may be made again: a safe one, or a conditional one (its effect rolled
+// back unless it committed, and then its key or version refuses to apply
+// it twice). A Check narrows a call that lacks what makes it conditional
+// (NarrowRetry).
+func (c RetryClass) retryableAfterTimeout() bool { return c != RetryUnsafe }
+
 // policyMeta is a tool's _meta as tools/list shows it: the tool's own,
 // with the reliability policy the server applies added (mcp.MetaRetryClass
 // and the rest), for clients and reviewers to plan by.
 func (s *Server) policyMeta(own mcp.Meta, p Policy) mcp.Meta {
-	meta := make(mcp.Meta, len(own)+5)
+	meta := make(mcp.Meta, len(own)+4)
 	maps.Copy(meta, own)
 	d := s.deadlines(p)
-	meta[mcp.MetaRetryClass] = p.retryClass().String()
+	meta[mcp.MetaRetryClass] = p.Retry.String()
 	meta[mcp.MetaTimeoutClass] = p.Timeout.String()
 	meta[mcp.MetaIdleTimeoutMs] = d.Idle.Milliseconds()
 	meta[mcp.MetaMaxTimeoutMs] = d.Max.Milliseconds()
-	meta[mcp.MetaKeyMode] = p.Idempotency.Key.String()
 	return meta
-}
-
-// retryClass is the class a tool's calls have: the declared one, or, for a
-// tool with an Idempotency policy that declares none, conditional (on the
-// key).
-func (p Policy) retryClass() RetryClass {
-	if p.Retry == RetryUnsafe && p.Idempotency.Key != KeyNone {
-		return RetryConditional
-	}
-	return p.Retry
-}
-
-// retryableAfterTimeout says whether a call that timed out may simply be
-// made again: a safe one, or a conditional one that carried its key (its
-// effect rolled back unless it committed, and the key replays it then).
-func (p Policy) retryableAfterTimeout(keyed bool) bool {
-	switch p.retryClass() {
-	case RetrySafe:
-		return true
-	case RetryConditional:
-		return keyed || p.Idempotency.Key == KeyNone
-	}
-	return false
 }

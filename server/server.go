@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/jsonrpc"
-	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 )
 
@@ -107,10 +106,10 @@ type Options struct {
 	// DefaultStateTTL.
 	StateTTL time.Duration
 
-	// Ledger is the idempotency ledger that tools with an Idempotency
-	// policy run through (see package ledger). Nil means no tool may have
-	// one.
-	Ledger *ledger.Ledger
+	// Interceptors adapt every tool registered on the server (see
+	// ToolInterceptor), outside the ones given to AddTool; the first is
+	// the outermost.
+	Interceptors []ToolInterceptor
 
 	// Observers are told when every request starts and ends (see
 	// Observer): metrics, traces, logs. They run in order.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/big"
 	"reflect"
 	"regexp"
@@ -39,6 +40,16 @@ type Tool struct {
 	Meta        mcp.Meta
 	// Policy is how the server runs the tool's calls.
 	Policy Policy
+	// Check, when set, runs as soon as a call arrives: before its
+	// arguments are judged by the input schema and before it waits for
+	// admission, on the goroutine that read it. An error refuses the call
+	// at once, mapped as ToolHandler's errors are. The context it returns
+	// is the one the call's handler runs in (a Check hands what it found
+	// to its interceptor's handler there, rather than finding it twice).
+	// It must be quick and must not block. A Check reads the arguments
+	// with CallRequest.DecodedArguments, and may SupplyArgument and
+	// NarrowRetry; interceptors chain their checks here.
+	Check func(ctx context.Context, call *CallRequest) (context.Context, error)
 }
 
 // Policy is a tool's reliability policy: how its calls are admitted, and
@@ -71,13 +82,10 @@ type Policy struct {
 	IdleTimeout time.Duration
 	MaxTimeout  time.Duration
 
-	// Idempotency makes a mutating tool run at most once per idempotency
-	// key (see Idempotency). The zero value keeps the tool off the ledger.
-	Idempotency Idempotency
-
 	// Retry is what a client may do after a call fails without an answer
-	// (see RetryClass). The zero value is RetryUnsafe, except for a tool
-	// with an Idempotency policy, which is RetryConditional.
+	// (see RetryClass). The zero value is RetryUnsafe; an interceptor that
+	// makes the tool idempotent (package idempotency) sets
+	// RetryConditional.
 	Retry RetryClass
 }
 
@@ -120,10 +128,11 @@ type registeredTool struct {
 	policy  Policy
 	schema  *jsonschema.Resolved
 	output  *jsonschema.Resolved // nil when the tool declares no output schema, or one that does not compile
-	keyArg  bool                 // the input schema declares the idempotency key argument
 	headers []HeaderParam
-	handler ToolHandler
-	lane    *lane // guarded by admission.mu
+	props   map[string]bool // the arguments the input schema declares
+	check   func(context.Context, *CallRequest) (context.Context, error)
+	handler CallHandler // the tool's handler inside its interceptors
+	lane    *lane       // guarded by admission.mu
 }
 
 var toolNamePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
@@ -132,21 +141,25 @@ var toolNamePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 var emptyObjectSchema = json.RawMessage(`{"type":"object"}`)
 
 // AddTool registers a tool, replacing any tool of the same name, and tells
-// subscribed clients that the list changed. It returns an error, and
-// registers nothing, when the definition is invalid.
-func (s *Server) AddTool(t Tool, h ToolHandler) error {
+// subscribed clients that the list changed. Its calls run h inside the
+// server's interceptors (Options.Interceptors) and then the ones given
+// here. It returns an error, and registers nothing, when the definition
+// is invalid or an interceptor refuses it.
+func (s *Server) AddTool(t Tool, h ToolHandler, interceptors ...ToolInterceptor) error {
 	if h == nil {
 		return fmt.Errorf("server: tool %q has no handler", t.Name)
+	}
+	t.Meta = maps.Clone(t.Meta) // interceptors may add to it; the caller's map is not theirs
+	handler, err := s.intercept(&t, adapt(h), interceptors)
+	if err != nil {
+		return err
 	}
 	rt, err := compileTool(t)
 	if err != nil {
 		return err
 	}
-	if err := s.ledgerFor(t); err != nil {
-		return err
-	}
 	rt.def.Meta = s.policyMeta(t.Meta, t.Policy)
-	rt.handler = h
+	rt.handler = handler
 	s.mu.Lock()
 	s.tools[t.Name] = rt
 	s.rebuildToolListLocked()
@@ -221,30 +234,30 @@ func compileTool(t Tool) (*registeredTool, error) {
 		policy:  t.Policy,
 		schema:  resolved,
 		output:  output,
-		keyArg:  schema.Properties[mcp.ArgIdempotencyKey] != nil,
 		headers: headers,
+		props:   declaredProps(&schema),
+		check:   t.Check,
 		lane:    newLane(t.Policy.MaxConcurrent, t.Policy.MaxQueued, t.Policy.Rate, t.Policy.Burst),
 	}, nil
 }
 
-// validate checks arguments against the tool's input schema. The error is
-// an *mcp.ToolError with code invalid_arguments naming the offending field,
+// declares reports whether the tool's input schema declares argument name.
+func (rt *registeredTool) declares(name string) bool { return rt.props[name] }
+
+func declaredProps(s *jsonschema.Schema) map[string]bool {
+	props := make(map[string]bool, len(s.Properties))
+	for name := range s.Properties {
+		props[name] = true
+	}
+	return props
+}
+
+// validate checks a call's arguments, as decoded when it arrived and with
+// any a Check supplied, against the tool's input schema. The error is an
+// *mcp.ToolError with code invalid_arguments naming the offending field,
 // so the model can correct its call.
-//
-// metaKey is an idempotency key the call carried in _meta rather than in
-// its arguments: the arguments are checked as if they held it, so that a
-// schema declaring the key required accepts either form.
-func (rt *registeredTool) validate(args json.RawMessage, metaKey string) error {
-	var v any
-	if len(args) == 0 {
-		v = map[string]any{}
-	} else if err := json.Unmarshal(args, &v); err != nil {
-		return &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "arguments are not valid JSON"}
-	}
-	if m, ok := v.(map[string]any); ok && metaKey != "" && rt.keyArg && m[mcp.ArgIdempotencyKey] == nil {
-		m[mcp.ArgIdempotencyKey] = metaKey
-	}
-	if err := rt.schema.Validate(v); err != nil {
+func (rt *registeredTool) validate(call *CallRequest) error {
+	if err := rt.schema.Validate(validationValue(call.args, call.supplied, rt.declares)); err != nil {
 		field, msg := describeSchemaError(err)
 		te := &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "invalid arguments: " + msg}
 		if field != "" {
@@ -304,17 +317,30 @@ func describeSchemaError(err error) (field, msg string) {
 // result becomes structuredContent, with its JSON as a text block for
 // clients that read only content; a string result becomes a plain text
 // block. Errors follow the rules of ToolHandler.
-func AddTypedTool[In, Out any](s *Server, t Tool, h func(ctx context.Context, req *CallRequest, in In) (Out, error)) error {
+func AddTypedTool[In, Out any](s *Server, t Tool, h func(ctx context.Context, req *CallRequest, in In) (Out, error), interceptors ...ToolInterceptor) error {
 	if h == nil {
 		return fmt.Errorf("server: tool %q has no handler", t.Name)
 	}
+	t, err := TypedTool[In, Out](t)
+	if err != nil {
+		return err
+	}
+	return s.AddTool(t, typedHandler(h), interceptors...)
+}
+
+// TypedTool completes t for a typed handler taking In and returning Out,
+// as AddTypedTool does: it infers the input schema from In unless
+// t.InputSchema is set, and the output schema from a struct Out unless
+// t.OutputSchema is set. For packages that register typed tools their own
+// way (package idempotency).
+func TypedTool[In, Out any](t Tool) (Tool, error) {
 	if t.InputSchema == nil {
 		schema, err := inferSchema(reflect.TypeFor[In]())
 		if err != nil {
-			return fmt.Errorf("server: tool %q: inferring input schema: %w", t.Name, err)
+			return t, fmt.Errorf("server: tool %q: inferring input schema: %w", t.Name, err)
 		}
 		if t.InputSchema, err = json.Marshal(schema); err != nil {
-			return fmt.Errorf("server: tool %q: encoding input schema: %w", t.Name, err)
+			return t, fmt.Errorf("server: tool %q: encoding input schema: %w", t.Name, err)
 		}
 	}
 	outType := reflect.TypeFor[Out]()
@@ -323,30 +349,51 @@ func AddTypedTool[In, Out any](s *Server, t Tool, h func(ctx context.Context, re
 			t.OutputSchema, _ = json.Marshal(schema)
 		}
 	}
-	textOnly := outType.Kind() == reflect.String
-	return s.AddTool(t, func(ctx context.Context, req *CallRequest) (*mcp.CallToolResult, error) {
-		var in In
-		if len(req.Arguments) > 0 {
-			if err := json.Unmarshal(req.Arguments, &in); err != nil {
-				return nil, &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "invalid arguments: " + err.Error()}
-			}
+	return t, nil
+}
+
+// typedHandler adapts a typed handler to a ToolHandler.
+func typedHandler[In, Out any](h func(ctx context.Context, req *CallRequest, in In) (Out, error)) ToolHandler {
+	return func(ctx context.Context, req *CallRequest) (*mcp.CallToolResult, error) {
+		in, err := TypedArguments[In](req)
+		if err != nil {
+			return nil, err
 		}
 		out, err := h(ctx, req, in)
 		if err != nil {
 			return nil, err
 		}
-		if textOnly {
-			return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text(reflect.ValueOf(out).String())}}, nil
+		return TypedResult(out)
+	}
+}
+
+// TypedArguments decodes a call's arguments into In, as AddTypedTool does:
+// the call's second and last decode of them, after the server's own.
+func TypedArguments[In any](req *CallRequest) (In, error) {
+	var in In
+	if len(req.Arguments) > 0 {
+		if err := json.Unmarshal(req.Arguments, &in); err != nil {
+			return in, &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "invalid arguments: " + err.Error()}
 		}
-		raw, err := json.Marshal(out)
-		if err != nil {
-			return nil, fmt.Errorf("encoding the result: %w", err)
-		}
-		return &mcp.CallToolResult{
-			Content:           []mcp.Content{mcp.Text(string(raw))},
-			StructuredContent: json.RawMessage(raw),
-		}, nil
-	})
+	}
+	return in, nil
+}
+
+// TypedResult turns a typed handler's result into a CallToolResult, as
+// AddTypedTool does: structuredContent with its JSON as a text block, or
+// a plain text block for a string.
+func TypedResult[Out any](out Out) (*mcp.CallToolResult, error) {
+	if reflect.TypeFor[Out]().Kind() == reflect.String {
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text(reflect.ValueOf(out).String())}}, nil
+	}
+	raw, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the result: %w", err)
+	}
+	return &mcp.CallToolResult{
+		Content:           []mcp.Content{mcp.Text(string(raw))},
+		StructuredContent: json.RawMessage(raw),
+	}, nil
 }
 
 // result maps what a tool handler returned onto the wire (toolResult), and

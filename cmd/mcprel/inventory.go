@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
@@ -110,7 +111,7 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 	}
 	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: mcp.Bool(true), IdempotentHint: mcp.Bool(true), OpenWorldHint: mcp.Bool(false)}
 
-	err := server.AddTypedTool(srv, server.Tool{
+	err := idempotency.AddTypedTool(srv, l, server.Tool{
 		Name: "charge_account",
 		Description: "Charges cents to an account and writes a receipt. Pass idempotencyKey (a new UUID per charge) and " +
 			"reuse it on every retry: the charge then happens at most once and a retry returns the original receipt " +
@@ -120,11 +121,10 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 			`"account":` + nameSchema + `,"cents":{"type":"integer","minimum":1,"maximum":100000000},` +
 			`"idempotencyKey":` + keySchema + `},"required":["account","cents"],"additionalProperties":false}`),
 		Annotations: mutating(false),
-		Policy:      server.Policy{Idempotency: server.Idempotency{Key: server.KeyOptional, Fields: []string{"account", "cents"}}},
-	}, func(ctx context.Context, req *server.CallRequest, in chargeArgs) (chargeResult, error) {
+	}, idempotency.Policy{Key: idempotency.KeyOptional, Fields: []string{"account", "cents"}}, func(ctx context.Context, req *idempotency.Call, in chargeArgs) (chargeResult, error) {
 		id := "rcpt_" + rand.Text()
-		_, err := req.Tx().Exec(ctx, `INSERT INTO demo_receipts (id, tenant, account, cents, idem_key, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
-			id, req.Tenant, in.Account, in.Cents, sql.Null[string]{V: req.IdempotencyKey, Valid: req.IdempotencyKey != ""}, time.Now().UnixMilli())
+		_, err := req.Tx.Exec(ctx, `INSERT INTO demo_receipts (id, tenant, account, cents, idem_key, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+			id, req.Tenant, in.Account, in.Cents, sql.Null[string]{V: req.Key, Valid: req.Key != ""}, time.Now().UnixMilli())
 		if err != nil {
 			return chargeResult{}, err
 		}
@@ -134,7 +134,7 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 		return err
 	}
 
-	err = server.AddTypedTool(srv, server.Tool{
+	err = idempotency.AddTypedTool(srv, l, server.Tool{
 		Name: "reserve_inventory",
 		Description: "Reserves quantity units of a SKU. idempotencyKey is required: use a new UUID per reservation " +
 			"and the same one on every retry. A retry with the same key returns the original reservation without " +
@@ -145,35 +145,35 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 			`"sku":` + nameSchema + `,"quantity":{"type":"integer","minimum":1,"maximum":1000000},` +
 			`"idempotencyKey":` + keySchema + `},"required":["sku","quantity","idempotencyKey"],"additionalProperties":false}`),
 		Annotations: mutating(true),
+	},
 		// insufficient_stock is this reservation's answer and is replayed;
 		// an unknown SKU is a precondition that set_stock may fix, so it
 		// is not stored and a retry with the same key runs again.
-		Policy: server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired, Fields: []string{"sku", "quantity"},
-			Preconditions: []string{"unknown_sku"}}},
-	}, func(ctx context.Context, req *server.CallRequest, in reserveArgs) (reserveResult, error) {
-		tx := req.Tx()
-		out := reserveResult{ReservationID: "res_" + rand.Text(), SKU: in.SKU, Quantity: in.Quantity}
-		err := tx.QueryRow(ctx, `UPDATE demo_inventory SET available = available - ?, version = version + 1
+		idempotency.Policy{Key: idempotency.KeyRequired, Fields: []string{"sku", "quantity"}, Preconditions: []string{"unknown_sku"}},
+		func(ctx context.Context, req *idempotency.Call, in reserveArgs) (reserveResult, error) {
+			tx := req.Tx
+			out := reserveResult{ReservationID: "res_" + rand.Text(), SKU: in.SKU, Quantity: in.Quantity}
+			err := tx.QueryRow(ctx, `UPDATE demo_inventory SET available = available - ?, version = version + 1
 			WHERE tenant = ? AND sku = ? AND available >= ? RETURNING available, version`,
-			in.Quantity, req.Tenant, in.SKU, in.Quantity).Scan(&out.Remaining, &out.Version)
-		if errors.Is(err, sql.ErrNoRows) {
-			level, lerr := readStock(ctx, tx, req.Tenant, in.SKU)
-			if lerr != nil {
-				return reserveResult{}, lerr
+				in.Quantity, req.Tenant, in.SKU, in.Quantity).Scan(&out.Remaining, &out.Version)
+			if errors.Is(err, sql.ErrNoRows) {
+				level, lerr := readStock(ctx, tx, req.Tenant, in.SKU)
+				if lerr != nil {
+					return reserveResult{}, lerr
+				}
+				return reserveResult{}, &mcp.ToolError{
+					Code:    "insufficient_stock",
+					Message: fmt.Sprintf("only %d of %s available, %d requested; nothing was reserved", level.Available, in.SKU, in.Quantity),
+					Details: map[string]any{"available": level.Available, "requested": in.Quantity},
+				}
 			}
-			return reserveResult{}, &mcp.ToolError{
-				Code:    "insufficient_stock",
-				Message: fmt.Sprintf("only %d of %s available, %d requested; nothing was reserved", level.Available, in.SKU, in.Quantity),
-				Details: map[string]any{"available": level.Available, "requested": in.Quantity},
+			if err != nil {
+				return reserveResult{}, err
 			}
-		}
-		if err != nil {
-			return reserveResult{}, err
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO demo_reservations (id, tenant, sku, quantity, idem_key, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
-			out.ReservationID, req.Tenant, in.SKU, in.Quantity, req.IdempotencyKey, time.Now().UnixMilli())
-		return out, err
-	})
+			_, err = tx.Exec(ctx, `INSERT INTO demo_reservations (id, tenant, sku, quantity, idem_key, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+				out.ReservationID, req.Tenant, in.SKU, in.Quantity, req.Key, time.Now().UnixMilli())
+			return out, err
+		})
 	if err != nil {
 		return err
 	}

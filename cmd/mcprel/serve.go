@@ -174,7 +174,6 @@ func httpOptions(addr, path string, hosts, origins []string, authToken string, t
 // with l as the ledger, and opts for everything else.
 func newDemoServer(l *ledger.Ledger, opts *server.Options) (*server.Server, error) {
 	o := *opts
-	o.Ledger = l
 	o.Instructions = "mcprel demo server. echo returns its text; slow_count counts with progress and stops when cancelled. " +
 		"charge_account and reserve_inventory change state: give each operation an idempotencyKey and reuse it on retries; " +
 		"get_inventory and lookup_operation are the reads to reconcile with after a timeout."

@@ -8,6 +8,7 @@ import (
 	"log"
 	"os"
 
+	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
@@ -38,21 +39,20 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv, err := server.New(mcp.Implementation{Name: "reservations", Version: "1.0.0"}, &server.Options{Ledger: l})
+	srv, err := server.New(mcp.Implementation{Name: "reservations", Version: "1.0.0"}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
-	err = server.AddTypedTool(srv, server.Tool{
+	err = idempotency.AddTypedTool(srv, l, server.Tool{
 		Name:        "reserve",
 		Description: "Reserves stock. Retry with the same idempotencyKey: it never reserves twice.",
-		Policy: server.Policy{Idempotency: server.Idempotency{
-			Key:    server.KeyRequired,
-			Fields: []string{"sku", "quantity"}, // what the key is bound to
-		}},
-	}, func(ctx context.Context, req *server.CallRequest, in reserveArgs) (string, error) {
-		// req.Tx() is the transaction that also claims the key and stores
+	}, idempotency.Policy{
+		Key:    idempotency.KeyRequired,
+		Fields: []string{"sku", "quantity"}, // what the key is bound to
+	}, func(ctx context.Context, call *idempotency.Call, in reserveArgs) (string, error) {
+		// call.Tx is the transaction that also claims the key and stores
 		// this result: the row, the record and the result commit together.
-		_, err := req.Tx().Exec(ctx, `INSERT INTO reservations (sku, quantity) VALUES (?, ?)`, in.SKU, in.Quantity)
+		_, err := call.Tx.Exec(ctx, `INSERT INTO reservations (sku, quantity) VALUES (?, ?)`, in.SKU, in.Quantity)
 		return "reserved", err
 	})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -190,8 +191,7 @@ func openLedger(ctx context.Context, db *store.DB) (*ledger.Ledger, error) {
 }
 
 func op(prefix string, i int) ledger.Op {
-	args := fmt.Sprintf(`{"amount":%d}`, i)
-	fp, _ := ledger.FingerprintArgs(json.RawMessage(args), nil, "")
+	fp, _ := ledger.FingerprintOf(map[string]any{"amount": json.Number(strconv.Itoa(i))}, nil, "")
 	return ledger.Op{Tenant: "bench", Tool: "charge", Key: fmt.Sprintf("%s-%d", prefix, i), Fingerprint: fp}
 }
 

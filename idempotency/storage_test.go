@@ -1,4 +1,4 @@
-package server_test
+package idempotency_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/internal/ledgertest"
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/internal/storetest"
@@ -29,14 +30,14 @@ func TestBusySQLiteIsRetryable(t *testing.T) {
 		"busy-test", store.Migration{Version: 1, SQL: `CREATE TABLE notes (n TEXT NOT NULL)`})
 	db := l.DB()
 	var logs mcptest.LogBuffer
-	srv := mcptest.NewServer(t, &server.Options{Ledger: l, Logger: logs.Logger()})
+	srv := mcptest.NewServer(t, &server.Options{Logger: logs.Logger()})
 	write := func(ctx context.Context, tx *store.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO notes (n) VALUES ('x')`)
 		return err
 	}
-	err := srv.AddTool(server.Tool{Name: "keyed", Policy: server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired}}},
-		func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
-			return &mcp.CallToolResult{}, write(ctx, req.Tx())
+	err := idempotency.AddTool(srv, l, server.Tool{Name: "keyed"}, idempotency.Policy{},
+		func(ctx context.Context, call *idempotency.Call) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, write(ctx, call.Tx)
 		})
 	if err != nil {
 		t.Fatal(err)
@@ -95,16 +96,16 @@ func TestTerminatedBackendIsRetryable(t *testing.T) {
 	l := ledgertest.Open(t, storetest.Tagged(dsn, app), nil, nil, "terminate-test", store.Migration{Version: 1,
 		SQL: `CREATE TABLE stock (id INTEGER PRIMARY KEY, n INTEGER NOT NULL); INSERT INTO stock (id, n) VALUES (1, 10)`})
 	var logs mcptest.LogBuffer
-	srv := mcptest.NewServer(t, &server.Options{Ledger: l, Logger: logs.Logger()})
+	srv := mcptest.NewServer(t, &server.Options{Logger: logs.Logger()})
 	var runs atomic.Int64
-	err := srv.AddTool(server.Tool{Name: "take", Policy: server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired}}},
-		func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+	err := idempotency.AddTool(srv, l, server.Tool{Name: "take"}, idempotency.Policy{},
+		func(ctx context.Context, req *idempotency.Call) (*mcp.CallToolResult, error) {
 			runs.Add(1)
 			var n int
-			if err := req.Tx().QueryRow(ctx, `SELECT n FROM stock WHERE id = 1 FOR UPDATE`).Scan(&n); err != nil {
+			if err := req.Tx.QueryRow(ctx, `SELECT n FROM stock WHERE id = 1 FOR UPDATE`).Scan(&n); err != nil {
 				return nil, err
 			}
-			_, err := req.Tx().Exec(ctx, `UPDATE stock SET n = n - 1 WHERE id = 1`)
+			_, err := req.Tx.Exec(ctx, `UPDATE stock SET n = n - 1 WHERE id = 1`)
 			return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text(fmt.Sprint(n - 1))}}, err
 		})
 	if err != nil {

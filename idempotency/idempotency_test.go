@@ -1,14 +1,16 @@
-package server_test
+package idempotency_test
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/internal/ledgertest"
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/internal/storetest"
@@ -27,7 +29,7 @@ type keyed struct {
 	l    *ledger.Ledger
 	runs atomic.Int64 // handler starts
 	// hook, if set, runs inside the handler after the business row.
-	hook func(ctx context.Context, req *server.CallRequest) error
+	hook func(ctx context.Context, call *idempotency.Call) error
 }
 
 const reserveSchema = `{"type":"object","properties":{
@@ -35,20 +37,15 @@ const reserveSchema = `{"type":"object","properties":{
 	"note":{"type":"string"},"idempotencyKey":{"type":"string"}},
 	"required":["sku","quantity"]}`
 
-func newKeyed(t *testing.T, dsn string, mode server.KeyMode, opts *server.Options) *keyed {
+func newKeyed(t *testing.T, dsn string, mode idempotency.KeyMode, opts *server.Options) *keyed {
 	t.Helper()
 	l := ledgertest.Open(t, dsn, nil, nil, "server-test", store.Migration{Version: 1,
 		SQL: `CREATE TABLE reservations (tenant TEXT NOT NULL, sku TEXT NOT NULL, quantity INTEGER NOT NULL)`})
-	if opts == nil {
-		opts = &server.Options{}
-	}
-	opts.Ledger = l
 	k := &keyed{srv: mcptest.NewServer(t, opts), l: l}
-	err := k.srv.AddTool(server.Tool{
+	err := idempotency.AddTool(k.srv, l, server.Tool{
 		Name:        "reserve",
 		InputSchema: json.RawMessage(reserveSchema),
-		Policy:      server.Policy{Idempotency: server.Idempotency{Key: mode, Fields: []string{"sku", "quantity"}}},
-	}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+	}, idempotency.Policy{Key: mode, Fields: []string{"sku", "quantity"}}, func(ctx context.Context, req *idempotency.Call) (*mcp.CallToolResult, error) {
 		k.runs.Add(1)
 		var in struct {
 			SKU      string `json:"sku"`
@@ -58,7 +55,7 @@ func newKeyed(t *testing.T, dsn string, mode server.KeyMode, opts *server.Option
 		if in.SKU == "sold-out" {
 			return nil, &mcp.ToolError{Code: "insufficient_stock", Message: "only 0 left"}
 		}
-		if _, err := req.Tx().Exec(ctx, `INSERT INTO reservations (tenant, sku, quantity) VALUES (?, ?, ?)`, req.Tenant, in.SKU, in.Quantity); err != nil {
+		if _, err := req.Tx.Exec(ctx, `INSERT INTO reservations (tenant, sku, quantity) VALUES (?, ?, ?)`, req.Tenant, in.SKU, in.Quantity); err != nil {
 			return nil, err
 		}
 		if k.hook != nil {
@@ -77,10 +74,10 @@ func newKeyed(t *testing.T, dsn string, mode server.KeyMode, opts *server.Option
 	return k
 }
 
-// ledgerServer is a server whose ledger is on a fresh SQLite file.
-func ledgerServer(t *testing.T, opts *ledger.Options) *server.Server {
+// ledgerServer is a server and a ledger on a fresh SQLite file.
+func ledgerServer(t *testing.T, opts *ledger.Options) (*server.Server, *ledger.Ledger) {
 	t.Helper()
-	return mcptest.NewServer(t, &server.Options{Ledger: ledgertest.Open(t, storetest.SQLite(t), nil, opts, "")})
+	return mcptest.NewServer(t, nil), ledgertest.Open(t, storetest.SQLite(t), nil, opts, "")
 }
 
 func (k *keyed) reservations(t *testing.T, tenant string) int {
@@ -136,7 +133,7 @@ func call(t *testing.T, c *mcptest.Client, id int64, args map[string]any, meta m
 
 func TestIdempotentCallRunsOnce(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, dsn string) {
-		k := newKeyed(t, dsn, server.KeyRequired, nil)
+		k := newKeyed(t, dsn, idempotency.KeyRequired, nil)
 		c := mcptest.Stdio(t, k.srv, nil)
 		args := map[string]any{"sku": "A", "quantity": 2, "idempotencyKey": "order-1"}
 		first := call(t, c, 1, args, nil)
@@ -161,7 +158,7 @@ func TestIdempotentCallRunsOnce(t *testing.T) {
 }
 
 func TestIdempotencyRefusals(t *testing.T) {
-	k := newKeyed(t, storetest.SQLite(t), server.KeyRequired, nil)
+	k := newKeyed(t, storetest.SQLite(t), idempotency.KeyRequired, nil)
 	c := mcptest.Stdio(t, k.srv, nil)
 
 	// No key: refused before anything runs.
@@ -200,7 +197,7 @@ func TestIdempotencyRefusals(t *testing.T) {
 // Without a key, a KeyOptional tool runs for every JSON-RPC id — the
 // retry-unsafe case — and says so.
 func TestOptionalKeyMissingRunsEveryTime(t *testing.T) {
-	k := newKeyed(t, storetest.SQLite(t), server.KeyOptional, nil)
+	k := newKeyed(t, storetest.SQLite(t), idempotency.KeyOptional, nil)
 	c := mcptest.Stdio(t, k.srv, nil)
 	args := map[string]any{"sku": "A", "quantity": 1}
 	for id := int64(1); id <= 2; id++ {
@@ -220,7 +217,7 @@ func TestOptionalKeyMissingRunsEveryTime(t *testing.T) {
 }
 
 func TestBusinessFailureIsStored(t *testing.T) {
-	k := newKeyed(t, storetest.SQLite(t), server.KeyRequired, nil)
+	k := newKeyed(t, storetest.SQLite(t), idempotency.KeyRequired, nil)
 	c := mcptest.Stdio(t, k.srv, nil)
 	args := map[string]any{"sku": "sold-out", "quantity": 1, "idempotencyKey": "k"}
 	first := call(t, c, 1, args, nil)
@@ -236,7 +233,7 @@ func TestBusinessFailureIsStored(t *testing.T) {
 // A retryable failure, a plain error, an argument refusal and a panic roll back: nothing is
 // stored and the retry runs.
 func TestTransientFailuresStoreNothing(t *testing.T) {
-	k := newKeyed(t, storetest.SQLite(t), server.KeyRequired, nil)
+	k := newKeyed(t, storetest.SQLite(t), idempotency.KeyRequired, nil)
 	c := mcptest.Stdio(t, k.srv, nil)
 	failures := []func() error{
 		func() error { return &mcp.ToolError{Code: "provider_busy", Message: "try later", Retryable: true} },
@@ -246,7 +243,7 @@ func TestTransientFailuresStoreNothing(t *testing.T) {
 	}
 	args := map[string]any{"sku": "A", "quantity": 1, "idempotencyKey": "k"}
 	for i, fail := range failures {
-		k.hook = func(context.Context, *server.CallRequest) error { return fail() }
+		k.hook = func(context.Context, *idempotency.Call) error { return fail() }
 		if r := call(t, c, int64(i+1), args, nil); !r.IsError {
 			t.Fatalf("failure %d: %+v", i, r)
 		}
@@ -267,9 +264,9 @@ func TestTransientFailuresStoreNothing(t *testing.T) {
 func TestCancelledCallRollsBack(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, dsn string) {
 		rec := mcptest.NewRecorder()
-		k := newKeyed(t, dsn, server.KeyRequired, rec.Hook(nil))
+		k := newKeyed(t, dsn, idempotency.KeyRequired, rec.Hook(nil))
 		entered := make(chan struct{})
-		k.hook = func(ctx context.Context, req *server.CallRequest) error {
+		k.hook = func(ctx context.Context, req *idempotency.Call) error {
 			if req.ID == jsonrpc.IntID(1) {
 				close(entered)
 				<-ctx.Done()
@@ -296,7 +293,7 @@ func TestCancelledCallRollsBack(t *testing.T) {
 }
 
 func TestIdempotencyScopedToTenant(t *testing.T) {
-	k := newKeyed(t, storetest.SQLite(t), server.KeyRequired, nil)
+	k := newKeyed(t, storetest.SQLite(t), idempotency.KeyRequired, nil)
 	a := mcptest.Stdio(t, k.srv, &stdio.Options{Tenant: "tenant-a"})
 	b := mcptest.Stdio(t, k.srv, &stdio.Options{Tenant: "tenant-b"})
 	args := map[string]any{"sku": "A", "quantity": 1, "idempotencyKey": "same"}
@@ -320,21 +317,15 @@ func TestIdempotencyScopedToTenant(t *testing.T) {
 // An External effect holds its key while it runs: a duplicate is told to
 // come back, and after completion it gets the stored result.
 func TestExternalEffectInProgress(t *testing.T) {
-	srv := ledgerServer(t, &ledger.Options{Lease: time.Minute})
+	srv, l := ledgerServer(t, &ledger.Options{Lease: time.Minute})
 	entered, release := make(chan string, 4), make(chan struct{})
 	var charges atomic.Int64
-	charge := server.Tool{
-		Name: "charge",
-		Policy: server.Policy{
-			MaxTimeout:  30 * time.Second,
-			Idempotency: server.Idempotency{Key: server.KeyRequired, External: true},
-		},
-	}
-	err := srv.AddTool(charge, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
-		if req.Tx() != nil {
+	charge := server.Tool{Name: "charge", Policy: server.Policy{MaxTimeout: 30 * time.Second}}
+	err := idempotency.AddTool(srv, l, charge, idempotency.Policy{External: true}, func(ctx context.Context, req *idempotency.Call) (*mcp.CallToolResult, error) {
+		if req.Tx != nil {
 			t.Error("an External handler got a transaction")
 		}
-		entered <- req.IdempotencyKey
+		entered <- req.Key
 		<-release
 		charges.Add(1)
 		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("charged")}}, nil
@@ -366,28 +357,31 @@ func TestExternalEffectInProgress(t *testing.T) {
 
 func TestIdempotencyPolicyNeedsALedger(t *testing.T) {
 	srv := mcptest.NewServer(t, nil)
-	err := srv.AddTool(server.Tool{Name: "pay", Policy: server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired}}},
-		func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) { return nil, nil })
-	if err == nil || !strings.Contains(err.Error(), "Options.Ledger") {
+	err := idempotency.AddTool(srv, nil, server.Tool{Name: "pay"}, idempotency.Policy{},
+		func(context.Context, *idempotency.Call) (*mcp.CallToolResult, error) { return nil, nil })
+	if err == nil || !strings.Contains(err.Error(), "no ledger") {
 		t.Fatalf("AddTool without a ledger = %v", err)
 	}
-	k := newKeyed(t, storetest.SQLite(t), server.KeyRequired, nil) // default lease 30 s
-	err = k.srv.AddTool(server.Tool{Name: "slow-pay", Policy: server.Policy{MaxTimeout: time.Minute,
-		Idempotency: server.Idempotency{Key: server.KeyRequired, External: true}}},
-		func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) { return nil, nil })
+	k := newKeyed(t, storetest.SQLite(t), idempotency.KeyRequired, nil) // default lease 30 s
+	err = idempotency.AddTool(k.srv, k.l, server.Tool{Name: "slow-pay", Policy: server.Policy{MaxTimeout: time.Minute}},
+		idempotency.Policy{External: true},
+		func(context.Context, *idempotency.Call) (*mcp.CallToolResult, error) { return nil, nil })
 	if err == nil || !strings.Contains(err.Error(), "lease") {
 		t.Fatalf("AddTool with a deadline beyond the lease = %v", err)
+	}
+	if k.srv.RemoveTool("slow-pay") {
+		t.Fatal("a refused tool was registered")
 	}
 }
 
 // A stored result comes back exactly, numbers beyond float64 included,
 // and the handler's own result value is never written to.
 func TestKeyedResultsAreExactAndTheHandlersOwn(t *testing.T) {
-	srv := ledgerServer(t, nil)
+	srv, l := ledgerServer(t, nil)
 	shared := &mcp.CallToolResult{StructuredContent: map[string]any{"orderId": int64(9007199254740993)}}
 	shared.Meta = mcp.Meta{"own": 1}
-	err := srv.AddTool(server.Tool{Name: "order", Policy: server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired}}},
-		func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) { return shared, nil })
+	err := idempotency.AddTool(srv, l, server.Tool{Name: "order"}, idempotency.Policy{},
+		func(context.Context, *idempotency.Call) (*mcp.CallToolResult, error) { return shared, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,11 +401,11 @@ func TestKeyedResultsAreExactAndTheHandlersOwn(t *testing.T) {
 // A panicking External handler gives its key back: the retry runs rather
 // than waiting out the lease.
 func TestExternalPanicReleasesTheKey(t *testing.T) {
-	srv := ledgerServer(t, &ledger.Options{Lease: time.Minute})
+	srv, l := ledgerServer(t, &ledger.Options{Lease: time.Minute})
 	var calls atomic.Int64
-	err := srv.AddTool(server.Tool{Name: "charge", Policy: server.Policy{MaxTimeout: 30 * time.Second,
-		Idempotency: server.Idempotency{Key: server.KeyRequired, External: true}}},
-		func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) {
+	err := idempotency.AddTool(srv, l, server.Tool{Name: "charge", Policy: server.Policy{MaxTimeout: 30 * time.Second}},
+		idempotency.Policy{External: true},
+		func(context.Context, *idempotency.Call) (*mcp.CallToolResult, error) {
 			if calls.Add(1) == 1 {
 				panic("provider client bug")
 			}
@@ -435,7 +429,7 @@ func TestExternalPanicReleasesTheKey(t *testing.T) {
 }
 
 func TestNonStringKeyIsRefused(t *testing.T) {
-	k := newKeyed(t, storetest.SQLite(t), server.KeyOptional, nil)
+	k := newKeyed(t, storetest.SQLite(t), idempotency.KeyOptional, nil)
 	c := mcptest.Stdio(t, k.srv, nil)
 	if f := call(t, c, 1, map[string]any{"sku": "A", "quantity": 1}, map[string]any{mcp.MetaIdempotencyKey: 42}).failure(t); f.Code != mcp.FailureInvalidArguments {
 		t.Fatalf("numeric key in _meta: %+v", f)
@@ -449,16 +443,15 @@ func TestNonStringKeyIsRefused(t *testing.T) {
 // models see it must be given) still takes it in _meta, and a call with no
 // key at all is told it needs one, not that an argument is missing.
 func TestKeyRequiredBySchema(t *testing.T) {
-	srv := ledgerServer(t, nil)
+	srv, l := ledgerServer(t, nil)
 	var runs atomic.Int64
-	err := srv.AddTool(server.Tool{
+	err := idempotency.AddTool(srv, l, server.Tool{
 		Name: "reserve",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"sku":{"type":"string"},
 			"idempotencyKey":{"type":"string","minLength":1}},"required":["sku","idempotencyKey"],"additionalProperties":false}`),
-		Policy: server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired}},
-	}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+	}, idempotency.Policy{}, func(ctx context.Context, req *idempotency.Call) (*mcp.CallToolResult, error) {
 		runs.Add(1)
-		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("reserved under " + req.IdempotencyKey)}}, nil
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("reserved under " + req.Key)}}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -487,23 +480,21 @@ func TestKeyRequiredBySchema(t *testing.T) {
 	}
 }
 
-// A failure listed in Idempotency.Preconditions is not the operation's
+// A failure listed in Policy.Preconditions is not the operation's
 // answer: it is not stored, and a retry with the same key runs again once
 // the precondition holds.
 func TestPreconditionFailureIsNotStored(t *testing.T) {
-	srv := ledgerServer(t, nil)
+	srv, l := ledgerServer(t, nil)
 	var exists atomic.Bool
 	var runs atomic.Int64
-	err := srv.AddTool(server.Tool{
-		Name:   "reserve",
-		Policy: server.Policy{Idempotency: server.Idempotency{Key: server.KeyRequired, Preconditions: []string{"unknown_sku"}}},
-	}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
-		runs.Add(1)
-		if !exists.Load() {
-			return nil, &mcp.ToolError{Code: "unknown_sku", Message: "no such SKU yet"}
-		}
-		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("reserved")}}, nil
-	})
+	err := idempotency.AddTool(srv, l, server.Tool{Name: "reserve"}, idempotency.Policy{Preconditions: []string{"unknown_sku"}},
+		func(ctx context.Context, req *idempotency.Call) (*mcp.CallToolResult, error) {
+			runs.Add(1)
+			if !exists.Load() {
+				return nil, &mcp.ToolError{Code: "unknown_sku", Message: "no such SKU yet"}
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("reserved")}}, nil
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,5 +510,97 @@ func TestPreconditionFailureIsNotStored(t *testing.T) {
 	}
 	if r := call(t, c, 3, args, nil); r.Meta[mcp.MetaReplayed] != true || runs.Load() != 2 {
 		t.Fatalf("retry after the success = %s; want a replay", r.raw)
+	}
+}
+
+// A keyed tool is conditional unless it says otherwise, and advertises its
+// key mode; its timeout is retryable only for a call that carried its key:
+// without one the effect may have happened and nothing dedupes it.
+func TestRetryClassOfKeyedTools(t *testing.T) {
+	srv, l := ledgerServer(t, nil)
+	block := func(ctx context.Context, call *idempotency.Call) (*mcp.CallToolResult, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	quick := server.Policy{MaxTimeout: 20 * time.Millisecond}
+	for _, tc := range []struct {
+		name   string
+		policy server.Policy
+		key    idempotency.KeyMode
+	}{
+		{"required", quick, idempotency.KeyRequired},
+		{"optional", quick, idempotency.KeyOptional},
+		{"optional-but-safe", server.Policy{MaxTimeout: 20 * time.Millisecond, Retry: server.RetrySafe}, idempotency.KeyOptional},
+	} {
+		if err := idempotency.AddTool(srv, l, server.Tool{Name: tc.name, Policy: tc.policy}, idempotency.Policy{Key: tc.key}, block); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := mcptest.Stdio(t, srv, nil)
+	for i, tc := range []struct {
+		tool  string
+		keyed bool
+		want  bool
+	}{
+		{"required", true, true},
+		{"optional", true, true},
+		{"optional", false, false},
+		{"optional-but-safe", false, true},
+	} {
+		args := map[string]any{}
+		if tc.keyed {
+			args["idempotencyKey"] = fmt.Sprintf("k-%d", i)
+		}
+		f := c.Call(int64(i+1), mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": tc.tool, "arguments": args}))
+		if got := mcptest.Failure(t, f.Result); got.Code != mcp.FailureTimeout || got.Retryable != tc.want {
+			t.Errorf("%s keyed=%v: %+v, want a timeout retryable %v", tc.tool, tc.keyed, got, tc.want)
+		}
+	}
+	var list struct{ Tools []mcp.Tool }
+	json.Unmarshal(c.Call(10, mcp.MethodToolsList, mcptest.ModernParams(nil)).Result, &list)
+	want := map[string][2]string{"required": {"conditional", "required"}, "optional": {"conditional", "optional"}, "optional-but-safe": {"safe", "optional"}}
+	for _, tool := range list.Tools {
+		if w := want[tool.Name]; tool.Meta[mcp.MetaRetryClass] != w[0] || tool.Meta[mcp.MetaKeyMode] != w[1] {
+			t.Errorf("%s advertises %v, want class %s and key mode %s", tool.Name, tool.Meta, w[0], w[1])
+		}
+	}
+}
+
+// Each keyed call's record says what the ledger did with it, for
+// observers: executed, replayed, conflict, key_missing, unkeyed,
+// rolled_back.
+func TestRecordsSayWhatTheLedgerDid(t *testing.T) {
+	rec := mcptest.NewRecorder()
+	k := newKeyed(t, storetest.SQLite(t), idempotency.KeyOptional, rec.Hook(nil))
+	c := mcptest.Stdio(t, k.srv, nil)
+	args := func(sku string, qty int, key string) map[string]any {
+		a := map[string]any{"sku": sku, "quantity": qty}
+		if key != "" {
+			a["idempotencyKey"] = key
+		}
+		return a
+	}
+	steps := []struct {
+		args map[string]any
+		meta map[string]any
+		want string
+	}{
+		{args("A", 1, "k1"), nil, idempotency.Executed},
+		{args("A", 1, "k1"), nil, idempotency.Replayed},
+		{args("A", 2, "k1"), nil, idempotency.Conflict},
+		{args("A", 1, ""), map[string]any{mcp.MetaIdempotencyKey: 7}, idempotency.KeyMissing},
+		{args("A", 1, ""), nil, idempotency.Unkeyed},
+		{args("A", 1, "k2"), nil, idempotency.RolledBack},
+	}
+	for i, s := range steps {
+		if s.want == idempotency.RolledBack {
+			k.hook = func(context.Context, *idempotency.Call) error { return errors.New("boom") }
+		}
+		id := int64(i + 1)
+		call(t, c, id, s.args, s.meta)
+		r := rec.WaitRequest(t, jsonrpc.IntID(id))
+		if got := r.Annotations[idempotency.AnnotationKey]; got != s.want {
+			t.Errorf("step %d: annotation %q, want %q (record %+v)", id, got, s.want, r)
+		}
 	}
 }

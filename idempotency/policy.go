@@ -1,0 +1,97 @@
+package idempotency
+
+import (
+	"fmt"
+	"time"
+)
+
+// KeyMode says whether a tool's calls carry an idempotency key.
+type KeyMode uint8
+
+const (
+	// KeyRequired: a call without a key is refused with
+	// "idempotency_key_required" before anything runs. It is the zero
+	// value: a tool registered through this package changes state, and a
+	// call that cannot be deduplicated is the exception a tool must opt
+	// into.
+	KeyRequired KeyMode = iota
+	// KeyOptional: a call with a key runs at most once per key; a call
+	// without one runs every time, and its result says it is not safe to
+	// retry (mcp.MetaRetrySafe false).
+	KeyOptional
+)
+
+// String returns "required" or "optional", as tools/list advertises it
+// (mcp.MetaKeyMode).
+func (m KeyMode) String() string {
+	if m == KeyOptional {
+		return "optional"
+	}
+	return "required"
+}
+
+// Policy is a mutating tool's contract with the ledger: a call carrying an
+// idempotency key runs its effect at most once per key, whatever the
+// retries, races, lost responses, restarts and replicas. The key is the
+// argument "idempotencyKey" (mcp.ArgIdempotencyKey) or, for tools whose
+// arguments cannot hold it, params._meta["dev.mcprel/idempotencyKey"]; it
+// is scoped to the request's tenant and the tool.
+//
+// In the default mode the handler writes its business rows through
+// Call.Tx, the transaction that also claims the key and stores the
+// result, so the effect, the record and the result commit together or not
+// at all. The handler holds the database's write transaction while it
+// runs: keep it to database work (on SQLite, writers take turns).
+//
+// What is stored and replayed: a successful result, and a failure that is
+// the operation's outcome — the decision it made about this request (an
+// *mcp.ToolError that is not Retryable, such as "insufficient stock"), so
+// that every retry gets the same decision. Anything else — a retryable
+// ToolError, a failure code listed in Preconditions, another error, a
+// panic, a cancelled or timed-out call — rolls back and stores nothing,
+// so a retry with the same key runs again. Arguments are never stored as
+// refused: schema validation happens before the ledger, and a handler's
+// own ToolError with code "invalid_arguments" rolls back too.
+type Policy struct {
+	// Key says whether a call must carry a key. The zero value is
+	// KeyRequired.
+	Key KeyMode
+	// Fields lists the top-level arguments that define the operation; their
+	// canonical JSON is the fingerprint that tells a retry (same key, same
+	// operation: replayed) from a reused key (refused with
+	// "idempotency_conflict"). Nil means every argument. The key itself
+	// never counts.
+	Fields []string
+	// External is for effects outside the database (a payment provider,
+	// another service), which cannot share its transaction. The key is
+	// claimed with a lease and committed first, the handler runs with no
+	// Tx, and its result is stored in a second commit; a duplicate
+	// arriving meanwhile gets "in_progress" with retryAfterMs. This is only
+	// safe if the external service accepts Call.Key as its own idempotency
+	// key (or the handler writes an outbox row instead): a claim whose
+	// process dies is taken over when its lease expires, and the effect
+	// runs again. The ledger's lease must outlast the tool's maximum
+	// deadline.
+	External bool
+	// Preconditions lists failure codes (mcp.ToolError.Code) that report a
+	// precondition the call found unmet rather than a decision it made:
+	// the SKU does not exist yet, the account is not open. Nothing was
+	// decided, so such a failure is not stored: it rolls back, and a retry
+	// with the same key runs again once the precondition may hold. A
+	// failure that is the operation's own answer (insufficient stock, a
+	// declined card) is not listed, and is replayed to every retry.
+	Preconditions []string
+}
+
+// check refuses a policy that cannot be served for a tool whose calls
+// may run for maxDeadline, with a ledger whose claims last lease.
+func (p Policy) check(tool string, maxDeadline, lease time.Duration) error {
+	if p.Key > KeyOptional {
+		return fmt.Errorf("idempotency: tool %q: unknown key mode %d", tool, p.Key)
+	}
+	if p.External && (maxDeadline == 0 || maxDeadline > lease) {
+		return fmt.Errorf("idempotency: tool %q: an External effect needs a maximum deadline (%v) within the ledger's lease (%v), or a second caller could take the key over while it runs",
+			tool, maxDeadline, lease)
+	}
+	return nil
+}

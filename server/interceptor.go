@@ -1,0 +1,192 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// CallHandler is a tool's handler as interceptors see it. Its result is
+// any mcp.Result rather than a *mcp.CallToolResult, so that an interceptor
+// may answer a call with something else (a created task, say); a tool
+// author's ToolHandler is adapted to it at registration.
+type CallHandler func(ctx context.Context, call *CallRequest) (mcp.Result, error)
+
+// ToolInterceptor adapts a tool when it is registered, in the manner of
+// connect-go's interceptors: given the tool's declaration and the handler
+// so far (next), it returns the handler to run instead — typically one
+// that does something around a call of next: run it in a transaction,
+// replay a stored result, hand it to a worker. It may also amend the
+// declaration before the server compiles it: add to its _meta, set its
+// retry class, chain a Check. An error refuses the registration.
+//
+// Interceptors run once per AddTool, never per call. Options.Interceptors
+// apply to every tool and wrap those given to AddTool, so the first of
+// Options.Interceptors is the outermost.
+type ToolInterceptor func(t *Tool, next CallHandler) (CallHandler, error)
+
+// intercept applies the server's interceptors, then the tool's own, to
+// the tool's handler, innermost last, and returns the outermost handler.
+func (s *Server) intercept(t *Tool, h CallHandler, own []ToolInterceptor) (CallHandler, error) {
+	chain := append(append([]ToolInterceptor(nil), s.opts.Interceptors...), own...)
+	for i := len(chain) - 1; i >= 0; i-- {
+		next, err := chain[i](t, h)
+		if err != nil {
+			return nil, err
+		}
+		if next == nil {
+			return nil, fmt.Errorf("server: tool %q: an interceptor returned no handler", t.Name)
+		}
+		h = next
+	}
+	return h, nil
+}
+
+// adapt turns a tool author's handler into a CallHandler, keeping a nil
+// result nil (see asResult).
+func adapt(h ToolHandler) CallHandler {
+	return func(ctx context.Context, call *CallRequest) (mcp.Result, error) {
+		return asResult(h(ctx, call))
+	}
+}
+
+// DecodedArguments returns the call's arguments as decoded once when it
+// arrived: objects as map[string]any, arrays as []any and numbers as
+// json.Number, in the exact text the client sent. It is for a Check that
+// must read arguments before the handler runs (an idempotency key, the
+// fields that identify an operation) without decoding them again, and it
+// must not be modified. It is nil for a call without arguments, and once
+// the call is past its checks: a call waiting for admission holds only
+// its raw Arguments, which admission counts.
+func (c *CallRequest) DecodedArguments() map[string]any { return c.args }
+
+// SupplyArgument lets a Check provide an argument that the call carried
+// elsewhere (an idempotency key sent in _meta) so that an input schema
+// that declares the argument, and may require it, sees it. A schema that
+// does not declare it never does. The handler's Arguments are not
+// changed.
+func (c *CallRequest) SupplyArgument(name string, v any) {
+	if _, ok := c.args[name]; ok {
+		return
+	}
+	if c.supplied == nil {
+		c.supplied = map[string]any{}
+	}
+	c.supplied[name] = v
+}
+
+// NarrowRetry lets a Check say that this one call is less safe to retry
+// than its tool's class: a call of an idempotent tool made without a key
+// may run twice if retried, so it is RetryUnsafe. A class wider than the
+// tool's is ignored.
+func (c *CallRequest) NarrowRetry(class RetryClass) {
+	if class.rank() < c.retry.rank() {
+		c.retry = class
+	}
+}
+
+// Deadlines returns the deadlines a tool with policy p gets on this
+// server: its class's defaults (Options.Fast or Standard) with the
+// policy's own overrides.
+func (s *Server) Deadlines(p Policy) Deadlines { return s.deadlines(p) }
+
+// decodeArguments decodes a call's arguments once, keeping numbers exact.
+func decodeArguments(args json.RawMessage) (map[string]any, error) {
+	if len(args) == 0 {
+		return nil, nil
+	}
+	var m map[string]any
+	if err := unmarshalExact(args, &m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// unmarshalExact decodes one JSON value into v with numbers as
+// json.Number, refusing anything after it.
+func unmarshalExact(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("unexpected data after the value")
+	}
+	return nil
+}
+
+// validationValue is what the input schema judges: the decoded arguments
+// with any supplied ones added and numbers as the validator reads them
+// (float64). Containers are copied only where they hold a number, so
+// arguments without numbers are judged as they are.
+func validationValue(args, supplied map[string]any, declared func(string) bool) any {
+	if args == nil && supplied == nil {
+		return map[string]any{}
+	}
+	out, copied := withFloats(args)
+	if len(supplied) == 0 {
+		return out
+	}
+	m := out.(map[string]any)
+	if !copied {
+		m = maps.Clone(m)
+		if m == nil {
+			m = map[string]any{}
+		}
+	}
+	for k, v := range supplied {
+		if declared(k) {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// withFloats returns v with every json.Number in it turned into a float64,
+// and whether anything had to be copied to do so.
+func withFloats(v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		f, err := x.Float64()
+		if err != nil {
+			return x, false // out of float64's range: the schema judges the text
+		}
+		return f, true
+	case map[string]any:
+		var cp map[string]any
+		for k, e := range x {
+			if ne, changed := withFloats(e); changed {
+				if cp == nil {
+					cp = maps.Clone(x)
+				}
+				cp[k] = ne
+			}
+		}
+		if cp == nil {
+			return x, false
+		}
+		return cp, true
+	case []any:
+		var cp []any
+		for i, e := range x {
+			if ne, changed := withFloats(e); changed {
+				if cp == nil {
+					cp = slices.Clone(x)
+				}
+				cp[i] = ne
+			}
+		}
+		if cp == nil {
+			return x, false
+		}
+		return cp, true
+	}
+	return v, false
+}
