@@ -2,6 +2,8 @@ package mcp
 
 import (
 	"encoding/json"
+	"slices"
+	"strconv"
 
 	"github.com/mcprel/mcprel/jsonrpc"
 )
@@ -72,6 +74,60 @@ type ServerCapabilities struct {
 	Resources    *ResourcesCapability      `json:"resources,omitempty"`
 	Tools        *ListChangedCapability    `json:"tools,omitempty"`
 	Extensions   map[string]map[string]any `json:"extensions,omitempty"`
+	// Other holds capability members this package has no field for, by
+	// name, such as the 2025-11-25 "tasks": written beside the others,
+	// and filled with whatever else a decoded object had.
+	Other map[string]json.RawMessage `json:"-"`
+}
+
+// knownServerCapabilities are the members ServerCapabilities has fields for.
+var knownServerCapabilities = []string{"experimental", "logging", "completions", "prompts", "resources", "tools", "extensions"}
+
+// serverCapabilities is ServerCapabilities without its methods.
+type serverCapabilities ServerCapabilities
+
+// MarshalJSON writes the known members and then Other's.
+func (c ServerCapabilities) MarshalJSON() ([]byte, error) {
+	known, err := json.Marshal(serverCapabilities(c))
+	if err != nil || len(c.Other) == 0 {
+		return known, err
+	}
+	names := make([]string, 0, len(c.Other))
+	for name := range c.Other {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	out := known[:len(known)-1] // without its closing brace
+	for _, name := range names {
+		if slices.Contains(knownServerCapabilities, name) {
+			continue // a known member wins
+		}
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = strconv.AppendQuote(out, name)
+		out = append(out, ':')
+		out = append(out, c.Other[name]...)
+	}
+	return append(out, '}'), nil
+}
+
+// UnmarshalJSON reads the known members and keeps the rest in Other.
+func (c *ServerCapabilities) UnmarshalJSON(data []byte) error {
+	if err := json.Unmarshal(data, (*serverCapabilities)(c)); err != nil {
+		return err
+	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(data, &all); err != nil {
+		return err
+	}
+	for _, known := range knownServerCapabilities {
+		delete(all, known)
+	}
+	if len(all) > 0 {
+		c.Other = all
+	}
+	return nil
 }
 
 // ClientCapabilities is what a client declares, at initialize (legacy) or

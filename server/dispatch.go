@@ -42,10 +42,12 @@ func (ss *Session) dispatch(r *inflight, in *incoming) {
 	case mcp.MethodComplete:
 		ss.complete(r, in)
 	default:
-		if r.era == mcp.Modern {
-			ss.dispatchModern(r, in)
-		} else {
-			ss.dispatchLegacy(r, in)
+		if builtIn(r.method) || !ss.serveRoute(r, in) {
+			if r.era == mcp.Modern {
+				ss.dispatchModern(r, in)
+			} else {
+				ss.dispatchLegacy(r, in)
+			}
 		}
 	}
 }
@@ -82,7 +84,7 @@ func (ss *Session) dispatchModern(r *inflight, in *incoming) {
 		r.succeed(&mcp.DiscoverResult{
 			Cacheable:         ss.srv.cacheable(),
 			SupportedVersions: mcp.SupportedVersions(),
-			Capabilities:      ss.srv.capabilities(),
+			Capabilities:      ss.srv.capabilities(mcp.Modern),
 			Instructions:      ss.srv.opts.Instructions,
 		})
 	case mcp.MethodListen:
@@ -144,7 +146,7 @@ func (ss *Session) initialize(r *inflight, in *incoming) {
 	ss.mu.Unlock()
 	r.succeed(&mcp.InitializeResult{
 		ProtocolVersion: version,
-		Capabilities:    ss.srv.capabilities(),
+		Capabilities:    ss.srv.capabilities(mcp.Legacy),
 		ServerInfo:      ss.srv.info,
 		Instructions:    ss.srv.opts.Instructions,
 	})

@@ -159,6 +159,9 @@ type Server struct {
 	prompts    map[string]*registeredPrompt
 	completion CompletionHandler
 	sessions   map[*Session]struct{}
+	routes     map[string]*registeredRoute // methods added from outside (AddRoute)
+
+	declaredLegacy, declaredModern declared // capabilities added from outside (Declare)
 
 	listens listenCount
 
@@ -239,15 +242,22 @@ func (s *Server) Info() mcp.Implementation { return s.info }
 // transport's outbound stream.
 func (s *Server) NewOutbox() *Outbox { return NewOutbox(s.opts.OutboxCapacity) }
 
-// capabilities is what the server advertises in both eras: tools always,
-// resources, prompts and completions when something offers them.
-func (s *Server) capabilities() mcp.ServerCapabilities {
+// capabilities is what the server advertises in an era: tools always,
+// resources, prompts and completions when something offers them, and
+// what packages above the server declared for that era.
+func (s *Server) capabilities(era mcp.Era) mcp.ServerCapabilities {
 	c := mcp.ServerCapabilities{
 		Tools:   &mcp.ListChangedCapability{ListChanged: true},
 		Logging: &struct{}{},
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	d := s.declaredLegacy
+	if era == mcp.Modern {
+		d = s.declaredModern
+	}
+	c.Other = d.caps // never written after it is built: Declare makes new maps
+	c.Extensions = d.extensions
 	if len(s.resources) > 0 || len(s.templates) > 0 {
 		c.Resources = &mcp.ResourcesCapability{Subscribe: true, ListChanged: true}
 	}

@@ -284,7 +284,7 @@ func (ss *Session) legacyLogLevel() mcp.LoggingLevel {
 // so that a transport with per-request streams (Streamable HTTP) knows, before
 // dispatching it, whether to open an event stream or answer with one JSON
 // body. It can when it is a subscription, or a call (tool, resource read,
-// prompt, completion) that asked for progress, asked for log messages (the
+// prompt, completion, routed method) that asked for progress, asked for log messages (the
 // request's logLevel in the modern era; logging/setLevel in the legacy
 // one), or — in the legacy era — may be asked for input by its tool,
 // because the client declared sampling, elicitation or roots.
@@ -294,7 +294,9 @@ func (ss *Session) Streams(method string, meta *mcp.RequestMeta) bool {
 		return true
 	case mcp.MethodToolsCall, mcp.MethodResourcesRead, mcp.MethodPromptsGet, mcp.MethodComplete:
 	default:
-		return false
+		if builtIn(method) || ss.srv.lookupRoute(method) == nil {
+			return false
+		}
 	}
 	if meta.ProgressToken != nil {
 		return true

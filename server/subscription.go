@@ -55,7 +55,7 @@ func (ss *Session) listen(r *inflight, in *incoming) {
 		return
 	}
 	// Only what the server can deliver is honoured and acknowledged.
-	caps := ss.srv.capabilities()
+	caps := ss.srv.capabilities(mcp.Modern)
 	want := p.Notifications
 	sub := &subscription{tenant: r.tenant, srv: ss.srv, filter: mcp.SubscriptionFilter{
 		ToolsListChanged:     want.ToolsListChanged,

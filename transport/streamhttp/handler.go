@@ -293,7 +293,7 @@ func (h *Handler) checkModernHeaders(r *http.Request, m jsonrpc.Message, meta *m
 	if hm, ok := headerValue(r, headerMethod); !ok || hm != m.Method {
 		return jsonrpc.NewError(mcp.CodeHeaderMismatch, "%s header must be present and equal the body's method %q", headerMethod, m.Method)
 	}
-	if member := nameMember(m.Method); member != "" {
+	if member := h.srv.NameMember(m.Method); member != "" {
 		var p map[string]json.RawMessage
 		json.Unmarshal(m.Params, &p)
 		var want string
@@ -329,17 +329,6 @@ func (h *Handler) checkParamHeaders(r *http.Request, tool string, args json.RawM
 		}
 	}
 	return nil
-}
-
-// nameMember is the params member a method's Mcp-Name header mirrors.
-func nameMember(method string) string {
-	switch method {
-	case mcp.MethodToolsCall, mcp.MethodPromptsGet:
-		return "name"
-	case mcp.MethodResourcesRead:
-		return "uri"
-	}
-	return ""
 }
 
 // headerValue reads a routing header, decoding the =?base64?…?= form used
