@@ -163,7 +163,9 @@ type Server struct {
 
 	declaredLegacy, declaredModern declared // capabilities added from outside (Declare)
 
-	listens listenCount
+	listens  listenCount
+	draining bool // Shutdown has begun; guarded by mu
+	down     shutdown
 
 	// testHooks let internal tests run code at a point a race could.
 	testHooks struct {
@@ -229,6 +231,7 @@ func New(info mcp.Implementation, opts *Options) (*Server, error) {
 		resources:    make(map[string]*registeredResource),
 		prompts:      make(map[string]*registeredPrompt),
 		sessions:     make(map[*Session]struct{}),
+		down:         shutdown{stopped: make(chan struct{})},
 		resourceLane: newLane(0, 0, 0, 0),
 		promptLane:   newLane(0, 0, 0, 0),
 		completeLane: newLane(0, 0, 0, 0),

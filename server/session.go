@@ -69,7 +69,7 @@ type Session struct {
 	draining     bool
 	closed       bool
 	handlers     int           // tool handlers running
-	idle         chan struct{} // closed when handlers drops to zero
+	idle         chan struct{} // closed when nothing is in flight any more (quietLocked)
 }
 
 // NewSession starts a session. Close it when its connection ends.
@@ -85,6 +85,7 @@ func (s *Server) NewSession(cfg SessionConfig) *Session {
 	}
 	s.mu.Lock()
 	s.sessions[ss] = struct{}{}
+	ss.draining = s.draining // a session opened during a shutdown takes no requests
 	s.mu.Unlock()
 	return ss
 }
@@ -268,6 +269,7 @@ func (ss *Session) forget(r *inflight) {
 		delete(ss.byID, r.id)
 	}
 	delete(ss.subs, r)
+	ss.signalQuietLocked()
 	ss.mu.Unlock()
 	if r.sub != nil {
 		r.sub.end()
@@ -347,18 +349,29 @@ func (ss *Session) handlerStarted() {
 func (ss *Session) handlerReturned() {
 	ss.mu.Lock()
 	ss.handlers--
-	if ss.handlers == 0 && ss.idle != nil {
-		close(ss.idle)
-		ss.idle = nil
-	}
+	ss.signalQuietLocked()
 	ss.mu.Unlock()
 }
 
-// Wait blocks until no tool handler of this session is running, or ctx
-// ends.
+// quietLocked reports whether nothing is in flight: no request waiting,
+// running or streaming, and no handler running (one may outlive its
+// request).
+func (ss *Session) quietLocked() bool { return len(ss.all) == 0 && ss.handlers == 0 }
+
+// signalQuietLocked wakes Wait once the session is quiet.
+func (ss *Session) signalQuietLocked() {
+	if ss.idle != nil && ss.quietLocked() {
+		close(ss.idle)
+		ss.idle = nil
+	}
+}
+
+// Wait blocks until nothing is in flight in the session — no request
+// waiting for admission, running or streaming, and no handler still
+// running — or ctx ends.
 func (ss *Session) Wait(ctx context.Context) error {
 	ss.mu.Lock()
-	if ss.handlers == 0 {
+	if ss.quietLocked() {
 		ss.mu.Unlock()
 		return nil
 	}
@@ -381,7 +394,7 @@ func (ss *Session) Wait(ctx context.Context) error {
 func (ss *Session) Idle() bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return len(ss.all) == 0 && ss.handlers == 0
+	return ss.quietLocked()
 }
 
 // Close ends the session: every request still in flight or queued is
@@ -411,10 +424,20 @@ func (ss *Session) Close(cause error) {
 }
 
 // Shutdown ends the session gracefully: new requests are refused as
-// unavailable, subscriptions are ended by the server, and running calls may
-// finish until ctx ends; whatever is still running then is cancelled with
-// ErrShutdown. It returns ctx's error if calls had to be cancelled.
+// unavailable, subscriptions are ended by the server, and calls in flight
+// (running or waiting for admission) may finish until ctx ends; whatever
+// is still in flight then is cancelled with ErrShutdown. It returns ctx's
+// error if calls had to be cancelled. Server.Shutdown does this for every
+// session at once.
 func (ss *Session) Shutdown(ctx context.Context) error {
+	ss.drain()
+	err := ss.Wait(ctx)
+	ss.Close(ErrShutdown)
+	return err
+}
+
+// drain refuses the session's new requests and ends its subscriptions.
+func (ss *Session) drain() {
 	ss.mu.Lock()
 	ss.draining = true
 	subs := make([]*inflight, 0, len(ss.subs))
@@ -425,9 +448,6 @@ func (ss *Session) Shutdown(ctx context.Context) error {
 	for _, r := range subs {
 		r.endSubscription("server shutting down")
 	}
-	err := ss.Wait(ctx)
-	ss.Close(ErrShutdown)
-	return err
 }
 
 func decodeParams(params json.RawMessage, v any) *jsonrpc.Error {

@@ -125,7 +125,7 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		logger.Info("shutting down", "grace", *grace)
 		sctx, cancel := context.WithTimeout(context.Background(), *grace)
 		defer cancel()
-		conn.Shutdown(sctx)
+		srv.Shutdown(sctx) // the connection's Serve returns once the server stopped
 	}()
 	return conn.Serve(ctx)
 }
@@ -252,7 +252,8 @@ func serveHTTP(ctx context.Context, srv *server.Server, logger *slog.Logger, std
 	logger.Info("shutting down", "grace", grace)
 	gctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	h.Shutdown(gctx)
+	srv.Shutdown(gctx)
+	h.Shutdown(gctx) // the handler's own sessions and streams, now idle
 	// Every stream has ended; close the listener and idle connections.
 	sctx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel2()

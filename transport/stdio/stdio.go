@@ -86,7 +86,7 @@ func NewConn(srv *server.Server, in io.Reader, out io.Writer, opts *Options) *Co
 }
 
 // Serve reads and answers messages until the input ends, the output fails,
-// ctx ends or Shutdown is called. In every case requests still in flight are
+// ctx ends, or Shutdown (the connection's, or the server's) is called. In every case requests still in flight are
 // cancelled and Serve waits (up to Options.CloseGrace) for their handlers to
 // return and for what is queued to be written. It returns nil when the
 // input ended cleanly.
@@ -120,6 +120,8 @@ func (c *Conn) Serve(ctx context.Context) error {
 		result = fmt.Errorf("stdio: writing: %w", err)
 	case err := <-c.stop:
 		cause = err
+	case <-c.srv.Stopped():
+		cause = server.ErrShutdown
 	case <-ctx.Done():
 		cause, result = context.Cause(ctx), ctx.Err()
 	}

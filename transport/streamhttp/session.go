@@ -39,7 +39,7 @@ func newSessionID() string {
 // initialize opens a legacy session with the initialize request it carries.
 func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, m jsonrpc.Message) {
 	h.mu.Lock()
-	if h.draining {
+	if h.draining || h.srv.Draining() {
 		// Checked again under the lock that Shutdown's snapshot takes: a
 		// session added after it would never be ended.
 		h.mu.Unlock()
@@ -241,13 +241,26 @@ func (h *Handler) delete(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// janitor ends sessions left idle past SessionIdleTimeout.
+// janitor ends sessions left idle past SessionIdleTimeout, and every
+// session once the server has shut down (server.Server.Shutdown).
 func (h *Handler) janitor() {
 	tick := time.NewTicker(max(h.opts.SessionIdleTimeout/4, time.Second))
 	defer tick.Stop()
 	for {
 		select {
 		case <-h.stop:
+			return
+		case <-h.srv.Stopped():
+			h.mu.Lock()
+			h.draining = true
+			all := make([]*legacySession, 0, len(h.sessions))
+			for _, ls := range h.sessions {
+				all = append(all, ls)
+			}
+			h.mu.Unlock()
+			for _, ls := range all {
+				h.end(ls, server.ErrShutdown)
+			}
 			return
 		case now := <-tick.C:
 			h.mu.Lock()
@@ -268,7 +281,7 @@ func (h *Handler) janitor() {
 func (h *Handler) isDraining() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.draining
+	return h.draining || h.srv.Draining()
 }
 
 // Shutdown stops taking new requests (they get 503), ends subscriptions,
