@@ -36,9 +36,13 @@ func TestServerShutdownDrainsEveryTransport(t *testing.T) {
 
 	c.Request(3, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": "gate"}))
 	modern := make(chan mcptest.Frame, 1)
-	go func() { modern <- mcptest.ReadJSON(t, h.Modern(ctx, 4, mcp.MethodToolsCall, map[string]any{"name": "gate"})) }()
+	go func() {
+		modern <- mcptest.ReadJSON(t, h.Modern(ctx, 4, mcp.MethodToolsCall, map[string]any{"name": "gate"}))
+	}()
 	legacy := make(chan mcptest.Frame, 1)
-	go func() { legacy <- mcptest.ReadJSON(t, h.Legacy(ctx, 5, mcp.MethodToolsCall, map[string]any{"name": "gate"})) }()
+	go func() {
+		legacy <- mcptest.ReadJSON(t, h.Legacy(ctx, 5, mcp.MethodToolsCall, map[string]any{"name": "gate"}))
+	}()
 	for range 3 {
 		gate.WaitEntered(t)
 	}
