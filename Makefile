@@ -34,6 +34,7 @@ FUZZTIME ?= 10s
 fuzz:
 	$(GO) test ./jsonrpc -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./jsonrpc -run '^$$' -fuzz '^FuzzIDScanner$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./jsonrpc -run '^$$' -fuzz '^FuzzMembers$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport/stdio -run '^$$' -fuzz '^FuzzSession$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport/streamhttp -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(FUZZTIME)
 

@@ -3,7 +3,6 @@ package jsonrpc
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 )
 
 // DefaultMaxMessageBytes is the per-message size limit a transport applies
@@ -27,7 +26,9 @@ var (
 	nullValue = []byte("null")
 )
 
-// Decode parses one frame holding exactly one JSON-RPC message.
+// Decode parses one frame holding exactly one JSON-RPC message. The
+// message's raw members (Params, Result) are subslices of frame, not
+// copies: the caller must not reuse frame's bytes while the message lives.
 //
 // On failure it returns the error object to answer with. The returned
 // Message then still carries what could be recovered: Kind is the shape the
@@ -53,14 +54,30 @@ func Decode(frame []byte) (Message, *Error) {
 		return Message{}, NewError(CodeInvalidRequest, "a JSON-RPC message must be a JSON object")
 	}
 
-	var env envelope
-	if err := json.Unmarshal(frame, &env); err != nil {
-		var syn *json.SyntaxError
-		if errors.As(err, &syn) || !json.Valid(frame) {
-			return Message{}, NewError(CodeParseError, "parse error: invalid JSON")
-		}
-		return Message{}, NewError(CodeInvalidRequest, "invalid message: %v", err)
+	if !json.Valid(frame) {
+		return Message{}, NewError(CodeParseError, "parse error: invalid JSON")
 	}
+	// Split once, without copying: the members alias frame. Member names
+	// are matched exactly (JSON-RPC's are case-sensitive), and a repeated
+	// one counts as its last occurrence, as encoding/json reads it.
+	var env envelope
+	Members(frame, func(k, v []byte) bool {
+		switch string(k) {
+		case "jsonrpc":
+			env.JSONRPC = v
+		case "id":
+			env.ID = v
+		case "method":
+			env.Method = v
+		case "params":
+			env.Params = v
+		case "result":
+			env.Result = v
+		case "error":
+			env.Error = v
+		}
+		return true
+	})
 	return env.message()
 }
 

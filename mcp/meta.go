@@ -28,11 +28,6 @@ type RequestMeta struct {
 	IdempotencyKey json.RawMessage `json:"dev.mcprel/idempotencyKey,omitempty"`
 }
 
-// metaParams is the one member every request's params may carry.
-type metaParams struct {
-	Meta json.RawMessage `json:"_meta"`
-}
-
 // ErrMissingMeta and the errors below describe a malformed modern _meta;
 // the server answers them with -32602 (HTTP 400).
 var (
@@ -50,11 +45,21 @@ func ParseRequestMeta(params json.RawMessage) (RequestMeta, json.RawMessage, err
 	if len(params) == 0 {
 		return m, nil, nil
 	}
-	var p metaParams
-	if err := json.Unmarshal(params, &p); err != nil {
-		return m, nil, fmt.Errorf("invalid params: %w", err)
+	// Only _meta is decoded: the other members are left to the method's
+	// own decoding, so no byte of them is read twice.
+	var meta []byte
+	if err := jsonrpc.Members(params, func(k, v []byte) bool {
+		if string(k) == "_meta" {
+			meta = v
+		}
+		return true
+	}); err != nil {
+		if !json.Valid(params) {
+			return m, nil, errors.New("invalid params: not valid JSON")
+		}
+		return m, nil, errors.New("invalid params: params must be an object")
 	}
-	raw := bytes.TrimSpace(p.Meta)
+	raw := bytes.TrimSpace(meta)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return m, nil, nil
 	}

@@ -53,11 +53,21 @@ func (ss *Session) verifyRetry(r *inflight, in *incoming, q *Request, scope stri
 		return true
 	}
 	r.scope, r.scopeArgs = scope+"\x00"+q.Tenant, args
-	if r.era == mcp.Modern {
-		if e := ss.srv.readRetry(q, in.params, r.stateScope); e != nil {
+	if r.era != mcp.Modern {
+		return true
+	}
+	rm := in.retry
+	if rm == nil {
+		found, e := retryMembersOf(in.params)
+		if e != nil {
 			r.fail(e)
 			return false
 		}
+		rm = &found
+	}
+	if e := ss.srv.readRetry(q, *rm, r.stateScope); e != nil {
+		r.fail(e)
+		return false
 	}
 	return true
 }
@@ -77,7 +87,7 @@ func (ss *Session) startCall(r *inflight, in *incoming, ln *lane, d Deadlines, e
 	r.armDeadlines(d)
 	switch decision, retryAfter := ss.srv.admit.admit(r, time.Now()); decision {
 	case admitRun:
-		go ss.srv.runCalls(r)
+		ss.run(r)
 	case admitQueued:
 		// A finishing handler goroutine will pick it up.
 		r.mu.Lock()

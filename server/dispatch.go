@@ -14,6 +14,7 @@ type incoming struct {
 	params  json.RawMessage
 	meta    *mcp.RequestMeta
 	rawMeta json.RawMessage
+	retry   *retryMembers // found while the method split its params; nil when not looked for
 }
 
 // removedInModern are the handshake-era methods the 2026-07-28 revision
@@ -167,21 +168,43 @@ func (ss *Session) listTools(r *inflight, in *incoming) {
 }
 
 func (ss *Session) callTool(r *inflight, in *incoming) {
-	var p mcp.CallToolParams
-	if !decodeInto(r, in.params, &p) {
-		return
+	// The params are split once, without copying; each member is decoded
+	// by what needs it (_meta already was).
+	var nameRaw, args json.RawMessage
+	var rm retryMembers
+	if len(in.params) > 0 {
+		err := jsonrpc.Members(in.params, func(k, v []byte) bool {
+			switch string(k) {
+			case "name":
+				nameRaw = v
+			case "arguments":
+				args = v
+			default:
+				rm.take(k, v)
+			}
+			return true
+		})
+		if err != nil {
+			r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: params must be an object"))
+			return
+		}
 	}
-	if p.Name == nil {
+	in.retry = &rm
+	if nameRaw == nil || string(nameRaw) == "null" {
 		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.name is required"))
 		return
 	}
-	r.toolName = *p.Name
-	rt := ss.srv.lookupTool(*p.Name)
-	if rt == nil {
-		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "unknown tool %q", *p.Name))
+	var name string
+	if err := json.Unmarshal(nameRaw, &name); err != nil {
+		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: name must be a string"))
 		return
 	}
-	args := p.Arguments
+	r.toolName = name
+	rt := ss.srv.lookupTool(name)
+	if rt == nil {
+		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "unknown tool %q", name))
+		return
+	}
 	if string(args) == "null" {
 		args = nil
 	}
@@ -189,7 +212,7 @@ func (ss *Session) callTool(r *inflight, in *incoming) {
 		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.arguments must be an object"))
 		return
 	}
-	call := &CallRequest{Name: *p.Name, Arguments: args, retry: rt.policy.Retry}
+	call := &CallRequest{Name: name, Arguments: args, retry: rt.policy.Retry}
 	var err error
 	if call.args, err = decodeArguments(args); err != nil {
 		r.succeed((&mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "arguments are not valid JSON"}).Result())
@@ -216,7 +239,7 @@ func (ss *Session) callTool(r *inflight, in *incoming) {
 	// A queued call holds its raw arguments, which admission counts; the
 	// decoded copy would double that.
 	call.args, call.supplied = nil, nil
-	if !ss.verifyRetry(r, in, &call.Request, r.method+"\x00"+*p.Name, args) {
+	if !ss.verifyRetry(r, in, &call.Request, r.method+"\x00"+name, args) {
 		return
 	}
 	r.retryable = call.retry.retryableAfterTimeout()

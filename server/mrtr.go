@@ -120,10 +120,36 @@ func argsDigest(args []byte) string {
 	return string(sum[:])
 }
 
-// mrtrParams are the members any modern request may carry on a retry.
-type mrtrParams struct {
-	InputResponses json.RawMessage `json:"inputResponses"`
-	RequestState   *string         `json:"requestState"`
+// retryMembers are the members any modern request may carry on a retry,
+// undecoded.
+type retryMembers struct {
+	inputResponses, requestState json.RawMessage
+}
+
+// retryMembersOf finds a request's retry members in its params.
+func retryMembersOf(params json.RawMessage) (retryMembers, *jsonrpc.Error) {
+	var rm retryMembers
+	if len(params) == 0 {
+		return rm, nil
+	}
+	err := jsonrpc.Members(params, func(k, v []byte) bool {
+		rm.take(k, v)
+		return true
+	})
+	if err != nil {
+		return rm, jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: params must be an object")
+	}
+	return rm, nil
+}
+
+// take keeps member k if it is one of the retry members.
+func (rm *retryMembers) take(k, v []byte) {
+	switch string(k) {
+	case "inputResponses":
+		rm.inputResponses = v
+	case "requestState":
+		rm.requestState = v
+	}
 }
 
 // stateScope is everything an input_required state of this request is
@@ -134,17 +160,11 @@ func (r *inflight) stateScope() string {
 	return r.scope + "\x00" + argsDigest(r.scopeArgs)
 }
 
-// readRetry fills q's InputResponses and RequestState from params,
-// verifying the state against scope().
-func (s *Server) readRetry(q *Request, params json.RawMessage, scope func() string) *jsonrpc.Error {
-	var p mrtrParams
-	if len(params) > 0 {
-		if err := json.Unmarshal(params, &p); err != nil {
-			return invalidParams(err)
-		}
-	}
-	if len(p.InputResponses) > 0 && string(p.InputResponses) != "null" {
-		if err := json.Unmarshal(p.InputResponses, &q.InputResponses); err != nil {
+// readRetry fills q's InputResponses and RequestState from a request's
+// retry members, verifying the state against scope().
+func (s *Server) readRetry(q *Request, p retryMembers, scope func() string) *jsonrpc.Error {
+	if len(p.inputResponses) > 0 && string(p.inputResponses) != "null" {
+		if err := json.Unmarshal(p.inputResponses, &q.InputResponses); err != nil {
 			return jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: inputResponses must be an object of results")
 		}
 		for k, v := range q.InputResponses {
@@ -153,8 +173,12 @@ func (s *Server) readRetry(q *Request, params json.RawMessage, scope func() stri
 			}
 		}
 	}
-	if p.RequestState != nil {
-		state, err := s.state.verify(scope(), *p.RequestState, time.Now())
+	if len(p.requestState) > 0 && string(p.requestState) != "null" {
+		var token string
+		if err := json.Unmarshal(p.requestState, &token); err != nil {
+			return jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: requestState must be a string")
+		}
+		state, err := s.state.verify(scope(), token, time.Now())
 		if err != nil {
 			return jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: %v", err)
 		}

@@ -70,6 +70,7 @@ type Session struct {
 	closed       bool
 	handlers     int           // tool handlers running
 	idle         chan struct{} // closed when nothing is in flight any more (quietLocked)
+	workers      *workers      // handler goroutines kept between calls
 }
 
 // NewSession starts a session. Close it when its connection ends.
@@ -82,6 +83,7 @@ func (s *Server) NewSession(cfg SessionConfig) *Session {
 		subs:         make(map[*inflight]struct{}),
 		resourceSubs: make(map[string]struct{}),
 		pending:      make(map[jsonrpc.ID]chan jsonrpc.Message),
+		workers:      newWorkers(),
 	}
 	s.mu.Lock()
 	s.sessions[ss] = struct{}{}
@@ -122,7 +124,7 @@ func (ss *Session) Version() string {
 func (ss *Session) Handle(ctx context.Context, m jsonrpc.Message, out *Outbox) {
 	switch m.Kind {
 	case jsonrpc.KindRequest:
-		ss.handleRequest(ctx, m, out)
+		ss.handleRequest(ctx, m, out, nil, nil)
 	case jsonrpc.KindNotification:
 		ss.handleNotification(m)
 	case jsonrpc.KindResponse:
@@ -156,19 +158,29 @@ func (ss *Session) newRequest(ctx context.Context, m jsonrpc.Message, out *Outbo
 	return r
 }
 
-func (ss *Session) handleRequest(ctx context.Context, m jsonrpc.Message, out *Outbox) {
+// HandleRequest is Handle for a request whose params' _meta the
+// transport has already parsed (mcp.ParseRequestMeta, without error), so
+// that the server does not parse it again.
+func (ss *Session) HandleRequest(ctx context.Context, m jsonrpc.Message, meta *mcp.RequestMeta, rawMeta json.RawMessage, out *Outbox) {
+	ss.handleRequest(ctx, m, out, meta, rawMeta)
+}
+
+func (ss *Session) handleRequest(ctx context.Context, m jsonrpc.Message, out *Outbox, meta *mcp.RequestMeta, rawMeta json.RawMessage) {
 	if out.reserve(ctx) != nil {
 		return // the stream is gone or the connection is closing
 	}
 	r := ss.newRequest(ctx, m, out)
 	ctx = r.obsCtx
 
-	meta, rawMeta, err := mcp.ParseRequestMeta(m.Params)
-	if err != nil {
-		r.fail(invalidParams(err))
-		return
+	if meta == nil {
+		parsed, raw, err := mcp.ParseRequestMeta(m.Params)
+		if err != nil {
+			r.fail(invalidParams(err))
+			return
+		}
+		meta, rawMeta = &parsed, raw
 	}
-	if e := ss.selectEra(r, &meta, rawMeta != nil); e != nil {
+	if e := ss.selectEra(r, meta, rawMeta != nil); e != nil {
 		r.fail(e)
 		return
 	}
@@ -190,7 +202,7 @@ func (ss *Session) handleRequest(ctx context.Context, m jsonrpc.Message, out *Ou
 		return
 	}
 
-	ss.dispatch(r, &incoming{ctx: ctx, params: m.Params, meta: &meta, rawMeta: rawMeta})
+	ss.dispatch(r, &incoming{ctx: ctx, params: m.Params, meta: meta, rawMeta: rawMeta})
 }
 
 // selectEra decides, per request, which era serves it: a request that
@@ -410,6 +422,7 @@ func (ss *Session) Close(cause error) {
 		return
 	}
 	ss.closed = true
+	close(ss.workers.closed)
 	pending := make([]*inflight, 0, len(ss.all))
 	for r := range ss.all {
 		pending = append(pending, r)

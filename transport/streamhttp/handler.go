@@ -171,25 +171,42 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	var meta mcp.RequestMeta
-	var metaErr error
+	// The request's _meta is parsed here, once: it decides the era, and
+	// the server is handed it with the request.
+	var p parsed
 	if m.Kind == jsonrpc.KindRequest {
-		meta, _, metaErr = mcp.ParseRequestMeta(m.Params)
+		p.meta, p.raw, p.err = mcp.ParseRequestMeta(m.Params)
 	}
 	headerVersion := r.Header.Get(headerProtocolVersion)
 	sid := r.Header.Get(headerSessionID)
 	switch {
-	case metaErr == nil && (meta.IsModern() || mcp.IsModernVersion(headerVersion)):
-		h.postModern(w, r, m, &meta)
+	case p.err == nil && (p.meta.IsModern() || mcp.IsModernVersion(headerVersion)):
+		h.postModern(w, r, m, &p)
 	case sid != "":
-		h.postLegacy(w, r, m, sid, headerVersion)
+		h.postLegacy(w, r, m, &p, sid, headerVersion)
 	case m.Kind == jsonrpc.KindRequest && m.Method == mcp.MethodInitialize:
 		h.initialize(w, r, m)
 	case mcp.IsLegacyVersion(headerVersion):
 		writeError(w, http.StatusBadRequest, m.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "missing %s header: send initialize first", headerSessionID))
 	default:
-		h.postModern(w, r, m, &meta)
+		h.postModern(w, r, m, &p)
 	}
+}
+
+// parsed is a request's _meta as the handler read it.
+type parsed struct {
+	meta mcp.RequestMeta
+	raw  json.RawMessage // nil when the request has no _meta
+	err  error           // why _meta could not be read
+}
+
+// handle hands a request to sess, with its _meta when it was read.
+func (p *parsed) handle(ctx context.Context, sess *server.Session, m jsonrpc.Message, out *server.Outbox) {
+	if p == nil || p.err != nil {
+		sess.Handle(ctx, m, out) // the server reports what is wrong with it
+		return
+	}
+	sess.HandleRequest(ctx, m, &p.meta, p.raw, out)
 }
 
 // readBody reads the request body within MaxBodyBytes and on time: the
@@ -239,7 +256,7 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, c *charge) ([
 }
 
 // postModern serves a stateless 2026-07-28 request.
-func (h *Handler) postModern(w http.ResponseWriter, r *http.Request, m jsonrpc.Message, meta *mcp.RequestMeta) {
+func (h *Handler) postModern(w http.ResponseWriter, r *http.Request, m jsonrpc.Message, p *parsed) {
 	if m.Kind != jsonrpc.KindRequest {
 		// The modern era defines no client notification over HTTP (a
 		// request is cancelled by closing its stream) and no server
@@ -247,16 +264,16 @@ func (h *Handler) postModern(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
-	if e := h.checkModernHeaders(r, m, meta); e != nil {
+	if e := h.checkModernHeaders(r, m, p); e != nil {
 		writeError(w, statusFor(e.Code, true), m.ID, e)
 		return
 	}
-	sse := h.stateless.Streams(m.Method, meta)
+	sse := h.stateless.Streams(m.Method, &p.meta)
 	// Closing the request's stream is its cancellation: the request lives
 	// exactly as long as the HTTP request, and says why it ended.
 	// serve returns as soon as the client goes away or stops reading.
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
-	h.serve(w, r, h.stateless, ctx, m, sse, true, cancel)
+	h.serve(w, r, h.stateless, ctx, m, p, sse, true, cancel)
 }
 
 // endCause is why a modern request's context ends with its stream.
@@ -272,12 +289,12 @@ func endCause(end string) error {
 
 // checkModernHeaders applies the 2026-07-28 rules: _meta complete, and the
 // routing headers mirroring the body.
-func (h *Handler) checkModernHeaders(r *http.Request, m jsonrpc.Message, meta *mcp.RequestMeta) *jsonrpc.Error {
-	_, raw, err := mcp.ParseRequestMeta(m.Params)
-	if err != nil {
-		return jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: %v", err)
+func (h *Handler) checkModernHeaders(r *http.Request, m jsonrpc.Message, p *parsed) *jsonrpc.Error {
+	if p.err != nil {
+		return jsonrpc.NewError(jsonrpc.CodeInvalidParams, "%v", p.err)
 	}
-	if err := meta.CheckModern(raw != nil); err != nil {
+	meta := &p.meta
+	if err := meta.CheckModern(p.raw != nil); err != nil {
 		return jsonrpc.NewError(jsonrpc.CodeInvalidParams, "%v", err)
 	}
 	body := *meta.ProtocolVersion
@@ -294,15 +311,13 @@ func (h *Handler) checkModernHeaders(r *http.Request, m jsonrpc.Message, meta *m
 		return jsonrpc.NewError(mcp.CodeHeaderMismatch, "%s header must be present and equal the body's method %q", headerMethod, m.Method)
 	}
 	if member := h.srv.NameMember(m.Method); member != "" {
-		var p map[string]json.RawMessage
-		json.Unmarshal(m.Params, &p)
 		var want string
-		json.Unmarshal(p[member], &want)
+		json.Unmarshal(jsonrpc.Member(m.Params, member), &want)
 		if hn, ok := headerValue(r, headerName); !ok || hn != want {
 			return jsonrpc.NewError(mcp.CodeHeaderMismatch, "%s header must be present and equal params.%s", headerName, member)
 		}
 		if m.Method == mcp.MethodToolsCall {
-			return h.checkParamHeaders(r, want, p["arguments"])
+			return h.checkParamHeaders(r, want, jsonrpc.Member(m.Params, "arguments"))
 		}
 	}
 	return nil
@@ -355,7 +370,7 @@ func headerValue(r *http.Request, name string) (string, bool) {
 	return v, true
 }
 
-func (h *Handler) postLegacy(w http.ResponseWriter, r *http.Request, m jsonrpc.Message, sid, headerVersion string) {
+func (h *Handler) postLegacy(w http.ResponseWriter, r *http.Request, m jsonrpc.Message, p *parsed, sid, headerVersion string) {
 	ls := h.lookup(sid, server.TenantFrom(r.Context()))
 	if ls == nil {
 		writeError(w, http.StatusNotFound, m.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "session not found: it ended or never existed; initialize a new one"))
@@ -376,23 +391,19 @@ func (h *Handler) postLegacy(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 	// A dropped stream is not a cancellation in this era: the request
 	// lives as long as its session, and the client cancels with a POSTed
 	// notifications/cancelled.
-	var meta mcp.RequestMeta
-	if len(m.Params) > 0 {
-		meta, _, _ = mcp.ParseRequestMeta(m.Params)
-	}
-	h.serve(w, r, ls.sess, ls.ctx, m, ls.sess.Streams(m.Method, &meta), false, nil)
+	h.serve(w, r, ls.sess, ls.ctx, m, p, ls.sess.Streams(m.Method, &p.meta), false, nil)
 }
 
 // serve dispatches a request to sess with ctx bounding its life, and
 // writes its response stream: SSE when sse, otherwise one JSON body.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Session, ctx context.Context, m jsonrpc.Message, sse, modern bool, cancel context.CancelCauseFunc) streamStats {
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Session, ctx context.Context, m jsonrpc.Message, p *parsed, sse, modern bool, cancel context.CancelCauseFunc) streamStats {
 	out := server.NewOutbox(h.opts.StreamCapacity)
 	defer out.Close()
 	rc := http.NewResponseController(w)
 	// The request body is read; a read deadline left over from
 	// http.Server.ReadTimeout must not end a long call.
 	rc.SetReadDeadline(time.Time{})
-	sess.Handle(ctx, m, out)
+	p.handle(ctx, sess, m, out)
 	// The request is the server's now, decoded into what its handler
 	// needs (and counted by its admission): this copy of its params would
 	// only double what a queued call holds, and its body's reading is done.

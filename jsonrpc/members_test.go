@@ -1,0 +1,97 @@
+package jsonrpc_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+)
+
+// membersByJSON is what encoding/json reads of obj's members, the last of
+// a repeated key winning, compacted.
+func membersByJSON(t testing.TB, obj []byte) (map[string]string, bool) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &m); err != nil || m == nil {
+		return nil, false
+	}
+	out := map[string]string{}
+	for k, v := range m {
+		var b bytes.Buffer
+		json.Compact(&b, v)
+		out[k] = b.String()
+	}
+	return out, true
+}
+
+func membersOf(obj []byte) (map[string]string, error) {
+	out := map[string]string{}
+	err := jsonrpc.Members(obj, func(k, v []byte) bool {
+		var b bytes.Buffer
+		json.Compact(&b, v)
+		out[string(k)] = b.String()
+		return true
+	})
+	return out, err
+}
+
+// Members reads every valid object as encoding/json does, values
+// unchanged and not copied, and refuses what is not an object.
+func TestMembersAgreeWithEncodingJSON(t *testing.T) {
+	for _, obj := range []string{
+		`{}`, ` { } `, `{"a":1}`, `{"a":1,"b":"x"}`,
+		`{"name":"echo","arguments":{"text":"a \"quoted\" } ] text","n":[1,{"x":[]}]},"_meta":{"k":null}}`,
+		`{"esc\u0061ped":true,"a":false}`, `{"a":1,"a":2}`, "{\n\t\"a\" :\r\n -1.5e+3 ,\"b\":\"\\\\\"}",
+		`{"s":"\\"}`,
+	} {
+		want, _ := membersByJSON(t, []byte(obj))
+		got, err := membersOf([]byte(obj))
+		if err != nil || len(got) != len(want) {
+			t.Errorf("%s: %v, %v; want %v", obj, got, err, want)
+			continue
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%s: member %q = %s, want %s", obj, k, got[k], v)
+			}
+		}
+	}
+	for _, notObject := range []string{`[]`, `"x"`, `1`, `null`, ``, `{"a"}`, `{"a":1,}`, `{"a":"x`} {
+		if _, err := membersOf([]byte(notObject)); err == nil {
+			t.Errorf("%q: accepted", notObject)
+		}
+	}
+	obj := []byte(`{"arguments":{"text":"hi"}}`)
+	v := jsonrpc.Member(obj, "arguments")
+	if string(v) != `{"text":"hi"}` || &v[0] != &obj[len(`{"arguments":`)] {
+		t.Errorf("Member = %s, want a subslice of the object", v)
+	}
+	if jsonrpc.Member(obj, "name") != nil {
+		t.Error("Member found an absent key")
+	}
+}
+
+// For every valid JSON object, Members agrees with encoding/json.
+func FuzzMembers(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":1,"b":[{"c":"}"}],"d":"\"\\"}`, `{"a":{"b":{"c":[1,2,3]}},"a":null}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, obj []byte) {
+		want, ok := membersByJSON(t, obj)
+		if !ok {
+			return // not a valid object: Members' input must be valid
+		}
+		got, err := membersOf(obj)
+		if err != nil {
+			t.Fatalf("%q: %v", obj, err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%q: %v, want %v", obj, got, want)
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Fatalf("%q: member %q = %s, want %s", obj, k, got[k], v)
+			}
+		}
+	})
+}
