@@ -87,7 +87,14 @@ func (ss *Session) startCall(r *inflight, in *incoming, ln *lane, d Deadlines, e
 	r.armDeadlines(d)
 	switch decision, retryAfter := ss.srv.admit.admit(r, time.Now()); decision {
 	case admitRun:
-		ss.run(r)
+		if in.runHere {
+			if in.begin != nil {
+				in.begin()
+			}
+			ss.runHere(r)
+		} else {
+			ss.run(r)
+		}
 	case admitQueued:
 		// A finishing handler goroutine will pick it up.
 		r.mu.Lock()
@@ -97,6 +104,16 @@ func (ss *Session) startCall(r *inflight, in *incoming, ln *lane, d Deadlines, e
 		r.fail(overloaded(retryAfter))
 	case admitRateLimited:
 		r.fail(rateLimited(retryAfter))
+	}
+}
+
+// runHere runs r on the calling goroutine (Prepared.RunHere). A queued
+// call its slot frees goes to a handler goroutine: this one belongs to
+// r's transport, which is waiting to write r's answer.
+func (ss *Session) runHere(r *inflight) {
+	ran := ss.runCall(r)
+	if next := ss.srv.admit.next(r, ran); next != nil {
+		next.sess.run(next)
 	}
 }
 

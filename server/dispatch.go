@@ -15,6 +15,8 @@ type incoming struct {
 	meta    *mcp.RequestMeta
 	rawMeta json.RawMessage
 	retry   *retryMembers // found while the method split its params; nil when not looked for
+	runHere bool          // see Prepared.RunHere
+	begin   func()        // see Prepared.Begin
 }
 
 // removedInModern are the handshake-era methods the 2026-07-28 revision

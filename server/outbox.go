@@ -79,6 +79,8 @@ type Outbox struct {
 	ready     chan struct{}  // signalled when a frame is queued or on close
 	space     chan struct{}  // closed when room for a reservation frees up
 	closed    bool
+	holds     int  // Hold calls not yet released
+	held      bool // a signal was held back
 	dropped   uint64
 	coalesced uint64
 	refetch   bool // something was ever dropped
@@ -315,9 +317,47 @@ func (o *Outbox) compactLocked() {
 }
 
 func (o *Outbox) signalLocked() {
+	// A hold never lets responses pile up toward the capacity: past half
+	// of it the writer is woken anyway, so that no reservation can wait
+	// on a holder that is itself waiting.
+	if o.holds > 0 && !o.closed && 2*(o.essential+o.reserved) < o.capacity {
+		o.held = true
+		return
+	}
 	select {
 	case o.ready <- struct{}{}:
 	default:
+	}
+}
+
+// Hold keeps what is queued from waking a writer waiting on Ready or Next
+// until the matching Release: for a transport goroutine that will write
+// what is queued itself once it is done (stdio's reader, after running a
+// call on its own goroutine), so that no other goroutine is woken only to
+// find the work done. Holds nest; Close is never held back, nor is a queue
+// of responses past half the capacity.
+func (o *Outbox) Hold() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.initLocked()
+	o.holds++
+}
+
+// Release ends a Hold. When the last one ends, a writer is woken if
+// anything is still queued.
+func (o *Outbox) Release() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.initLocked()
+	if o.holds == 0 {
+		return
+	}
+	o.holds--
+	if o.holds == 0 && o.held {
+		o.held = false
+		if o.live > 0 || o.closed {
+			o.signalLocked()
+		}
 	}
 }
 

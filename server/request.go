@@ -234,6 +234,9 @@ func (s *Server) report(ctx context.Context, rec RequestRecord) {
 // modern era's resultType and serverInfo.
 func (r *inflight) encodeResult(res mcp.Result) ([]byte, error) {
 	if r.era == mcp.Modern {
+		if data, ok, err := r.sess.srv.encodeModern(r.id, res); ok || err != nil {
+			return data, err
+		}
 		res = r.sess.srv.modernize(res)
 	}
 	raw, err := json.Marshal(res)
@@ -241,6 +244,34 @@ func (r *inflight) encodeResult(res mcp.Result) ([]byte, error) {
 		return nil, err
 	}
 	return jsonrpc.AppendResult(make([]byte, 0, len(raw)+48), r.id, raw), nil
+}
+
+// encodeModern encodes a modern result response the quick way, when the
+// result sets neither a resultType nor _meta of its own (a plain tool
+// result): the result is encoded as it is, and resultType and serverInfo
+// are written in front of its members, so that it is neither copied nor
+// encoded twice. ok is false for a result it leaves to modernize.
+func (s *Server) encodeModern(id jsonrpc.ID, res mcp.Result) (data []byte, ok bool, err error) {
+	if b := res.Base(); b.ResultType != "" || len(b.Meta) > 0 {
+		return nil, false, nil
+	}
+	raw, err := json.Marshal(res)
+	if err != nil {
+		return nil, true, err
+	}
+	if len(raw) < 2 || raw[0] != '{' {
+		return nil, false, nil
+	}
+	out := make([]byte, 0, len(raw)+len(s.modernHead)+48)
+	out = append(out, `{"jsonrpc":"2.0","id":`...)
+	out = id.AppendJSON(out)
+	out = append(out, `,"result":`...)
+	out = append(out, s.modernHead...)
+	if raw[1] != '}' {
+		out = append(out, ',')
+	}
+	out = append(out, raw[1:]...)
+	return append(out, '}'), true, nil
 }
 
 // modernize returns res with resultType and serverInfo set, on a shallow

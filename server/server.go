@@ -146,6 +146,7 @@ type Server struct {
 	admit      *admission
 	state      *stateSigner
 	serverInfo json.RawMessage // info, encoded once for result _meta
+	modernHead []byte          // what every plain modern result begins with: "{" resultType and _meta.serverInfo
 
 	// Lanes shared by all resources, all prompts and completion; tools
 	// have one each.
@@ -227,6 +228,7 @@ func New(info mcp.Implementation, opts *Options) (*Server, error) {
 		admit:        newAdmission(o.MaxConcurrentCalls, o.MaxQueuedCalls, o.MaxInflightBytes, o.Tenant, o.OverloadRetryAfter),
 		state:        newStateSigner(o.StateKey, o.StateTTL),
 		serverInfo:   si,
+		modernHead:   []byte(`{"_meta":{"` + mcp.MetaServerInfo + `":` + string(si) + `},"resultType":"` + mcp.ResultComplete + `"`),
 		tools:        make(map[string]*registeredTool),
 		resources:    make(map[string]*registeredResource),
 		prompts:      make(map[string]*registeredPrompt),

@@ -124,7 +124,7 @@ func (ss *Session) Version() string {
 func (ss *Session) Handle(ctx context.Context, m jsonrpc.Message, out *Outbox) {
 	switch m.Kind {
 	case jsonrpc.KindRequest:
-		ss.handleRequest(ctx, m, out, nil, nil)
+		ss.handleRequest(ctx, m, out, Prepared{})
 	case jsonrpc.KindNotification:
 		ss.handleNotification(m)
 	case jsonrpc.KindResponse:
@@ -158,20 +158,44 @@ func (ss *Session) newRequest(ctx context.Context, m jsonrpc.Message, out *Outbo
 	return r
 }
 
-// HandleRequest is Handle for a request whose params' _meta the
-// transport has already parsed (mcp.ParseRequestMeta, without error), so
-// that the server does not parse it again.
-func (ss *Session) HandleRequest(ctx context.Context, m jsonrpc.Message, meta *mcp.RequestMeta, rawMeta json.RawMessage, out *Outbox) {
-	ss.handleRequest(ctx, m, out, meta, rawMeta)
+// Prepared is what a transport already knows of a request it hands to
+// HandleRequest.
+type Prepared struct {
+	// Meta and RawMeta are the request's params._meta as
+	// mcp.ParseRequestMeta read it (without error), so that the server
+	// does not parse it again. A nil Meta has the server parse it.
+	Meta    *mcp.RequestMeta
+	RawMeta json.RawMessage
+	// RunHere runs a call admitted at once on the calling goroutine, to
+	// its end, before HandleRequest returns, instead of on a handler
+	// goroutine. It is for a transport that serves each request on a
+	// goroutine of its own and writes nothing before the request's final
+	// frame (a Streamable HTTP request answered with one JSON body): the
+	// call is not handed to another goroutine and its answer handed back.
+	// Cancellation and deadlines work as ever; they come from other
+	// goroutines.
+	RunHere bool
+	// Begin, when set with RunHere, is called on the calling goroutine
+	// just before an admitted call's handler runs there (and never for a
+	// request that does not run a handler here): a transport that must
+	// go on reading meanwhile arms a handoff to another goroutine here.
+	Begin func()
 }
 
-func (ss *Session) handleRequest(ctx context.Context, m jsonrpc.Message, out *Outbox, meta *mcp.RequestMeta, rawMeta json.RawMessage) {
+// HandleRequest is Handle for a request, with what the transport already
+// knows of it.
+func (ss *Session) HandleRequest(ctx context.Context, m jsonrpc.Message, p Prepared, out *Outbox) {
+	ss.handleRequest(ctx, m, out, p)
+}
+
+func (ss *Session) handleRequest(ctx context.Context, m jsonrpc.Message, out *Outbox, p Prepared) {
 	if out.reserve(ctx) != nil {
 		return // the stream is gone or the connection is closing
 	}
 	r := ss.newRequest(ctx, m, out)
 	ctx = r.obsCtx
 
+	meta, rawMeta := p.Meta, p.RawMeta
 	if meta == nil {
 		parsed, raw, err := mcp.ParseRequestMeta(m.Params)
 		if err != nil {
@@ -202,7 +226,7 @@ func (ss *Session) handleRequest(ctx context.Context, m jsonrpc.Message, out *Ou
 		return
 	}
 
-	ss.dispatch(r, &incoming{ctx: ctx, params: m.Params, meta: meta, rawMeta: rawMeta})
+	ss.dispatch(r, &incoming{ctx: ctx, params: m.Params, meta: meta, rawMeta: rawMeta, runHere: p.RunHere, begin: p.Begin})
 }
 
 // selectEra decides, per request, which era serves it: a request that

@@ -64,7 +64,29 @@ type Conn struct {
 	stopOnce sync.Once
 	stop     chan error // receives the reason Serve must end early
 	invalid  error      // what is wrong with the options, which Serve returns
+
+	// Reading: one goroutine at a time owns the reader (see readLoop).
+	br       *bufio.Reader
+	readCtx  context.Context
+	readDone chan error // the read loop's end, from whichever goroutine reads then
+	inflight activity   // requests being handled by reading goroutines
+
+	// Writing: the writer goroutine, or the reader after a call it ran
+	// itself, writes what is queued, under wmu (see writeQueued).
+	wmu       sync.Mutex
+	bw        *bufio.Writer
+	werr      error         // the write that failed; guarded by wmu
+	writeFail chan struct{} // closed when a write fails
+	failOnce  sync.Once
+	stalled   chan struct{} // receives when a write outlasts WriteTimeout
+	watchdog  *time.Timer
 }
+
+// inlineBudget is how long the reading goroutine runs a call itself before
+// another goroutine takes over reading. Most calls end well within it, and
+// then no goroutine had to be woken to run the call; a longer one holds up
+// reading (later requests, cancellations) for no more than this.
+const inlineBudget = 100 * time.Microsecond
 
 // NewConn returns a connection that reads requests from in and writes
 // messages to out. opts may be nil.
@@ -99,7 +121,10 @@ func (c *Conn) Serve(ctx context.Context) error {
 	defer cancel(nil)
 
 	readDone := make(chan error, 1)
-	go func() { readDone <- c.readLoop(connCtx) }()
+	c.br, c.readCtx, c.readDone = bufio.NewReaderSize(c.in, 64<<10), connCtx, readDone
+	c.prepareWriting()
+	defer c.watchdog.Stop()
+	go c.read()
 	writeDone := make(chan error, 1)
 	go func() { writeDone <- c.writeLoop(connCtx) }()
 
@@ -132,6 +157,9 @@ func (c *Conn) Serve(ctx context.Context) error {
 	if err := c.sess.Wait(grace); err != nil {
 		c.srvLog("handlers did not return within the close grace; abandoning them", "grace", c.opts.CloseGrace)
 	}
+	// A request a former reader is still finishing (one it ran itself
+	// past the handoff) logs and records its end there.
+	c.inflight.wait(grace)
 	c.outbox.Close()
 	if !writerDone {
 		select {
@@ -157,8 +185,89 @@ func (c *Conn) srvLog(msg string, args ...any) {
 	c.srv.Logger().Warn(msg, args...)
 }
 
-func (c *Conn) readLoop(ctx context.Context) error {
-	br := bufio.NewReaderSize(c.in, 64<<10)
+// activity counts what is in progress and lets Serve wait for none.
+type activity struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to zero
+}
+
+func (a *activity) start() {
+	a.mu.Lock()
+	a.n++
+	a.mu.Unlock()
+}
+
+func (a *activity) done() {
+	a.mu.Lock()
+	a.n--
+	if a.n == 0 && a.idle != nil {
+		close(a.idle)
+		a.idle = nil
+	}
+	a.mu.Unlock()
+}
+
+// wait returns when nothing is in progress, or when ctx ends.
+func (a *activity) wait(ctx context.Context) {
+	a.mu.Lock()
+	if a.n == 0 {
+		a.mu.Unlock()
+		return
+	}
+	if a.idle == nil {
+		a.idle = make(chan struct{})
+	}
+	idle := a.idle
+	a.mu.Unlock()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+	}
+}
+
+// readerTurn is one reading goroutine's own state.
+type readerTurn struct {
+	c       *Conn
+	handoff *time.Timer // for the call it runs now, if it runs one
+	held    int         // holds on the outbox of calls it ran, not yet flushed
+}
+
+// begin is called as a call starts on the reading goroutine
+// (server.Prepared.Begin): what it queues waits for this goroutine to write
+// it (Hold), unless the call outlasts inlineBudget; then handOff releases
+// it to the writer and starts a new reader. A timer of its own for each
+// call: once it fired, the new reader's timers are none of this
+// goroutine's business.
+func (t *readerTurn) begin() {
+	t.c.outbox.Hold()
+	t.handoff = time.AfterFunc(inlineBudget, t.c.handOff)
+}
+
+// handOff passes reading to a new goroutine: the reader's call outlasted
+// inlineBudget. What it queues goes to the writer from now on.
+func (c *Conn) handOff() {
+	c.outbox.Release()
+	c.read()
+}
+
+// read runs the read loop on this goroutine until reading ends, or until
+// another goroutine took it over.
+func (c *Conn) read() {
+	if handedOff, err := c.readLoop(c.readCtx); !handedOff {
+		c.readDone <- err
+	}
+}
+
+// readLoop reads and handles frames. A request is run on this goroutine
+// when the server admits it at once (server.Prepared.RunHere): a call that
+// ends within inlineBudget costs no other goroutine. One that does not is
+// left running here while the handoff timer starts a new reading
+// goroutine (read); this one then returns, handedOff, when its call does.
+func (c *Conn) readLoop(ctx context.Context) (handedOff bool, err error) {
+	br := c.br
+	turn := &readerTurn{c: c}
+	begin := turn.begin
 	for {
 		frame, oversize, err := readFrame(br, c.opts.MaxMessageBytes)
 		if oversize != nil {
@@ -171,18 +280,66 @@ func (c *Conn) readLoop(ctx context.Context) error {
 				"message exceeds the %d-byte limit", c.opts.MaxMessageBytes), c.outbox)
 		} else if len(bytes.TrimSpace(frame)) > 0 {
 			m, derr := jsonrpc.Decode(frame)
-			if derr != nil {
+			switch {
+			case derr != nil:
 				c.sess.Reject(ctx, m, derr, c.outbox)
-			} else {
+			case m.Kind == jsonrpc.KindRequest:
+				turn.handoff = nil
+				c.inflight.start()
+				c.sess.HandleRequest(ctx, m, server.Prepared{RunHere: true, Begin: begin}, c.outbox)
+				c.inflight.done()
+				if turn.handoff != nil {
+					if !turn.handoff.Stop() {
+						// Another goroutine reads now; what this one read
+						// last (err) is the new reader's to see again.
+						turn.flush()
+						return true, nil
+					}
+					turn.held++
+					// Answers are written when no whole request is waiting
+					// to be read (a burst costs one write, as the input
+					// came), and at least every batchCalls calls.
+					if turn.held >= batchCalls || !lineBuffered(br) {
+						turn.flush()
+					}
+				}
+			default:
 				c.sess.Handle(ctx, m, c.outbox)
 			}
 		}
+		if turn.held > 0 && !lineBuffered(br) {
+			turn.flush() // about to wait for input: nothing may wait on us
+		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		if ctx.Err() != nil {
-			return nil
+			return false, nil
 		}
+	}
+}
+
+// batchCalls bounds how many answers of calls the reader ran itself wait
+// for one write.
+const batchCalls = 32
+
+// lineBuffered reports whether a whole line is already buffered: reading
+// it will not wait.
+func lineBuffered(br *bufio.Reader) bool {
+	buf, _ := br.Peek(br.Buffered())
+	return bytes.IndexByte(buf, '\n') >= 0
+}
+
+// flush writes what is queued, unless the writer is at it, and ends this
+// goroutine's holds on the outbox (Release wakes the writer for what is
+// left).
+func (t *readerTurn) flush() {
+	if t.c.wmu.TryLock() {
+		t.c.writeQueuedLocked()
+		t.c.wmu.Unlock()
+	}
+	for ; t.held > 0; t.held-- {
+		t.c.outbox.Release()
 	}
 }
 
@@ -219,46 +376,86 @@ func readFrame(br *bufio.Reader, limit int) ([]byte, *jsonrpc.IDScanner, error) 
 	}
 }
 
+// prepareWriting sets up the output: a buffered writer behind a watchdog.
+// An io.Writer has no deadline of its own, so a write still blocked when
+// the watchdog fires makes Serve give up the stream (the blocked goroutine
+// is abandoned).
+func (c *Conn) prepareWriting() {
+	c.stalled = make(chan struct{}, 1)
+	c.writeFail = make(chan struct{})
+	c.watchdog = time.AfterFunc(time.Hour, func() {
+		select {
+		case c.stalled <- struct{}{}:
+		default:
+		}
+	})
+	c.watchdog.Stop()
+	c.bw = bufio.NewWriterSize(&watchedWriter{w: c.w, watchdog: c.watchdog, timeout: c.opts.WriteTimeout}, 64<<10)
+}
+
+// writeLoop writes what is queued whenever the outbox says there is some,
+// until it closes, a write fails or stalls, or ctx ends.
 func (c *Conn) writeLoop(ctx context.Context) error {
-	// Writes go through a watchdog: an io.Writer has no deadline of its
-	// own, so a write still blocked when the timer fires makes the loop
-	// give up the stream (the blocked goroutine is abandoned).
-	stalled := make(chan struct{}, 1)
-	watchdog := time.AfterFunc(time.Hour, func() { stalled <- struct{}{} })
-	watchdog.Stop()
-	defer watchdog.Stop()
-	w := &watchedWriter{w: c.w, watchdog: watchdog, timeout: c.opts.WriteTimeout}
-	bw := bufio.NewWriterSize(w, 64<<10)
 	errs := make(chan error, 1)
-	go func() { errs <- c.drain(ctx, bw) }()
+	go func() { errs <- c.drain(ctx) }()
 	select {
 	case err := <-errs:
 		return err
-	case <-stalled:
+	case <-c.writeFail:
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+		return c.werr
+	case <-c.stalled:
 		return server.ErrSlowConsumer
 	}
 }
 
-// drain writes frames until the outbox closes or a write fails.
-func (c *Conn) drain(ctx context.Context, bw *bufio.Writer) error {
+// drain writes frames until the outbox is closed and empty or a write
+// fails.
+func (c *Conn) drain(ctx context.Context) error {
+	ready := c.outbox.Ready()
 	for {
-		f, err := c.outbox.Next(ctx)
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return bw.Flush()
-			}
+		c.wmu.Lock()
+		err := c.writeQueuedLocked()
+		done := c.outbox.Closed() && c.outbox.Len() == 0
+		c.wmu.Unlock()
+		if err != nil || done {
 			return err
 		}
-		bw.Write(f.Data)
-		bw.WriteByte('\n')
-		// Flush when nothing else is waiting, so a burst of responses costs
-		// one write and a lone response is not held back.
-		if c.outbox.Len() == 0 {
-			if err := bw.Flush(); err != nil {
-				return err
-			}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
+}
+
+// writeQueuedLocked writes every queued frame and flushes once, so a burst
+// of responses costs one write and a lone response is not held back.
+// Frames are taken from the outbox under wmu, so whoever writes keeps
+// their order.
+func (c *Conn) writeQueuedLocked() error {
+	if c.werr != nil {
+		return c.werr
+	}
+	wrote := false
+	for {
+		f, ok := c.outbox.TryNext()
+		if !ok {
+			break
+		}
+		c.bw.Write(f.Data)
+		c.bw.WriteByte('\n')
+		wrote = true
+	}
+	if wrote {
+		if err := c.bw.Flush(); err != nil {
+			c.werr = err
+			c.failOnce.Do(func() { close(c.writeFail) })
+			return err
+		}
+	}
+	return nil
 }
 
 // watchedWriter arms the watchdog around every write.

@@ -200,13 +200,15 @@ type parsed struct {
 	err  error           // why _meta could not be read
 }
 
-// handle hands a request to sess, with its _meta when it was read.
-func (p *parsed) handle(ctx context.Context, sess *server.Session, m jsonrpc.Message, out *server.Outbox) {
-	if p == nil || p.err != nil {
-		sess.Handle(ctx, m, out) // the server reports what is wrong with it
-		return
+// handle hands a request to sess, with its _meta when it was read. A
+// request answered with one JSON body runs on this goroutine: it has
+// nothing to write before its final frame.
+func (p *parsed) handle(ctx context.Context, sess *server.Session, m jsonrpc.Message, out *server.Outbox, sse bool) {
+	prep := server.Prepared{RunHere: !sse}
+	if p != nil && p.err == nil {
+		prep.Meta, prep.RawMeta = &p.meta, p.raw
 	}
-	sess.HandleRequest(ctx, m, &p.meta, p.raw, out)
+	sess.HandleRequest(ctx, m, prep, out)
 }
 
 // readBody reads the request body within MaxBodyBytes and on time: the
@@ -403,12 +405,17 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Ses
 	// The request body is read; a read deadline left over from
 	// http.Server.ReadTimeout must not end a long call.
 	rc.SetReadDeadline(time.Time{})
-	p.handle(ctx, sess, m, out)
-	// The request is the server's now, decoded into what its handler
-	// needs (and counted by its admission): this copy of its params would
-	// only double what a queued call holds, and its body's reading is done.
-	m.Params = nil
+	// The body's reading is done: the request is the server's now, counted
+	// by its admission.
 	releaseCharge(r.Context())
+	if !sse && cancel != nil {
+		// Answered with one JSON body, the call runs on this goroutine
+		// (Prepared.RunHere): the client going away must still end it.
+		stop := context.AfterFunc(r.Context(), func() { cancel(server.ErrDisconnected) })
+		defer stop()
+	}
+	p.handle(ctx, sess, m, out, sse)
+	m.Params = nil
 	if sse && modern && out.ErrorFirst() {
 		// Refused at once (overloaded, invalid): a plain JSON answer
 		// with the error's own status and Retry-After, not an event
