@@ -246,30 +246,23 @@ func withRefetchFlag(data []byte) (flagged []byte, pending bool) {
 	return out, false
 }
 
-// Dropped returns how many messages were dropped for lack of room.
-func (o *Outbox) Dropped() uint64 {
+// counts returns how many messages were dropped for lack of room and how
+// many queued progress messages newer ones replaced, and whether the
+// stream needs a refetch. Observers see the same per request
+// (RequestRecord.ProgressDropped and ProgressCoalesced).
+func (o *Outbox) counts() (dropped, coalesced uint64, refetch bool) {
 	o.mu.Lock()
 	o.initLocked()
 	defer o.mu.Unlock()
-	return o.dropped
+	return o.dropped, o.coalesced, o.refetch
 }
 
-// Coalesced returns how many queued progress messages were replaced by
-// newer ones before the reader took them.
-func (o *Outbox) Coalesced() uint64 {
-	o.mu.Lock()
-	o.initLocked()
-	defer o.mu.Unlock()
-	return o.coalesced
-}
-
-// NeedsRefetch reports whether anything was dropped, so the client must
-// refetch state from its authoritative source rather than trust the stream.
-func (o *Outbox) NeedsRefetch() bool {
-	o.mu.Lock()
-	o.initLocked()
-	defer o.mu.Unlock()
-	return o.refetch
+// pressureCounter is a frame's owner that counts what happened to its
+// frames under pressure: a request. Counted under the outbox's lock, so it
+// must not lock anything itself.
+type pressureCounter interface {
+	noteCoalesced()
+	noteDropped()
 }
 
 func (o *Outbox) popLocked() (Frame, bool) {
@@ -458,11 +451,14 @@ func (o *Outbox) pushProgress(owner any, data []byte) error {
 		f.Data = data
 		o.coalesced++
 		o.flagNext = true
+		if c, ok := owner.(pressureCounter); ok {
+			c.noteCoalesced()
+		}
 		return nil
 	}
 	f := &frame{Frame: Frame{Data: data, Kind: FrameProgress}, owner: owner}
 	if !o.makeRoomLocked() {
-		o.noteDropLocked()
+		o.noteDropLocked(owner)
 		return nil
 	}
 	o.appendLocked(f)
@@ -479,19 +475,22 @@ func (o *Outbox) pushDroppable(owner any, data []byte) error {
 		return ErrOutboxClosed
 	}
 	if !o.makeRoomLocked() {
-		o.noteDropLocked()
+		o.noteDropLocked(owner)
 		return nil
 	}
 	o.appendLocked(&frame{Frame: Frame{Data: data, Kind: FrameDroppable}, owner: owner})
 	return nil
 }
 
-// noteDropLocked records that a message was dropped: the stream is marked,
-// and the next response written on it carries the refetch flag.
-func (o *Outbox) noteDropLocked() {
+// noteDropLocked records that a message of owner was dropped: the stream
+// is marked, and the next response written on it carries the refetch flag.
+func (o *Outbox) noteDropLocked(owner any) {
 	o.dropped++
 	o.refetch = true
 	o.flagNext = true
+	if c, ok := owner.(pressureCounter); ok {
+		c.noteDropped()
+	}
 }
 
 // makeRoomLocked ensures one more replaceable frame fits, leaving the room
@@ -512,9 +511,10 @@ func (o *Outbox) evictOldestLocked() bool {
 		if f.dead || f.Kind == FrameFinal || f.Kind == FrameEssential {
 			continue
 		}
+		owner := f.owner
 		o.killLocked(f)
 		o.sweepIfBloatedLocked()
-		o.noteDropLocked()
+		o.noteDropLocked(owner)
 		return true
 	}
 	return false

@@ -40,8 +40,8 @@ func TestOutboxCoalescesProgressPerRequest(t *testing.T) {
 	if got := fmt.Sprint(drain(t, o)); got != "[a3 b1]" {
 		t.Fatalf("queue = %s, want [a3 b1]", got)
 	}
-	if o.Dropped() != 0 || o.Coalesced() != 2 {
-		t.Fatalf("dropped %d coalesced %d, want 0 and 2", o.Dropped(), o.Coalesced())
+	if dropped, coalesced, _ := o.counts(); dropped != 0 || coalesced != 2 {
+		t.Fatalf("dropped %d coalesced %d, want 0 and 2", dropped, coalesced)
 	}
 	// After a frame is written, the next one queues anew.
 	o.pushProgress(a, []byte("a4"))
@@ -60,8 +60,8 @@ func TestOutboxDropsOldestProgressAndKeepsFinals(t *testing.T) {
 	// One reservation plus three progress frames fill the outbox: the next
 	// progress frame evicts the oldest, p0.
 	o.pushProgress(owners[3], []byte("p3"))
-	if !o.NeedsRefetch() || o.Dropped() != 1 {
-		t.Fatalf("refetch=%v dropped=%d, want a drop flagged", o.NeedsRefetch(), o.Dropped())
+	if dropped, _, refetch := o.counts(); !refetch || dropped != 1 {
+		t.Fatalf("refetch=%v dropped=%d, want a drop flagged", refetch, dropped)
 	}
 	if err := o.pushReserved(FrameFinal, owners[4], []byte("final")); err != nil {
 		t.Fatal(err)
@@ -91,8 +91,8 @@ func TestOutboxRefusesToDropAFinalForAnother(t *testing.T) {
 	if got := fmt.Sprint(drain(t, o)); got != "[f1 f2]" {
 		t.Fatalf("queue = %s", got)
 	}
-	if o.Dropped() != 1 {
-		t.Fatalf("dropped = %d, want the progress frame counted", o.Dropped())
+	if dropped, _, _ := o.counts(); dropped != 1 {
+		t.Fatalf("dropped = %d, want the progress frame counted", dropped)
 	}
 }
 
@@ -203,8 +203,8 @@ func TestRefetchFlagGoesOnTheNextResult(t *testing.T) {
 	if strings.Contains(got[3], "refetch") {
 		t.Fatalf("the flag was repeated on a later result: %s", got[3])
 	}
-	if !o.NeedsRefetch() || o.Dropped() != 1 {
-		t.Fatalf("refetch %v dropped %d", o.NeedsRefetch(), o.Dropped())
+	if dropped, _, refetch := o.counts(); !refetch || dropped != 1 {
+		t.Fatalf("refetch %v dropped %d", refetch, dropped)
 	}
 }
 
@@ -238,7 +238,7 @@ func TestRefetchFlagSkipsAnErrorResponse(t *testing.T) {
 	o.pushFinal(2, []byte(`{"jsonrpc":"2.0","id":2,"result":{}}`), 0)
 	got := drain(t, o)
 	last := got[len(got)-1]
-	if !o.NeedsRefetch() || strings.Contains(got[len(got)-2], "refetch") || !strings.Contains(last, `"id":2`) || !strings.Contains(last, `"dev.mcprel/refetch":true`) {
+	if _, _, refetch := o.counts(); !refetch || strings.Contains(got[len(got)-2], "refetch") || !strings.Contains(last, `"id":2`) || !strings.Contains(last, `"dev.mcprel/refetch":true`) {
 		t.Fatalf("frames = %v, want the flag on the result after the error", got)
 	}
 }

@@ -90,8 +90,15 @@ type RequestRecord struct {
 	// ProgressRefused counts progress reports dropped because they did not
 	// increase: a tool bug worth seeing.
 	ProgressRefused uint64
-	Start           time.Time
-	Duration        time.Duration
+	// ProgressCoalesced and ProgressDropped count, as of the request's
+	// end, the progress and log messages of this request that a newer one
+	// replaced before the client read it, and that were dropped because
+	// the client read too slowly (its stream then carries the refetch
+	// flag, MetaRefetch).
+	ProgressCoalesced uint64
+	ProgressDropped   uint64
+	Start             time.Time
+	Duration          time.Duration
 	// Queued is how long the call waited for admission before its handler
 	// ran (0 when it ran at once or never ran).
 	Queued time.Duration

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcprel/mcprel/jsonrpc"
@@ -42,6 +43,8 @@ type inflight struct {
 	retryable bool            // a timeout may be retried as it is (see Policy.retryableAfterTimeout)
 	tenant    string          // who the request is for (see WithTenant)
 	obsCtx    context.Context // what the observers' RequestStarted returned
+	coalesced atomic.Uint64   // its progress replaced before it was read (see pressureCounter)
+	dropped   atomic.Uint64   // its messages dropped for lack of room
 	size      int64           // bytes of the request's params, held until its handler returns
 
 	mu           sync.Mutex
@@ -60,6 +63,9 @@ type inflight struct {
 	pending      *mcp.ProgressParams // the newest progress, held back by the rate limit
 	flushTimer   *time.Timer         // sends pending when the rate limit allows
 }
+
+func (r *inflight) noteCoalesced() { r.coalesced.Add(1) }
+func (r *inflight) noteDropped()   { r.dropped.Add(1) }
 
 // done reports whether the terminal state is recorded.
 func (r *inflight) done() bool {
@@ -180,6 +186,7 @@ func (r *inflight) record(rec RequestRecord) {
 	r.mu.Lock()
 	rec.Start, rec.Duration = r.start, r.ended.Sub(r.start)
 	rec.ProgressRefused = r.progressDrop
+	rec.ProgressCoalesced, rec.ProgressDropped = r.coalesced.Load(), r.dropped.Load()
 	if !r.ranAt.IsZero() && !r.queuedAt.IsZero() {
 		rec.Queued = r.ranAt.Sub(r.queuedAt)
 	}
@@ -224,6 +231,9 @@ func (s *Server) report(ctx context.Context, rec RequestRecord) {
 		}
 		if rec.ProgressRefused > 0 {
 			attrs = append(attrs, slog.Uint64("progress_refused", rec.ProgressRefused))
+		}
+		if rec.ProgressDropped > 0 {
+			attrs = append(attrs, slog.Uint64("progress_dropped", rec.ProgressDropped))
 		}
 		s.log.LogAttrs(ctx, level, "request", attrs...)
 	}

@@ -71,6 +71,12 @@ func TestSlowReaderGetsTheResult(t *testing.T) {
 			t.Fatalf("progress not increasing: %v", progress)
 		}
 	}
+	// The record accounts for every report: replaced, dropped or delivered.
+	r := rec.WaitRequest(t, jsonrpc.IntID(1))
+	if r.ProgressCoalesced == 0 || r.ProgressCoalesced+r.ProgressDropped+uint64(len(progress)) != 100_000 {
+		t.Fatalf("record: %d coalesced, %d dropped, %d delivered; want them to add up to 100000",
+			r.ProgressCoalesced, r.ProgressDropped, len(progress))
+	}
 }
 
 // TestStalledReaderEndsTheConnection: a client that stops reading for longer
