@@ -1,0 +1,132 @@
+// Package layers holds the architecture test: the arrows between mcprel's
+// packages point down the layers of DESIGN.md, and the lifecycle imports
+// no durable, metrics or tracing package.
+package layers
+
+import (
+	"encoding/json"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/mcprel/mcprel"
+
+// layer says, for each of mcprel's packages, which of mcprel's packages it
+// may import. A package missing here fails the test: place it in a layer
+// first. From the ground up: wire (jsonrpc, mcp), durable (store, ledger,
+// tasks), lifecycle (server), transports, policies (idempotency), client,
+// tools, command.
+var layer = map[string][]string{
+	"jsonrpc": {},
+	"mcp":     {"jsonrpc"},
+
+	"store":  {},
+	"ledger": {"store"},
+	"tasks":  {"store"},
+
+	"server": {"jsonrpc", "mcp"},
+
+	"transport/stdio":      {"jsonrpc", "mcp", "server"},
+	"transport/streamhttp": {"jsonrpc", "mcp", "server"},
+
+	"idempotency": {"jsonrpc", "mcp", "server", "ledger", "store"},
+
+	// Commands, examples and test helpers sit on top and may use anything.
+	"cmd/...":      {"..."},
+	"examples/...": {"..."},
+	"internal/...": {"..."},
+}
+
+// forbiddenBelowTools are third-party module paths the lifecycle, the
+// durable layer and the wire must not depend on even indirectly: metrics
+// and tracing belong in an observer above the server.
+var forbiddenBelowTools = []string{"github.com/prometheus/", "go.opentelemetry.io/"}
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Deps       []string
+}
+
+func listPackages(t *testing.T) []pkg {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-json", module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+// rule returns the imports allowed to rel, a path within the module.
+func rule(rel string) ([]string, bool) {
+	if allowed, ok := layer[rel]; ok {
+		return allowed, true
+	}
+	for pattern, allowed := range layer {
+		if prefix, ok := strings.CutSuffix(pattern, "/..."); ok && strings.HasPrefix(rel, prefix+"/") {
+			return allowed, true
+		}
+	}
+	return nil, false
+}
+
+func TestImportsFollowTheLayers(t *testing.T) {
+	pkgs := listPackages(t)
+	if len(pkgs) < 5 {
+		t.Fatalf("go list found %d packages; run the test from the module", len(pkgs))
+	}
+	for _, p := range pkgs {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		allowed, ok := rule(rel)
+		if !ok {
+			t.Errorf("package %s is in no layer: add it to the layer table (and DESIGN.md's)", rel)
+			continue
+		}
+		if slices.Contains(allowed, "...") {
+			continue
+		}
+		for _, imp := range p.Imports {
+			dep, ours := strings.CutPrefix(imp, module+"/")
+			if ours && !slices.Contains(allowed, dep) {
+				t.Errorf("%s imports %s, against the layers: it may import only %v", rel, dep, allowed)
+			}
+		}
+		for _, dep := range p.Deps {
+			for _, bad := range forbiddenBelowTools {
+				if strings.HasPrefix(dep, bad) {
+					t.Errorf("%s depends on %s: metrics and tracing attach through an observer above the server", rel, dep)
+				}
+			}
+		}
+	}
+}
+
+// The lifecycle's whole dependency graph holds none of the durable layer:
+// a server without a ledger links no database driver.
+func TestServerLinksNoStorage(t *testing.T) {
+	for _, p := range listPackages(t) {
+		if p.ImportPath != module+"/server" {
+			continue
+		}
+		for _, dep := range p.Deps {
+			for _, bad := range []string{module + "/ledger", module + "/store", module + "/tasks", "modernc.org/sqlite", "github.com/jackc/pgx"} {
+				if strings.HasPrefix(dep, bad) {
+					t.Errorf("server depends on %s", dep)
+				}
+			}
+		}
+		return
+	}
+	t.Fatal("no server package found")
+}
