@@ -571,3 +571,7 @@ func (o *Outbox) discard(owner any) {
 	}
 	o.sweepIfBloatedLocked()
 }
+
+// NewOutbox returns an outbox sized by Options.OutboxCapacity, for a
+// transport's outbound stream.
+func (s *Server) NewOutbox() *Outbox { return NewOutbox(s.opts.OutboxCapacity) }

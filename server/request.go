@@ -1,412 +1,196 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
-	"maps"
-	"reflect"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 )
 
-// inflight is one request between its arrival and its terminal state.
-type inflight struct {
-	sess      *Session
-	out       *Outbox
-	id        jsonrpc.ID
-	method    string
-	toolName  string // tools/call only
-	era       mcp.Era
-	start     time.Time
-	ctx       context.Context
-	cancel    context.CancelCauseFunc
-	stop      func() bool                                          // unhooks the parent-context watch; guarded by mu
-	lane      *lane                                                // admission lane of a call
-	exec      func(context.Context) (mcp.Result, error)            // the handler, for calls
-	finish    func(mcp.Result, error) (mcp.Result, *jsonrpc.Error) // how its return reaches the wire
-	token     *jsonrpc.ID                                          // progress token
-	scope     string                                               // what an input_required state is bound to, but for the arguments
-	scopeArgs []byte                                               // the arguments it is bound to as well
-	logLevel  mcp.LoggingLevel
-	sub       *subscription // subscriptions/listen only
+// ErrProgressNotIncreasing is returned by Request.ReportProgress for a value
+// that is not above the last one sent; the report is dropped, because MCP
+// requires progress to increase with every notification.
+var ErrProgressNotIncreasing = errors.New("server: progress must increase with every report")
 
-	queued bool   // guarded by admission.mu
-	seq    uint64 // arrival order while queued; guarded by admission.mu
+// Request is what every handler knows of the request it serves, and what
+// it can send back before its result. The handler-specific request types
+// (CallRequest, ReadRequest, PromptRequest, CompleteRequest) embed it.
+type Request struct {
+	// ID is the JSON-RPC id. It correlates messages; it is never an
+	// idempotency key.
+	ID jsonrpc.ID
+	// Meta is the request's raw params._meta (nil when absent), for keys
+	// the protocol does not define.
+	Meta json.RawMessage
+	// KnownMeta holds the members of params._meta that package mcp
+	// defines, decoded once: the protocol's, and mcprel's own such as
+	// mcp.MetaIdempotencyKey. Never nil.
+	KnownMeta *mcp.RequestMeta
+	// Era and ProtocolVersion say how the request is being served.
+	Era             mcp.Era
+	ProtocolVersion string
+	// ClientCapabilities are the capabilities the client declared: in the
+	// request's _meta (modern) or at initialize (legacy).
+	ClientCapabilities mcp.ClientCapabilities
+	// ClientInfo is the client's self-description, when it gave one.
+	ClientInfo *mcp.Implementation
+	// Tenant is who the request is for, as the transport established it
+	// (see WithTenant); "" when the server has one tenant. State a handler
+	// keeps across requests — idempotency records, task ids — must be
+	// scoped to it.
+	Tenant string
+	// InputResponses holds the client's answers on a retry after an
+	// input_required result (2026-07-28), by the keys the handler used.
+	InputResponses map[string]json.RawMessage
+	// RequestState is the state the handler returned with InputRequired,
+	// verified; nil on a first attempt.
+	RequestState []byte
 
-	retryable bool            // a timeout may be retried as it is (see Policy.retryableAfterTimeout)
-	tenant    string          // who the request is for (see WithTenant)
-	obsCtx    context.Context // what the observers' RequestStarted returned
-	coalesced atomic.Uint64   // its progress replaced before it was read (see pressureCounter)
-	dropped   atomic.Uint64   // its messages dropped for lack of room
-	size      int64           // bytes of the request's params, held until its handler returns
-
-	mu           sync.Mutex
-	annotations  map[string]string // see Request.Annotate
-	queuedAt     time.Time         // when the call joined an admission queue
-	ranAt        time.Time         // when its handler started
-	outcome      Outcome           // zero while running
-	ended        time.Time
-	deadlines    Deadlines
-	idleTimer    *time.Timer
-	maxTimer     *time.Timer
-	lastProgress float64
-	hasProgress  bool                // a valid report was accepted
-	progressDrop uint64              // non-increasing reports refused
-	lastSent     time.Time           // when the last progress notification was queued
-	pending      *mcp.ProgressParams // the newest progress, held back by the rate limit
-	flushTimer   *time.Timer         // sends pending when the rate limit allows
+	r *inflight
 }
 
-func (r *inflight) noteCoalesced() { r.coalesced.Add(1) }
-func (r *inflight) noteDropped()   { r.dropped.Add(1) }
+// Server returns the server serving the request, so a handler can change
+// what the server offers (its tools, prompts, resources) at run time.
+func (q *Request) Server() *Server { return q.r.sess.srv }
 
-// done reports whether the terminal state is recorded.
-func (r *inflight) done() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.outcome != 0
+// HasProgressToken reports whether the client asked for progress.
+func (q *Request) HasProgressToken() bool { return q.r.token != nil }
+
+// ReportProgress sends a progress notification if the client asked for
+// progress; without a progress token it does nothing and returns nil.
+// total <= 0 means the total is unknown.
+//
+// Values must increase: a value not above the last one sent is dropped and
+// ErrProgressNotIncreasing returned. After the request has ended (completed,
+// cancelled, timed out) nothing is sent and ErrRequestDone is returned.
+// Reporting never blocks: under pressure a queued older value for the same
+// request is replaced by the newer one.
+func (q *Request) ReportProgress(progress, total float64, message string) error {
+	return q.r.reportProgress(progress, total, message)
 }
 
-// claim records the terminal state if none is recorded yet. It is the
-// single point where the cancel-versus-complete race is decided.
-func (r *inflight) claim(o Outcome) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.outcome != 0 {
-		return false
-	}
-	r.outcome = o
-	r.ended = time.Now()
-	return true
+// Log sends a notifications/message for this request if the client asked
+// for messages at this level: in the modern era through the request's
+// logLevel _meta, in the legacy era through logging/setLevel. A client that
+// asked for none gets none.
+// Messages are dropped, like progress, when the client reads too slowly.
+func (q *Request) Log(level mcp.LoggingLevel, logger string, data any) error {
+	return q.r.log(level, logger, data)
 }
 
-// ending says how a request ends: its terminal state, why, and the final
-// message, if it gets one.
-type ending struct {
-	outcome Outcome
-	cause   error // the handler's context's cause; nil means ErrRequestDone
-	// withdraw takes back what the request still has queued (progress,
-	// its place in an admission queue) instead of flushing it first.
-	withdraw bool
-	// message builds the final message; it runs only if this ending wins,
-	// under the request's lock (it may read the clocks). A nil message, or
-	// one that returns no data, ends the request without a response.
-	message func() final
+// CallRequest is what a tool handler sees of its call.
+type CallRequest struct {
+	Request
+	// Name is the tool's name.
+	Name string
+	// Arguments are the call's arguments, already validated against the
+	// tool's input schema. Nil when the call had none.
+	Arguments json.RawMessage
+
+	args     map[string]any // Arguments, decoded once when the call arrived (see Argument)
+	supplied map[string]any // arguments a Check supplied for the schema (see SupplyArgument)
+	retry    RetryClass     // the tool's class, as a Check narrowed it
 }
 
-// final is a request's last message and what its record says of it.
-type final struct {
-	data []byte
-	kind FrameKind // FrameFinal, or FrameEssential for a notification that ends it
-	rec  RequestRecord
+// ReadRequest is what a resource handler sees of a resources/read.
+type ReadRequest struct {
+	Request
+	// URI is the resource being read.
+	URI string
+	// Vars holds the values a resource template matched, by variable name;
+	// nil for a plain resource.
+	Vars map[string]string
 }
 
-// end is the one way a request ends, whatever ended it: a result, an
-// error, a cancellation, a deadline, the server ending a subscription. The
-// first ending recorded wins (claim); for the loser end does nothing and
-// returns false. The winner stops the clocks, leaves the session, sends its
-// final message (after the latest held-back progress, unless it withdraws)
-// or withdraws what it queued, ends the handler's context with its cause,
-// and is recorded once.
-func (r *inflight) end(e ending) bool {
-	if !r.claim(e.outcome) {
-		return false
-	}
-	r.mu.Lock()
-	var f final
-	if e.message != nil {
-		f = e.message()
-	}
-	if f.data != nil && !e.withdraw && r.pending != nil {
-		r.pushProgressLocked(r.pending) // the last progress a client sees is the latest
-	}
-	r.stopClocksLocked()
-	r.mu.Unlock()
-	r.sess.forget(r)
-	if e.withdraw {
-		r.sess.srv.admit.remove(r)
-		r.out.discard(r)
-	}
-	switch {
-	case f.data == nil:
-		r.out.unreserve()
-		if e.outcome == Cancelled && r.sess.cfg.StreamPerRequest {
-			// The stream belongs to this request alone: end it now, with
-			// no response, rather than leave it open until the client
-			// gives up.
-			r.out.Close()
-		}
-	case f.kind == FrameEssential:
-		if r.out.pushReserved(f.kind, r, f.data) != nil {
-			r.out.unreserve()
-		}
-	default:
-		if err := r.out.pushFinal(r, f.data, f.rec.ErrorCode); err != nil {
-			r.sess.srv.log.Error("response not queued", "id", r.id, "method", r.method, "err", err)
-		}
-	}
-	r.release(cmp.Or(e.cause, ErrRequestDone))
-	f.rec.Outcome, f.rec.Cause = e.outcome, e.cause
-	r.record(f.rec)
-	return true
+// PromptRequest is what a prompt handler sees of a prompts/get.
+type PromptRequest struct {
+	Request
+	Name      string
+	Arguments map[string]string
 }
 
-// abort ends the request without a response: it was cancelled. Nothing
-// more is written for it, and its queued progress is withdrawn.
-func (r *inflight) abort(cause error) bool {
-	return r.end(ending{outcome: Cancelled, cause: cause, withdraw: true})
+// CompleteRequest is what a completion handler sees of a
+// completion/complete.
+type CompleteRequest struct {
+	Request
+	Params mcp.CompleteParams
 }
 
-func (r *inflight) release(cause error) {
-	r.mu.Lock()
-	stop := r.stop
-	r.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	if r.cancel != nil {
-		r.cancel(cause)
-	}
+type tenantKey struct{}
+
+// WithTenant returns a context that marks requests handled with it as
+// belonging to tenant. Transports call it with the identity they
+// authenticated (streamhttp maps bearer tokens to tenants); handlers read
+// it as Request.Tenant, and Options.Tenant limits apply per tenant.
+func WithTenant(ctx context.Context, tenant string) context.Context {
+	return context.WithValue(ctx, tenantKey{}, tenant)
 }
 
-// record completes rec with what the request knows and reports it.
-func (r *inflight) record(rec RequestRecord) {
-	rec.ID, rec.Method, rec.Tool, rec.Era = r.id, r.method, r.toolName, r.era
-	rec.Transport, rec.Session, rec.Tenant = r.sess.cfg.Transport, r.sess.cfg.Name, r.tenant
-	if rec.Outcome != Cancelled && rec.Outcome != TimedOut {
-		rec.Cause = nil
-	}
-	r.mu.Lock()
-	rec.Start, rec.Duration = r.start, r.ended.Sub(r.start)
-	rec.ProgressRefused = r.progressDrop
-	rec.ProgressCoalesced, rec.ProgressDropped = r.coalesced.Load(), r.dropped.Load()
-	if !r.ranAt.IsZero() && !r.queuedAt.IsZero() {
-		rec.Queued = r.ranAt.Sub(r.queuedAt)
-	}
-	rec.Annotations = r.annotations
-	r.annotations = nil // the record's now; later Annotate calls get a map of their own
-	obsCtx := r.obsCtx
-	r.mu.Unlock()
-	r.sess.srv.report(obsCtx, rec)
+// TenantFrom returns the tenant WithTenant put in ctx, or "".
+func TenantFrom(ctx context.Context) string {
+	t, _ := ctx.Value(tenantKey{}).(string)
+	return t
 }
 
-// report logs a terminal record and hands it to the observers. A listen
-// stream that ends because its client left is how every modern client says
-// goodbye, not news: it is logged at debug.
-func (s *Server) report(ctx context.Context, rec RequestRecord) {
-	level := slog.LevelInfo
-	if rec.Method == mcp.MethodListen && rec.Outcome == Cancelled {
-		level = slog.LevelDebug
-	}
-	if s.log.Enabled(context.Background(), level) {
-		attrs := []slog.Attr{
-			slog.Any("id", rec.ID),
-			slog.String("method", rec.Method),
-		}
-		if rec.Session != "" {
-			attrs = append(attrs, slog.String("session", rec.Session))
-		}
-		if rec.Tool != "" {
-			attrs = append(attrs, slog.String("tool", rec.Tool))
-		}
-		attrs = append(attrs,
-			slog.String("outcome", rec.Outcome.String()),
-			slog.Duration("duration", rec.Duration),
-		)
-		if rec.Cause != nil {
-			attrs = append(attrs, slog.String("cause", rec.Cause.Error()))
-		}
-		if rec.ErrorCode != 0 {
-			attrs = append(attrs, slog.Int64("code", rec.ErrorCode))
-		}
-		if rec.IsError {
-			attrs = append(attrs, slog.Bool("is_error", true))
-		}
-		if rec.ProgressRefused > 0 {
-			attrs = append(attrs, slog.Uint64("progress_refused", rec.ProgressRefused))
-		}
-		if rec.ProgressDropped > 0 {
-			attrs = append(attrs, slog.Uint64("progress_dropped", rec.ProgressDropped))
-		}
-		s.log.LogAttrs(ctx, level, "request", attrs...)
-	}
-	s.observeEnd(ctx, rec)
+// requestInfo builds the part of a handler's request every kind shares.
+// scope names what an input_required state is bound to (method and tool,
+// prompt or resource); empty for requests that cannot ask for input. The
+// state is bound to the request's tenant and to args, the JSON of its
+// arguments, too: a state issued for one tenant or one set of arguments
+// is refused for another. It fails the request and returns false when a
+// retry's state does not verify.
+func (ss *Session) requestInfo(r *inflight, in *incoming, scope string, args []byte) (Request, bool) {
+	q := ss.baseRequest(r, in)
+	return q, ss.verifyRetry(r, in, &q, scope, args)
 }
 
-// encodeResult encodes a result response for this request, adding the
-// modern era's resultType and serverInfo.
-func (r *inflight) encodeResult(res mcp.Result) ([]byte, error) {
+// baseRequest is what a handler knows of every request: who sent it, in
+// which era, with which capabilities.
+func (ss *Session) baseRequest(r *inflight, in *incoming) Request {
+	q := Request{ID: r.id, Meta: in.rawMeta, KnownMeta: in.meta, Era: r.era, Tenant: TenantFrom(in.ctx), r: r}
+	r.tenant = q.Tenant
 	if r.era == mcp.Modern {
-		if data, ok, err := r.sess.srv.encodeModern(r.id, res); ok || err != nil {
-			return data, err
+		q.ProtocolVersion = *in.meta.ProtocolVersion
+		q.ClientCapabilities = *in.meta.ClientCapabilities
+		q.ClientInfo = in.meta.ClientInfo
+		if in.meta.LogLevel != nil {
+			r.logLevel = *in.meta.LogLevel
 		}
-		res = r.sess.srv.modernize(res)
+	} else {
+		ss.mu.Lock()
+		q.ProtocolVersion, q.ClientCapabilities, q.ClientInfo = ss.version, ss.clientCaps, ss.clientInfo
+		ss.mu.Unlock()
 	}
-	raw, err := json.Marshal(res)
-	if err != nil {
-		return nil, err
-	}
-	return jsonrpc.AppendResult(make([]byte, 0, len(raw)+48), r.id, raw), nil
+	r.token = in.meta.ProgressToken
+	return q
 }
 
-// encodeModern encodes a modern result response the quick way, when the
-// result sets neither a resultType nor _meta of its own (a plain tool
-// result): the result is encoded as it is, and resultType and serverInfo
-// are written in front of its members, so that it is neither copied nor
-// encoded twice. ok is false for a result it leaves to modernize.
-func (s *Server) encodeModern(id jsonrpc.ID, res mcp.Result) (data []byte, ok bool, err error) {
-	if b := res.Base(); b.ResultType != "" || len(b.Meta) > 0 {
-		return nil, false, nil
+// verifyRetry binds a request that may ask for input to its scope and,
+// on a modern retry, reads its input responses and verifies its state
+// (see requestInfo). It fails the request and returns false when the
+// state does not verify.
+func (ss *Session) verifyRetry(r *inflight, in *incoming, q *Request, scope string, args []byte) bool {
+	if scope == "" {
+		return true
 	}
-	raw, err := json.Marshal(res)
-	if err != nil {
-		return nil, true, err
+	r.scope, r.scopeArgs = scope+"\x00"+q.Tenant, args
+	if r.era != mcp.Modern {
+		return true
 	}
-	if len(raw) < 2 || raw[0] != '{' {
-		return nil, false, nil
-	}
-	out := make([]byte, 0, len(raw)+len(s.modernHead)+48)
-	out = append(out, `{"jsonrpc":"2.0","id":`...)
-	out = id.AppendJSON(out)
-	out = append(out, `,"result":`...)
-	out = append(out, s.modernHead...)
-	if raw[1] != '}' {
-		out = append(out, ',')
-	}
-	out = append(out, raw[1:]...)
-	return append(out, '}'), true, nil
-}
-
-// modernize returns res with resultType and serverInfo set, on a shallow
-// copy of whatever result type it is rather than in the handler's value:
-// a handler may return the same value to many calls at once.
-func (s *Server) modernize(res mcp.Result) mcp.Result {
-	v := reflect.ValueOf(res).Elem()
-	cp := reflect.New(v.Type())
-	cp.Elem().Set(v)
-	res = cp.Interface().(mcp.Result)
-	b := res.Base()
-	if b.ResultType == "" {
-		b.ResultType = mcp.ResultComplete
-	}
-	meta := make(mcp.Meta, len(b.Meta)+1)
-	maps.Copy(meta, b.Meta)
-	meta[mcp.MetaServerInfo] = s.serverInfo
-	b.Meta = meta
-	return res
-}
-
-// fail ends the request with a JSON-RPC error.
-func (r *inflight) fail(e *jsonrpc.Error) bool {
-	data := jsonrpc.AppendError(nil, r.id, e)
-	return r.end(ending{outcome: Failed, message: func() final {
-		return final{data: data, rec: RequestRecord{ErrorCode: e.Code}}
-	}})
-}
-
-// succeed ends the request with a result.
-func (r *inflight) succeed(res mcp.Result) bool {
-	data, err := r.encodeResult(res)
-	if err != nil {
-		r.sess.srv.log.Error("encoding a result failed", "id", r.id, "method", r.method, "err", err)
-		return r.fail(jsonrpc.NewError(jsonrpc.CodeInternalError, "internal error: the result could not be encoded"))
-	}
-	isErr := false
-	if c, ok := res.(*mcp.CallToolResult); ok {
-		isErr = c.IsError
-	}
-	return r.end(ending{outcome: Completed, message: func() final {
-		return final{data: data, rec: RequestRecord{IsError: isErr}}
-	}})
-}
-
-func (r *inflight) reportProgress(progress, total float64, message string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.outcome != 0 {
-		return ErrRequestDone
-	}
-	if r.hasProgress && progress <= r.lastProgress {
-		r.progressDrop++
-		return ErrProgressNotIncreasing
-	}
-	// A valid report is useful activity, whether or not the client asked
-	// to hear about it: it restarts the idle clock.
-	r.lastProgress, r.hasProgress = progress, true
-	r.touchLocked()
-	if r.token == nil {
-		return nil
-	}
-	p := mcp.ProgressParams{ProgressToken: *r.token, Progress: progress, Message: message}
-	if total > 0 {
-		p.Total = &total
-	}
-	now := time.Now()
-	if wait := r.lastSent.Add(r.sess.srv.opts.ProgressInterval).Sub(now); !r.lastSent.IsZero() && wait > 0 {
-		// Too soon after the last one: keep only the newest (encoded only
-		// if it is ever sent), and send it when the interval has passed.
-		r.pending = &p
-		if r.flushTimer == nil {
-			r.flushTimer = time.AfterFunc(wait, r.flushProgress)
+	rm := in.retry
+	if rm == nil {
+		found, e := retryMembersOf(in.params)
+		if e != nil {
+			r.fail(e)
+			return false
 		}
-		return nil
+		rm = &found
 	}
-	// This one is the newest: anything held back is older and must never
-	// follow it.
-	r.pending = nil
-	r.lastSent = now
-	return r.pushProgressLocked(&p)
-}
-
-// pushProgressLocked encodes a progress notification and queues it.
-func (r *inflight) pushProgressLocked(p *mcp.ProgressParams) error {
-	params, err := json.Marshal(p)
-	if err != nil {
-		return err
+	if e := ss.srv.readRetry(q, *rm, r.stateScope); e != nil {
+		r.fail(e)
+		return false
 	}
-	return r.out.pushProgress(r, jsonrpc.AppendNotification(nil, mcp.NotificationProgress, params))
-}
-
-// flushProgress sends the progress the rate limit held back.
-func (r *inflight) flushProgress() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.flushTimer = nil
-	if r.outcome != 0 || r.pending == nil {
-		return
-	}
-	p := r.pending
-	r.pending = nil
-	r.lastSent = time.Now()
-	r.pushProgressLocked(p)
-}
-
-func (r *inflight) log(level mcp.LoggingLevel, logger string, data any) error {
-	if !level.Valid() {
-		return errors.New("server: unknown logging level " + string(level))
-	}
-	min := r.logLevel
-	if r.era == mcp.Legacy {
-		min = r.sess.legacyLogLevel()
-	}
-	if min == "" || !level.AtLeast(min) {
-		return nil
-	}
-	params, err := json.Marshal(mcp.LoggingMessageParams{Level: level, Logger: logger, Data: data})
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.outcome != 0 {
-		return ErrRequestDone
-	}
-	return r.out.pushDroppable(r, jsonrpc.AppendNotification(nil, mcp.NotificationMessage, params))
+	return true
 }

@@ -3,7 +3,6 @@ package server
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -19,13 +18,6 @@ import (
 // error becomes an internal error.
 type ResourceHandler func(ctx context.Context, req *ReadRequest) (*mcp.ReadResourceResult, error)
 
-// PromptHandler renders a prompt.
-type PromptHandler func(ctx context.Context, req *PromptRequest) (*mcp.GetPromptResult, error)
-
-// CompletionHandler suggests values for a prompt or resource-template
-// argument.
-type CompletionHandler func(ctx context.Context, req *CompleteRequest) (*mcp.CompleteResult, error)
-
 type registeredResource struct {
 	def     mcp.Resource
 	handler ResourceHandler
@@ -36,11 +28,6 @@ type registeredTemplate struct {
 	match   *regexp.Regexp
 	vars    []string
 	handler ResourceHandler
-}
-
-type registeredPrompt struct {
-	def     mcp.Prompt
-	handler PromptHandler
 }
 
 // AddResource registers a resource under its URI, replacing one with the
@@ -108,30 +95,6 @@ func compileURITemplate(tmpl string) (*regexp.Regexp, []string, error) {
 	return re, vars, err
 }
 
-// AddPrompt registers a prompt, replacing one with the same name.
-func (s *Server) AddPrompt(p mcp.Prompt, h PromptHandler) error {
-	if h == nil || p.Name == "" {
-		return fmt.Errorf("server: prompt %q needs a name and a handler", p.Name)
-	}
-	s.mu.Lock()
-	s.prompts[p.Name] = &registeredPrompt{def: p, handler: h}
-	s.mu.Unlock()
-	s.listChanged(kindPrompts)
-	return nil
-}
-
-// RemovePrompt unregisters a prompt and reports whether it was there.
-func (s *Server) RemovePrompt(name string) bool {
-	s.mu.Lock()
-	_, ok := s.prompts[name]
-	delete(s.prompts, name)
-	s.mu.Unlock()
-	if ok {
-		s.listChanged(kindPrompts)
-	}
-	return ok
-}
-
 // RemoveResource unregisters a resource and reports whether it was there.
 func (s *Server) RemoveResource(uri string) bool {
 	s.mu.Lock()
@@ -142,14 +105,6 @@ func (s *Server) RemoveResource(uri string) bool {
 		s.listChanged(kindResources)
 	}
 	return ok
-}
-
-// SetCompletionHandler installs the handler for completion/complete and
-// advertises the completions capability.
-func (s *Server) SetCompletionHandler(h CompletionHandler) {
-	s.mu.Lock()
-	s.completion = h
-	s.mu.Unlock()
 }
 
 // NotFound returns the protocol error for a resource that does not exist:
@@ -243,86 +198,6 @@ func (ss *Session) readResource(r *inflight, in *incoming) {
 		if err == nil && res != nil && modern && res.TTLMs == nil {
 			cp := *res // the handler's value may be shared
 			cp.Cacheable = ss.srv.cacheable()
-			res = &cp
-		}
-		return asResult(res, err)
-	}, protocolResult)
-}
-
-func (ss *Session) listPrompts(r *inflight, in *incoming) {
-	if !noCursor(r, in.params) {
-		return
-	}
-	ss.srv.mu.RLock()
-	list := make([]mcp.Prompt, 0, len(ss.srv.prompts))
-	for _, p := range ss.srv.prompts {
-		list = append(list, p.def)
-	}
-	ss.srv.mu.RUnlock()
-	slices.SortFunc(list, func(a, b mcp.Prompt) int { return cmp.Compare(a.Name, b.Name) })
-	res := &mcp.ListPromptsResult{Prompts: list}
-	if r.era == mcp.Modern {
-		res.Cacheable = ss.srv.cacheable()
-	}
-	r.succeed(res)
-}
-
-func (ss *Session) getPrompt(r *inflight, in *incoming) {
-	var p mcp.GetPromptParams
-	if !decodeInto(r, in.params, &p) {
-		return
-	}
-	if p.Name == nil {
-		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.name is required"))
-		return
-	}
-	ss.srv.mu.RLock()
-	rp := ss.srv.prompts[*p.Name]
-	ss.srv.mu.RUnlock()
-	if rp == nil {
-		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "unknown prompt %q", *p.Name))
-		return
-	}
-	for _, a := range rp.def.Arguments {
-		if _, ok := p.Arguments[a.Name]; a.Required && !ok {
-			r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "prompt %q: required argument %q is missing", *p.Name, a.Name))
-			return
-		}
-	}
-	promptArgs, _ := json.Marshal(p.Arguments) // a map: keys sorted
-	q, ok := ss.requestInfo(r, in, r.method+"\x00"+*p.Name, promptArgs)
-	if !ok {
-		return
-	}
-	req := &PromptRequest{Request: q, Name: *p.Name, Arguments: p.Arguments}
-	ss.startCall(r, in, ss.srv.promptLane, ss.srv.opts.Standard, func(ctx context.Context) (mcp.Result, error) {
-		return asResult(rp.handler(ctx, req))
-	}, protocolResult)
-}
-
-func (ss *Session) complete(r *inflight, in *incoming) {
-	ss.srv.mu.RLock()
-	h := ss.srv.completion
-	ss.srv.mu.RUnlock()
-	if h == nil {
-		r.fail(jsonrpc.NewError(jsonrpc.CodeMethodNotFound, "method not found: %q (no completions are offered)", r.method))
-		return
-	}
-	var p mcp.CompleteParams
-	if !decodeInto(r, in.params, &p) {
-		return
-	}
-	if p.Ref == nil || p.Argument == nil {
-		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.ref and params.argument are required"))
-		return
-	}
-	q, _ := ss.requestInfo(r, in, "", nil)
-	req := &CompleteRequest{Request: q, Params: p}
-	ss.startCall(r, in, ss.srv.completeLane, ss.srv.opts.Standard, func(ctx context.Context) (mcp.Result, error) {
-		res, err := h(ctx, req)
-		if err == nil && res != nil && res.Completion.Values == nil {
-			cp := *res // the handler's value may be shared
-			cp.Completion.Values = []string{}
 			res = &cp
 		}
 		return asResult(res, err)

@@ -243,10 +243,6 @@ func New(info mcp.Implementation, opts *Options) (*Server, error) {
 // Info returns the identity the server reports.
 func (s *Server) Info() mcp.Implementation { return s.info }
 
-// NewOutbox returns an outbox sized by Options.OutboxCapacity, for a
-// transport's outbound stream.
-func (s *Server) NewOutbox() *Outbox { return NewOutbox(s.opts.OutboxCapacity) }
-
 // capabilities is what the server advertises in an era: tools always,
 // resources, prompts and completions when something offers them, and
 // what packages above the server declared for that era.

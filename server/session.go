@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -485,57 +484,4 @@ func (ss *Session) drain() {
 	for _, r := range subs {
 		r.endSubscription("server shutting down")
 	}
-}
-
-func decodeParams(params json.RawMessage, v any) *jsonrpc.Error {
-	if len(params) == 0 {
-		return nil
-	}
-	if err := json.Unmarshal(params, v); err != nil {
-		return invalidParams(err)
-	}
-	return nil
-}
-
-// invalidParams turns a decoding error into a -32602 whose message names
-// the member at fault.
-func invalidParams(err error) *jsonrpc.Error {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) && te.Field != "" {
-		return jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: %s must be %s, not %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
-	}
-	return jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: %v", err)
-}
-
-func jsonKind(goKind string) string {
-	switch goKind {
-	case "string":
-		return "a string"
-	case "bool":
-		return "a boolean"
-	case "struct", "map":
-		return "an object"
-	case "slice", "array":
-		return "an array"
-	case "float32", "float64":
-		return "a number"
-	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
-		return "an integer"
-	}
-	return "of another type"
-}
-
-func rateLimited(retryAfter time.Duration) *jsonrpc.Error {
-	te := &mcp.ToolError{Code: mcp.FailureRateLimited, Message: "the call exceeds a rate limit", Retryable: true, RetryAfter: retryAfter}
-	return jsonrpc.NewError(mcp.CodeRateLimited, "rate limited: retry after %d ms", max(1, retryAfter.Milliseconds())).WithData(te.Failure())
-}
-
-func overloaded(retryAfter time.Duration) *jsonrpc.Error {
-	te := &mcp.ToolError{Code: mcp.FailureOverloaded, Message: "the server is at its concurrency limit and its queue is full", Retryable: true, RetryAfter: retryAfter}
-	return jsonrpc.NewError(mcp.CodeOverloaded, "server overloaded: retry after %d ms", retryAfter.Milliseconds()).WithData(te.Failure())
-}
-
-func unavailable() *jsonrpc.Error {
-	te := &mcp.ToolError{Code: mcp.FailureShuttingDown, Message: "the server is shutting down and takes no new requests", Retryable: true}
-	return jsonrpc.NewError(mcp.CodeUnavailable, "server shutting down").WithData(te.Failure())
 }

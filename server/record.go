@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"time"
 
 	"github.com/mcprel/mcprel/jsonrpc"
@@ -47,29 +46,6 @@ func (o Outcome) String() string {
 	}
 	return "running"
 }
-
-// Causes of a cancelled request. A handler reads them with context.Cause on
-// its context; RequestRecord.Cause carries the same value.
-var (
-	// ErrPeerCancelled: the client sent notifications/cancelled. The error
-	// carrying it wraps this sentinel and includes the client's reason.
-	ErrPeerCancelled = errors.New("cancelled by the client")
-	// ErrDisconnected: the client closed the request's response stream,
-	// which is the cancellation signal of the modern HTTP era.
-	ErrDisconnected = errors.New("client closed the request stream")
-	// ErrConnectionClosed: the connection ended (stdin closed, or output
-	// could no longer be written).
-	ErrConnectionClosed = errors.New("connection closed")
-	// ErrSlowConsumer: the client stopped reading, so a write waited past
-	// its deadline and the server gave up the stream.
-	ErrSlowConsumer = errors.New("client stopped reading: write deadline exceeded")
-	// ErrShutdown: the server shut down before the request finished.
-	ErrShutdown = errors.New("server shutting down")
-	// ErrRequestDone is the cause of a request context that ended because
-	// the request reached its terminal state normally. Progress reports and
-	// other writes for a finished request also return it.
-	ErrRequestDone = errors.New("request already finished")
-)
 
 // RequestRecord describes a request that reached its terminal state. It is
 // passed to the Observers and logged as one line per request.

@@ -11,67 +11,6 @@ import (
 	"github.com/mcprel/mcprel/mcp"
 )
 
-// requestInfo builds the part of a handler's request every kind shares.
-// scope names what an input_required state is bound to (method and tool,
-// prompt or resource); empty for requests that cannot ask for input. The
-// state is bound to the request's tenant and to args, the JSON of its
-// arguments, too: a state issued for one tenant or one set of arguments
-// is refused for another. It fails the request and returns false when a
-// retry's state does not verify.
-func (ss *Session) requestInfo(r *inflight, in *incoming, scope string, args []byte) (Request, bool) {
-	q := ss.baseRequest(r, in)
-	return q, ss.verifyRetry(r, in, &q, scope, args)
-}
-
-// baseRequest is what a handler knows of every request: who sent it, in
-// which era, with which capabilities.
-func (ss *Session) baseRequest(r *inflight, in *incoming) Request {
-	q := Request{ID: r.id, Meta: in.rawMeta, KnownMeta: in.meta, Era: r.era, Tenant: TenantFrom(in.ctx), r: r}
-	r.tenant = q.Tenant
-	if r.era == mcp.Modern {
-		q.ProtocolVersion = *in.meta.ProtocolVersion
-		q.ClientCapabilities = *in.meta.ClientCapabilities
-		q.ClientInfo = in.meta.ClientInfo
-		if in.meta.LogLevel != nil {
-			r.logLevel = *in.meta.LogLevel
-		}
-	} else {
-		ss.mu.Lock()
-		q.ProtocolVersion, q.ClientCapabilities, q.ClientInfo = ss.version, ss.clientCaps, ss.clientInfo
-		ss.mu.Unlock()
-	}
-	r.token = in.meta.ProgressToken
-	return q
-}
-
-// verifyRetry binds a request that may ask for input to its scope and,
-// on a modern retry, reads its input responses and verifies its state
-// (see requestInfo). It fails the request and returns false when the
-// state does not verify.
-func (ss *Session) verifyRetry(r *inflight, in *incoming, q *Request, scope string, args []byte) bool {
-	if scope == "" {
-		return true
-	}
-	r.scope, r.scopeArgs = scope+"\x00"+q.Tenant, args
-	if r.era != mcp.Modern {
-		return true
-	}
-	rm := in.retry
-	if rm == nil {
-		found, e := retryMembersOf(in.params)
-		if e != nil {
-			r.fail(e)
-			return false
-		}
-		rm = &found
-	}
-	if e := ss.srv.readRetry(q, *rm, r.stateScope); e != nil {
-		r.fail(e)
-		return false
-	}
-	return true
-}
-
 // startCall runs a handler as a call: tracked (so it can be cancelled),
 // admitted against the server's and its lane's limits, and run on a
 // handler goroutine. mapErr says how an error from exec reaches the wire.
@@ -179,43 +118,6 @@ func (ss *Session) invoke(r *inflight) (res mcp.Result, err error) {
 		}
 	}()
 	return r.exec(r.ctx)
-}
-
-var errPanicked = &mcp.ToolError{Code: mcp.FailureInternal, Message: "the handler failed unexpectedly"}
-
-// storageFailure is a failure of the database a handler works with, as
-// package store reports it (store.Error). Its text is the driver's and may
-// name tables, constraints and values: it goes to the operator's log and
-// never to the client.
-type storageFailure interface {
-	error
-	StorageUnavailable() bool
-}
-
-// StorageRetryAfter is the retry advice for a database that was
-// unavailable: long enough for a reconnect or a lock to clear.
-const StorageRetryAfter = time.Second
-
-// hideStorageFailure logs a storage failure in err and returns, instead,
-// the tool failure the client gets; any other error passes unchanged. A
-// database that was unavailable (a lost connection, a terminated backend,
-// a deadlock, a busy file, a full disk) is a retryable storage_unavailable;
-// a statement the database refused for good (a constraint, a syntax
-// error) is an internal error. An interceptor that runs the handler in a
-// transaction of its own maps failures there first (package idempotency
-// answers ledger_unavailable).
-func (s *Server) hideStorageFailure(r *inflight, err error) error {
-	var sf storageFailure
-	if !errors.As(err, &sf) {
-		return err
-	}
-	s.log.Warn("a handler's database operation failed", "id", r.id, "method", r.method, "tool", r.toolName,
-		"unavailable", sf.StorageUnavailable(), "err", err)
-	if !sf.StorageUnavailable() {
-		return &mcp.ToolError{Code: mcp.FailureInternal, Message: "the database refused an operation of this call; the server log has the details"}
-	}
-	return &mcp.ToolError{Code: mcp.FailureStorage, Retryable: true, RetryAfter: StorageRetryAfter,
-		Message: "the database was unavailable (a lost connection, a lock or a full disk) and the operation's transaction was rolled back; retrying may succeed"}
 }
 
 // toolResult maps what a tool handler returned onto the wire, following the

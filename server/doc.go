@@ -1,0 +1,45 @@
+// Package server is the MCP request lifecycle and nothing else: it
+// dispatches each request, gives it exactly one terminal state (a result,
+// an error, a cancellation or a timeout, whichever is recorded first),
+// runs it under two deadline clocks, keeps its progress increasing and
+// rate-limited, bounds what waits to be written, and admits calls against
+// limits per server, per tool and per tenant. It serves both protocol eras
+// — the 2025 revisions behind initialize, and the stateless 2026-07-28 one
+// — to any transport.
+//
+// It knows no database, metrics or tracing library. Durable and
+// operational concerns plug in through three seams:
+//
+//   - tool interceptors (ToolInterceptor, Tool.Check) wrap a tool's
+//     handler at registration: package idempotency puts the ledger in
+//     front of a tool this way;
+//   - routes and declarations (AddRoute, Declare) add methods and
+//     capabilities from outside, such as the tasks extension;
+//   - observers (Observer) are told when every request starts and ends,
+//     with its record: metrics, traces and logs attach here.
+//
+// The files, by what they hold:
+//
+// For tool authors: server.go (Options, New, the Server), tool.go (Tool,
+// Policy, AddTool, AddTypedTool), request.go (what a handler sees of its
+// request), resources.go, prompts.go and completion.go, inputrequired.go
+// (asking the client for input in the 2026-07-28 era), clientcall.go
+// (calling the client in the 2025 era), deadline.go and retryclass.go (a
+// tool's clocks and retry class), errors.go (causes and the errors on the
+// wire), shutdown.go.
+//
+// The seams: interceptor.go, route.go, observer.go and record.go (what an
+// observer is told).
+//
+// The lifecycle inside: dispatch.go (a decoded request on its way to its
+// method), inflight.go (a request from its arrival to its one terminal
+// state), run.go (running a call's handler), workers.go, admission.go,
+// subscription.go (subscriptions/listen).
+//
+// For transports: session.go (Session, SessionConfig, Prepared: a
+// connection's view of the server, fed one decoded message at a time),
+// outbox.go (Outbox and Frame: what waits to be written, bounded, drained
+// by the transport), headerparams.go (tool arguments mirrored in HTTP
+// headers). Packages transport/stdio and transport/streamhttp are the
+// transports.
+package server
