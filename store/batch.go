@@ -43,6 +43,15 @@ func (db *DB) WriteStats() WriteStats {
 	return WriteStats{Commits: db.batch.commits.Load(), Operations: db.batch.ops.Load()}
 }
 
+// WriterBusy reports whether a write transaction of this process is
+// running or waiting on SQLite, whose writers take turns: a caller that
+// may be answered by a read (a replay) reads first then, rather than
+// queue for the write connection. It is false on PostgreSQL, whose
+// writers do not queue, and says nothing of other processes.
+func (db *DB) WriterBusy() bool {
+	return db.writers != nil && db.writers.busy()
+}
+
 // WriteBatched runs fn like WriteTx, except that on SQLite fn may share
 // its transaction with other WriteBatched callers waiting at the same
 // time: a group commit, one fsync for the batch instead of one per caller.

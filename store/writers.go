@@ -59,3 +59,10 @@ func (q *writerQueue) release() {
 	q.waiting = q.waiting[1:]
 	close(next)
 }
+
+// busy reports whether a writer holds the connection or waits for it.
+func (q *writerQueue) busy() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.held
+}
