@@ -80,6 +80,10 @@ const (
 	// MetaKeyMode is "required", "optional" or
 	// "none": whether calls carry an idempotency key.
 	MetaKeyMode = MetaPrefix + "idempotencyKeyMode"
+	// MetaTaskSupport is "optional" or "required" for a tool that can run
+	// as a durable task (absent otherwise), in both eras: the 2026-07-28
+	// era has no execution.taskSupport on the wire.
+	MetaTaskSupport = MetaPrefix + "taskSupport"
 )
 
 // MetaFailure, in the _meta of a result whose isError is true, is the

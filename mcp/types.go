@@ -187,7 +187,10 @@ type Tool struct {
 	InputSchema  json.RawMessage  `json:"inputSchema"`
 	OutputSchema json.RawMessage  `json:"outputSchema,omitempty"`
 	Annotations  *ToolAnnotations `json:"annotations,omitempty"`
-	Meta         Meta             `json:"_meta,omitempty"`
+	// Execution is the 2025-11-25 era's execution member (task support);
+	// the 2026-07-28 era has none.
+	Execution *ToolExecution `json:"execution,omitempty"`
+	Meta      Meta           `json:"_meta,omitempty"`
 }
 
 // ListParams are the params of every paginated list request.

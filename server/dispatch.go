@@ -159,7 +159,7 @@ func (ss *Session) listTools(r *inflight, in *incoming) {
 	if !noCursor(r, in.params) {
 		return
 	}
-	res := &mcp.ListToolsResult{Tools: ss.srv.listTools()}
+	res := &mcp.ListToolsResult{Tools: ss.srv.listTools(r.era)}
 	if res.Tools == nil {
 		res.Tools = []mcp.Tool{}
 	}
@@ -172,7 +172,7 @@ func (ss *Session) listTools(r *inflight, in *incoming) {
 func (ss *Session) callTool(r *inflight, in *incoming) {
 	// The params are split once, without copying; each member is decoded
 	// by what needs it (_meta already was).
-	var nameRaw, args json.RawMessage
+	var nameRaw, args, task json.RawMessage
 	var rm retryMembers
 	if len(in.params) > 0 {
 		err := jsonrpc.Members(in.params, func(k, v []byte) bool {
@@ -181,6 +181,8 @@ func (ss *Session) callTool(r *inflight, in *incoming) {
 				nameRaw = v
 			case "arguments":
 				args = v
+			case "task":
+				task = v
 			default:
 				rm.take(k, v)
 			}
@@ -215,6 +217,13 @@ func (ss *Session) callTool(r *inflight, in *incoming) {
 		return
 	}
 	call := &CallRequest{Name: name, Arguments: args, retry: rt.policy.Retry}
+	if r.era != mcp.Modern && len(task) > 0 && string(task) != "null" {
+		if rt.def.Execution == nil || rt.def.Execution.TaskSupport == "" || rt.def.Execution.TaskSupport == mcp.TaskForbidden {
+			r.fail(jsonrpc.NewError(jsonrpc.CodeMethodNotFound, "tool %q cannot be run as a task: call it without params.task", name))
+			return
+		}
+		call.Task = task
+	}
 	var err error
 	if call.args, err = decodeArguments(args); err != nil {
 		r.succeed((&mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "arguments are not valid JSON"}).Result())

@@ -56,12 +56,17 @@ const StorageRetryAfter = time.Second
 // transaction of its own maps failures there first (package idempotency
 // answers ledger_unavailable).
 func (s *Server) hideStorageFailure(r *inflight, err error) error {
+	return s.hideStorageFailureOf(err, "id", r.id, "method", r.method, "tool", r.toolName)
+}
+
+// hideStorageFailureOf is hideStorageFailure for an error that did not
+// come from a request's handler (a task's worker), logged with attrs.
+func (s *Server) hideStorageFailureOf(err error, attrs ...any) error {
 	var sf storageFailure
 	if !errors.As(err, &sf) {
 		return err
 	}
-	s.log.Warn("a handler's database operation failed", "id", r.id, "method", r.method, "tool", r.toolName,
-		"unavailable", sf.StorageUnavailable(), "err", err)
+	s.log.Warn("a handler's database operation failed", append(attrs, "unavailable", sf.StorageUnavailable(), "err", err)...)
 	if !sf.StorageUnavailable() {
 		return &mcp.ToolError{Code: mcp.FailureInternal, Message: "the database refused an operation of this call; the server log has the details"}
 	}
@@ -111,6 +116,12 @@ func rateLimited(retryAfter time.Duration) *jsonrpc.Error {
 	te := &mcp.ToolError{Code: mcp.FailureRateLimited, Message: "the call exceeds a rate limit", Retryable: true, RetryAfter: retryAfter}
 	return jsonrpc.NewError(mcp.CodeRateLimited, "rate limited: retry after %d ms", max(1, retryAfter.Milliseconds())).WithData(te.Failure())
 }
+
+// OverloadedError is the server's retryable overload refusal
+// (mcp.CodeOverloaded, with the structured failure "overloaded" and its
+// retry advice), for a package above server that admits work of its own,
+// such as task creation, and refuses it the usual way.
+func OverloadedError(retryAfter time.Duration) *jsonrpc.Error { return overloaded(retryAfter) }
 
 func overloaded(retryAfter time.Duration) *jsonrpc.Error {
 	te := &mcp.ToolError{Code: mcp.FailureOverloaded, Message: "the server is at its concurrency limit and its queue is full", Retryable: true, RetryAfter: retryAfter}

@@ -204,8 +204,10 @@ func (s *Server) inputRequired(r *inflight, ir *InputRequired, scope string) (mc
 }
 
 // Require returns a -32021 error naming the capabilities the client did not
-// declare among caps ("sampling", "elicitation", "roots"), or nil when it
-// declared them all. Return it from a handler that cannot work without them.
+// declare among caps ("sampling", "elicitation", "roots", or an extension
+// id such as mcp.ExtensionTasks, which the error's data lists under
+// requiredCapabilities.extensions), or nil when it declared them all.
+// Return it from a handler that cannot work without them.
 func (q *Request) Require(caps ...string) error {
 	missing := map[string]map[string]any{}
 	for _, c := range caps {
@@ -217,10 +219,14 @@ func (q *Request) Require(caps ...string) error {
 			have = q.ClientCapabilities.Elicitation
 		case "roots":
 			have = q.ClientCapabilities.Roots
-		default:
-			if q.ClientCapabilities.Extensions[c] != nil {
-				have = q.ClientCapabilities.Extensions[c]
+		default: // an extension, by its id
+			if have = q.ClientCapabilities.Extensions[c]; have == nil {
+				if missing["extensions"] == nil {
+					missing["extensions"] = map[string]any{}
+				}
+				missing["extensions"][c] = map[string]any{}
 			}
+			continue
 		}
 		if have == nil {
 			missing[c] = map[string]any{}
@@ -230,6 +236,10 @@ func (q *Request) Require(caps ...string) error {
 		return nil
 	}
 	names := slices.Sorted(maps.Keys(missing)) // one message for one set of capabilities
+	if ext, ok := missing["extensions"]; ok {
+		names = slices.DeleteFunc(names, func(n string) bool { return n == "extensions" })
+		names = append(names, slices.Sorted(maps.Keys(ext))...)
+	}
 	return jsonrpc.NewError(mcp.CodeMissingClientCapability, "the client did not declare the capabilities this request needs: %s", strings.Join(names, ", ")).
 		WithData(mcp.MissingCapabilityData{RequiredCapabilities: missing})
 }

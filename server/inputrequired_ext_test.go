@@ -159,4 +159,17 @@ func TestRequireMessageIsStable(t *testing.T) {
 	if len(messages) != 1 {
 		t.Fatalf("50 identical calls gave %d messages: %v", len(messages), messages)
 	}
+	// An extension is required under requiredCapabilities.extensions, as
+	// the client declares it, not beside the core capabilities.
+	f := c.Call(51, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": "needs"}))
+	var data mcp.MissingCapabilityData
+	if err := json.Unmarshal(f.Error.Data, &data); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := data.RequiredCapabilities["extensions"]["io.example/ext"]; !ok || data.RequiredCapabilities["io.example/ext"] != nil {
+		t.Fatalf("data = %s, want the extension under requiredCapabilities.extensions", f.Error.Data)
+	}
+	if !strings.HasSuffix(f.Error.Message, "elicitation, roots, sampling, io.example/ext") {
+		t.Fatalf("message = %q", f.Error.Message)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 )
 
@@ -54,6 +55,19 @@ func adapt(h ToolHandler) CallHandler {
 	return func(ctx context.Context, call *CallRequest) (mcp.Result, error) {
 		return asResult(h(ctx, call))
 	}
+}
+
+// ToolResult maps what a tool's handler returned onto the wire as a call of
+// the tool would: a result, a tool failure (isError, with its structured
+// body), or a JSON-RPC error — storage failures hidden behind their
+// advice, as for any call. It is for an interceptor that runs the handler
+// outside its request (a task's worker) and stores the answer for later.
+func (s *Server) ToolResult(tool string, res mcp.Result, err error) (mcp.Result, *jsonrpc.Error) {
+	err = s.hideStorageFailureOf(err, "tool", tool)
+	if rt := s.lookupTool(tool); rt != nil {
+		return rt.result(res, err)
+	}
+	return toolResult(res, err)
 }
 
 // DecodedArguments returns the call's arguments as decoded once when it

@@ -86,8 +86,15 @@ type CallRequest struct {
 	// Name is the tool's name.
 	Name string
 	// Arguments are the call's arguments, already validated against the
-	// tool's input schema. Nil when the call had none.
+	// tool's input schema. Nil when the call had none. They may share
+	// memory with the request's frame: a handler that keeps them past its
+	// return (a task's worker) copies them.
 	Arguments json.RawMessage
+	// Task is the 2025-11-25 era's task member of the params, as sent
+	// (mcp.TaskMetadata): the client asks for the call to run as a task.
+	// It is nil when absent, and in the 2026-07-28 era, where the server
+	// alone decides and a stray task member is ignored.
+	Task json.RawMessage
 
 	args     map[string]any // Arguments, decoded once when the call arrived (see Argument)
 	supplied map[string]any // arguments a Check supplied for the schema (see SupplyArgument)

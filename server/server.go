@@ -155,6 +155,7 @@ type Server struct {
 	mu         sync.RWMutex
 	tools      map[string]*registeredTool
 	toolList   []mcp.Tool // sorted by name; rebuilt on change
+	modernList []mcp.Tool // toolList as the 2026-07-28 era shows it: no execution member
 	resources  map[string]*registeredResource
 	templates  []*registeredTemplate // sorted by URI template
 	prompts    map[string]*registeredPrompt
@@ -279,9 +280,12 @@ func (s *Server) cacheable() mcp.Cacheable {
 }
 
 // listTools returns the tools in deterministic (name) order.
-func (s *Server) listTools() []mcp.Tool {
+func (s *Server) listTools(era mcp.Era) []mcp.Tool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	if era == mcp.Modern {
+		return s.modernList
+	}
 	return s.toolList
 }
 
@@ -299,6 +303,16 @@ func (s *Server) rebuildToolListLocked() {
 	}
 	slices.SortFunc(list, func(a, b mcp.Tool) int { return cmp.Compare(a.Name, b.Name) })
 	s.toolList = list
+	s.modernList = list
+	cloned := false
+	for i := range list {
+		if list[i].Execution != nil {
+			if !cloned {
+				s.modernList, cloned = slices.Clone(list), true
+			}
+			s.modernList[i].Execution = nil
+		}
+	}
 }
 
 // sessionsSnapshot returns the live sessions.

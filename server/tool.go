@@ -38,6 +38,10 @@ type Tool struct {
 	// Annotations are hints for clients. They are never proof of anything.
 	Annotations *mcp.ToolAnnotations
 	Meta        mcp.Meta
+	// Execution is what the 2025-11-25 era's tools/list says of the tool's
+	// task support; an interceptor that runs the tool as a task sets it.
+	// The 2026-07-28 era's tools/list leaves it out.
+	Execution *mcp.ToolExecution
 	// Policy is how the server runs the tool's calls.
 	Policy Policy
 	// Check, when set, runs as soon as a call arrives: before its
@@ -100,7 +104,7 @@ func (p Policy) validate(tool string) error {
 		return fmt.Errorf("server: tool %q: unknown retry class %d", tool, p.Retry)
 	}
 	if p.Timeout == TimeoutLong && p.MaxTimeout == 0 {
-		return fmt.Errorf("server: tool %q: long-running work belongs in a durable task, which this server cannot run yet; set Policy.MaxTimeout to bound the call", tool)
+		return fmt.Errorf("server: tool %q: long-running work belongs in a durable task (package taskserver); a call must set Policy.MaxTimeout to bound it", tool)
 	}
 	return nil
 }
@@ -229,6 +233,7 @@ func compileTool(t Tool) (*registeredTool, error) {
 			InputSchema:  bytes.Clone(in),
 			OutputSchema: bytes.Clone(t.OutputSchema),
 			Annotations:  t.Annotations,
+			Execution:    t.Execution,
 			Meta:         t.Meta,
 		},
 		policy:  t.Policy,

@@ -32,6 +32,7 @@ var layer = map[string][]string{
 	"transport/streamhttp": {"jsonrpc", "mcp", "server"},
 
 	"idempotency": {"jsonrpc", "mcp", "server", "ledger", "store"},
+	"taskserver":  {"jsonrpc", "mcp", "server", "tasks", "ledger", "store"},
 
 	// Commands, examples and test helpers sit on top and may use anything.
 	"cmd/...":      {"..."},
