@@ -1,0 +1,408 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+)
+
+// Work is what a task does. It runs on a Runner's worker with a context
+// of the runner's own — never the context of the request that created the
+// task, so that closing that request's connection neither cancels nor
+// stops it — and calls run.Checkpoint between its steps. Its Outcome ends
+// the task, unless a checkpoint already did (the task was cancelled).
+type Work func(ctx context.Context, run *Run) Outcome
+
+// Outcome is how a Work ended its task.
+type Outcome struct {
+	// Status is Completed, Failed or Cancelled; or 0 when the work stopped
+	// for a shutdown (a checkpoint returned ErrShutdown, or its context
+	// ended), which leaves the task to another process.
+	Status  Status
+	Message string
+	// Result is a Completed task's result; Error a Failed task's JSON-RPC
+	// error object.
+	Result json.RawMessage
+	Error  json.RawMessage
+}
+
+// Run is one worker's hold on one task, handed to its Work.
+type Run struct {
+	runner *Runner
+	task   Task
+	stop   <-chan struct{} // closed when the runner shuts down
+}
+
+// Task returns the task as the worker found it: its request, attempts,
+// and (after a takeover) the checkpoint data it resumes from.
+func (r *Run) Task() Task { return r.task }
+
+// Checkpoint tells the store the task is alive between two steps, with an
+// optional status message for clients ("" keeps the last one): the lease
+// is renewed and the cancellation intent read. It returns ErrCancelled
+// once the intent was recorded — the task is then durably cancelled, and
+// the work must stop and return — and ErrShutdown when the process is
+// shutting down, after which the work should stop too: the task is left
+// for another process to take over. Any other error means the store could
+// not be reached; the work may go on and checkpoint again later.
+func (r *Run) Checkpoint(ctx context.Context, message string) error {
+	return r.checkpoint(ctx, message, nil)
+}
+
+// Save is Checkpoint with data a resumable tool continues from after a
+// takeover (Task.Checkpoint): the state the work reached, as JSON.
+func (r *Run) Save(ctx context.Context, message string, data any) error {
+	b, err := json.Marshal(data)
+	if err != nil {
+		return fmt.Errorf("tasks: checkpoint data: %w", err)
+	}
+	return r.checkpoint(ctx, message, b)
+}
+
+func (r *Run) checkpoint(ctx context.Context, message string, data json.RawMessage) error {
+	u := CheckpointUpdate{Data: data}
+	if message != "" {
+		u.StatusMessage = &message
+	}
+	if err := r.runner.store.Checkpoint(ctx, r.task.ID, r.runner.owner, u); err != nil {
+		return err
+	}
+	select {
+	case <-r.stop:
+		return ErrShutdown
+	default:
+		return nil
+	}
+}
+
+// ErrShutdown is what a checkpoint returns while the runner shuts down.
+var ErrShutdown = errors.New("tasks: the process is shutting down; the task is left to another worker")
+
+// ErrOverloaded refuses a task the runner has no room for: the client may
+// retry later.
+var ErrOverloaded = errors.New("tasks: too many tasks running and queued")
+
+// RunnerOptions bound a Runner. The zero value is valid.
+type RunnerOptions struct {
+	// Owner names this process in the leases it holds; it must differ
+	// between processes sharing a store. Empty means the host name, the
+	// process id and a random suffix.
+	Owner string
+	// Workers bounds the tasks running at once (default 8), Queued the
+	// tasks waiting for a worker (default 64), and PerTenant the tasks of
+	// one tenant running or waiting (default: half of Workers+Queued), so
+	// that one tenant cannot take every slot.
+	Workers, Queued, PerTenant int
+	// Logger receives what goes wrong in the background (heartbeat,
+	// takeover, reaping); nil means slog.Default.
+	Logger *slog.Logger
+}
+
+// Runner runs tasks on a bounded pool of workers, keeps their leases
+// alive, takes over the tasks of processes that died, and reaps expired
+// ones.
+type Runner struct {
+	store  *Store
+	owner  string
+	log    *slog.Logger
+	opts   RunnerOptions
+	slots  chan struct{} // one per running task
+	stop   chan struct{}
+	ctx    context.Context // every task's context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	reserved  int            // running + queued
+	perTenant map[string]int // running + queued, by tenant
+	draining  bool
+	finished  chan struct{} // closed and replaced when a task of this process ends
+	wg        sync.WaitGroup
+}
+
+// NewRunner returns a runner for the store's tasks.
+func NewRunner(s *Store, opts *RunnerOptions) (*Runner, error) {
+	var o RunnerOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Workers < 0 || o.Queued < 0 || o.PerTenant < 0 {
+		return nil, errors.New("tasks: RunnerOptions bounds must not be negative")
+	}
+	if o.Workers == 0 {
+		o.Workers = 8
+	}
+	if o.Queued == 0 {
+		o.Queued = 64
+	}
+	if o.PerTenant == 0 {
+		o.PerTenant = max(1, (o.Workers+o.Queued)/2)
+	}
+	if o.Owner == "" {
+		host, _ := os.Hostname()
+		o.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), newID()[:8])
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Runner{store: s, owner: o.Owner, log: o.Logger, opts: o,
+		slots: make(chan struct{}, o.Workers), stop: make(chan struct{}), ctx: ctx, cancel: cancel,
+		perTenant: map[string]int{}, finished: make(chan struct{})}, nil
+}
+
+// Owner is the name this runner's leases carry.
+func (r *Runner) Owner() string { return r.owner }
+
+// Store is the store the runner's tasks live in.
+func (r *Runner) Store() *Store { return r.store }
+
+// Slot is room reserved for one task on a runner, before the task is
+// created: a creation the runner could not run is refused before it is
+// recorded.
+type Slot struct {
+	r      *Runner
+	tenant string
+	used   bool
+}
+
+// Reserve takes room for one of the tenant's tasks, or returns
+// ErrOverloaded (or ErrShutdown while the runner shuts down).
+func (r *Runner) Reserve(tenant string) (*Slot, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.draining {
+		return nil, ErrShutdown
+	}
+	if r.reserved >= r.opts.Workers+r.opts.Queued || r.perTenant[tenant] >= r.opts.PerTenant {
+		return nil, ErrOverloaded
+	}
+	r.reserved++
+	r.perTenant[tenant]++
+	return &Slot{r: r, tenant: tenant}, nil
+}
+
+// Release gives the room back unused (the task was not created).
+func (s *Slot) Release() {
+	if s.used {
+		return
+	}
+	s.used = true
+	s.r.free(s.tenant)
+}
+
+func (r *Runner) free(tenant string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reserved--
+	if r.perTenant[tenant]--; r.perTenant[tenant] <= 0 {
+		delete(r.perTenant, tenant)
+	}
+}
+
+// Start runs work for t, which this runner owns, in the slot: at once if a
+// worker is free, or when one frees up.
+func (s *Slot) Start(t Task, work Work) {
+	if s.used {
+		panic("tasks: a slot was used twice")
+	}
+	s.used = true
+	r := s.r
+	r.wg.Go(func() {
+		ctx, cancel := context.WithCancel(r.ctx)
+		defer r.free(s.tenant)
+		defer cancel()
+		select {
+		case r.slots <- struct{}{}:
+		case <-r.stop:
+			// Shutting down before a worker was free: another process
+			// takes the task over now rather than after the lease.
+			r.release(t.ID)
+			r.leave(t.ID)
+			return
+		}
+		defer func() { <-r.slots }()
+		r.execute(ctx, t, work)
+	})
+}
+
+// execute runs work and records its outcome.
+func (r *Runner) execute(ctx context.Context, t Task, work Work) {
+	defer r.leave(t.ID)
+	out := r.safely(ctx, t, work)
+	if out.Status == 0 {
+		return // the work stopped for a shutdown; the lease is released
+	}
+	// The outcome is recorded even when the process is stopping: the work
+	// is done, and running it again elsewhere would run it twice.
+	err := r.store.Finish(context.WithoutCancel(ctx), t.ID, r.owner, out.Status, out.Message, out.Result, out.Error)
+	switch {
+	case err == nil, errors.Is(err, ErrTerminal):
+		// ErrTerminal: a checkpoint ended it cancelled first.
+	case errors.Is(err, ErrLeaseLost):
+		r.log.Warn("a task finished after another worker took it over; its outcome was dropped",
+			"task", t.ID, "tool", t.Tool)
+	default:
+		r.log.Error("could not record a task's outcome; it will be taken over", "task", t.ID, "tool", t.Tool, "err", err)
+	}
+}
+
+// safely runs work, turning a panic into a failed outcome and a shutdown
+// stop into a released lease (Status 0).
+func (r *Runner) safely(ctx context.Context, t Task, work Work) (out Outcome) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("a task's work panicked", "task", t.ID, "tool", t.Tool, "panic", p)
+			out = Outcome{Status: Failed, Message: "the tool failed unexpectedly",
+				Error: json.RawMessage(`{"code":-32603,"message":"the tool failed unexpectedly"}`)}
+		}
+	}()
+	out = work(ctx, &Run{runner: r, task: t, stop: r.stop})
+	if out.Status == 0 {
+		r.release(t.ID) // stopped for the shutdown: leave it to be taken over
+	}
+	return out
+}
+
+// release gives up this runner's lease on an unfinished task.
+func (r *Runner) release(id string) {
+	if err := r.store.Release(context.Background(), id, r.owner); err != nil {
+		r.log.Warn("could not release a task at shutdown; it is taken over when its lease expires", "task", id, "err", err)
+	}
+}
+
+// leave forgets a task that no longer runs here and wakes Wait.
+func (r *Runner) leave(id string) {
+	r.mu.Lock()
+	close(r.finished)
+	r.finished = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// Changed returns a channel closed the next time a task of this runner
+// stops running: a waiter for a task's end (a blocking tasks/result) reads
+// the store again then, rather than poll it.
+func (r *Runner) Changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.finished
+}
+
+// Resumer decides what becomes of a task taken over from a process that
+// died: the Work that resumes it, or false if it cannot be resumed (it is
+// then ended failed as interrupted).
+type Resumer func(t Task) (Work, bool)
+
+// Maintain keeps the runner's leases alive, takes over expired tasks
+// every interval (resuming them through resume, or failing them), and
+// reaps tasks past their TTL, until ctx ends. interval 0 means a third of
+// the store's lease.
+func (r *Runner) Maintain(ctx context.Context, interval time.Duration, resume Resumer) {
+	if interval <= 0 {
+		interval = r.store.Lease() / 3
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		r.MaintainOnce(ctx, resume)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// MaintainOnce is one round of Maintain.
+func (r *Runner) MaintainOnce(ctx context.Context, resume Resumer) {
+	if _, err := r.store.Heartbeat(ctx, r.owner); err != nil && ctx.Err() == nil {
+		r.log.Warn("could not renew task leases", "err", err)
+	}
+	r.takeOver(ctx, resume)
+	if _, err := r.store.Reap(ctx, 1000); err != nil && ctx.Err() == nil {
+		r.log.Warn("could not reap expired tasks", "err", err)
+	}
+}
+
+// interrupted is the error a task gets when its process stopped and it
+// cannot be resumed.
+var interrupted = json.RawMessage(`{"code":-32603,"message":"the task was interrupted: the process running it stopped before it finished"}`)
+
+func (r *Runner) takeOver(ctx context.Context, resume Resumer) {
+	for {
+		r.mu.Lock()
+		free := r.opts.Workers + r.opts.Queued - r.reserved
+		draining := r.draining
+		r.mu.Unlock()
+		if free <= 0 || draining {
+			return
+		}
+		taken, err := r.store.TakeOver(ctx, r.owner, min(free, 16))
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("could not take over expired tasks", "err", err)
+			}
+			return
+		}
+		for _, t := range taken {
+			work, ok := resume(t)
+			var slot *Slot
+			if ok {
+				slot, err = r.reserveTakeover(t.Tenant)
+			}
+			if !ok || err != nil {
+				if ferr := r.store.Finish(ctx, t.ID, r.owner, Failed, "interrupted: the process running it stopped", nil, interrupted); ferr != nil && !errors.Is(ferr, ErrTerminal) {
+					r.log.Warn("could not end an interrupted task", "task", t.ID, "err", ferr)
+				}
+				continue
+			}
+			r.log.Info("resuming a task taken over from a stopped process", "task", t.ID, "tool", t.Tool, "attempt", t.Attempts)
+			slot.Start(t, work)
+		}
+		if len(taken) < min(free, 16) {
+			return
+		}
+	}
+}
+
+// reserveTakeover reserves room for a resumed task; a tenant's bound does
+// not refuse it, since the task exists already.
+func (r *Runner) reserveTakeover(tenant string) (*Slot, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.draining || r.reserved >= r.opts.Workers+r.opts.Queued {
+		return nil, ErrOverloaded
+	}
+	r.reserved++
+	r.perTenant[tenant]++
+	return &Slot{r: r, tenant: tenant}, nil
+}
+
+// Shutdown stops taking tasks and asks running ones to stop at their next
+// checkpoint (which returns ErrShutdown), leaving them to be taken over;
+// tasks still waiting for a worker are released at once. When ctx ends
+// first, the contexts of the tasks still running are cancelled and
+// Shutdown returns ctx's error without waiting for work that ignores its
+// context: the heartbeat has stopped, so such a task is taken over when
+// its lease expires.
+func (r *Runner) Shutdown(ctx context.Context) error {
+	r.mu.Lock()
+	if !r.draining {
+		r.draining = true
+		close(r.stop)
+	}
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		r.cancel()
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,791 @@
+// Package tasks keeps durable tasks: work that a request starts and that
+// outlives it, its connection and the process that runs it.
+//
+// A task record lives in the store (SQLite by default, PostgreSQL when
+// replicas share the work) from the moment it is created, before anyone is
+// told its id. Its status moves working ↔ input_required, then to exactly
+// one of completed, failed or cancelled, which never change again; Store
+// refuses any other transition.
+//
+// Cancellation is an intent, not an event: RequestCancel records it
+// durably and returns at once, and the task stays working until the
+// process running it observes the intent at a checkpoint (Store.Checkpoint,
+// which a tool reaches through Run.Checkpoint between its steps) and ends
+// it cancelled — or finishes first, in which case its result stands.
+//
+// Each task that is not finished is leased by the process running it,
+// which renews the lease at every checkpoint and from a heartbeat. When a
+// process dies its leases expire, and another process (or the same one,
+// restarted) takes the task over: it resumes it from its last checkpoint
+// data if its tool says it can, and otherwise ends it failed as
+// interrupted. Nothing stays working forever.
+//
+// Task ids are 128 random bits: unguessable. Every read and write is
+// scoped to the tenant that created the task, and another tenant's id
+// reads as unknown. The package knows the store, never the server or a
+// transport: package taskserver serves it over MCP.
+package tasks
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mcprel/mcprel/store"
+)
+
+// Status is where a task is in its life.
+type Status uint8
+
+const (
+	// Working: the task runs, or waits for a worker.
+	Working Status = 1
+	// InputRequired: the task waits for the client's answers.
+	InputRequired Status = 2
+	// Completed: the work finished and its result is stored. A tool's
+	// isError result completes a task too (2026-07-28).
+	Completed Status = 3
+	// Failed: the work could not finish: a protocol error, or the process
+	// running it stopped and the task could not be resumed.
+	Failed Status = 4
+	// Cancelled: the worker observed a cancellation intent at a
+	// checkpoint, or no worker was running when it was recorded.
+	Cancelled Status = 5
+)
+
+// String returns the status as the protocol spells it.
+func (s Status) String() string {
+	switch s {
+	case Working:
+		return "working"
+	case InputRequired:
+		return "input_required"
+	case Completed:
+		return "completed"
+	case Failed:
+		return "failed"
+	case Cancelled:
+		return "cancelled"
+	}
+	return "unknown"
+}
+
+// Terminal reports whether the status never changes again.
+func (s Status) Terminal() bool { return s >= Completed && s <= Cancelled }
+
+// canMove reports whether a task may go from s to next.
+func (s Status) canMove(next Status) bool {
+	switch s {
+	case Working:
+		return next == InputRequired || next.Terminal()
+	case InputRequired:
+		return next == Working || next.Terminal()
+	}
+	return false
+}
+
+// Task is a task's durable record.
+type Task struct {
+	ID     string
+	Tenant string
+	Tool   string
+	Status Status
+	// StatusMessage is the latest word from the worker ("row 40 of 100"),
+	// or why the task failed.
+	StatusMessage string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	// TTL is how long the task is kept after it is created; it is reaped
+	// (and reads as unknown) after that, once it is no longer running.
+	TTL time.Duration
+	// PollInterval is how often a client should ask for the task.
+	PollInterval time.Duration
+	// Request is what the task was created to do (for a tool call, its
+	// name and arguments): what a worker needs to run it, or resume it.
+	Request json.RawMessage
+	// Result is the stored result of a Completed task.
+	Result json.RawMessage
+	// Error is the JSON-RPC error object of a Failed task.
+	Error json.RawMessage
+	// CancelRequested is set once a cancellation intent is recorded.
+	CancelRequested bool
+	// CancelRequestedAt is when it was first recorded.
+	CancelRequestedAt time.Time
+	// Owner is the process whose lease the task is under, until
+	// LeaseUntil; empty once the task is finished.
+	Owner      string
+	LeaseUntil time.Time
+	// Attempts counts the workers that started the task: 1, plus one per
+	// takeover after a lease expired.
+	Attempts int
+	// Checkpoint is the data the worker saved at its last checkpoint, from
+	// which a resumable tool continues after a takeover.
+	Checkpoint json.RawMessage
+	// InputRequests holds the questions an InputRequired task waits on,
+	// and InputResponses the answers received so far, both as JSON objects
+	// keyed by request key.
+	InputRequests  json.RawMessage
+	InputResponses json.RawMessage
+}
+
+// Errors the store reports. Callers answer clients with their own words
+// for them; ErrNotFound is also what another tenant's id gets.
+var (
+	ErrNotFound = errors.New("tasks: no such task")
+	// ErrTerminal: the task already finished; its status cannot change.
+	ErrTerminal = errors.New("tasks: the task has already finished")
+	// ErrLeaseLost: the caller no longer owns the task (its lease expired
+	// and another process took it over, or the task was ended for it).
+	ErrLeaseLost = errors.New("tasks: the task's lease is held by another worker")
+	// ErrCancelled is what a checkpoint returns once the task's
+	// cancellation intent is observed: the tool stops and returns it.
+	ErrCancelled = errors.New("tasks: the task was cancelled")
+)
+
+// Defaults for Options fields left at zero.
+const (
+	DefaultLease        = 30 * time.Second
+	DefaultTTL          = time.Hour
+	DefaultMaxTTL       = 24 * time.Hour
+	DefaultPollInterval = time.Second
+	// MaxRequestBytes bounds a task's stored request, result and
+	// checkpoint each.
+	MaxRecordBytes = 8 << 20
+)
+
+// Options configure a Store. The zero value is valid.
+type Options struct {
+	// Lease is how long a worker's hold on a task lasts without renewal;
+	// a process that dies leaves its tasks to be taken over after it.
+	// Zero means DefaultLease.
+	Lease time.Duration
+	// DefaultTTL is a task's TTL when its creator asks for none, and
+	// MaxTTL the longest it may ask for. Zero means DefaultTTL and
+	// DefaultMaxTTL.
+	DefaultTTL, MaxTTL time.Duration
+	// PollInterval is what clients are told to poll at. Zero means
+	// DefaultPollInterval.
+	PollInterval time.Duration
+}
+
+// Store keeps tasks in a database.
+type Store struct {
+	db           *store.DB
+	lease        time.Duration
+	defaultTTL   time.Duration
+	maxTTL       time.Duration
+	pollInterval time.Duration
+	now          func() time.Time // time.Now; tests move it
+}
+
+var migrations = []store.Migration{{
+	Version: 1,
+	SQLite: `CREATE TABLE mcprel_tasks (
+		id              TEXT PRIMARY KEY,
+		tenant          TEXT NOT NULL,
+		tool            TEXT NOT NULL,
+		status          INTEGER NOT NULL,
+		status_message  TEXT NOT NULL DEFAULT '',
+		created_at      INTEGER NOT NULL,
+		updated_at      INTEGER NOT NULL,
+		ttl_ms          INTEGER NOT NULL,
+		expires_at      INTEGER NOT NULL,
+		poll_ms         INTEGER NOT NULL,
+		request         TEXT NOT NULL,
+		result          TEXT,
+		error           TEXT,
+		cancel_requested INTEGER NOT NULL DEFAULT 0,
+		cancel_at       INTEGER,
+		owner           TEXT,
+		lease_until     INTEGER,
+		attempts        INTEGER NOT NULL DEFAULT 1,
+		checkpoint      TEXT,
+		input_requests  TEXT,
+		input_responses TEXT);
+		CREATE INDEX mcprel_tasks_tenant ON mcprel_tasks (tenant, created_at, id);
+		CREATE INDEX mcprel_tasks_lease ON mcprel_tasks (lease_until) WHERE status < 3;
+		CREATE INDEX mcprel_tasks_expires ON mcprel_tasks (expires_at)`,
+	Postgres: `CREATE TABLE mcprel_tasks (
+		id              TEXT PRIMARY KEY,
+		tenant          TEXT NOT NULL,
+		tool            TEXT NOT NULL,
+		status          SMALLINT NOT NULL,
+		status_message  TEXT NOT NULL DEFAULT '',
+		created_at      BIGINT NOT NULL,
+		updated_at      BIGINT NOT NULL,
+		ttl_ms          BIGINT NOT NULL,
+		expires_at      BIGINT NOT NULL,
+		poll_ms         BIGINT NOT NULL,
+		request         TEXT NOT NULL,
+		result          TEXT,
+		error           TEXT,
+		cancel_requested BOOLEAN NOT NULL DEFAULT FALSE,
+		cancel_at       BIGINT,
+		owner           TEXT,
+		lease_until     BIGINT,
+		attempts        INTEGER NOT NULL DEFAULT 1,
+		checkpoint      TEXT,
+		input_requests  TEXT,
+		input_responses TEXT);
+		CREATE INDEX mcprel_tasks_tenant ON mcprel_tasks (tenant, created_at, id);
+		CREATE INDEX mcprel_tasks_lease ON mcprel_tasks (lease_until) WHERE status < 3;
+		CREATE INDEX mcprel_tasks_expires ON mcprel_tasks (expires_at)`,
+}}
+
+// Open prepares the tasks schema in db and returns the store. opts may be
+// nil.
+func Open(ctx context.Context, db *store.DB, opts *Options) (*Store, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Lease < 0 || o.DefaultTTL < 0 || o.MaxTTL < 0 || o.PollInterval < 0 {
+		return nil, errors.New("tasks: Options durations must not be negative")
+	}
+	if o.Lease == 0 {
+		o.Lease = DefaultLease
+	}
+	if o.MaxTTL == 0 {
+		o.MaxTTL = DefaultMaxTTL
+	}
+	if o.DefaultTTL == 0 {
+		o.DefaultTTL = min(DefaultTTL, o.MaxTTL)
+	}
+	if o.DefaultTTL > o.MaxTTL {
+		return nil, errors.New("tasks: Options.DefaultTTL is longer than MaxTTL")
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if err := db.Migrate(ctx, "tasks", migrations); err != nil {
+		return nil, err
+	}
+	return &Store{db: db, lease: o.Lease, defaultTTL: o.DefaultTTL, maxTTL: o.MaxTTL,
+		pollInterval: o.PollInterval, now: time.Now}, nil
+}
+
+// DB returns the database the store lives in.
+func (s *Store) DB() *store.DB { return s.db }
+
+// Lease is how long a worker's hold on a task lasts without renewal.
+func (s *Store) Lease() time.Duration { return s.lease }
+
+// TTL returns the TTL a task created with the requested one gets: the
+// default for zero or less, at most MaxTTL.
+func (s *Store) TTL(requested time.Duration) time.Duration {
+	if requested <= 0 {
+		return s.defaultTTL
+	}
+	return min(requested, s.maxTTL)
+}
+
+// NewTask is what Create needs.
+type NewTask struct {
+	Tenant string
+	Tool   string
+	// Request is what the task is to do, as JSON (see Task.Request).
+	Request json.RawMessage
+	// TTL is the creator's wish; the store applies its default and
+	// maximum (Store.TTL).
+	TTL time.Duration
+	// Owner is the process that will run the task: the task starts
+	// leased to it, so that if the process dies before its worker starts,
+	// the task is still taken over.
+	Owner string
+}
+
+// newID returns an unguessable task id: 128 random bits.
+func newID() string {
+	var b [16]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+// Create records a new working task, durably: when it returns, Get finds
+// it from any process sharing the store.
+func (s *Store) Create(ctx context.Context, n NewTask) (Task, error) {
+	var t Task
+	err := s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+		var err error
+		t, err = s.CreateTx(ctx, tx, n)
+		return err
+	})
+	return t, err
+}
+
+// CreateTx is Create inside the caller's transaction, so that a task can
+// be created together with something else — the idempotency record of the
+// call that created it, so that a retried creation finds the same task.
+func (s *Store) CreateTx(ctx context.Context, tx *store.Tx, n NewTask) (Task, error) {
+	if n.Owner == "" {
+		return Task{}, errors.New("tasks: a new task needs an owner")
+	}
+	if !json.Valid(n.Request) {
+		return Task{}, errors.New("tasks: the task's request is not JSON")
+	}
+	if len(n.Request) > MaxRecordBytes {
+		return Task{}, fmt.Errorf("tasks: the task's request is %d bytes, over %d", len(n.Request), MaxRecordBytes)
+	}
+	now := time.UnixMilli(s.now().UnixMilli())
+	t := Task{
+		ID: newID(), Tenant: n.Tenant, Tool: n.Tool, Status: Working,
+		CreatedAt: now, UpdatedAt: now, TTL: s.TTL(n.TTL), PollInterval: s.pollInterval,
+		Request: append(json.RawMessage(nil), n.Request...), Owner: n.Owner,
+		LeaseUntil: now.Add(s.lease), Attempts: 1,
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO mcprel_tasks
+		(id, tenant, tool, status, created_at, updated_at, ttl_ms, expires_at, poll_ms, request, owner, lease_until, attempts)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`,
+		t.ID, t.Tenant, t.Tool, int(Working), ms(now), ms(now), t.TTL.Milliseconds(), ms(now.Add(t.TTL)),
+		t.PollInterval.Milliseconds(), string(t.Request), t.Owner, ms(t.LeaseUntil))
+	if err != nil {
+		return Task{}, err
+	}
+	return t, nil
+}
+
+const selectTask = `SELECT id, tenant, tool, status, status_message, created_at, updated_at, ttl_ms,
+	poll_ms, request, result, error, cancel_requested, cancel_at, owner, lease_until, attempts,
+	checkpoint, input_requests, input_responses FROM mcprel_tasks `
+
+func scanTask(row interface{ Scan(...any) error }) (Task, error) {
+	var (
+		t                                 Task
+		status                            int
+		created, updated, ttl, poll       int64
+		request                           string
+		result, errObj, owner, checkpoint sql.NullString
+		inputReq, inputResp               sql.NullString
+		cancelAt, leaseUntil              sql.NullInt64
+		cancelRequested                   bool
+	)
+	err := row.Scan(&t.ID, &t.Tenant, &t.Tool, &status, &t.StatusMessage, &created, &updated, &ttl,
+		&poll, &request, &result, &errObj, &cancelRequested, &cancelAt, &owner, &leaseUntil, &t.Attempts,
+		&checkpoint, &inputReq, &inputResp)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Task{}, ErrNotFound
+	}
+	if err != nil {
+		return Task{}, err
+	}
+	t.Status = Status(status)
+	t.CreatedAt, t.UpdatedAt = time.UnixMilli(created), time.UnixMilli(updated)
+	t.TTL, t.PollInterval = time.Duration(ttl)*time.Millisecond, time.Duration(poll)*time.Millisecond
+	t.Request = json.RawMessage(request)
+	t.Result, t.Error, t.Checkpoint = raw(result), raw(errObj), raw(checkpoint)
+	t.InputRequests, t.InputResponses = raw(inputReq), raw(inputResp)
+	t.CancelRequested = cancelRequested
+	if cancelAt.Valid {
+		t.CancelRequestedAt = time.UnixMilli(cancelAt.Int64)
+	}
+	t.Owner = owner.String
+	if leaseUntil.Valid {
+		t.LeaseUntil = time.UnixMilli(leaseUntil.Int64)
+	}
+	return t, nil
+}
+
+func raw(s sql.NullString) json.RawMessage {
+	if !s.Valid {
+		return nil
+	}
+	return json.RawMessage(s.String)
+}
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+// Get returns the tenant's task. A task of another tenant, and one whose
+// TTL has passed, is ErrNotFound.
+func (s *Store) Get(ctx context.Context, tenant, id string) (Task, error) {
+	t, err := scanTask(s.db.QueryRow(ctx, selectTask+`WHERE id = ? AND tenant = ? AND expires_at > ?`,
+		id, tenant, ms(s.now())))
+	return t, err
+}
+
+// List returns the tenant's tasks, oldest first, at most limit of them
+// after cursor (empty for the first page), and the cursor of the next
+// page ("" when there is none). A cursor the store did not issue is
+// refused.
+func (s *Store) List(ctx context.Context, tenant, cursor string, limit int) ([]Task, string, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	var afterCreated int64 = -1
+	afterID := ""
+	if cursor != "" {
+		c, id, ok := strings.Cut(cursor, ".")
+		var err error
+		if ok {
+			_, err = fmt.Sscan(c, &afterCreated)
+		}
+		if !ok || err != nil || id == "" {
+			return nil, "", ErrBadCursor
+		}
+		afterID = id
+	}
+	var out []Task
+	err := s.db.ReadTx(ctx, func(tx *store.Tx) error {
+		rows, err := tx.Query(ctx, selectTask+`WHERE tenant = ? AND expires_at > ?
+			AND (created_at > ? OR (created_at = ? AND id > ?)) ORDER BY created_at, id LIMIT ?`,
+			tenant, ms(s.now()), afterCreated, afterCreated, afterID, limit+1)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			t, err := scanTask(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, t)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		last := out[len(out)-1]
+		next = fmt.Sprintf("%d.%s", ms(last.CreatedAt), last.ID)
+	}
+	return out, next, nil
+}
+
+// ErrBadCursor is List's answer to a cursor it did not issue.
+var ErrBadCursor = errors.New("tasks: invalid cursor")
+
+// RequestCancel records the intent to cancel the tenant's task and
+// returns the task as it now is. It does not stop anything: the worker
+// observes the intent at its next checkpoint. A task that no worker holds
+// (its lease has expired) is cancelled at once, since no checkpoint will
+// come. Recording it again changes nothing; on a finished task it changes
+// nothing either and returns ErrTerminal with the task.
+func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (Task, error) {
+	var t Task
+	err := s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+		var err error
+		t, err = scanTask(tx.QueryRow(ctx, selectTask+`WHERE id = ? AND tenant = ? AND expires_at > ?`, id, tenant, ms(s.now())))
+		if err != nil {
+			return err
+		}
+		if t.Status.Terminal() {
+			return ErrTerminal
+		}
+		now := s.now()
+		if !t.CancelRequested {
+			t.CancelRequested, t.CancelRequestedAt = true, time.UnixMilli(ms(now))
+			if _, err := tx.Exec(ctx, `UPDATE mcprel_tasks SET cancel_requested = ?, cancel_at = ? WHERE id = ?`,
+				true, ms(now), id); err != nil {
+				return err
+			}
+		}
+		if !t.LeaseUntil.After(now) {
+			return s.finishTx(ctx, tx, &t, Cancelled, "cancelled while no worker held it", nil, nil, now)
+		}
+		return nil
+	})
+	if errors.Is(err, ErrTerminal) {
+		return t, ErrTerminal
+	}
+	return t, err
+}
+
+// CheckpointUpdate is what a worker saves at a checkpoint. Nil fields
+// keep what is stored.
+type CheckpointUpdate struct {
+	StatusMessage *string
+	// Data is saved for a resumable tool to continue from.
+	Data json.RawMessage
+}
+
+// Checkpoint is where a running task meets the store between its steps:
+// the worker's lease is renewed, its status message and checkpoint data
+// are saved, and the cancellation intent is read. It returns
+// ErrCancelled if the intent was recorded (the task is then ended
+// cancelled here, durably, and the worker must stop), and ErrLeaseLost if
+// owner no longer holds the task.
+func (s *Store) Checkpoint(ctx context.Context, id, owner string, u CheckpointUpdate) error {
+	if u.Data != nil && (!json.Valid(u.Data) || len(u.Data) > MaxRecordBytes) {
+		return errors.New("tasks: checkpoint data must be JSON of at most 8 MiB")
+	}
+	cancelled := false
+	err := s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+		t, err := s.owned(ctx, tx, id, owner)
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		if cancelled = t.CancelRequested; cancelled {
+			return s.finishTx(ctx, tx, &t, Cancelled, "cancelled", nil, nil, now)
+		}
+		msg := t.StatusMessage
+		if u.StatusMessage != nil {
+			msg = *u.StatusMessage
+		}
+		data := nullable(t.Checkpoint)
+		if u.Data != nil {
+			data = nullable(u.Data)
+		}
+		_, err = tx.Exec(ctx, `UPDATE mcprel_tasks SET status_message = ?, checkpoint = ?, updated_at = ?, lease_until = ? WHERE id = ?`,
+			msg, data, ms(now), ms(now.Add(s.lease)), id)
+		return err
+	})
+	if err == nil && cancelled {
+		return ErrCancelled
+	}
+	return err
+}
+
+// owned reads a task that owner holds and that has not finished.
+func (s *Store) owned(ctx context.Context, tx *store.Tx, id, owner string) (Task, error) {
+	t, err := scanTask(tx.QueryRow(ctx, selectTask+`WHERE id = ?`, id))
+	if err != nil {
+		return Task{}, err
+	}
+	if t.Status.Terminal() {
+		return t, ErrTerminal
+	}
+	if t.Owner != owner {
+		return t, ErrLeaseLost
+	}
+	return t, nil
+}
+
+func nullable(b json.RawMessage) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
+}
+
+// Finish ends a task that owner holds with a terminal status: Completed
+// with its result, Failed with a JSON-RPC error object, or Cancelled. A
+// task already finished is ErrTerminal and keeps its status: the first end
+// recorded wins.
+func (s *Store) Finish(ctx context.Context, id, owner string, status Status, message string, result, errObj json.RawMessage) error {
+	if !status.Terminal() {
+		return fmt.Errorf("tasks: %s is not a terminal status", status)
+	}
+	for _, b := range []json.RawMessage{result, errObj} {
+		if b != nil && (!json.Valid(b) || len(b) > MaxRecordBytes) {
+			return errors.New("tasks: a task's result and error must be JSON of at most 8 MiB")
+		}
+	}
+	return s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+		t, err := s.owned(ctx, tx, id, owner)
+		if err != nil {
+			return err
+		}
+		return s.finishTx(ctx, tx, &t, status, message, result, errObj, s.now())
+	})
+}
+
+// finishTx moves t to a terminal status and releases its lease.
+func (s *Store) finishTx(ctx context.Context, tx *store.Tx, t *Task, status Status, message string, result, errObj json.RawMessage, now time.Time) error {
+	if !t.Status.canMove(status) {
+		return fmt.Errorf("tasks: a %s task cannot become %s", t.Status, status)
+	}
+	_, err := tx.Exec(ctx, `UPDATE mcprel_tasks SET status = ?, status_message = ?, result = ?, error = ?,
+		updated_at = ?, owner = NULL, lease_until = NULL, input_requests = NULL WHERE id = ?`,
+		int(status), message, nullable(result), nullable(errObj), ms(now), t.ID)
+	if err != nil {
+		return err
+	}
+	t.Status, t.StatusMessage, t.Result, t.Error = status, message, result, errObj
+	t.UpdatedAt, t.Owner, t.LeaseUntil, t.InputRequests = time.UnixMilli(ms(now)), "", time.Time{}, nil
+	return nil
+}
+
+// RequireInput moves a task that owner holds to InputRequired, waiting on
+// requests (a JSON object of questions keyed by names never reused in the
+// task's life). A cancellation intent recorded meanwhile is observed here
+// as at a checkpoint.
+func (s *Store) RequireInput(ctx context.Context, id, owner string, requests json.RawMessage, message string) error {
+	if !json.Valid(requests) || len(requests) > MaxRecordBytes {
+		return errors.New("tasks: input requests must be a JSON object of at most 8 MiB")
+	}
+	cancelled := false
+	err := s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+		t, err := s.owned(ctx, tx, id, owner)
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		if cancelled = t.CancelRequested; cancelled {
+			return s.finishTx(ctx, tx, &t, Cancelled, "cancelled", nil, nil, now)
+		}
+		_, err = tx.Exec(ctx, `UPDATE mcprel_tasks SET status = ?, status_message = ?, input_requests = ?,
+			updated_at = ?, lease_until = ? WHERE id = ?`,
+			int(InputRequired), message, string(requests), ms(now), ms(now.Add(s.lease)), id)
+		return err
+	})
+	if err == nil && cancelled {
+		return ErrCancelled
+	}
+	return err
+}
+
+// ProvideInput stores the tenant's answers to an InputRequired task's
+// requests (a JSON object keyed as the requests are). Answers to keys the
+// task does not wait on are ignored, as are answers already given. When
+// every request has its answer, the task is Working again. It returns
+// ErrTerminal for a finished task.
+func (s *Store) ProvideInput(ctx context.Context, tenant, id string, responses map[string]json.RawMessage) error {
+	return s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+		t, err := scanTask(tx.QueryRow(ctx, selectTask+`WHERE id = ? AND tenant = ? AND expires_at > ?`, id, tenant, ms(s.now())))
+		if err != nil {
+			return err
+		}
+		if t.Status.Terminal() {
+			return ErrTerminal
+		}
+		if t.Status != InputRequired {
+			return nil // nothing asked: eventually consistent, ignored
+		}
+		var asked map[string]json.RawMessage
+		if err := json.Unmarshal(t.InputRequests, &asked); err != nil {
+			return fmt.Errorf("tasks: stored input requests: %w", err)
+		}
+		have := map[string]json.RawMessage{}
+		if t.InputResponses != nil {
+			if err := json.Unmarshal(t.InputResponses, &have); err != nil {
+				return fmt.Errorf("tasks: stored input responses: %w", err)
+			}
+		}
+		for k, v := range responses {
+			if _, ok := asked[k]; !ok {
+				continue
+			}
+			if _, done := have[k]; !done {
+				have[k] = v
+			}
+		}
+		all := true
+		for k := range asked {
+			if _, ok := have[k]; !ok {
+				all = false
+			}
+		}
+		b, err := json.Marshal(have)
+		if err != nil {
+			return err
+		}
+		status := InputRequired
+		if all {
+			status = Working
+		}
+		_, err = tx.Exec(ctx, `UPDATE mcprel_tasks SET input_responses = ?, status = ?, updated_at = ? WHERE id = ?`,
+			string(b), int(status), ms(s.now()), id)
+		return err
+	})
+}
+
+// Heartbeat renews the lease of every unfinished task owner holds, so that
+// a tool whose step outlasts the lease is not taken over while its
+// process lives. It returns how many it renewed.
+func (s *Store) Heartbeat(ctx context.Context, owner string) (int, error) {
+	n := 0
+	err := s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+		now := s.now()
+		res, err := tx.Exec(ctx, `UPDATE mcprel_tasks SET lease_until = ? WHERE owner = ? AND status < 3`,
+			ms(now.Add(s.lease)), owner)
+		if err != nil {
+			return err
+		}
+		c, err := res.RowsAffected()
+		n = int(c)
+		return err
+	})
+	return n, err
+}
+
+// TakeOver gives owner up to limit unfinished tasks whose lease has
+// expired — their process died or stopped without finishing them — each
+// with its attempt counted. A task whose cancellation was requested is
+// ended cancelled instead, and not returned. The caller resumes each task
+// or ends it (Finish).
+func (s *Store) TakeOver(ctx context.Context, owner string, limit int) ([]Task, error) {
+	var out []Task
+	err := s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+		out = out[:0]
+		now := s.now()
+		rows, err := tx.Query(ctx, selectTask+`WHERE status < 3 AND lease_until <= ? ORDER BY lease_until LIMIT ?`, ms(now), limit)
+		if err != nil {
+			return err
+		}
+		var expired []Task
+		for rows.Next() {
+			t, err := scanTask(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			expired = append(expired, t)
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return err
+		}
+		for _, t := range expired {
+			res, err := tx.Exec(ctx, `UPDATE mcprel_tasks SET owner = ?, lease_until = ?, attempts = attempts + 1, updated_at = ?
+				WHERE id = ? AND status < 3 AND lease_until <= ?`, owner, ms(now.Add(s.lease)), ms(now), t.ID, ms(now))
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n != 1 {
+				if err != nil {
+					return err
+				}
+				continue // another process took it first
+			}
+			t.Owner, t.LeaseUntil, t.Attempts = owner, time.UnixMilli(ms(now.Add(s.lease))), t.Attempts+1
+			if t.CancelRequested {
+				if err := s.finishTx(ctx, tx, &t, Cancelled, "cancelled while its worker was gone", nil, nil, now); err != nil {
+					return err
+				}
+				continue
+			}
+			out = append(out, t)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Release gives up owner's lease on an unfinished task at once, so that
+// another process may take it over without waiting for the lease to
+// expire (a graceful shutdown that leaves work behind).
+func (s *Store) Release(ctx context.Context, id, owner string) error {
+	return s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE mcprel_tasks SET lease_until = ? WHERE id = ? AND owner = ? AND status < 3`,
+			ms(s.now()), id, owner)
+		return err
+	})
+}
+
+// Reap deletes up to batch tasks whose TTL has passed and that no live
+// worker holds, and returns how many it deleted: finished tasks, and
+// unfinished ones whose lease has expired too. It keeps the store
+// bounded.
+func (s *Store) Reap(ctx context.Context, batch int) (int, error) {
+	n := 0
+	err := s.db.WriteTx(ctx, func(tx *store.Tx) error {
+		now := ms(s.now())
+		res, err := tx.Exec(ctx, `DELETE FROM mcprel_tasks WHERE id IN (SELECT id FROM mcprel_tasks
+			WHERE expires_at <= ? AND (status >= 3 OR lease_until <= ?) LIMIT ?)`, now, now, batch)
+		if err != nil {
+			return err
+		}
+		c, err := res.RowsAffected()
+		n = int(c)
+		return err
+	})
+	return n, err
+}

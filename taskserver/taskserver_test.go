@@ -1,0 +1,442 @@
+package taskserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcprel/mcprel/internal/mcptest"
+	"github.com/mcprel/mcprel/internal/storetest"
+	"github.com/mcprel/mcprel/ledger"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/store"
+	"github.com/mcprel/mcprel/tasks"
+	"github.com/mcprel/mcprel/taskserver"
+	"github.com/mcprel/mcprel/transport/streamhttp"
+)
+
+// job is a task-capable tool the test steps through: it reports each
+// task it starts, waits at step, checkpoints (when checkpoint is set),
+// waits at finish and answers.
+type job struct {
+	started    chan string
+	step       chan struct{}
+	finish     chan struct{}
+	returned   chan error
+	checkpoint bool
+	runs       atomic.Int64
+}
+
+func newJob(checkpoint bool) *job {
+	return &job{started: make(chan string, 16), step: make(chan struct{}), finish: make(chan struct{}),
+		returned: make(chan error, 16), checkpoint: checkpoint}
+}
+
+func (j *job) handler(ctx context.Context, call *taskserver.Call) (res *mcp.CallToolResult, err error) {
+	defer func() { j.returned <- err }()
+	j.runs.Add(1)
+	j.started <- call.TaskID()
+	select {
+	case <-j.step:
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+	if j.checkpoint {
+		if err := call.Checkpoint(ctx, "halfway"); err != nil {
+			return nil, err
+		}
+	}
+	select {
+	case <-j.finish:
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("report ready")}}, nil
+}
+
+func wait[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(mcptest.Timeout):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+	var zero T
+	return zero
+}
+
+type env struct {
+	srv   *server.Server
+	ts    *taskserver.Server
+	store *tasks.Store
+	job   *job
+}
+
+func newEnv(t *testing.T, dsn string, checkpoint bool, opts *taskserver.Options) *env {
+	t.Helper()
+	db, err := store.Open(context.Background(), dsn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	st, err := tasks.Open(context.Background(), db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := mcptest.NewServer(t, nil)
+	if opts != nil && opts.Ledger == nil && opts.Runner.Workers < 0 {
+		opts = nil
+	}
+	var o taskserver.Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Ledger == nil {
+		// Idempotent creation is on in these tests unless a test says
+		// otherwise: it shares the tasks' store.
+		if o.Ledger, err = ledger.Open(context.Background(), db, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts, err := taskserver.New(srv, st, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), mcptest.Timeout)
+		defer cancel()
+		ts.Shutdown(ctx)
+	})
+	j := newJob(checkpoint)
+	if err := ts.AddTool(server.Tool{Name: "job", Policy: server.Policy{Timeout: server.TimeoutLong}}, taskserver.Policy{}, j.handler); err != nil {
+		t.Fatal(err)
+	}
+	return &env{srv: srv, ts: ts, store: st, job: j}
+}
+
+// tasksMeta declares the tasks extension in a modern request.
+var tasksMeta = map[string]any{mcp.MetaClientCapabilities: map[string]any{"extensions": map[string]any{mcp.ExtensionTasks: map[string]any{}}}}
+
+func modern(extra map[string]any) map[string]any {
+	extra["_meta"] = tasksMeta
+	return mcptest.ModernParams(extra)
+}
+
+func decode[T any](t *testing.T, f mcptest.Frame) T {
+	t.Helper()
+	if f.Error != nil {
+		t.Fatalf("error: %s", f.Raw)
+	}
+	var v T
+	if err := json.Unmarshal(f.Result, &v); err != nil {
+		t.Fatalf("%v: %s", err, f.Raw)
+	}
+	return v
+}
+
+// The seeds' trace, cancel first, over stdio in the 2026-07-28 era:
+// create; tasks/cancel acknowledged; tasks/get still working; the worker
+// reaches its checkpoint; tasks/get cancelled.
+func TestCancelObservedAtCheckpoint(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t), true, nil)
+	c := mcptest.Stdio(t, e.srv, nil)
+	created := decode[mcp.Task](t, c.Call(1, mcp.MethodToolsCall, modern(map[string]any{"name": "job"})))
+	if created.ResultType != mcp.ResultTask || created.Status != "working" || created.TTLMs == nil || created.PollIntervalMs == nil {
+		t.Fatalf("create result = %+v", created)
+	}
+	if id := wait(t, e.job.started, "the task to start"); id != created.TaskID {
+		t.Fatalf("the worker runs %q, created %q", id, created.TaskID)
+	}
+	ack := c.Call(2, mcp.MethodTasksCancel, modern(map[string]any{"taskId": created.TaskID}))
+	if ack.Error != nil || strings.TrimSpace(string(ack.Result)) == "" || strings.Contains(string(ack.Result), "status") {
+		t.Fatalf("cancel ack = %s, want an empty acknowledgement", ack.Raw)
+	}
+	if again := c.Call(3, mcp.MethodTasksCancel, modern(map[string]any{"taskId": created.TaskID})); again.Error != nil {
+		t.Fatalf("a repeated cancel = %s", again.Raw)
+	}
+	got := decode[mcp.Task](t, c.Call(4, mcp.MethodTasksGet, modern(map[string]any{"taskId": created.TaskID})))
+	if got.Status != "working" {
+		t.Fatalf("before the checkpoint the task is %q, want working", got.Status)
+	}
+	close(e.job.step)
+	if err := wait(t, e.job.returned, "the handler to return"); !errors.Is(err, tasks.ErrCancelled) {
+		t.Fatalf("the checkpoint returned %v, want tasks.ErrCancelled", err)
+	}
+	got = decode[mcp.Task](t, c.Call(5, mcp.MethodTasksGet, modern(map[string]any{"taskId": created.TaskID})))
+	if got.Status != "cancelled" || got.Result != nil {
+		t.Fatalf("after the checkpoint: %+v", got)
+	}
+	// Cancelling a finished task is acknowledged the same way.
+	if f := c.Call(6, mcp.MethodTasksCancel, modern(map[string]any{"taskId": created.TaskID})); f.Error != nil {
+		t.Fatalf("cancel of a cancelled task = %s", f.Raw)
+	}
+}
+
+// The other order: the work finishes before it reaches a checkpoint, and
+// the task completes despite the intent.
+func TestWorkFinishingFirstCompletes(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t), false, nil)
+	c := mcptest.Stdio(t, e.srv, nil)
+	created := decode[mcp.Task](t, c.Call(1, mcp.MethodToolsCall, modern(map[string]any{"name": "job"})))
+	wait(t, e.job.started, "the task to start")
+	if f := c.Call(2, mcp.MethodTasksCancel, modern(map[string]any{"taskId": created.TaskID})); f.Error != nil {
+		t.Fatal(f.Raw)
+	}
+	ended := e.ts.Runner().Changed()
+	close(e.job.step)
+	close(e.job.finish)
+	if err := wait(t, e.job.returned, "the handler"); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ended, "the outcome to be recorded")
+	got := decode[mcp.Task](t, c.Call(3, mcp.MethodTasksGet, modern(map[string]any{"taskId": created.TaskID})))
+	var res map[string]any
+	if got.Status != "completed" || json.Unmarshal(got.Result, &res) != nil || res["resultType"] != "complete" ||
+		!strings.Contains(string(got.Result), "report ready") {
+		t.Fatalf("got %+v (%s)", got, got.Result)
+	}
+}
+
+// The connection that created a task closes right after the create
+// response: the task neither stops nor disappears, and a new connection
+// reads its result. Over stdio and over Streamable HTTP (2026: closing
+// the response stream is a request's cancellation; it is not the task's).
+func TestTaskOutlivesItsConnection(t *testing.T) {
+	for _, transport := range []string{"stdio", "http"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newEnv(t, storetest.SQLite(t), true, nil)
+			var id string
+			if transport == "stdio" {
+				c := mcptest.Stdio(t, e.srv, nil)
+				id = decode[mcp.Task](t, c.Call(1, mcp.MethodToolsCall, modern(map[string]any{"name": "job"}))).TaskID
+				c.CloseInput()
+				if err := c.ServeResult(); err != nil {
+					t.Fatalf("the connection ended with %v", err)
+				}
+			} else {
+				h := mcptest.HTTP(t, e.srv, nil)
+				resp := h.Modern(context.Background(), 1, mcp.MethodToolsCall, modern(map[string]any{"name": "job"}))
+				id = decode[mcp.Task](t, mcptest.ReadJSON(t, resp)).TaskID
+				resp.Body.Close()
+			}
+			wait(t, e.job.started, "the task to start")
+			ended := e.ts.Runner().Changed()
+			close(e.job.step)
+			close(e.job.finish)
+			wait(t, ended, "the task to finish")
+			c2 := mcptest.Stdio(t, e.srv, nil)
+			got := decode[mcp.Task](t, c2.Call(1, mcp.MethodTasksGet, modern(map[string]any{"taskId": id})))
+			if got.Status != "completed" || !strings.Contains(string(got.Result), "report ready") {
+				t.Fatalf("the task after its connection closed: %+v", got)
+			}
+		})
+	}
+}
+
+// A creation retried with the same idempotency key (its response was
+// lost) gets the same task, and the work runs once; the same key with
+// other arguments is refused.
+func TestKeyedCreationIsIdempotent(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		e := newEnv(t, dsn, false, nil)
+		c := mcptest.Stdio(t, e.srv, nil)
+		call := func(id int64, args map[string]any) mcptest.Frame {
+			return c.Call(id, mcp.MethodToolsCall, modern(map[string]any{"name": "job", "arguments": args}))
+		}
+		first := decode[mcp.Task](t, call(1, map[string]any{"rows": 3, "idempotencyKey": "k-1"}))
+		again := decode[mcp.Task](t, call(2, map[string]any{"rows": 3, "idempotencyKey": "k-1"}))
+		if first.TaskID == "" || again.TaskID != first.TaskID {
+			t.Fatalf("a retried creation got task %q, the first %q", again.TaskID, first.TaskID)
+		}
+		wait(t, e.job.started, "the task to start")
+		close(e.job.step)
+		close(e.job.finish)
+		wait(t, e.job.returned, "the handler")
+		if n := e.job.runs.Load(); n != 1 {
+			t.Fatalf("the work ran %d times", n)
+		}
+		conflict := call(3, map[string]any{"rows": 4, "idempotencyKey": "k-1"})
+		if f := mcptest.Failure(t, conflict.Result); f.Code != mcp.FailureKeyConflict {
+			t.Fatalf("the key reused for other arguments: %s", conflict.Raw)
+		}
+		other := decode[mcp.Task](t, call(4, map[string]any{"rows": 3, "idempotencyKey": "k-2"}))
+		if other.TaskID == first.TaskID {
+			t.Fatal("a new key got the old task")
+		}
+	})
+}
+
+// Bad input gets clear errors and the server keeps serving: unknown ids,
+// another tenant's id, malformed params, tasks/* without the extension,
+// a task for a tool that cannot run as one, removed methods.
+func TestBadInputAndTenantIsolation(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t), false, nil)
+	if err := e.srv.AddTool(server.Tool{Name: "plain"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("plain")}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h := mcptest.HTTP(t, e.srv, &streamhttp.HandlerOptions{Tokens: map[string]string{"tok-a": "alice", "tok-b": "bob"}})
+	alice, bob := h.As("tok-a"), h.As("tok-b")
+	post := func(c *mcptest.HTTPClient, method, taskID string, params map[string]any) (int, mcptest.Frame) {
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 9, "method": method, "params": params})
+		resp := c.Do(context.Background(), http.MethodPost, body, mcptest.ModernHeaders(method, taskID))
+		return resp.StatusCode, mcptest.ReadJSON(t, resp)
+	}
+	resp := alice.Modern(context.Background(), 1, mcp.MethodToolsCall, modern(map[string]any{"name": "job"}))
+	id := decode[mcp.Task](t, mcptest.ReadJSON(t, resp)).TaskID
+	wait(t, e.job.started, "the task to start")
+
+	_, unknown := post(alice, mcp.MethodTasksGet, "nope", modern(map[string]any{"taskId": "nope"}))
+	_, foreign := post(bob, mcp.MethodTasksGet, id, modern(map[string]any{"taskId": id}))
+	if unknown.Error == nil || foreign.Error == nil || unknown.Error.Code != -32602 || foreign.Error.Code != -32602 ||
+		strings.ReplaceAll(foreign.Error.Message, id, "nope") != unknown.Error.Message {
+		t.Fatalf("another tenant's id must read as unknown:\n%s\n%s", foreign.Raw, unknown.Raw)
+	}
+	if _, f := post(bob, mcp.MethodTasksCancel, id, modern(map[string]any{"taskId": id})); f.Error == nil || f.Error.Code != -32602 {
+		t.Fatalf("another tenant's cancel: %s", f.Raw)
+	}
+	if _, f := post(alice, mcp.MethodTasksGet, "", modern(map[string]any{"taskId": 7})); f.Error == nil || f.Error.Code != mcp.CodeHeaderMismatch {
+		t.Fatalf("a malformed taskId over HTTP (its Mcp-Name cannot match): %s", f.Raw)
+	}
+	c := mcptest.Stdio(t, e.srv, nil)
+	for _, params := range []map[string]any{{"taskId": 7}, {"taskId": ""}, {}} {
+		if f := c.Call(1, mcp.MethodTasksGet, modern(params)); f.Error == nil || f.Error.Code != -32602 {
+			t.Fatalf("tasks/get %v: %s", params, f.Raw)
+		}
+	}
+	if _, f := post(alice, mcp.MethodTasksGet, id, mcptest.ModernParams(map[string]any{"taskId": id})); f.Error == nil || f.Error.Code != mcp.CodeMissingClientCapability {
+		t.Fatalf("tasks/get without the extension: %s", f.Raw)
+	}
+	for _, removed := range []string{mcp.MethodTasksResult, mcp.MethodTasksList} {
+		if _, f := post(alice, removed, id, modern(map[string]any{"taskId": id})); f.Error == nil || f.Error.Code != -32601 {
+			t.Fatalf("%s in the 2026-07-28 era: %s", removed, f.Raw)
+		}
+	}
+	// A tool that cannot be a task runs synchronously even for a client
+	// that declared the extension.
+	resp = alice.Modern(context.Background(), 2, mcp.MethodToolsCall, modern(map[string]any{"name": "plain"}))
+	if f := mcptest.ReadJSON(t, resp); f.Error != nil || !strings.Contains(string(f.Result), `"resultType":"complete"`) {
+		t.Fatalf("a plain tool: %s", f.Raw)
+	}
+	// The task is untouched by all of it.
+	if _, f := post(alice, mcp.MethodTasksGet, id, modern(map[string]any{"taskId": id})); decode[mcp.Task](t, f).Status != "working" {
+		t.Fatalf("the task after the bad requests: %s", f.Raw)
+	}
+	close(e.job.step)
+	close(e.job.finish)
+}
+
+// A client without the extension calls an optional task tool
+// synchronously; a tool that requires a task refuses it with -32021.
+func TestWithoutTheExtension(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t), false, nil)
+	if err := e.ts.AddTool(server.Tool{Name: "must"}, taskserver.Policy{Required: true}, func(ctx context.Context, call *taskserver.Call) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c := mcptest.Stdio(t, e.srv, nil)
+	close(e.job.step)
+	close(e.job.finish)
+	f := c.Call(1, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": "job", "task": map[string]any{"ttl": 1000}}))
+	if f.Error != nil || !strings.Contains(string(f.Result), "report ready") || !strings.Contains(string(f.Result), `"resultType":"complete"`) {
+		t.Fatalf("an optional task tool without the extension (and a stray legacy task member): %s", f.Raw)
+	}
+	if id := wait(t, e.job.started, "the synchronous call"); id != "" {
+		t.Fatalf("the synchronous call ran as task %q", id)
+	}
+	f = c.Call(2, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": "must"}))
+	if f.Error == nil || f.Error.Code != mcp.CodeMissingClientCapability || !strings.Contains(string(f.Error.Data), mcp.ExtensionTasks) {
+		t.Fatalf("a required task tool without the extension: %s", f.Raw)
+	}
+	list := c.Call(3, mcp.MethodToolsList, mcptest.ModernParams(nil))
+	if strings.Contains(string(list.Result), "execution") || !strings.Contains(string(list.Result), `"dev.mcprel/taskSupport":"required"`) {
+		t.Fatalf("the 2026-07-28 tools/list: %s", list.Result)
+	}
+	disc := c.Call(4, mcp.MethodDiscover, mcptest.ModernParams(nil))
+	if !strings.Contains(string(disc.Result), `"extensions":{"`+mcp.ExtensionTasks+`":{}}`) || strings.Contains(string(disc.Result), `"tasks":{`) {
+		t.Fatalf("server/discover: %s", disc.Result)
+	}
+}
+
+// The 2025-11-25 era: params.task makes a task; tasks/get, tasks/list and
+// a blocking tasks/result answer it; cancelling a finished task is -32602;
+// a task member on a tool without task support is -32601.
+func TestLegacyEra(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t), false, nil)
+	if err := e.srv.AddTool(server.Tool{Name: "plain"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c := mcptest.Stdio(t, e.srv, nil)
+	init := c.Initialize(mcp.Version20251125)
+	if !strings.Contains(string(init.Result), `"tasks":{"cancel":{},"list":{},"requests":{"tools":{"call":{}}}}`) {
+		t.Fatalf("initialize: %s", init.Result)
+	}
+	list := c.Call(1, mcp.MethodToolsList, nil)
+	if !strings.Contains(string(list.Result), `"execution":{"taskSupport":"optional"}`) {
+		t.Fatalf("tools/list: %s", list.Result)
+	}
+	created := decode[mcp.LegacyCreateTaskResult](t, c.Call(2, mcp.MethodToolsCall, map[string]any{"name": "job", "task": map[string]any{"ttl": 60000}}))
+	if created.Task.Status != "working" || created.Task.TTL == nil || *created.Task.TTL != 60000 || created.Task.CreatedAt == "" {
+		t.Fatalf("create = %+v", created)
+	}
+	id := created.Task.TaskID
+	wait(t, e.job.started, "the task")
+	got := decode[mcp.LegacyTaskResult](t, c.Call(3, mcp.MethodTasksGet, map[string]any{"taskId": id}))
+	if got.Status != "working" {
+		t.Fatalf("tasks/get = %+v", got)
+	}
+	listed := decode[mcp.ListTasksResult](t, c.Call(4, mcp.MethodTasksList, nil))
+	if len(listed.Tasks) != 1 || listed.Tasks[0].TaskID != id {
+		t.Fatalf("tasks/list = %+v", listed)
+	}
+	c.Request(5, mcp.MethodTasksResult, map[string]any{"taskId": id}) // blocks until the task ends
+	close(e.job.step)
+	close(e.job.finish)
+	f, _ := c.Await(5)
+	res := decode[mcp.CallToolResult](t, f)
+	if !strings.Contains(f.Raw, "report ready") || res.Meta[mcp.MetaRelatedTask] == nil {
+		t.Fatalf("tasks/result = %s", f.Raw)
+	}
+	if f := c.Call(6, mcp.MethodTasksCancel, map[string]any{"taskId": id}); f.Error == nil || f.Error.Code != -32602 {
+		t.Fatalf("cancel of a completed task = %s", f.Raw)
+	}
+	if f := c.Call(7, mcp.MethodToolsCall, map[string]any{"name": "plain", "task": map[string]any{}}); f.Error == nil || f.Error.Code != -32601 {
+		t.Fatalf("a task member on a tool without task support = %s", f.Raw)
+	}
+	if f := c.Call(8, mcp.MethodTasksUpdate, map[string]any{"taskId": id}); f.Error == nil || f.Error.Code != -32601 {
+		t.Fatalf("tasks/update in the 2025-11-25 era = %s", f.Raw)
+	}
+}
+
+// Task creation is admitted: past the runner's bounds it is refused with
+// the usual retryable overload, and nothing is recorded.
+func TestCreationIsAdmitted(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t), false, &taskserver.Options{Runner: tasks.RunnerOptions{Workers: 1, Queued: 1, PerTenant: 2}})
+	c := mcptest.Stdio(t, e.srv, nil)
+	for id := int64(1); id <= 2; id++ {
+		if f := c.Call(id, mcp.MethodToolsCall, modern(map[string]any{"name": "job"})); f.Error != nil {
+			t.Fatal(f.Raw)
+		}
+	}
+	f := c.Call(3, mcp.MethodToolsCall, modern(map[string]any{"name": "job"}))
+	if f.Error == nil || f.Error.Code != mcp.CodeOverloaded {
+		t.Fatalf("a third task past 1 worker + 1 queued = %s", f.Raw)
+	}
+	list, _, err := e.store.List(context.Background(), "", "", 10)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("%d tasks recorded (%v), want 2", len(list), err)
+	}
+	close(e.job.step)
+	close(e.job.finish)
+}
