@@ -510,8 +510,10 @@ type CheckpointUpdate struct {
 // the worker's lease is renewed, its status message and checkpoint data
 // are saved, and the cancellation intent is read. It returns
 // ErrCancelled if the intent was recorded (the task is then ended
-// cancelled here, durably, and the worker must stop), and ErrLeaseLost if
-// owner no longer holds the task.
+// cancelled here, durably, and the worker must stop), ErrLeaseLost if
+// owner no longer holds the task, and ErrTerminal if it was ended without
+// its worker (taken over and failed as interrupted, say): either way the
+// worker stops.
 func (s *Store) Checkpoint(ctx context.Context, id, owner string, u CheckpointUpdate) error {
 	if u.Data != nil && (!json.Valid(u.Data) || len(u.Data) > MaxRecordBytes) {
 		return errors.New("tasks: checkpoint data must be JSON of at most 8 MiB")

@@ -139,6 +139,9 @@ func (ts *Server) Maintain(ctx context.Context, interval time.Duration) {
 	ts.runner.Maintain(ctx, interval, ts.resume)
 }
 
+// MaintainOnce is one round of Maintain.
+func (ts *Server) MaintainOnce(ctx context.Context) { ts.runner.MaintainOnce(ctx, ts.resume) }
+
 // Shutdown stops taking tasks and lets running ones stop at their next
 // checkpoint, leaving them to be taken over, until ctx ends; see
 // tasks.Runner.Shutdown.
@@ -462,6 +465,8 @@ func (tt *taskTool) work(ctx context.Context, run *tasks.Run) tasks.Outcome {
 		return tasks.Outcome{Status: tasks.Cancelled, Message: "cancelled"}
 	case errors.Is(err, tasks.ErrShutdown), err != nil && ctx.Err() != nil:
 		return tasks.Outcome{} // left for another process to take over
+	case errors.Is(err, tasks.ErrTerminal), errors.Is(err, tasks.ErrLeaseLost):
+		return tasks.Outcome{} // ended or taken over elsewhere; nothing of ours to record
 	}
 	out, rpcErr := tt.ts.srv.ToolResult(tt.name, res, err)
 	if rpcErr != nil {

@@ -440,3 +440,88 @@ func TestCreationIsAdmitted(t *testing.T) {
 	close(e.job.step)
 	close(e.job.finish)
 }
+
+// expireLeases makes every lease in the store lapse, as when the process
+// holding them died: the clock does not have to move.
+func expireLeases(t *testing.T, st *tasks.Store) {
+	t.Helper()
+	err := st.DB().WriteTx(context.Background(), func(tx *store.Tx) error {
+		_, err := tx.Exec(context.Background(), `UPDATE mcprel_tasks SET lease_until = 0 WHERE status < 3`)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A task whose process died, of a tool that cannot resume, ends failed as
+// interrupted when another process takes it over — never stuck working —
+// and tasks/get says why.
+func TestInterruptedTaskFails(t *testing.T) {
+	dsn := storetest.SQLite(t)
+	dead := newEnv(t, dsn, true, nil)
+	c := mcptest.Stdio(t, dead.srv, nil)
+	id := decode[mcp.Task](t, c.Call(1, mcp.MethodToolsCall, modern(map[string]any{"name": "job"}))).TaskID
+	wait(t, dead.job.started, "the task")
+	// The first process "dies": its worker never returns, its heartbeat
+	// stops (Maintain never ran) and its lease lapses.
+	expireLeases(t, dead.store)
+
+	next := newEnv(t, dsn, true, nil)
+	next.ts.MaintainOnce(context.Background())
+	c2 := mcptest.Stdio(t, next.srv, nil)
+	got := decode[mcp.Task](t, c2.Call(1, mcp.MethodTasksGet, modern(map[string]any{"taskId": id})))
+	if got.Status != "failed" || !strings.Contains(got.StatusMessage, "interrupted") || !strings.Contains(string(got.Error), "-32603") {
+		t.Fatalf("the orphaned task: %+v (%s)", got, got.Error)
+	}
+	if n := next.job.runs.Load(); n != 0 {
+		t.Fatalf("a tool that cannot resume ran again %d times", n)
+	}
+	// The dead worker, should it come back, cannot change the outcome.
+	close(dead.job.step)
+	if err := wait(t, dead.job.returned, "the old worker"); !errors.Is(err, tasks.ErrTerminal) {
+		t.Fatalf("the old worker's checkpoint = %v, want ErrTerminal", err)
+	}
+	if got := decode[mcp.Task](t, c2.Call(2, mcp.MethodTasksGet, modern(map[string]any{"taskId": id}))); got.Status != "failed" {
+		t.Fatalf("after the old worker returned: %+v", got)
+	}
+}
+
+// Graceful shutdown: a running task is asked to stop at its next
+// checkpoint and is released at once, so that another process resumes it
+// without waiting for the lease.
+func TestShutdownReleasesAtACheckpoint(t *testing.T) {
+	dsn := storetest.SQLite(t)
+	e := newEnv(t, dsn, true, nil)
+	c := mcptest.Stdio(t, e.srv, nil)
+	id := decode[mcp.Task](t, c.Call(1, mcp.MethodToolsCall, modern(map[string]any{"name": "job"}))).TaskID
+	wait(t, e.job.started, "the task")
+	shut := make(chan error, 1)
+	go func() { shut <- e.ts.Shutdown(context.Background()) }()
+	// Refused while shutting down: the usual retryable overload.
+	for {
+		f := c.Call(2, mcp.MethodToolsCall, modern(map[string]any{"name": "job"}))
+		if f.Error != nil && f.Error.Code == mcp.CodeOverloaded {
+			break
+		}
+		if f.Error != nil {
+			t.Fatal(f.Raw)
+		}
+		wait(t, e.job.started, "a task created before the shutdown began") // it waits at step like the first
+	}
+	close(e.job.step)
+	if err := wait(t, e.job.returned, "the worker"); !errors.Is(err, tasks.ErrShutdown) {
+		t.Fatalf("the checkpoint during shutdown = %v", err)
+	}
+	if err := wait(t, shut, "Shutdown"); err != nil {
+		t.Fatal(err)
+	}
+	task, err := e.store.Get(context.Background(), "", id)
+	if err != nil || task.Status != tasks.Working || task.StatusMessage != "halfway" {
+		t.Fatalf("after shutdown: %+v, %v", task, err)
+	}
+	taken, err := e.store.TakeOver(context.Background(), "next", 10)
+	if err != nil || len(taken) == 0 || taken[0].ID != id {
+		t.Fatalf("another process could not take the released task at once: %+v, %v", taken, err)
+	}
+}

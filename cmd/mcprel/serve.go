@@ -21,6 +21,8 @@ import (
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/tasks"
+	"github.com/mcprel/mcprel/taskserver"
 	"github.com/mcprel/mcprel/transport/stdio"
 	"github.com/mcprel/mcprel/transport/streamhttp"
 )
@@ -51,6 +53,8 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	logFormat := fs.String("log-format", "text", "text or json (log lines go to stderr)")
 	var db dbFlags
 	db.register(fs)
+	taskLease := fs.Duration("task-lease", tasks.DefaultLease, "how long a task outlives the process running it before another process (or this one, restarted) takes it over")
+	taskWorkers := fs.Int("task-workers", 8, "durable tasks that may run at once (more wait in a queue of 64)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -70,10 +74,13 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	for _, c := range []struct {
 		flag  string
 		value time.Duration
-	}{{"--keepalive", *keepAlive}, {"--shutdown-grace", *grace}} {
+	}{{"--keepalive", *keepAlive}, {"--shutdown-grace", *grace}, {"--task-lease", *taskLease}} {
 		if c.value < 0 {
 			return usagef("serve: %s must not be negative, not %v", c.flag, c.value)
 		}
+	}
+	if *taskWorkers < 1 {
+		return usagef("serve: --task-workers must be at least 1, not %d", *taskWorkers)
 	}
 	if err := db.check(fs); err != nil {
 		return err
@@ -110,6 +117,26 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if err != nil {
 		return err
 	}
+	ts, err := addTasks(ctx, srv, l, *taskLease, *taskWorkers)
+	if err != nil {
+		return err
+	}
+	maintCtx, stopMaintaining := context.WithCancel(context.Background())
+	maintained := make(chan struct{})
+	go func() { ts.Maintain(maintCtx, 0); close(maintained) }()
+	// Tasks still running when the server stops are asked to stop at
+	// their next checkpoint within the grace and left for the next
+	// process to take over; then the maintainer stops, before the
+	// database closes under it.
+	defer func() {
+		gctx, cancel := context.WithTimeout(context.Background(), *grace)
+		defer cancel()
+		if ts.Shutdown(gctx) != nil {
+			logger.Warn("tasks still running after the shutdown grace are left to be taken over when their lease expires", "lease", *taskLease)
+		}
+		stopMaintaining()
+		<-maintained
+	}()
 	if httpOpts != nil {
 		return serveHTTP(ctx, srv, logger, stderr, *httpAddr, *path, *grace, httpOpts, connLimits)
 	}
@@ -170,13 +197,28 @@ func httpOptions(addr, path string, hosts, origins []string, authToken string, t
 	}, nil
 }
 
+// addTasks serves durable tasks from the ledger's database on srv, with
+// the demo's long job, generate_report.
+func addTasks(ctx context.Context, srv *server.Server, l *ledger.Ledger, lease time.Duration, workers int) (*taskserver.Server, error) {
+	st, err := tasks.Open(ctx, l.DB(), &tasks.Options{Lease: lease})
+	if err != nil {
+		return nil, err
+	}
+	ts, err := taskserver.New(srv, st, &taskserver.Options{Ledger: l, Runner: tasks.RunnerOptions{Workers: workers, Logger: srv.Logger()}})
+	if err != nil {
+		return nil, err
+	}
+	return ts, addReportTool(ts)
+}
+
 // newDemoServer returns the server "mcprel serve" runs: the demo tools,
 // with l as the ledger, and opts for everything else.
 func newDemoServer(l *ledger.Ledger, opts *server.Options) (*server.Server, error) {
 	o := *opts
 	o.Instructions = "mcprel demo server. echo returns its text; slow_count counts with progress and stops when cancelled. " +
 		"charge_account and reserve_inventory change state: give each operation an idempotencyKey and reuse it on retries; " +
-		"get_inventory and lookup_operation are the reads to reconcile with after a timeout."
+		"get_inventory and lookup_operation are the reads to reconcile with after a timeout. " +
+		"generate_report is a long job: clients that support tasks get a durable task to poll."
 	srv, err := server.New(mcp.Implementation{Name: "mcprel", Version: version}, &o)
 	if err != nil {
 		return nil, err
