@@ -80,6 +80,13 @@ func (r *Run) checkpoint(ctx context.Context, message string, data json.RawMessa
 	}
 }
 
+// RequireInput moves the task to input_required, waiting on requests (a
+// JSON object keyed by names never reused in the task's life), with
+// message for clients; see Store.RequireInput.
+func (r *Run) RequireInput(ctx context.Context, requests json.RawMessage, message string) error {
+	return r.runner.store.RequireInput(ctx, r.task.ID, r.runner.owner, requests, message)
+}
+
 // ErrShutdown is what a checkpoint returns while the runner shuts down.
 var ErrShutdown = errors.New("tasks: the process is shutting down; the task is left to another worker")
 

@@ -125,6 +125,7 @@ func (ts *Server) update(ctx context.Context, req *server.RouteRequest) (mcp.Res
 	if err != nil && !errors.Is(err, tasks.ErrTerminal) {
 		return nil, storeError(p.TaskID, err)
 	}
+	ts.inputGiven()
 	return &mcp.EmptyResult{}, nil
 }
 
@@ -234,9 +235,28 @@ func detailed(t tasks.Task) *mcp.Task {
 	case tasks.Failed:
 		res.Error = t.Error
 	case tasks.InputRequired:
-		res.InputRequests = t.InputRequests
+		res.InputRequests = pending(t.InputRequests, t.InputResponses)
 	}
 	return res
+}
+
+// pending is the input requests that have no answer yet.
+func pending(requests, responses json.RawMessage) json.RawMessage {
+	var asked, answered map[string]json.RawMessage
+	if json.Unmarshal(requests, &asked) != nil {
+		return requests
+	}
+	if json.Unmarshal(responses, &answered) != nil || len(answered) == 0 {
+		return requests
+	}
+	for k := range answered {
+		delete(asked, k)
+	}
+	b, err := json.Marshal(asked)
+	if err != nil {
+		return requests
+	}
+	return b
 }
 
 // withResultType adds resultType "complete" to a stored result, as the

@@ -56,6 +56,13 @@ type Policy struct {
 	// checkpoint (Call.Resumed). Otherwise the task ends failed, as
 	// interrupted.
 	Resumable bool
+	// Gather, when set, runs before a task is created, synchronously: it
+	// returns a *server.InputRequired for what the call needs from the
+	// client first (2026-07-28 multi round-trip requests), and nil once
+	// the retry carries the answers (Request.InputResponses), which the
+	// task's handler then finds in Call.InputResponses. The task is only
+	// created on that last round.
+	Gather func(ctx context.Context, req *server.CallRequest) error
 }
 
 // Options configure a Server. The zero value is valid.
@@ -84,6 +91,9 @@ type Server struct {
 
 	mu    sync.RWMutex
 	tools map[string]*taskTool
+
+	inputMu      sync.Mutex
+	inputArrived chan struct{} // closed and replaced when tasks/update answers a task here
 }
 
 // New adds task support to srv: the tasks/* routes of both eras and their
@@ -110,7 +120,8 @@ func New(srv *server.Server, st *tasks.Store, opts *Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	ts := &Server{srv: srv, store: st, runner: runner, ledger: o.Ledger, syncMax: o.SyncMaxTimeout, tools: map[string]*taskTool{}}
+	ts := &Server{srv: srv, store: st, runner: runner, ledger: o.Ledger, syncMax: o.SyncMaxTimeout,
+		tools: map[string]*taskTool{}, inputArrived: make(chan struct{})}
 	if err := ts.addRoutes(); err != nil {
 		return nil, err
 	}
@@ -159,10 +170,14 @@ type Call struct {
 	Name      string
 	Arguments json.RawMessage
 	Tenant    string
+	// InputResponses are the answers the call gathered before it became a
+	// task (Policy.Gather), by key.
+	InputResponses map[string]json.RawMessage
 	// Request is the call's request when it runs synchronously; nil in a
 	// task, which outlives its request.
 	Request *server.CallRequest
 	run     *tasks.Run
+	ts      *Server
 }
 
 // TaskID is the task's id, or "" when the call runs synchronously.
@@ -215,8 +230,10 @@ func (c *Call) syncCheckpoint(ctx context.Context) error {
 // storedRequest is a task's durable request: what a worker needs to run
 // it, here or after a takeover.
 type storedRequest struct {
-	Name      string          `json:"name"`
-	Arguments json.RawMessage `json:"arguments,omitempty"`
+	Name           string                     `json:"name"`
+	Arguments      json.RawMessage            `json:"arguments,omitempty"`
+	InputResponses map[string]json.RawMessage `json:"inputResponses,omitempty"`
+	Era            mcp.Era                    `json:"era"`
 }
 
 // taskTool is one task-capable tool.
@@ -235,7 +252,7 @@ func (ts *Server) AddTool(t server.Tool, p Policy, h Handler, interceptors ...se
 	}
 	tt := &taskTool{ts: ts, name: t.Name, policy: p, handler: h}
 	inline := func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
-		return h(ctx, &Call{Name: req.Name, Arguments: req.Arguments, Tenant: req.Tenant, Request: req})
+		return h(ctx, &Call{Name: req.Name, Arguments: req.Arguments, Tenant: req.Tenant, InputResponses: req.InputResponses, Request: req, ts: ts})
 	}
 	if err := ts.srv.AddTool(t, inline, append([]server.ToolInterceptor{tt.intercept}, interceptors...)...); err != nil {
 		return err
@@ -318,6 +335,11 @@ func (tt *taskTool) intercept(t *server.Tool, next server.CallHandler) (server.C
 			call.Annotate(AnnotationKey, Inline)
 			return next(ctx, call)
 		}
+		if tt.policy.Gather != nil {
+			if err := tt.policy.Gather(ctx, call); err != nil {
+				return nil, err // its input_required answer, or a refusal
+			}
+		}
 		return tt.create(ctx, call)
 	}, nil
 }
@@ -380,7 +402,7 @@ func (tt *taskTool) create(ctx context.Context, call *server.CallRequest) (mcp.R
 		return nil, server.OverloadedError(time.Second)
 	}
 	defer slot.Release() // unless started
-	request, err := json.Marshal(storedRequest{Name: tt.name, Arguments: call.Arguments})
+	request, err := json.Marshal(storedRequest{Name: tt.name, Arguments: call.Arguments, InputResponses: call.InputResponses, Era: call.Era})
 	if err != nil {
 		return nil, err
 	}
@@ -459,7 +481,8 @@ func (tt *taskTool) work(ctx context.Context, run *tasks.Run) tasks.Outcome {
 		return tasks.Outcome{Status: tasks.Failed, Message: "the task's stored request is unreadable",
 			Error: mustJSON(jsonrpc.NewError(jsonrpc.CodeInternalError, "the task's stored request is unreadable"))}
 	}
-	res, err := tt.handler(ctx, &Call{Name: req.Name, Arguments: req.Arguments, Tenant: t.Tenant, run: run})
+	res, err := tt.handler(ctx, &Call{Name: req.Name, Arguments: req.Arguments, Tenant: t.Tenant,
+		InputResponses: req.InputResponses, run: run, ts: tt.ts})
 	switch {
 	case errors.Is(err, tasks.ErrCancelled):
 		return tasks.Outcome{Status: tasks.Cancelled, Message: "cancelled"}

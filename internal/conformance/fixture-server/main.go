@@ -11,11 +11,15 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/mcprel/mcprel/internal/conformance/fixture"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/store"
+	"github.com/mcprel/mcprel/tasks"
+	"github.com/mcprel/mcprel/taskserver"
 	"github.com/mcprel/mcprel/transport/streamhttp"
 )
 
@@ -33,6 +37,31 @@ func run() error {
 		return err
 	}
 	if err := fixture.Register(srv); err != nil {
+		return err
+	}
+	// Durable tasks live in a SQLite file of this run's own.
+	dir, err := os.MkdirTemp("", "mcprel-conformance-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	db, err := store.Open(context.Background(), filepath.Join(dir, "tasks.db"), nil)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	st, err := tasks.Open(context.Background(), db, nil)
+	if err != nil {
+		return err
+	}
+	ts, err := taskserver.New(srv, st, nil)
+	if err != nil {
+		return err
+	}
+	maintCtx, stopMaintaining := context.WithCancel(context.Background())
+	defer stopMaintaining()
+	go ts.Maintain(maintCtx, 0)
+	if err := fixture.RegisterTasks(srv, ts); err != nil {
 		return err
 	}
 	h, err := streamhttp.NewHandler(srv, nil)
