@@ -110,7 +110,11 @@ func (ts *Server) cancel(ctx context.Context, req *server.RouteRequest) (mcp.Res
 	if req.Era == mcp.Modern {
 		return &mcp.EmptyResult{}, nil
 	}
-	return &mcp.LegacyTaskResult{LegacyTask: legacyTask(t)}, nil
+	res := &mcp.LegacyTaskResult{LegacyTask: legacyTask(t)}
+	if !t.Status.Terminal() {
+		res.StatusMessage = "cancellation requested: the task stops at its next checkpoint"
+	}
+	return res, nil
 }
 
 func (ts *Server) update(ctx context.Context, req *server.RouteRequest) (mcp.Result, error) {
