@@ -9,19 +9,16 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
-	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/mcprel/mcprel/bench/internal/measure"
 	"github.com/mcprel/mcprel/internal/storetest"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/store"
@@ -59,43 +56,19 @@ type bench struct {
 	fsync   float64 // per second, measured first
 }
 
-// phase is one measured workload.
-type phase struct {
-	name      string
-	ops       int
-	errors    int64
-	elapsed   time.Duration
-	latencies []time.Duration
-}
+func (b *bench) report(p measure.Phase) { measure.Report(p, b.fsync) }
 
-func (p phase) rate() float64 { return float64(p.ops) / p.elapsed.Seconds() }
-
-func (p phase) pct(q float64) time.Duration {
-	if len(p.latencies) == 0 {
-		return 0
-	}
-	s := slices.Clone(p.latencies)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(q*float64(len(s))))]
-}
-
-func (b *bench) report(p phase) {
-	ratio := ""
-	if b.fsync > 0 {
-		ratio = fmt.Sprintf("%5.2f×", p.rate()/b.fsync)
-	}
-	fmt.Printf("%-34s %9.0f/s  %6s  p50 %8v  p99 %8v  max %8v  errors %d\n",
-		p.name, p.rate(), ratio, p.pct(0.5).Round(time.Microsecond), p.pct(0.99).Round(time.Microsecond),
-		p.pct(1).Round(time.Microsecond), p.errors)
+func (b *bench) loop(name string, n int, f func(i int) error) measure.Phase {
+	return measure.Loop(name, n, b.d, f)
 }
 
 func (b *bench) run(pg, sync string) error {
 	ctx := context.Background()
-	fsync, err := b.fsyncRate()
+	fsync, err := measure.FsyncRate(b.dir, b.d)
 	if err != nil {
 		return err
 	}
-	b.fsync = fsync.rate()
+	b.fsync = fsync.Rate()
 	fmt.Printf("dir %s, %v per phase, %d writers; ratios are to the fsync rate\n\n", b.dir, b.d, b.writers)
 	b.report(fsync)
 
@@ -118,12 +91,12 @@ func (b *bench) run(pg, sync string) error {
 	b.report(bare)
 	seq := b.do(ctx, l, "sqlite "+sync+", 1 writer", 1, "seq")
 	b.report(seq)
-	fmt.Printf("%-34s %9.2f× a bare commit\n", "  ledger / bare commit", seq.rate()/bare.rate())
+	fmt.Printf("%-34s %9.2f× a bare commit\n", "  ledger / bare commit", seq.Rate()/bare.Rate())
 	b.report(b.do(ctx, l, fmt.Sprintf("sqlite %s, %d writers", sync, b.writers), b.writers, "conc"))
-	b.report(b.replay(ctx, l, fmt.Sprintf("sqlite replay, %d readers", b.writers), "seq", seq.ops))
+	b.report(b.replay(ctx, l, fmt.Sprintf("sqlite replay, %d readers", b.writers), "seq", seq.Ops))
 	twoPhase := b.claim(ctx, l, "sqlite two-phase, 1 writer")
 	b.report(twoPhase)
-	fmt.Printf("%-34s %9.2f× the one-transaction mode\n", "  two-phase / one transaction", twoPhase.rate()/seq.rate())
+	fmt.Printf("%-34s %9.2f× the one-transaction mode\n", "  two-phase / one transaction", twoPhase.Rate()/seq.Rate())
 
 	if pg == "" {
 		fmt.Println("\npostgres: skipped (no -postgres URL and " + storetest.PostgresEnv + " unset)")
@@ -148,34 +121,6 @@ func (b *bench) run(pg, sync string) error {
 	b.report(b.do(ctx, pl, "postgres, 1 worker", 1, "pseq"))
 	b.report(b.do(ctx, pl, fmt.Sprintf("postgres, %d workers", b.writers), b.writers, "pconc"))
 	return nil
-}
-
-// fsyncRate writes 4 KiB and fsyncs it, over and over, for the phase's
-// duration: the ceiling of one-commit-per-operation durability.
-func (b *bench) fsyncRate() (phase, error) {
-	f, err := os.CreateTemp(b.dir, "fsync-probe")
-	if err != nil {
-		return phase{}, err
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	buf := make([]byte, 4096)
-	rand.Read(buf)
-	p := phase{name: "raw fsync (4 KiB write + fsync)"}
-	start := time.Now()
-	for time.Since(start) < b.d {
-		t := time.Now()
-		if _, err := f.WriteAt(buf, int64(p.ops%256)*4096); err != nil {
-			return p, err
-		}
-		if err := f.Sync(); err != nil {
-			return p, err
-		}
-		p.latencies = append(p.latencies, time.Since(t))
-		p.ops++
-	}
-	p.elapsed = time.Since(start)
-	return p, nil
 }
 
 var effects = []store.Migration{{Version: 1,
@@ -204,42 +149,9 @@ func effect(o ledger.Op, i int) func(context.Context, *store.Tx) (json.RawMessag
 	}
 }
 
-// loop runs f from n goroutines for the phase's duration; f gets a unique
-// sequence number per call.
-func (b *bench) loop(name string, n int, f func(i int) error) phase {
-	var next atomic.Int64
-	var errs atomic.Int64
-	lat := make([][]time.Duration, n)
-	var wg sync.WaitGroup
-	start := time.Now()
-	deadline := start.Add(b.d)
-	for w := range n {
-		wg.Go(func() {
-			for time.Now().Before(deadline) {
-				i := int(next.Add(1))
-				t := time.Now()
-				if err := f(i); err != nil {
-					if errs.Add(1) == 1 {
-						fmt.Fprintln(os.Stderr, name+":", err)
-					}
-					continue
-				}
-				lat[w] = append(lat[w], time.Since(t))
-			}
-		})
-	}
-	wg.Wait()
-	p := phase{name: name, elapsed: time.Since(start), errors: errs.Load()}
-	for _, l := range lat {
-		p.latencies = append(p.latencies, l...)
-	}
-	p.ops = len(p.latencies)
-	return p
-}
-
 // do commits new operations: each one claims a fresh key, writes its
 // effect row and stores its result in one transaction.
-func (b *bench) do(ctx context.Context, l *ledger.Ledger, name string, n int, prefix string) phase {
+func (b *bench) do(ctx context.Context, l *ledger.Ledger, name string, n int, prefix string) measure.Phase {
 	return b.loop(name, n, func(i int) error {
 		o := op(prefix, i)
 		res, err := l.Do(ctx, o, effect(o, i))
@@ -252,7 +164,7 @@ func (b *bench) do(ctx context.Context, l *ledger.Ledger, name string, n int, pr
 
 // bare commits one plain row per transaction: what the driver and the
 // disk cost before the ledger adds anything.
-func (b *bench) bare(ctx context.Context, db *store.DB, name string) phase {
+func (b *bench) bare(ctx context.Context, db *store.DB, name string) measure.Phase {
 	return b.loop(name, 1, func(i int) error {
 		return db.WriteTx(ctx, func(tx *store.Tx) error {
 			_, err := tx.Exec(ctx, `INSERT INTO bench_effects (idem_key, amount) VALUES (?, ?)`, "bare", i)
@@ -263,7 +175,7 @@ func (b *bench) bare(ctx context.Context, db *store.DB, name string) phase {
 
 // replay repeats committed operations: nothing runs, the stored result
 // comes back.
-func (b *bench) replay(ctx context.Context, l *ledger.Ledger, name, prefix string, committed int) phase {
+func (b *bench) replay(ctx context.Context, l *ledger.Ledger, name, prefix string, committed int) measure.Phase {
 	return b.loop(name, b.writers, func(i int) error {
 		k := i%committed + 1
 		o := op(prefix, k)
@@ -277,7 +189,7 @@ func (b *bench) replay(ctx context.Context, l *ledger.Ledger, name, prefix strin
 
 // claim runs the two-phase mode: claim and commit, then store the result
 // and commit.
-func (b *bench) claim(ctx context.Context, l *ledger.Ledger, name string) phase {
+func (b *bench) claim(ctx context.Context, l *ledger.Ledger, name string) measure.Phase {
 	return b.loop(name, 1, func(i int) error {
 		c, _, err := l.Claim(ctx, op("claim", i))
 		if err != nil {
