@@ -526,7 +526,7 @@ func (s *Store) Checkpoint(ctx context.Context, id, owner string, u CheckpointUp
 		}
 		now := s.now()
 		if cancelled = t.CancelRequested; cancelled {
-			return s.finishTx(ctx, tx, &t, Cancelled, "cancelled", nil, nil, now)
+			return s.finishTx(ctx, tx, &t, Cancelled, "cancelled: the worker observed the intent at a checkpoint", nil, nil, now)
 		}
 		msg := t.StatusMessage
 		if u.StatusMessage != nil {
@@ -622,7 +622,7 @@ func (s *Store) RequireInput(ctx context.Context, id, owner string, requests jso
 		}
 		now := s.now()
 		if cancelled = t.CancelRequested; cancelled {
-			return s.finishTx(ctx, tx, &t, Cancelled, "cancelled", nil, nil, now)
+			return s.finishTx(ctx, tx, &t, Cancelled, "cancelled: the worker observed the intent at a checkpoint", nil, nil, now)
 		}
 		_, err = tx.Exec(ctx, `UPDATE mcprel_tasks SET status = ?, status_message = ?, input_requests = ?,
 			updated_at = ?, lease_until = ? WHERE id = ?`,

@@ -47,16 +47,26 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 
+	var report string // left running by the first process, resumed by the second
 	err = runDemoServer(ctx, self, *dbPath, stdout, *width, "", func(d *demo) error {
 		if err := d.script(); err != nil {
 			return err
 		}
-		return d.ledgerScript()
+		if err := d.ledgerScript(); err != nil {
+			return err
+		}
+		report, err = d.tasksScript()
+		return err
 	})
 	if err != nil {
 		return err
 	}
-	return runDemoServer(ctx, self, *dbPath, stdout, *width, "A new server process on the same database file", (*demo).restartScript)
+	return runDemoServer(ctx, self, *dbPath, stdout, *width, "A new server process on the same database file", func(d *demo) error {
+		if err := d.restartScript(); err != nil {
+			return err
+		}
+		return d.restartTasks(report)
+	})
 }
 
 // runDemoServer starts "mcprel serve --stdio" on dbPath, runs script
@@ -82,6 +92,7 @@ func runDemoServer(ctx context.Context, self, dbPath string, stdout io.Writer, w
 		d.say("%s", title)
 	}
 	err = script(d)
+	d.say("Closing stdin: the server cancels calls in flight, stops running tasks at their next checkpoint (left for the next process) and exits")
 	in.Close()
 	if werr := cmd.Wait(); err == nil && werr != nil {
 		err = fmt.Errorf("demo: server exited: %w", werr)
@@ -323,7 +334,6 @@ func (d *demo) ledgerScript() error {
 			return err
 		}
 	}
-	d.say("Closing stdin: the server cancels anything in flight and exits")
 	return nil
 }
 
@@ -338,9 +348,5 @@ func (d *demo) restartScript() error {
 	if err := d.tool("2", "reserve_inventory", `{"sku":"widget","quantity":3,"idempotencyKey":"order-1001"}`); err != nil {
 		return err
 	}
-	if err := d.tool("3", "get_inventory", `{"sku":"widget"}`); err != nil {
-		return err
-	}
-	d.say("Closing stdin: the server exits")
-	return nil
+	return d.tool("3", "get_inventory", `{"sku":"widget"}`)
 }

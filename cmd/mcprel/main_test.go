@@ -65,6 +65,13 @@ func TestDemo(t *testing.T) {
 		// After the restart the record and the stock are still there.
 		`"executions":1,`,
 		`⇒ {"available":7,"sku":"widget","version":2}`,
+		// Tasks: created, completed with the result inlined, cancelled
+		// at a checkpoint, and a report resumed by the next process.
+		`"resultType":"task"`,
+		`: completed, result inlined`,
+		`⇒ acknowledged`,
+		`: cancelled, cancelled: the worker observed the intent at a checkpoint`,
+		`⇒ completed: 60 rows, checksum ` + expectedChecksum(60) + `, worked on by 2 processes`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("demo output lacks %q", want)
