@@ -518,6 +518,26 @@ func (s *Store) Checkpoint(ctx context.Context, id, owner string, u CheckpointUp
 	if u.Data != nil && (!json.Valid(u.Data) || len(u.Data) > MaxRecordBytes) {
 		return errors.New("tasks: checkpoint data must be JSON of at most 8 MiB")
 	}
+	return s.atCheckpoint(ctx, id, owner, func(tx *store.Tx, t Task, now time.Time) error {
+		msg := t.StatusMessage
+		if u.StatusMessage != nil {
+			msg = *u.StatusMessage
+		}
+		data := nullable(t.Checkpoint)
+		if u.Data != nil {
+			data = nullable(u.Data)
+		}
+		_, err := tx.Exec(ctx, `UPDATE mcprel_tasks SET status_message = ?, checkpoint = ?, updated_at = ?, lease_until = ? WHERE id = ?`,
+			msg, data, ms(now), ms(now.Add(s.lease)), id)
+		return err
+	})
+}
+
+// atCheckpoint is where a worker meets its task's cancellation intent: in
+// one write transaction the task owner holds is read, and ended cancelled
+// if the intent was recorded (atCheckpoint then returns ErrCancelled once
+// that commits); otherwise update writes what the worker brought.
+func (s *Store) atCheckpoint(ctx context.Context, id, owner string, update func(tx *store.Tx, t Task, now time.Time) error) error {
 	cancelled := false
 	err := s.db.WriteBatched(ctx, func(tx *store.Tx) error {
 		t, err := s.owned(ctx, tx, id, owner)
@@ -528,17 +548,7 @@ func (s *Store) Checkpoint(ctx context.Context, id, owner string, u CheckpointUp
 		if cancelled = t.CancelRequested; cancelled {
 			return s.finishTx(ctx, tx, &t, Cancelled, "cancelled: the worker observed the intent at a checkpoint", nil, nil, now)
 		}
-		msg := t.StatusMessage
-		if u.StatusMessage != nil {
-			msg = *u.StatusMessage
-		}
-		data := nullable(t.Checkpoint)
-		if u.Data != nil {
-			data = nullable(u.Data)
-		}
-		_, err = tx.Exec(ctx, `UPDATE mcprel_tasks SET status_message = ?, checkpoint = ?, updated_at = ?, lease_until = ? WHERE id = ?`,
-			msg, data, ms(now), ms(now.Add(s.lease)), id)
-		return err
+		return update(tx, t, now)
 	})
 	if err == nil && cancelled {
 		return ErrCancelled
@@ -614,25 +624,12 @@ func (s *Store) RequireInput(ctx context.Context, id, owner string, requests jso
 	if !json.Valid(requests) || len(requests) > MaxRecordBytes {
 		return errors.New("tasks: input requests must be a JSON object of at most 8 MiB")
 	}
-	cancelled := false
-	err := s.db.WriteBatched(ctx, func(tx *store.Tx) error {
-		t, err := s.owned(ctx, tx, id, owner)
-		if err != nil {
-			return err
-		}
-		now := s.now()
-		if cancelled = t.CancelRequested; cancelled {
-			return s.finishTx(ctx, tx, &t, Cancelled, "cancelled: the worker observed the intent at a checkpoint", nil, nil, now)
-		}
-		_, err = tx.Exec(ctx, `UPDATE mcprel_tasks SET status = ?, status_message = ?, input_requests = ?,
+	return s.atCheckpoint(ctx, id, owner, func(tx *store.Tx, _ Task, now time.Time) error {
+		_, err := tx.Exec(ctx, `UPDATE mcprel_tasks SET status = ?, status_message = ?, input_requests = ?,
 			updated_at = ?, lease_until = ? WHERE id = ?`,
 			int(InputRequired), message, string(requests), ms(now), ms(now.Add(s.lease)), id)
 		return err
 	})
-	if err == nil && cancelled {
-		return ErrCancelled
-	}
-	return err
 }
 
 // ProvideInput stores the tenant's answers to an InputRequired task's
