@@ -28,8 +28,8 @@ func (k Kind) String() string {
 // depends on Kind: requests have ID, Method and Params; notifications have
 // Method and Params; responses have ID and exactly one of Result and Error.
 //
-// Params and Result are copies: they never alias the frame that was
-// decoded, so a caller may keep them.
+// Decode leaves Params and Result as subslices of the frame it decoded: a
+// caller that keeps them after reusing the frame's bytes copies them.
 type Message struct {
 	Kind   Kind
 	ID     ID
