@@ -1,0 +1,252 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// CallOptions are one call's clocks and callbacks. The zero value (or a
+// nil pointer) gives DefaultIdle and DefaultMax.
+type CallOptions struct {
+	// Idle is the longest the call may go without increasing progress;
+	// Max the longest it may run at all. Both are real timers: Max fires
+	// even while progress keeps coming.
+	Idle, Max time.Duration
+	// OnProgress receives each progress report whose value increased, in
+	// order, on the call's goroutine.
+	OnProgress func(Progress)
+	// Meta is added to the request's params._meta (an idempotency key).
+	Meta map[string]any
+
+	quiet bool // a probe: its failure is expected and not counted
+}
+
+// Progress is one progress report of a call.
+type Progress struct {
+	Progress float64
+	Total    *float64
+	Message  string
+}
+
+// Clock names the deadline that ended a call.
+type Clock string
+
+// The two clocks.
+const (
+	IdleClock Clock = "idle"
+	MaxClock  Clock = "max"
+)
+
+// DeadlineError ends a call whose idle or maximum deadline fired. The
+// server was told to cancel; whether it acted on the call is unknown.
+type DeadlineError struct {
+	Clock Clock
+	After time.Duration
+}
+
+func (e *DeadlineError) Error() string {
+	return fmt.Sprintf("client: the call's %s deadline (%v) fired; the server was told to cancel", e.Clock, e.After)
+}
+
+// CancelledError ends a call that the caller cancelled: its context ended.
+// The server was told to cancel; whether it acted on the call is unknown.
+type CancelledError struct{ Cause error }
+
+func (e *CancelledError) Error() string {
+	return fmt.Sprintf("client: the call was cancelled (%v); the server was told to cancel", e.Cause)
+}
+
+func (e *CancelledError) Unwrap() error { return e.Cause }
+
+// CallTool calls a tool and returns its result. args is anything that
+// encodes as a JSON object (json.RawMessage included), or nil. A tool's
+// failure is a result whose IsError is set, not an error; errors are
+// protocol errors (*jsonrpc.Error), deadlines (*DeadlineError),
+// cancellation (*CancelledError) and lost connections
+// (ErrConnectionLost).
+func (c *Client) CallTool(ctx context.Context, name string, args any, o *CallOptions) (*mcp.CallToolResult, error) {
+	params := map[string]any{"name": name}
+	if args != nil {
+		params["arguments"] = args
+	}
+	raw, err := c.roundTrip(ctx, mcp.MethodToolsCall, name, params, o)
+	if err != nil {
+		return nil, err
+	}
+	var res mcp.CallToolResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return nil, fmt.Errorf("client: tools/call answered %s: %w", clip(raw), err)
+	}
+	return &res, nil
+}
+
+// ListTools returns every tool the server offers, following cursors.
+func (c *Client) ListTools(ctx context.Context) ([]mcp.Tool, error) {
+	var tools []mcp.Tool
+	cursor := ""
+	for range 1000 {
+		var params map[string]any
+		if cursor != "" {
+			params = map[string]any{"cursor": cursor}
+		}
+		raw, err := c.roundTrip(ctx, mcp.MethodToolsList, "", params, nil)
+		if err != nil {
+			return nil, err
+		}
+		var res mcp.ListToolsResult
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return nil, fmt.Errorf("client: tools/list answered %s: %w", clip(raw), err)
+		}
+		tools = append(tools, res.Tools...)
+		if res.NextCursor == "" {
+			return tools, nil
+		}
+		cursor = res.NextCursor
+	}
+	return nil, errors.New("client: tools/list did not end after 1000 pages")
+}
+
+// Request sends any request and returns its raw result: for methods this
+// package has no helper for. name is what the method's Mcp-Name header
+// carries over 2026-07-28 HTTP ("" for none).
+func (c *Client) Request(ctx context.Context, method, name string, params any, o *CallOptions) (json.RawMessage, error) {
+	return c.roundTrip(ctx, method, name, params, o)
+}
+
+// roundTrip sends one request and waits for its response under the two
+// clocks, cancelling it the transport's and era's way when it gives up.
+func (c *Client) roundTrip(ctx context.Context, method, name string, params any, o *CallOptions) (json.RawMessage, error) {
+	var opts CallOptions
+	if o != nil {
+		opts = *o
+	}
+	if opts.Idle <= 0 {
+		opts.Idle = DefaultIdle
+	}
+	if opts.Max <= 0 {
+		opts.Max = DefaultMax
+	}
+	id := jsonrpc.IntID(c.nextID.Add(1))
+	token := "p" + strconv.FormatInt(mustInt(id), 10)
+	body, err := c.params(params, token, opts.Meta)
+	if err != nil {
+		return nil, err
+	}
+	ex, err := c.t.start(ctx, outgoing{id: id, method: method, name: name, params: body, era: c.era, version: c.version, token: token})
+	if err != nil {
+		return nil, err
+	}
+	idle, max := time.NewTimer(opts.Idle), time.NewTimer(opts.Max)
+	defer idle.Stop()
+	defer max.Stop()
+	last, seen := 0.0, false
+	report := func(p Progress) {
+		if seen && p.Progress <= last {
+			c.stats.refused.Add(1)
+			return
+		}
+		last, seen = p.Progress, true
+		idle.Reset(opts.Idle)
+		if opts.OnProgress != nil {
+			opts.OnProgress(p)
+		}
+	}
+	for {
+		select {
+		case p := <-ex.progress:
+			report(p)
+		case r, ok := <-ex.response:
+			if !ok {
+				return nil, ErrConnectionLost
+			}
+			ex.finish()
+			// Progress that arrived before the response is reported
+			// before the call returns, in order.
+			for drained := false; !drained; {
+				select {
+				case p := <-ex.progress:
+					report(p)
+				default:
+					drained = true
+				}
+			}
+			switch {
+			case r.err != nil:
+				return nil, r.err
+			case r.m.Error != nil:
+				return nil, r.m.Error
+			}
+			return r.m.Result, nil
+		case <-ctx.Done():
+			c.giveUp(ex, id, "the caller cancelled: "+context.Cause(ctx).Error(), opts.quiet)
+			return nil, &CancelledError{Cause: context.Cause(ctx)}
+		case <-idle.C:
+			c.giveUp(ex, id, "idle deadline", opts.quiet)
+			return nil, &DeadlineError{Clock: IdleClock, After: opts.Idle}
+		case <-max.C:
+			c.giveUp(ex, id, "maximum deadline", opts.quiet)
+			return nil, &DeadlineError{Clock: MaxClock, After: opts.Max}
+		}
+	}
+}
+
+// giveUp tells the server the call is cancelled, as the transport and era
+// say, and stops waiting for it: a late response is counted and dropped.
+func (c *Client) giveUp(ex *exchange, id jsonrpc.ID, reason string, quiet bool) {
+	if !quiet {
+		c.stats.cancelled.Add(1)
+	}
+	ex.cancel(id, reason)
+}
+
+func mustInt(id jsonrpc.ID) int64 {
+	n, _ := id.Int()
+	return n
+}
+
+// params encodes a request's params with the era's _meta: in the modern
+// era the protocol version, capabilities and client info, and in both a
+// progress token and the caller's members.
+func (c *Client) params(params any, token string, extra map[string]any) (json.RawMessage, error) {
+	var obj map[string]json.RawMessage
+	if params != nil {
+		b, err := json.Marshal(params)
+		if err != nil {
+			return nil, fmt.Errorf("client: params: %w", err)
+		}
+		if err := json.Unmarshal(b, &obj); err != nil {
+			return nil, fmt.Errorf("client: params must be a JSON object: %w", err)
+		}
+	}
+	if obj == nil {
+		obj = map[string]json.RawMessage{}
+	}
+	meta := map[string]any{}
+	if raw, ok := obj["_meta"]; ok {
+		if err := json.Unmarshal(raw, &meta); err != nil {
+			return nil, fmt.Errorf("client: params._meta must be an object: %w", err)
+		}
+	}
+	for k, v := range extra {
+		meta[k] = v
+	}
+	meta[mcp.MetaProgressToken] = token
+	if c.era == mcp.Modern {
+		meta[mcp.MetaProtocolVersion] = c.version
+		meta[mcp.MetaClientCapabilities] = c.opts.Capabilities
+		meta[mcp.MetaClientInfo] = c.opts.Info
+	}
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return nil, fmt.Errorf("client: _meta: %w", err)
+	}
+	obj["_meta"] = b
+	return json.Marshal(obj)
+}

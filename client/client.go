@@ -1,0 +1,246 @@
+// Package client is the client half of mcprel: it connects to any MCP
+// server over stdio or Streamable HTTP, in whichever protocol era the
+// server speaks, and makes calls that end exactly once and never leave
+// the server guessing.
+//
+// Connecting tries the 2026-07-28 era first (server/discover) and falls
+// back to the 2025-11-25 handshake (initialize) on any answer that is not a
+// modern one — an error of any code, an HTTP status, silence — and keeps
+// the era it found for the connection.
+//
+// Every call runs under two real clocks: an idle deadline that only
+// increasing progress resets, and a maximum deadline that fires whatever
+// the progress. When either fires, when the caller's context ends, or when
+// the process is interrupted, the client sends the signal the transport
+// and era define — notifications/cancelled on stdio and on 2025 HTTP,
+// closing the request's stream on 2026 HTTP (never a cancellation POST in
+// that era) — stops waiting, and ignores (and counts) a response that
+// arrives later for that id.
+//
+// The package knows jsonrpc and mcp, never the server.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// Defaults for Options and CallOptions fields left at zero.
+const (
+	DefaultIdle         = 30 * time.Second
+	DefaultMax          = 60 * time.Second
+	DefaultProbeTimeout = 5 * time.Second
+	DefaultStopGrace    = 2 * time.Second
+)
+
+// Options configure a Client. The zero value is valid.
+type Options struct {
+	// Info is how the client names itself; zero means "mcprel-client".
+	Info mcp.Implementation
+	// Capabilities are what the client declares: at initialize, or in
+	// every request's _meta.
+	Capabilities mcp.ClientCapabilities
+	// Era, when set, skips negotiation: mcp.Modern or mcp.Legacy only.
+	Era mcp.Era
+	// ProbeTimeout bounds the wait for an answer to the modern probe
+	// (server/discover) before the client tries initialize instead; zero
+	// means DefaultProbeTimeout.
+	ProbeTimeout time.Duration
+	// MaxMessageBytes bounds one inbound message; zero means
+	// jsonrpc.DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	// HTTPClient makes the HTTP requests; nil means a client of its own.
+	HTTPClient *http.Client
+	// Header is added to every HTTP request (an Authorization header).
+	Header http.Header
+	// Stderr receives a stdio server's stderr; nil discards it.
+	Stderr io.Writer
+	// StopGrace is how long Close waits for a stdio server to exit after
+	// its stdin closes, and again after SIGTERM, before SIGKILL; zero
+	// means DefaultStopGrace.
+	StopGrace time.Duration
+	// Logger receives what the client notices on the side: late
+	// responses, dropped progress, server requests it cannot serve.
+	Logger *slog.Logger
+}
+
+// Client is one connection to an MCP server.
+type Client struct {
+	t       transport
+	opts    Options
+	log     *slog.Logger
+	era     mcp.Era
+	version string
+	server  *mcp.Implementation
+	caps    mcp.ServerCapabilities
+	nextID  atomic.Int64
+	stats   *counters
+	closeMu sync.Once
+	closed  error
+}
+
+// Stats counts what the client dropped or ignored.
+type Stats struct {
+	// LateResponses are responses that arrived for a call the client had
+	// already given up on (cancelled, timed out): ignored.
+	LateResponses uint64
+	// ProgressRefused are progress reports whose value did not increase:
+	// dropped before the caller's callback, and no reset of the idle
+	// clock.
+	ProgressRefused uint64
+	// ProgressDropped are progress reports dropped because the caller's
+	// callback was slower than the server.
+	ProgressDropped uint64
+	// Cancellations are calls the client cancelled, for any reason.
+	Cancellations uint64
+}
+
+type counters struct {
+	late, refused, dropped, cancelled atomic.Uint64
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() Stats {
+	return Stats{LateResponses: c.stats.late.Load(), ProgressRefused: c.stats.refused.Load(),
+		ProgressDropped: c.stats.dropped.Load(), Cancellations: c.stats.cancelled.Load()}
+}
+
+// Era is the protocol era negotiated for the connection.
+func (c *Client) Era() mcp.Era { return c.era }
+
+// ProtocolVersion is the protocol version negotiated for the connection.
+func (c *Client) ProtocolVersion() string { return c.version }
+
+// ServerInfo is the server's self-description, when it gave one.
+func (c *Client) ServerInfo() *mcp.Implementation { return c.server }
+
+// ServerCapabilities are what the server advertised.
+func (c *Client) ServerCapabilities() mcp.ServerCapabilities { return c.caps }
+
+func (o *Options) fill() {
+	if o.Info.Name == "" {
+		o.Info = mcp.Implementation{Name: "mcprel-client", Version: "0"}
+	}
+	if o.ProbeTimeout == 0 {
+		o.ProbeTimeout = DefaultProbeTimeout
+	}
+	if o.MaxMessageBytes == 0 {
+		o.MaxMessageBytes = jsonrpc.DefaultMaxMessageBytes
+	}
+	if o.StopGrace == 0 {
+		o.StopGrace = DefaultStopGrace
+	}
+	if o.Stderr == nil {
+		o.Stderr = io.Discard
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// newClient negotiates the era over t and returns the connected client.
+func newClient(ctx context.Context, t transport, o Options, stats *counters) (*Client, error) {
+	c := &Client{t: t, opts: o, log: o.Logger, stats: stats}
+	var err error
+	switch o.Era {
+	case mcp.Modern:
+		err = c.discover(ctx)
+	case mcp.Legacy:
+		err = c.initialize(ctx)
+	case 0:
+		if err = c.discover(ctx); err != nil {
+			c.log.Debug("the server did not answer as a 2026-07-28 server; trying initialize", "err", err)
+			err = c.initialize(ctx)
+		}
+	default:
+		err = fmt.Errorf("client: unknown era %d", o.Era)
+	}
+	if err != nil {
+		t.close(o.StopGrace)
+		return nil, err
+	}
+	return c, nil
+}
+
+// discover probes for the modern era. Anything but a modern answer that
+// names 2026-07-28 among the supported versions is an error.
+func (c *Client) discover(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.ProbeTimeout)
+	defer cancel()
+	c.era, c.version = mcp.Modern, mcp.Version20260728
+	raw, err := c.roundTrip(ctx, mcp.MethodDiscover, "", nil, &CallOptions{Max: c.opts.ProbeTimeout, Idle: c.opts.ProbeTimeout, quiet: true})
+	c.era, c.version = 0, ""
+	if err != nil {
+		return err
+	}
+	var res mcp.DiscoverResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return fmt.Errorf("client: server/discover answered %s", clip(raw))
+	}
+	for _, v := range res.SupportedVersions {
+		if v == mcp.Version20260728 {
+			c.era, c.version, c.caps = mcp.Modern, v, res.Capabilities
+			if info, ok := res.Meta[mcp.MetaServerInfo]; ok {
+				b, _ := json.Marshal(info)
+				var impl mcp.Implementation
+				if json.Unmarshal(b, &impl) == nil {
+					c.server = &impl
+				}
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("client: server/discover lists %v, not %s", res.SupportedVersions, mcp.Version20260728)
+}
+
+// initialize runs the 2025 handshake.
+func (c *Client) initialize(ctx context.Context) error {
+	c.era, c.version = mcp.Legacy, ""
+	raw, err := c.roundTrip(ctx, mcp.MethodInitialize, "", mcp.InitializeParams{
+		ProtocolVersion: mcp.LatestLegacyVersion, Capabilities: c.opts.Capabilities, ClientInfo: c.opts.Info,
+	}, &CallOptions{Max: c.opts.ProbeTimeout * 2, Idle: c.opts.ProbeTimeout * 2, quiet: true})
+	if err != nil {
+		return fmt.Errorf("client: initialize: %w", err)
+	}
+	var res mcp.InitializeResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return fmt.Errorf("client: initialize answered %s", clip(raw))
+	}
+	if !mcp.IsLegacyVersion(res.ProtocolVersion) {
+		return fmt.Errorf("client: the server chose protocol version %q, which this client does not speak", res.ProtocolVersion)
+	}
+	c.version, c.caps, c.server = res.ProtocolVersion, res.Capabilities, &res.ServerInfo
+	c.t.initialized(res.ProtocolVersion)
+	return c.t.notify(ctx, mcp.NotificationInitialized, nil, c.era)
+}
+
+// Close ends the connection: a stdio server's stdin is closed, then it is
+// sent SIGTERM, then SIGKILL, StopGrace apart; a 2025 HTTP session is
+// deleted.
+func (c *Client) Close() error {
+	c.closeMu.Do(func() { c.closed = c.t.close(c.opts.StopGrace) })
+	return c.closed
+}
+
+func clip(b []byte) string {
+	if len(b) > 200 {
+		return string(b[:200]) + "…"
+	}
+	return string(b)
+}
+
+// ErrConnectionLost is the error of a call whose connection (a stdio
+// server's pipes, an HTTP response stream) ended before its response.
+// Whether the server acted on the call is unknown.
+var ErrConnectionLost = errors.New("client: the connection ended before the response")

@@ -1,0 +1,111 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// transport is one way of reaching a server: stdio or Streamable HTTP.
+type transport interface {
+	// start sends a request; what the server sends for it arrives on the
+	// exchange.
+	start(ctx context.Context, req outgoing) (*exchange, error)
+	// notify sends a notification.
+	notify(ctx context.Context, method string, params any, era mcp.Era) error
+	// initialized tells the transport the 2025 handshake chose version.
+	initialized(version string)
+	// close ends the connection, waiting up to grace at each step.
+	close(grace time.Duration) error
+}
+
+// outgoing is one request to send.
+type outgoing struct {
+	id      jsonrpc.ID
+	method  string
+	name    string // the Mcp-Name header's value (2026-07-28 HTTP)
+	params  json.RawMessage
+	era     mcp.Era
+	version string
+	token   string // its progress token
+}
+
+// progressBuffer bounds the progress reports waiting for a slow caller:
+// past it the oldest are dropped, which only loses idle-clock resets.
+const progressBuffer = 64
+
+// exchange is one request in flight: its progress reports and its
+// response, and the way to give up on it.
+type exchange struct {
+	progress chan Progress
+	response chan reply // receives the response once, or closes if the connection ends first
+	stats    *counters
+	token    string
+
+	once     sync.Once
+	onCancel func(id jsonrpc.ID, reason string) // the transport's and era's signal
+	onFinish func()
+}
+
+func newExchange(stats *counters) *exchange {
+	return &exchange{progress: make(chan Progress, progressBuffer), response: make(chan reply, 1), stats: stats}
+}
+
+// reply is how a request ended: its response, or a failure of the
+// transport that says more than a lost connection (an HTTP status).
+type reply struct {
+	m   jsonrpc.Message
+	err error
+}
+
+// deliverProgress hands a report to the caller without ever blocking the
+// transport's reader.
+func (ex *exchange) deliverProgress(p Progress) {
+	select {
+	case ex.progress <- p:
+	default:
+		ex.stats.dropped.Add(1)
+	}
+}
+
+// cancel sends the cancellation signal, once, and releases the exchange.
+func (ex *exchange) cancel(id jsonrpc.ID, reason string) {
+	ex.once.Do(func() {
+		if ex.onCancel != nil {
+			ex.onCancel(id, reason)
+		}
+	})
+}
+
+// finish releases an exchange whose response arrived.
+func (ex *exchange) finish() {
+	ex.once.Do(func() {
+		if ex.onFinish != nil {
+			ex.onFinish()
+		}
+	})
+}
+
+// progressWire is notifications/progress as the client reads it: a
+// token it issued is always a string.
+type progressWire struct {
+	ProgressToken json.RawMessage `json:"progressToken"`
+	Progress      float64         `json:"progress"`
+	Total         *float64        `json:"total"`
+	Message       string          `json:"message"`
+}
+
+// progressOf decodes a notifications/progress and its token; false when
+// it is malformed or its token is not a string.
+func progressOf(params json.RawMessage) (string, Progress, bool) {
+	var p progressWire
+	var token string
+	if json.Unmarshal(params, &p) != nil || json.Unmarshal(p.ProgressToken, &token) != nil {
+		return "", Progress{}, false
+	}
+	return token, Progress{Progress: p.Progress, Total: p.Total, Message: p.Message}, true
+}
