@@ -4,6 +4,7 @@
 //	mcprel serve --http ADDR  serve them over Streamable HTTP
 //	mcprel demo               drive a served process through a scripted exchange
 //	mcprel ledger show        print the ledger's record of one operation
+//	mcprel call TOOL k=v...   call a tool on any MCP server (--stdio CMD or --url URL)
 //	mcprel version            print the version
 //
 // Run "mcprel <command> -h" for a command's flags.
@@ -39,6 +40,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = demoCmd(ctx, args[1:], stdout, stderr)
 	case "ledger":
 		err = ledgerCmd(ctx, args[1:], stdout, stderr)
+	case "call":
+		err = callCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v", "-version":
 		fmt.Fprintln(stdout, "mcprel", version)
 	case "help", "-h", "--help", "-help":
@@ -49,7 +52,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitUsage
 	}
 	var ue usageError
+	var ee *exitError
 	switch {
+	case errors.As(err, &ee):
+		if ee.msg != "" {
+			fmt.Fprintln(stderr, "mcprel:", ee.msg)
+		}
+		return ee.code
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):
@@ -105,12 +114,17 @@ Commands:
   serve --stdio     serve the demo tools over stdin/stdout (ledger in ./mcprel.db)
   serve --http ADDR serve them over Streamable HTTP
   ledger show       print the ledger's record of one operation
+  call TOOL k=v...  call a tool on any MCP server (--stdio "CMD" or --url URL);
+                    --list lists its tools
   demo              run a scripted exchange against "mcprel serve --stdio"
   version           print the version (also --version, -v)
 
 Run "mcprel <command> -h" for a command's flags.
 Exit status: 0 success, 1 failure, 2 a mistake in the command line,
-3 "ledger show" found no record.
+3 "ledger show" found no record; "mcprel call": 10 the tool reported a
+failure, 11 a protocol error, 12 the idle deadline, 13 the maximum
+deadline, 14 interrupted, 15 the server was overloaded, 16 no connection,
+17 the outcome is unknown and the call unsafe to retry: reconcile first.
 `)
 }
 

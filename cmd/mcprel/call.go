@@ -1,0 +1,424 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// Exit statuses of "mcprel call", beside the shared ones (0, 1, 2): each
+// says how the call ended, so that a script can decide what to do next.
+const (
+	exitToolError  = 10 // the tool ran and reported a failure (isError)
+	exitProtocol   = 11 // the server refused the request (a JSON-RPC error)
+	exitIdle       = 12 // the idle deadline fired: no progress for --idle
+	exitMax        = 13 // the maximum deadline fired: the call ran for --max
+	exitCancelled  = 14 // interrupted (Ctrl-C): the server was told to cancel
+	exitOverloaded = 15 // the server was overloaded, rate limited or shutting down
+	exitConnection = 16 // the server could not be reached, or the connection was lost
+	exitReconcile  = 17 // an unsafe call's outcome is unknown: reconcile before retrying
+)
+
+// exitError ends a command with a status of its own.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// callCmd is "mcprel call": one tool call on any MCP server, with the
+// client runtime's clocks, cancellation and retries.
+func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("call", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	stdioCmd := fs.String("stdio", "", `the server to start and speak to over stdio, as one command line ("mcprel serve --stdio")`)
+	url := fs.String("url", "", "the Streamable HTTP endpoint to call (http://127.0.0.1:PORT/mcp)")
+	var headers listFlag
+	fs.Var(&headers, "header", `an HTTP header to send, "Name: value" (repeatable)`)
+	token := fs.String("token", "", "a bearer token to send (or set MCPREL_TOKEN)")
+	list := fs.Bool("list", false, "list the server's tools with their input schemas instead of calling one")
+	argsJSON := fs.String("args", "", "the arguments as one JSON object (instead of key=value pairs)")
+	idle := fs.Duration("idle", client.DefaultIdle, "the idle deadline: the longest the call may go without increasing progress")
+	maxD := fs.Duration("max", client.DefaultMax, "the maximum deadline: the longest the call may run, progress or not")
+	retries := fs.Int("retries", 2, "retries after the first attempt, for calls the retry rules allow")
+	key := fs.String("idempotency-key", "", "the operation's idempotency key, sent as arguments.idempotencyKey")
+	autoKey := fs.Bool("auto-key", false, "generate an idempotency key, reused on every retry of this call")
+	asTask := fs.Bool("task", false, "run the call as a durable task and poll it to its end")
+	era := fs.String("era", "auto", `protocol era: "auto" (2026-07-28 if the server speaks it), "2026" or "2025"`)
+	// The tool name and its key=value arguments follow the flags.
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{}
+	}
+	if (*stdioCmd == "") == (*url == "") {
+		return usagef("call: give exactly one of --stdio and --url")
+	}
+	if *key != "" && *autoKey {
+		return usagef("call: choose one of --idempotency-key and --auto-key")
+	}
+	if *idle <= 0 || *maxD <= 0 || *retries < 0 {
+		return usagef("call: --idle and --max must be positive and --retries not negative")
+	}
+	opts := &client.Options{Info: mcp.Implementation{Name: "mcprel-call", Version: version}, Header: http.Header{}}
+	switch *era {
+	case "auto":
+	case "2026":
+		opts.Era = mcp.Modern
+	case "2025":
+		opts.Era = mcp.Legacy
+	default:
+		return usagef("call: --era must be auto, 2026 or 2025, not %q", *era)
+	}
+	for _, h := range headers {
+		name, value, ok := strings.Cut(h, ":")
+		if !ok || strings.TrimSpace(name) == "" {
+			return usagef("call: --header must be \"Name: value\", not %q", h)
+		}
+		opts.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+	}
+	if t := firstNonEmpty(*token, os.Getenv("MCPREL_TOKEN")); t != "" {
+		opts.Header.Set("Authorization", "Bearer "+t)
+	}
+	if *asTask {
+		opts.Capabilities.Extensions = map[string]json.RawMessage{mcp.ExtensionTasks: json.RawMessage(`{}`)}
+	}
+	if *list && fs.NArg() > 0 {
+		return usagef("call: --list takes no tool name")
+	}
+	if !*list && fs.NArg() == 0 {
+		return usagef("call: name the tool to call (or --list)")
+	}
+
+	// The first Ctrl-C cancels the call the transport's way; a second
+	// exits at once.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		if _, ok := <-sigs; !ok {
+			return
+		}
+		fmt.Fprintln(stderr, "mcprel call: interrupted; cancelling the call (again to exit at once)")
+		cancel(errInterrupted)
+		if _, ok := <-sigs; ok {
+			os.Exit(130)
+		}
+	}()
+
+	c, err := connect(ctx, *stdioCmd, *url, opts, stderr)
+	if err != nil {
+		return &exitError{exitConnection, fmt.Sprintf("call: connecting: %v", err)}
+	}
+	defer c.Close()
+	if *list {
+		tools, err := c.ListTools(ctx)
+		if err != nil {
+			return callFailure(err)
+		}
+		return printJSON(stdout, tools)
+	}
+	name := fs.Arg(0)
+	arguments, err := buildArguments(ctx, c, name, *argsJSON, fs.Args()[1:])
+	if err != nil {
+		return err
+	}
+	switch {
+	case *key != "":
+		arguments[mcp.ArgIdempotencyKey] = *key
+	case *autoKey:
+		arguments[mcp.ArgIdempotencyKey] = newKey()
+	}
+	bar := newProgressBar(stderr, *idle)
+	o := &client.CallOptions{Idle: *idle, Max: *maxD, OnProgress: bar.update}
+	var res *mcp.CallToolResult
+	if *asTask {
+		res, err = c.CallToolTask(ctx, name, arguments, o, bar.task)
+	} else {
+		res, err = callWithRetries(ctx, c, name, arguments, o, *retries, stderr)
+	}
+	bar.done()
+	if err != nil {
+		return callFailure(err)
+	}
+	if perr := printJSON(stdout, res); perr != nil {
+		return perr
+	}
+	if res.IsError {
+		return &exitError{exitToolError, ""}
+	}
+	return nil
+}
+
+var errInterrupted = errors.New("interrupted")
+
+func firstNonEmpty(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// connect dials the server the flags name.
+func connect(ctx context.Context, command, url string, opts *client.Options, stderr io.Writer) (*client.Client, error) {
+	if url != "" {
+		return client.DialHTTP(ctx, url, opts)
+	}
+	words, err := splitCommand(command)
+	if err != nil {
+		return nil, err
+	}
+	opts.Stderr = stderr
+	return client.DialStdio(ctx, words, opts)
+}
+
+// splitCommand splits a command line on spaces, with single and double
+// quotes grouping words.
+func splitCommand(s string) ([]string, error) {
+	var words []string
+	var cur strings.Builder
+	inWord, quote := false, rune(0)
+	for _, r := range s {
+		switch {
+		case quote != 0 && r == quote:
+			quote = 0
+		case quote != 0:
+			cur.WriteRune(r)
+		case r == '\'' || r == '"':
+			quote, inWord = r, true
+		case r == ' ' || r == '\t':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteRune(r)
+			inWord = true
+		}
+	}
+	if quote != 0 {
+		return nil, fmt.Errorf("unterminated quote in %q", s)
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	if len(words) == 0 {
+		return nil, errors.New("--stdio names no command")
+	}
+	return words, nil
+}
+
+// buildArguments turns --args or key=value pairs into the call's
+// arguments, typing each value by the tool's input schema.
+func buildArguments(ctx context.Context, c *client.Client, tool, argsJSON string, pairs []string) (map[string]any, error) {
+	args := map[string]any{}
+	if argsJSON != "" {
+		if len(pairs) > 0 {
+			return nil, usagef("call: give the arguments as --args or as key=value pairs, not both")
+		}
+		dec := json.NewDecoder(strings.NewReader(argsJSON))
+		dec.UseNumber()
+		if err := dec.Decode(&args); err != nil {
+			return nil, usagef("call: --args must be a JSON object: %v", err)
+		}
+		return args, nil
+	}
+	if len(pairs) == 0 {
+		return args, nil
+	}
+	types := map[string]string{}
+	if tools, err := c.ListTools(ctx); err == nil {
+		for _, t := range tools {
+			if t.Name == tool {
+				types = propertyTypes(t.InputSchema)
+			}
+		}
+	}
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || k == "" {
+			return nil, usagef("call: arguments are key=value pairs, not %q", p)
+		}
+		val, err := typed(v, types[k])
+		if err != nil {
+			return nil, usagef("call: argument %s: %v", k, err)
+		}
+		args[k] = val
+	}
+	return args, nil
+}
+
+// propertyTypes reads the type of each top-level property of a schema.
+func propertyTypes(schema json.RawMessage) map[string]string {
+	var s struct {
+		Properties map[string]struct {
+			Type any `json:"type"`
+		} `json:"properties"`
+	}
+	json.Unmarshal(schema, &s)
+	out := map[string]string{}
+	for name, p := range s.Properties {
+		switch t := p.Type.(type) {
+		case string:
+			out[name] = t
+		case []any: // ["null","integer"]: the first that is not null
+			for _, e := range t {
+				if str, ok := e.(string); ok && str != "null" {
+					out[name] = str
+					break
+				}
+			}
+		}
+	}
+	return out
+}
+
+// typed converts a command-line value to the schema's type; without one,
+// a value that reads as JSON is JSON and anything else a string.
+func typed(v, typ string) (any, error) {
+	switch typ {
+	case "string":
+		return v, nil
+	case "integer":
+		if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+			return nil, fmt.Errorf("%q is not an integer", v)
+		}
+		return json.Number(v), nil
+	case "number":
+		if _, err := strconv.ParseFloat(v, 64); err != nil {
+			return nil, fmt.Errorf("%q is not a number", v)
+		}
+		return json.Number(v), nil
+	case "boolean":
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not true or false", v)
+		}
+		return b, nil
+	}
+	dec := json.NewDecoder(strings.NewReader(v))
+	dec.UseNumber()
+	var out any
+	if dec.Decode(&out) == nil && !dec.More() {
+		return out, nil
+	}
+	if typ == "object" || typ == "array" {
+		return nil, fmt.Errorf("%q is not a JSON %s", v, typ)
+	}
+	return v, nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// callFailure maps how a call failed to its exit status.
+func callFailure(err error) error {
+	var de *client.DeadlineError
+	var ce *client.CancelledError
+	var re *jsonrpc.Error
+	var se *client.StatusError
+	switch {
+	case errors.As(err, &de) && de.Clock == client.IdleClock:
+		return &exitError{exitIdle, "call: " + err.Error()}
+	case errors.As(err, &de):
+		return &exitError{exitMax, "call: " + err.Error()}
+	case errors.As(err, &ce):
+		return &exitError{exitCancelled, "call: " + err.Error()}
+	case errors.As(err, &re) && (re.Code == mcp.CodeOverloaded || re.Code == mcp.CodeRateLimited || re.Code == mcp.CodeUnavailable):
+		return &exitError{exitOverloaded, "call: " + err.Error()}
+	case errors.As(err, &re):
+		return &exitError{exitProtocol, "call: " + err.Error()}
+	case errors.As(err, &se) && (se.Status == http.StatusTooManyRequests || se.Status == http.StatusServiceUnavailable):
+		return &exitError{exitOverloaded, "call: " + err.Error()}
+	case errors.Is(err, client.ErrConnectionLost), errors.As(err, &se):
+		return &exitError{exitConnection, "call: " + err.Error()}
+	}
+	var rf *reconcileError
+	if errors.As(err, &rf) {
+		return &exitError{exitReconcile, "call: " + err.Error()}
+	}
+	return err
+}
+
+// progressBar shows a call's progress on stderr: a bar redrawn in place on
+// a terminal, a line per report otherwise.
+type progressBar struct {
+	w     io.Writer
+	tty   bool
+	start time.Time
+	idle  time.Duration
+	drawn bool
+}
+
+func newProgressBar(w io.Writer, idle time.Duration) *progressBar {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	return &progressBar{w: w, tty: tty, start: time.Now(), idle: idle}
+}
+
+func (b *progressBar) update(p client.Progress) {
+	elapsed := time.Since(b.start).Round(100 * time.Millisecond)
+	of := ""
+	bar := ""
+	if p.Total != nil && *p.Total > 0 {
+		of = fmt.Sprintf("/%g", *p.Total)
+		frac := min(1, p.Progress / *p.Total)
+		n := int(frac * 20)
+		bar = "[" + strings.Repeat("#", n) + strings.Repeat(".", 20-n) + "] "
+	}
+	line := fmt.Sprintf("%s%g%s %s  elapsed %v, idle deadline in %v", bar, p.Progress, of, p.Message, elapsed, b.idle)
+	if b.tty {
+		fmt.Fprintf(b.w, "\r\033[K%s", line)
+		b.drawn = true
+		return
+	}
+	fmt.Fprintln(b.w, "progress:", line)
+}
+
+// task shows a task's status as it is polled.
+func (b *progressBar) task(status, message string) {
+	line := "task " + status
+	if message != "" {
+		line += ": " + message
+	}
+	if b.tty {
+		fmt.Fprintf(b.w, "\r\033[K%s  elapsed %v", line, time.Since(b.start).Round(100*time.Millisecond))
+		b.drawn = true
+		return
+	}
+	fmt.Fprintln(b.w, line)
+}
+
+func (b *progressBar) done() {
+	if b.drawn {
+		fmt.Fprintln(b.w)
+	}
+}

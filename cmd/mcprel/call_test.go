@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// serveCommand is the --stdio command line of a fresh mcprel server.
+func serveCommand(t *testing.T) string {
+	return binary + " serve --stdio --db " + filepath.Join(t.TempDir(), "call.db")
+}
+
+// mcprelCall runs "mcprel call" and returns its stdout, stderr and exit
+// status.
+func mcprelCall(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"call"}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.Run()
+	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+}
+
+// Every way a call ends has its own exit status, over stdio and HTTP.
+func TestCallExitCodes(t *testing.T) {
+	url, _ := startHTTP(t, nil)
+	for _, server := range []struct{ name, flag, value string }{
+		{"stdio", "--stdio", ""},
+		{"http", "--url", url},
+	} {
+		t.Run(server.name, func(t *testing.T) {
+			at := func() []string {
+				if server.flag == "--stdio" {
+					return []string{"--stdio", serveCommand(t)}
+				}
+				return []string{"--url", server.value}
+			}
+			for _, tc := range []struct {
+				name string
+				args []string
+				code int
+				want string // in stdout or stderr
+			}{
+				{"success", []string{"echo", "text=hello"}, 0, `"text": "hello"`},
+				{"typed arguments", []string{"slow_count", "steps=2", "intervalMs=1"}, 0, `"counted": 2`},
+				{"JSON arguments", []string{"--args", `{"text":"json"}`, "echo"}, 0, `"text": "json"`},
+				{"tool error", []string{"get_inventory", "sku=nope"}, exitToolError, `unknown_sku`},
+				{"protocol error", []string{"no_such_tool"}, exitProtocol, `unknown tool`},
+				{"idle deadline", []string{"--idle", "200ms", "slow_count", "steps=5", "intervalMs=1000"}, exitIdle, "idle deadline"},
+				{"max deadline", []string{"--max", "300ms", "slow_count", "steps=50", "intervalMs=100"}, exitMax, "max deadline"},
+				{"bad argument", []string{"slow_count", "steps=three"}, exitUsage, "not an integer"},
+				{"list", []string{"--list"}, 0, `"generate_report"`},
+				{"task", []string{"--task", "generate_report", "rows=3", "stepMs=10"}, 0, `"rows": 3`},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					out, errs, code := mcprelCall(t, append(at(), tc.args...)...)
+					if code != tc.code || !strings.Contains(out+errs, tc.want) {
+						t.Fatalf("exit %d, want %d; want %q in\n%s\n%s", code, tc.code, tc.want, out, errs)
+					}
+				})
+			}
+		})
+	}
+	// Nothing listening: a connection failure.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := "http://" + ln.Addr().String() + "/mcp"
+	ln.Close()
+	if _, errs, code := mcprelCall(t, "--url", dead, "echo", "text=x"); code != exitConnection {
+		t.Fatalf("a dead endpoint: exit %d, %s", code, errs)
+	}
+}
+
+// Ctrl-C (SIGINT to mcprel call) cancels the call the transport's way:
+// the server's handler ends cancelled, and the call exits 14.
+func TestCallInterrupted(t *testing.T) {
+	cmd := exec.Command(binary, "call", "--stdio", serveCommand(t), "slow_count", "steps=1000", "intervalMs=50")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the first progress line: the call is running.
+	buf := make([]byte, 4096)
+	var seen strings.Builder
+	for !strings.Contains(seen.String(), "progress:") {
+		n, err := stderr.Read(buf)
+		if err != nil {
+			t.Fatalf("no progress before %v: %s", err, seen.String())
+		}
+		seen.Write(buf[:n])
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	rest := make(chan string)
+	go func() {
+		var b bytes.Buffer
+		b.ReadFrom(stderr)
+		rest <- b.String()
+	}()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("mcprel call did not exit after SIGINT")
+	}
+	all := seen.String() + <-rest
+	if code := cmd.ProcessState.ExitCode(); code != exitCancelled {
+		t.Fatalf("exit %d, want %d\n%s", code, exitCancelled, all)
+	}
+	// The server's own log (passed through on stderr) says its handler
+	// ended cancelled by the client's notification.
+	if !strings.Contains(all, "outcome=cancelled") || !strings.Contains(all, "cancelled by the client") {
+		t.Fatalf("the server did not record the cancellation:\n%s", all)
+	}
+	var v any
+	if json.Unmarshal(out.Bytes(), &v) == nil {
+		t.Fatalf("an interrupted call printed a result: %s", out.String())
+	}
+}
