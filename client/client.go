@@ -73,6 +73,39 @@ type Options struct {
 	// Logger receives what the client notices on the side: late
 	// responses, dropped progress, server requests it cannot serve.
 	Logger *slog.Logger
+	// OnRequest answers the requests a server sends the client on stdio
+	// and in the 2025 era over HTTP: elicitation/create, sampling, roots
+	// (declare the matching Capabilities). ping is answered without it;
+	// with none, the others get method-not-found.
+	OnRequest RequestHandler
+}
+
+// RequestHandler answers one request from the server: its result, or an
+// error (a *jsonrpc.Error goes on the wire as it is).
+type RequestHandler func(ctx context.Context, method string, params json.RawMessage) (any, error)
+
+// serveRequest answers a server's request m, encoded as the response to
+// send.
+func serveRequest(ctx context.Context, h RequestHandler, m jsonrpc.Message) []byte {
+	if m.Method == mcp.MethodPing {
+		return jsonrpc.AppendResult(nil, m.ID, json.RawMessage(`{}`))
+	}
+	if h == nil {
+		return jsonrpc.AppendError(nil, m.ID, jsonrpc.NewError(jsonrpc.CodeMethodNotFound, "this client does not serve %s", m.Method))
+	}
+	res, err := h(ctx, m.Method, m.Params)
+	if err != nil {
+		var rpcErr *jsonrpc.Error
+		if !errors.As(err, &rpcErr) {
+			rpcErr = jsonrpc.NewError(jsonrpc.CodeInternalError, "%v", err)
+		}
+		return jsonrpc.AppendError(nil, m.ID, rpcErr)
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return jsonrpc.AppendError(nil, m.ID, jsonrpc.NewError(jsonrpc.CodeInternalError, "the answer could not be encoded: %v", err))
+	}
+	return jsonrpc.AppendResult(nil, m.ID, b)
 }
 
 // Client is one connection to an MCP server.
@@ -104,16 +137,19 @@ type Stats struct {
 	ProgressDropped uint64
 	// Cancellations are calls the client cancelled, for any reason.
 	Cancellations uint64
+	// Resumptions are 2025 streams picked up again with Last-Event-ID
+	// after they ended before their response.
+	Resumptions uint64
 }
 
 type counters struct {
-	late, refused, dropped, cancelled atomic.Uint64
+	late, refused, dropped, cancelled, resumed atomic.Uint64
 }
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
 	return Stats{LateResponses: c.stats.late.Load(), ProgressRefused: c.stats.refused.Load(),
-		ProgressDropped: c.stats.dropped.Load(), Cancellations: c.stats.cancelled.Load()}
+		ProgressDropped: c.stats.dropped.Load(), Cancellations: c.stats.cancelled.Load(), Resumptions: c.stats.resumed.Load()}
 }
 
 // Era is the protocol era negotiated for the connection.

@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -55,12 +57,98 @@ type httpTransport struct {
 	mu      sync.Mutex
 	session string // the 2025 session id, once initialize gave one
 	version string // the 2025 protocol version, once negotiated
+	pending map[jsonrpc.ID]*exchange
+	byToken map[string]*exchange
+	closing context.CancelFunc // ends the 2025 GET stream
 }
 
 func (t *httpTransport) initialized(version string) {
+	ctx, cancel := context.WithCancel(context.Background())
 	t.mu.Lock()
 	t.version = version
+	t.closing = cancel
 	t.mu.Unlock()
+	// A 2025 server may send its requests (an elicitation inside a tool
+	// call) and responses on the session's own stream: listen to it.
+	go t.listen(ctx)
+}
+
+// track registers a request in flight, so that what the server sends for
+// it on another stream reaches it; the returned func forgets it.
+func (t *httpTransport) track(req outgoing, ex *exchange) func() {
+	t.mu.Lock()
+	if t.pending == nil {
+		t.pending, t.byToken = map[jsonrpc.ID]*exchange{}, map[string]*exchange{}
+	}
+	t.pending[req.id], t.byToken[req.token] = ex, ex
+	t.mu.Unlock()
+	return func() {
+		t.mu.Lock()
+		delete(t.pending, req.id)
+		delete(t.byToken, req.token)
+		t.mu.Unlock()
+	}
+}
+
+// route hands a message that arrived on a stream not its own to its
+// request: a response by id, progress by token.
+func (t *httpTransport) route(m jsonrpc.Message) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch m.Kind {
+	case jsonrpc.KindResponse:
+		if ex := t.pending[m.ID]; ex != nil {
+			ex.deliver(reply{m: m})
+		}
+	case jsonrpc.KindNotification:
+		if m.Method == mcp.NotificationProgress {
+			if token, p, ok := progressOf(m.Params); ok && t.byToken[token] != nil {
+				t.byToken[token].deliverProgress(p)
+			}
+		}
+	}
+}
+
+// listen keeps the 2025 session's GET stream open until the client
+// closes: server requests are answered, responses and progress routed.
+// A server that offers no such stream (405) is left alone; a stream that
+// ends is reopened after the server's retry delay, with Last-Event-ID.
+func (t *httpTransport) listen(ctx context.Context) {
+	var cursor sseCursor
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
+		if err != nil {
+			return
+		}
+		t.header(hreq.Header, mcp.Legacy, "", "", "")
+		hreq.Header.Del("Content-Type")
+		hreq.Header.Set("Accept", "text/event-stream")
+		if cursor.lastID != "" {
+			hreq.Header.Set("Last-Event-ID", cursor.lastID)
+		}
+		resp, err := t.hc.Do(hreq)
+		if err == nil {
+			media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+			if resp.StatusCode != http.StatusOK || media != "text/event-stream" {
+				resp.Body.Close()
+				return // no session stream here
+			}
+			attempt = 0
+			t.readEvents(ctx, resp.Body, outgoing{era: mcp.Legacy}, nil, &cursor)
+			resp.Body.Close()
+		}
+		wait := cursor.retry
+		if wait == 0 {
+			wait = time.Duration(rand.Int64N(int64(250*time.Millisecond) << min(attempt, 5)))
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+	}
 }
 
 // header sets the headers every request of the era carries.
@@ -100,8 +188,10 @@ func (t *httpTransport) start(ctx context.Context, req outgoing) (*exchange, err
 		return nil, err
 	}
 	t.header(hreq.Header, req.era, req.version, req.method, req.name)
-	ex.onFinish = abort
+	forget := t.track(req, ex)
+	ex.onFinish = func() { forget(); abort() }
 	ex.onCancel = func(id jsonrpc.ID, reason string) {
+		forget()
 		if req.era != mcp.Modern {
 			// 2025: disconnecting is not cancellation; say it with a POST.
 			params, _ := json.Marshal(mcp.CancelledParams{RequestID: id, Reason: reason})
@@ -121,7 +211,7 @@ func (t *httpTransport) exchange(hreq *http.Request, req outgoing, ex *exchange)
 	resp, err := t.hc.Do(hreq)
 	if err != nil {
 		if hreq.Context().Err() == nil {
-			ex.response <- reply{err: fmt.Errorf("%w: %v", ErrConnectionLost, err)}
+			ex.deliver(reply{err: fmt.Errorf("%w: %v", ErrConnectionLost, err)})
 		}
 		return
 	}
@@ -136,62 +226,136 @@ func (t *httpTransport) exchange(hreq *http.Request, req outgoing, ex *exchange)
 	media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch {
 	case media == "text/event-stream" && resp.StatusCode == http.StatusOK:
-		t.readEvents(resp.Body, req, ex)
+		var cursor sseCursor
+		if t.readEvents(hreq.Context(), resp.Body, req, ex, &cursor) {
+			return
+		}
+		resp.Body.Close()
+		t.resume(hreq.Context(), req, ex, &cursor)
 	case media == "application/json":
 		body, err := io.ReadAll(io.LimitReader(resp.Body, int64(t.opts.MaxMessageBytes)+1))
 		if err != nil {
 			if hreq.Context().Err() == nil {
-				ex.response <- reply{err: fmt.Errorf("%w: %v", ErrConnectionLost, err)}
+				ex.deliver(reply{err: fmt.Errorf("%w: %v", ErrConnectionLost, err)})
 			}
 			return
 		}
 		m, derr := jsonrpc.Decode(body)
 		if derr != nil || m.Kind != jsonrpc.KindResponse {
-			ex.response <- reply{err: &StatusError{Status: resp.StatusCode, Body: clip(body)}}
+			ex.deliver(reply{err: &StatusError{Status: resp.StatusCode, Body: clip(body)}})
 			return
 		}
-		ex.response <- reply{m: m}
+		ex.deliver(reply{m: m})
 	default:
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		ex.response <- reply{err: &StatusError{Status: resp.StatusCode, Body: strings.TrimSpace(clip(body))}}
+		ex.deliver(reply{err: &StatusError{Status: resp.StatusCode, Body: strings.TrimSpace(clip(body))}})
+	}
+}
+
+// sseCursor is where a stream stood when it ended: the last event id
+// the server gave, and the reconnection delay it asked for.
+type sseCursor struct {
+	lastID string
+	retry  time.Duration // 0: the server gave none
+}
+
+// maxResumes bounds the reconnections of one request's stream.
+const maxResumes = 5
+
+// resume reconnects a 2025 stream that ended before its response: after
+// the server's retry delay exactly (or a backoff of its own where the
+// server gave none), a GET with Last-Event-ID picks the stream up where it
+// stopped, as that era specifies. The 2026 era has no resumption: a lost
+// stream is a lost request. It closes ex.response when it gives up.
+func (t *httpTransport) resume(ctx context.Context, req outgoing, ex *exchange, cursor *sseCursor) {
+	defer func() {
+		if ctx.Err() == nil {
+			ex.lose()
+		}
+	}()
+	if req.era == mcp.Modern || cursor.lastID == "" {
+		return
+	}
+	for attempt := range maxResumes {
+		wait := cursor.retry
+		if wait == 0 {
+			// Full jitter on a doubling base: reconnecting clients spread.
+			wait = time.Duration(rand.Int64N(int64(250*time.Millisecond) << attempt))
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
+		if err != nil {
+			return
+		}
+		t.header(hreq.Header, req.era, req.version, "", "")
+		hreq.Header.Del("Content-Type")
+		hreq.Header.Set("Accept", "text/event-stream")
+		hreq.Header.Set("Last-Event-ID", cursor.lastID)
+		resp, err := t.hc.Do(hreq)
+		if err != nil {
+			continue
+		}
+		media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+		if resp.StatusCode != http.StatusOK || media != "text/event-stream" {
+			resp.Body.Close()
+			t.opts.Logger.Debug("the server refused to resume a stream", "status", resp.StatusCode)
+			return
+		}
+		t.stats.resumed.Add(1)
+		done := t.readEvents(ctx, resp.Body, req, ex, cursor)
+		resp.Body.Close()
+		if done {
+			return
+		}
 	}
 }
 
 // readEvents reads an SSE stream: this request's progress and its
-// response; anything else the server sends on it is logged and skipped.
-func (t *httpTransport) readEvents(body io.Reader, req outgoing, ex *exchange) {
+// response, answering the server's requests on the way; it records the
+// stream's cursor and reports whether the response arrived.
+func (t *httpTransport) readEvents(ctx context.Context, body io.Reader, req outgoing, ex *exchange, cursor *sseCursor) bool {
 	r := bufio.NewReaderSize(body, 64<<10)
 	var data []byte
+	hasData := false
 	for {
 		line, err := readLine(r, t.opts.MaxMessageBytes)
 		line = bytes.TrimRight(line, "\r\n")
 		switch {
 		case len(line) == 0 && err == nil:
-			if len(data) > 0 {
-				if t.event(data, req, ex) {
-					return
-				}
-				data = nil
+			if hasData && len(data) > 0 && t.event(ctx, data, req, ex) {
+				return true
 			}
+			data, hasData = nil, false
 		case bytes.HasPrefix(line, []byte("data:")):
 			d := bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("data:")), []byte(" "))
-			if len(data) > 0 {
+			if hasData {
 				data = append(data, '\n')
 			}
-			data = append(data, d...)
+			data, hasData = append(data, d...), true
+		case bytes.HasPrefix(line, []byte("id:")):
+			cursor.lastID = string(bytes.TrimSpace(bytes.TrimPrefix(line, []byte("id:"))))
+		case bytes.HasPrefix(line, []byte("retry:")):
+			if ms, perr := strconv.Atoi(string(bytes.TrimSpace(bytes.TrimPrefix(line, []byte("retry:"))))); perr == nil && ms >= 0 {
+				cursor.retry = min(time.Duration(ms)*time.Millisecond, maxServerRetry)
+			}
 		}
 		if err != nil {
-			if len(data) > 0 && t.event(data, req, ex) {
-				return
-			}
-			close(ex.response) // the stream ended without the response
-			return
+			return hasData && len(data) > 0 && t.event(ctx, data, req, ex)
 		}
 	}
 }
 
+// maxServerRetry caps the reconnection delay a server may ask for.
+const maxServerRetry = time.Minute
+
 // event handles one SSE event's data; true once the response arrived.
-func (t *httpTransport) event(data []byte, req outgoing, ex *exchange) bool {
+func (t *httpTransport) event(ctx context.Context, data []byte, req outgoing, ex *exchange) bool {
 	m, derr := jsonrpc.Decode(data)
 	if derr != nil {
 		t.opts.Logger.Warn("the server sent an event that is not JSON-RPC", "err", derr.Message)
@@ -199,18 +363,31 @@ func (t *httpTransport) event(data []byte, req outgoing, ex *exchange) bool {
 	}
 	switch m.Kind {
 	case jsonrpc.KindResponse:
-		if m.ID == req.id {
-			ex.response <- reply{m: m}
+		if ex != nil && m.ID == req.id {
+			ex.deliver(reply{m: m})
 			return true
 		}
+		t.route(m)
 	case jsonrpc.KindNotification:
-		if m.Method == mcp.NotificationProgress {
-			if token, p, ok := progressOf(m.Params); ok && token == req.token {
-				ex.deliverProgress(p)
-			}
+		if m.Method != mcp.NotificationProgress {
+			return false
 		}
+		if token, p, ok := progressOf(m.Params); ok && ex != nil && token == req.token {
+			ex.deliverProgress(p)
+			return false
+		}
+		t.route(m)
 	case jsonrpc.KindRequest:
-		t.opts.Logger.Debug("the server sent a request this client does not serve", "method", m.Method)
+		// A 2025 server asks the client something (elicitation, sampling,
+		// roots) on the request's stream; the answer is POSTed back.
+		go func() {
+			answer := serveRequest(ctx, t.opts.OnRequest, m)
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if err := t.post(pctx, answer, req.era, ""); err != nil {
+				t.opts.Logger.Warn("could not answer the server's request", "method", m.Method, "err", err)
+			}
+		}()
 	}
 	return false
 }
@@ -249,8 +426,11 @@ func (t *httpTransport) notify(ctx context.Context, method string, params any, e
 // close deletes a 2025 session and releases idle connections.
 func (t *httpTransport) close(grace time.Duration) error {
 	t.mu.Lock()
-	session := t.session
+	session, stop := t.session, t.closing
 	t.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 	if session != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), grace)
 		defer cancel()

@@ -205,7 +205,7 @@ func (t *stdioTransport) dispatch(line []byte) {
 		t.mu.Unlock()
 		switch {
 		case ex != nil:
-			ex.response <- reply{m: m}
+			ex.deliver(reply{m: m})
 		case late:
 			t.stats.late.Add(1)
 			t.opts.Logger.Debug("ignored a response to a call the client gave up on", "id", m.ID)
@@ -227,18 +227,10 @@ func (t *stdioTransport) dispatch(line []byte) {
 			ex.deliverProgress(p)
 		}
 	case jsonrpc.KindRequest:
-		t.answerServer(m)
+		// Answered on its own goroutine: a handler that asks its user
+		// must not stop the reader.
+		go t.write(serveRequest(context.Background(), t.opts.OnRequest, m))
 	}
-}
-
-// answerServer answers a request the server sent: ping, and a clear
-// method-not-found for what this client does not offer.
-func (t *stdioTransport) answerServer(m jsonrpc.Message) {
-	if m.Method == mcp.MethodPing {
-		t.write(jsonrpc.AppendResult(nil, m.ID, json.RawMessage(`{}`)))
-		return
-	}
-	t.write(jsonrpc.AppendError(nil, m.ID, jsonrpc.NewError(jsonrpc.CodeMethodNotFound, "this client does not serve %s", m.Method)))
 }
 
 // lost ends every call in flight once the server's output ends.
@@ -249,7 +241,7 @@ func (t *stdioTransport) lost() {
 	t.pending, t.byToken = map[jsonrpc.ID]*exchange{}, map[string]*exchange{}
 	t.mu.Unlock()
 	for _, ex := range pending {
-		close(ex.response)
+		ex.lose()
 	}
 }
 

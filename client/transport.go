@@ -49,7 +49,16 @@ type exchange struct {
 	once     sync.Once
 	onCancel func(id jsonrpc.ID, reason string) // the transport's and era's signal
 	onFinish func()
+
+	ended sync.Once // the response is delivered, or the connection lost, once
 }
+
+// deliver hands the call its response (or its transport failure), once:
+// a second answer for the same id is dropped.
+func (ex *exchange) deliver(r reply) { ex.ended.Do(func() { ex.response <- r }) }
+
+// lose ends the call without a response: its connection is gone.
+func (ex *exchange) lose() { ex.ended.Do(func() { close(ex.response) }) }
 
 func newExchange(stats *counters) *exchange {
 	return &exchange{progress: make(chan Progress, progressBuffer), response: make(chan reply, 1), stats: stats}
