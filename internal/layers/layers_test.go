@@ -35,6 +35,7 @@ var layer = map[string][]string{
 	"taskserver":  {"jsonrpc", "mcp", "server", "tasks", "ledger", "store"},
 
 	"client": {"jsonrpc", "mcp"},
+	"retry":  {"jsonrpc", "mcp"},
 
 	// Commands, examples and test helpers sit on top and may use anything.
 	"cmd/...":      {"..."},
