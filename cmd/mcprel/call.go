@@ -59,6 +59,8 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	key := fs.String("idempotency-key", "", "the operation's idempotency key, sent as arguments.idempotencyKey")
 	autoKey := fs.Bool("auto-key", false, "generate an idempotency key, reused on every retry of this call")
 	asTask := fs.Bool("task", false, "run the call as a durable task and poll it to its end")
+	class := fs.String("class", "", `the tool's retry class: "safe" (no effects), "conditional" (deduplicated by its idempotency key) or "unsafe"; default: conditional with a key, unsafe without, or the server's word with --trust-server`)
+	trust := fs.Bool("trust-server", false, "let the server's advertised retry class and annotations decide retries (only for a server you operate)")
 	era := fs.String("era", "auto", `protocol era: "auto" (2026-07-28 if the server speaks it), "2026" or "2025"`)
 	// The tool name and its key=value arguments follow the flags.
 	if err := fs.Parse(args); err != nil {
@@ -137,7 +139,7 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return printJSON(stdout, tools)
 	}
 	name := fs.Arg(0)
-	arguments, err := buildArguments(ctx, c, name, *argsJSON, fs.Args()[1:])
+	tool, arguments, err := buildArguments(ctx, c, name, *argsJSON, fs.Args()[1:])
 	if err != nil {
 		return err
 	}
@@ -153,7 +155,7 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *asTask {
 		res, err = c.CallToolTask(ctx, name, arguments, o, bar.task)
 	} else {
-		res, err = callWithRetries(ctx, c, name, arguments, o, *retries, stderr)
+		res, err = callWithRetries(ctx, c, tool, name, arguments, o, retryPolicy{class: *class, trustServer: *trust, attempts: *retries + 1}, stderr)
 	}
 	bar.done()
 	if err != nil {
@@ -231,42 +233,45 @@ func splitCommand(s string) ([]string, error) {
 
 // buildArguments turns --args or key=value pairs into the call's
 // arguments, typing each value by the tool's input schema.
-func buildArguments(ctx context.Context, c *client.Client, tool, argsJSON string, pairs []string) (map[string]any, error) {
+// It also returns the tool as the server lists it (nil if it does not),
+// whose claims the retry rules may read.
+func buildArguments(ctx context.Context, c *client.Client, name, argsJSON string, pairs []string) (*mcp.Tool, map[string]any, error) {
+	var tool *mcp.Tool
+	if tools, err := c.ListTools(ctx); err == nil {
+		for i := range tools {
+			if tools[i].Name == name {
+				tool = &tools[i]
+			}
+		}
+	}
 	args := map[string]any{}
 	if argsJSON != "" {
 		if len(pairs) > 0 {
-			return nil, usagef("call: give the arguments as --args or as key=value pairs, not both")
+			return nil, nil, usagef("call: give the arguments as --args or as key=value pairs, not both")
 		}
 		dec := json.NewDecoder(strings.NewReader(argsJSON))
 		dec.UseNumber()
 		if err := dec.Decode(&args); err != nil {
-			return nil, usagef("call: --args must be a JSON object: %v", err)
+			return nil, nil, usagef("call: --args must be a JSON object: %v", err)
 		}
-		return args, nil
-	}
-	if len(pairs) == 0 {
-		return args, nil
+		return tool, args, nil
 	}
 	types := map[string]string{}
-	if tools, err := c.ListTools(ctx); err == nil {
-		for _, t := range tools {
-			if t.Name == tool {
-				types = propertyTypes(t.InputSchema)
-			}
-		}
+	if tool != nil {
+		types = propertyTypes(tool.InputSchema)
 	}
 	for _, p := range pairs {
 		k, v, ok := strings.Cut(p, "=")
 		if !ok || k == "" {
-			return nil, usagef("call: arguments are key=value pairs, not %q", p)
+			return nil, nil, usagef("call: arguments are key=value pairs, not %q", p)
 		}
 		val, err := typed(v, types[k])
 		if err != nil {
-			return nil, usagef("call: argument %s: %v", k, err)
+			return nil, nil, usagef("call: argument %s: %v", k, err)
 		}
 		args[k] = val
 	}
-	return args, nil
+	return tool, args, nil
 }
 
 // propertyTypes reads the type of each top-level property of a schema.
@@ -341,6 +346,10 @@ func callFailure(err error) error {
 	var ce *client.CancelledError
 	var re *jsonrpc.Error
 	var se *client.StatusError
+	var rf *reconcileError
+	// The clocks and the interruption say most precisely how the call
+	// ended (their message carries any reconcile advice); otherwise an
+	// unknown outcome of an unsafe call comes before the cause.
 	switch {
 	case errors.As(err, &de) && de.Clock == client.IdleClock:
 		return &exitError{exitIdle, "call: " + err.Error()}
@@ -348,6 +357,8 @@ func callFailure(err error) error {
 		return &exitError{exitMax, "call: " + err.Error()}
 	case errors.As(err, &ce):
 		return &exitError{exitCancelled, "call: " + err.Error()}
+	case errors.As(err, &rf):
+		return &exitError{exitReconcile, "call: " + err.Error()}
 	case errors.As(err, &re) && (re.Code == mcp.CodeOverloaded || re.Code == mcp.CodeRateLimited || re.Code == mcp.CodeUnavailable):
 		return &exitError{exitOverloaded, "call: " + err.Error()}
 	case errors.As(err, &re):
@@ -356,10 +367,6 @@ func callFailure(err error) error {
 		return &exitError{exitOverloaded, "call: " + err.Error()}
 	case errors.Is(err, client.ErrConnectionLost), errors.As(err, &se):
 		return &exitError{exitConnection, "call: " + err.Error()}
-	}
-	var rf *reconcileError
-	if errors.As(err, &rf) {
-		return &exitError{exitReconcile, "call: " + err.Error()}
 	}
 	return err
 }

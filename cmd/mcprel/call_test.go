@@ -3,10 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -127,5 +131,74 @@ func TestCallInterrupted(t *testing.T) {
 	var v any
 	if json.Unmarshal(out.Bytes(), &v) == nil {
 		t.Fatalf("an interrupted call printed a result: %s", out.String())
+	}
+}
+
+// lossyProxy forwards to target and, for the first tools/call of tool,
+// drops the response after the server produced it: the request took
+// effect, its answer never arrives.
+func lossyProxy(t *testing.T, target, tool string) string {
+	t.Helper()
+	var mu sync.Mutex
+	dropped := false
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		req, _ := http.NewRequest(r.Method, target, bytes.NewReader(body))
+		req.Header = r.Header.Clone()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		answer, _ := io.ReadAll(resp.Body)
+		mu.Lock()
+		drop := !dropped && bytes.Contains(body, []byte(`"tools/call"`)) && bytes.Contains(body, []byte(`"`+tool+`"`))
+		if drop {
+			dropped = true
+		}
+		mu.Unlock()
+		if drop {
+			panic(http.ErrAbortHandler) // the connection closes without an answer
+		}
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		w.Write(answer)
+	}))
+	t.Cleanup(hs.Close)
+	return hs.URL + "/mcp"
+}
+
+// A conditional call (it carries an idempotency key) whose response is
+// lost after the server committed is retried with the same key and gets
+// the committed result; the ledger says it ran once. An unsafe call whose
+// response is lost is not retried: the caller is told to reconcile.
+func TestCallRetriesOnlyWhatIsSafe(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "retry.db")
+	url, _ := startHTTP(t, nil, "--db", db)
+	if _, errs, code := mcprelCall(t, "--url", url, "set_stock", "sku=w1", "quantity=10", "expectedVersion=0"); code != 0 {
+		t.Fatalf("set_stock: %d %s", code, errs)
+	}
+	out, errs, code := mcprelCall(t, "--url", lossyProxy(t, url, "reserve_inventory"), "--auto-key", "reserve_inventory", "sku=w1", "quantity=3")
+	if code != 0 || !strings.Contains(errs, "retrying") || !strings.Contains(errs, "same idempotency key") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	var res struct {
+		Meta              map[string]any `json:"_meta"`
+		StructuredContent struct{ Remaining int }
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Meta["dev.mcprel/replayed"] != true || res.StructuredContent.Remaining != 7 {
+		t.Fatalf("the retried reservation: %s (%v)", out, err)
+	}
+	// The authoritative read: reserved once.
+	if out, _, _ := mcprelCall(t, "--url", url, "get_inventory", "sku=w1"); !strings.Contains(out, `"available": 7`) {
+		t.Fatalf("stock after the retried reservation: %s", out)
+	}
+
+	out, errs, code = mcprelCall(t, "--url", lossyProxy(t, url, "charge_account"), "charge_account", "account=alice", "cents=500")
+	if code != exitReconcile || strings.Contains(errs, "retrying") || !strings.Contains(errs, "reconcile") {
+		t.Fatalf("an unsafe call with a lost response: exit %d\n%s\n%s", code, out, errs)
 	}
 }
