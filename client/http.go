@@ -179,6 +179,7 @@ func (t *httpTransport) header(h http.Header, era mcp.Era, version, method, name
 
 func (t *httpTransport) start(ctx context.Context, req outgoing) (*exchange, error) {
 	ex := newExchange(t.stats)
+	ex.notes = req.notes
 	// The request lives until the call ends, not with the caller's ctx:
 	// the call decides when to give up, and how to say so.
 	reqCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
@@ -370,6 +371,9 @@ func (t *httpTransport) event(ctx context.Context, data []byte, req outgoing, ex
 		t.route(m)
 	case jsonrpc.KindNotification:
 		if m.Method != mcp.NotificationProgress {
+			if ex != nil && ex.notes != nil {
+				ex.notes(m)
+			}
 			return false
 		}
 		if token, p, ok := progressOf(m.Params); ok && ex != nil && token == req.token {

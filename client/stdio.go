@@ -100,7 +100,7 @@ func (t *stdioTransport) write(b []byte) error {
 
 func (t *stdioTransport) start(ctx context.Context, req outgoing) (*exchange, error) {
 	ex := newExchange(t.stats)
-	ex.token = req.token
+	ex.token, ex.notes = req.token, req.notes
 	t.mu.Lock()
 	if t.dead {
 		t.mu.Unlock()
@@ -214,6 +214,15 @@ func (t *stdioTransport) dispatch(line []byte) {
 		}
 	case jsonrpc.KindNotification:
 		if m.Method != mcp.NotificationProgress {
+			// A listen stream's notification names its request.
+			if id, ok := subscriptionOf(m.Params); ok {
+				t.mu.Lock()
+				ex := t.pending[id]
+				t.mu.Unlock()
+				if ex != nil && ex.notes != nil {
+					ex.notes(m)
+				}
+			}
 			return
 		}
 		token, p, ok := progressOf(m.Params)

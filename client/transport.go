@@ -32,6 +32,9 @@ type outgoing struct {
 	era     mcp.Era
 	version string
 	token   string // its progress token
+	// notes, when set, receives the request's other notifications (a
+	// listen stream's); it must not block.
+	notes func(jsonrpc.Message)
 }
 
 // progressBuffer bounds the progress reports waiting for a slow caller:
@@ -45,6 +48,7 @@ type exchange struct {
 	response chan reply // receives the response once, or closes if the connection ends first
 	stats    *counters
 	token    string
+	notes    func(jsonrpc.Message)
 
 	once     sync.Once
 	onCancel func(id jsonrpc.ID, reason string) // the transport's and era's signal
