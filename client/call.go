@@ -215,6 +215,17 @@ func mustInt(id jsonrpc.ID) int64 {
 // era the protocol version, capabilities and client info, and in both a
 // progress token and the caller's members.
 func (c *Client) params(params any, token string, extra map[string]any) (json.RawMessage, error) {
+	if p, ok := params.(map[string]any); ok || params == nil {
+		// The common case, encoded once: the helpers build maps.
+		if _, has := p["_meta"]; !has {
+			obj := make(map[string]any, len(p)+1)
+			for k, v := range p {
+				obj[k] = v
+			}
+			obj["_meta"] = c.meta(nil, token, extra)
+			return json.Marshal(obj)
+		}
+	}
 	var obj map[string]json.RawMessage
 	if params != nil {
 		b, err := json.Marshal(params)
@@ -234,6 +245,20 @@ func (c *Client) params(params any, token string, extra map[string]any) (json.Ra
 			return nil, fmt.Errorf("client: params._meta must be an object: %w", err)
 		}
 	}
+	b, err := json.Marshal(c.meta(meta, token, extra))
+	if err != nil {
+		return nil, fmt.Errorf("client: _meta: %w", err)
+	}
+	obj["_meta"] = b
+	return json.Marshal(obj)
+}
+
+// meta is a request's _meta: the caller's members, a progress token, and
+// in the modern era the protocol version, capabilities and client info.
+func (c *Client) meta(meta map[string]any, token string, extra map[string]any) map[string]any {
+	if meta == nil {
+		meta = make(map[string]any, len(extra)+4)
+	}
 	for k, v := range extra {
 		meta[k] = v
 	}
@@ -243,10 +268,5 @@ func (c *Client) params(params any, token string, extra map[string]any) (json.Ra
 		meta[mcp.MetaClientCapabilities] = c.opts.Capabilities
 		meta[mcp.MetaClientInfo] = c.opts.Info
 	}
-	b, err := json.Marshal(meta)
-	if err != nil {
-		return nil, fmt.Errorf("client: _meta: %w", err)
-	}
-	obj["_meta"] = b
-	return json.Marshal(obj)
+	return meta
 }
