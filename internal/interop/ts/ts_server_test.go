@@ -1,0 +1,100 @@
+package ts_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// stderrLines collects a server's stderr and tells when a line appears.
+type stderrLines struct {
+	mu      sync.Mutex
+	text    strings.Builder
+	changed chan struct{}
+}
+
+func (l *stderrLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.text.Write(p)
+	close(l.changed)
+	l.changed = make(chan struct{})
+	return len(p), nil
+}
+
+func (l *stderrLines) await(s string) bool {
+	deadline := time.After(10 * time.Second)
+	for {
+		l.mu.Lock()
+		found, ch := strings.Contains(l.text.String(), s), l.changed
+		l.mu.Unlock()
+		if found {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			return false
+		}
+	}
+}
+
+// mcprel's client against a server built with the official TypeScript SDK
+// (1.32.2) over stdio: it falls back to the 2025 handshake (the SDK does
+// not serve 2026-07-28), lists, calls, follows progress, cancels — the
+// SDK's handler sees the abort — and fires both deadlines.
+func TestClientAgainstTypeScriptServer(t *testing.T) {
+	requireNode(t)
+	log := &stderrLines{changed: make(chan struct{})}
+	c, err := client.DialStdio(context.Background(), []string{"node", "ts-server.mjs"}, &client.Options{Stderr: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if c.Era() != mcp.Legacy || c.ServerInfo().Name != "ts-server" {
+		t.Fatalf("era %v, server %+v", c.Era(), c.ServerInfo())
+	}
+	tools, err := c.ListTools(ctx)
+	if err != nil || len(tools) != 3 {
+		t.Fatalf("tools/list: %d, %v", len(tools), err)
+	}
+	res, err := c.CallTool(ctx, "echo", map[string]any{"text": "hello"}, nil)
+	if err != nil || res.IsError || len(res.Content) != 1 {
+		t.Fatalf("echo: %+v, %v", res, err)
+	}
+	var seen []float64
+	if _, err := c.CallTool(ctx, "progress", map[string]any{"steps": 3, "intervalMs": 20},
+		&client.CallOptions{OnProgress: func(p client.Progress) { seen = append(seen, p.Progress) }}); err != nil || len(seen) != 3 {
+		t.Fatalf("progress: %v, seen %v", err, seen)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	errs := make(chan error, 1)
+	go func() { _, err := c.CallTool(cctx, "wait", nil, nil); errs <- err }()
+	if !log.await("handler-started wait") {
+		t.Fatal("the wait handler never started")
+	}
+	cancel()
+	if err := <-errs; !errors.As(err, new(*client.CancelledError)) {
+		t.Fatalf("the cancelled call: %v", err)
+	}
+	if !log.await("handler-cancelled wait") {
+		t.Fatal("the SDK's handler did not see the cancellation")
+	}
+	var de *client.DeadlineError
+	if _, err := c.CallTool(ctx, "progress", map[string]any{"steps": 5, "intervalMs": 2000}, &client.CallOptions{Idle: 200 * time.Millisecond}); !errors.As(err, &de) || de.Clock != client.IdleClock {
+		t.Fatalf("idle deadline: %v", err)
+	}
+	if _, err := c.CallTool(ctx, "progress", map[string]any{"steps": 1000, "intervalMs": 20}, &client.CallOptions{Idle: 5 * time.Second, Max: 300 * time.Millisecond}); !errors.As(err, &de) || de.Clock != client.MaxClock {
+		t.Fatalf("max deadline: %v", err)
+	}
+	if _, err := c.CallTool(ctx, "echo", map[string]any{"text": "still here"}, nil); err != nil {
+		t.Fatalf("after the deadlines: %v", err)
+	}
+}
