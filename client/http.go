@@ -190,7 +190,10 @@ func (t *httpTransport) start(ctx context.Context, req outgoing) (*exchange, err
 	}
 	t.header(hreq.Header, req.era, req.version, req.method, req.name)
 	forget := t.track(req, ex)
-	ex.onFinish = func() { forget(); abort() }
+	// A finished exchange releases its request once its body is read to
+	// the end (exchange does), so that the connection is kept for the
+	// next one; only a cancellation cuts it.
+	ex.onFinish = forget
 	ex.onCancel = func(id jsonrpc.ID, reason string) {
 		forget()
 		if req.era != mcp.Modern {
@@ -203,7 +206,10 @@ func (t *httpTransport) start(ctx context.Context, req outgoing) (*exchange, err
 		// 2026: closing the request's stream is the cancellation.
 		abort()
 	}
-	go t.exchange(hreq, req, ex)
+	go func() {
+		defer abort()
+		t.exchange(hreq, req, ex)
+	}()
 	return ex, nil
 }
 
@@ -229,12 +235,16 @@ func (t *httpTransport) exchange(hreq *http.Request, req outgoing, ex *exchange)
 	case media == "text/event-stream" && resp.StatusCode == http.StatusOK:
 		var cursor sseCursor
 		if t.readEvents(hreq.Context(), resp.Body, req, ex, &cursor) {
+			// The stream ends after its response: read it to its end so
+			// that the connection can serve the next request.
+			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			return
 		}
 		resp.Body.Close()
 		t.resume(hreq.Context(), req, ex, &cursor)
 	case media == "application/json":
 		body, err := io.ReadAll(io.LimitReader(resp.Body, int64(t.opts.MaxMessageBytes)+1))
+		resp.Body.Close() // before the call learns its answer: the connection goes back first
 		if err != nil {
 			if hreq.Context().Err() == nil {
 				ex.deliver(reply{err: fmt.Errorf("%w: %v", ErrConnectionLost, err)})

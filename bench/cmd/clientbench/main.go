@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -34,7 +35,17 @@ func main() {
 	n := flag.Int("n", 10000, "calls per phase")
 	conc := flag.Int("conc", 16, "goroutines in the concurrent phase")
 	runs := flag.Int("runs", 3, "runs; the drivers take turns within each")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "clientbench:", err)
+			os.Exit(1)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	words := strings.Fields(*server)
 	var results = map[string][]phase{}
 	for run := range *runs {
@@ -42,6 +53,7 @@ func main() {
 			p, err := measure(d, words, *useHTTP, *n, *conc)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "clientbench:", err)
+				pprof.StopCPUProfile()
 				os.Exit(1)
 			}
 			fmt.Printf("run %d %-6s seq %7.0f/s %6.1f µs/call   conc %7.0f/s %6.1f µs/call\n", run+1, d, p.seqRate, p.seqCPU, p.concRate, p.concCPU)
