@@ -18,6 +18,11 @@ type CallOptions struct {
 	// Idle is the longest the call may go without increasing progress;
 	// Max the longest it may run at all. Both are real timers: Max fires
 	// even while progress keeps coming.
+	//
+	// The client asks the server for progress (a progress token) only
+	// when it has a use for it: an OnProgress callback, or an Idle set
+	// here. Without either, only Max applies, and the server may answer
+	// with a plain JSON body rather than a stream.
 	Idle, Max time.Duration
 	// OnProgress receives each progress report whose value increased, in
 	// order, on the call's goroutine.
@@ -127,6 +132,7 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 	if o != nil {
 		opts = *o
 	}
+	wantProgress := opts.OnProgress != nil || opts.Idle > 0
 	if opts.Idle <= 0 {
 		opts.Idle = DefaultIdle
 	}
@@ -134,7 +140,12 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 		opts.Max = DefaultMax
 	}
 	id := jsonrpc.IntID(c.nextID.Add(1))
-	token := "p" + strconv.FormatInt(mustInt(id), 10)
+	token := ""
+	if wantProgress {
+		token = "p" + strconv.FormatInt(mustInt(id), 10)
+	} else {
+		opts.Idle = opts.Max // no progress will come: the idle clock has nothing to measure
+	}
 	body, err := c.params(params, token, opts.Meta)
 	if err != nil {
 		return nil, err
@@ -262,7 +273,9 @@ func (c *Client) meta(meta map[string]any, token string, extra map[string]any) m
 	for k, v := range extra {
 		meta[k] = v
 	}
-	meta[mcp.MetaProgressToken] = token
+	if token != "" {
+		meta[mcp.MetaProgressToken] = token
+	}
 	if c.era == mcp.Modern {
 		meta[mcp.MetaProtocolVersion] = c.version
 		meta[mcp.MetaClientCapabilities] = c.opts.Capabilities

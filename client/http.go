@@ -80,12 +80,17 @@ func (t *httpTransport) track(req outgoing, ex *exchange) func() {
 	if t.pending == nil {
 		t.pending, t.byToken = map[jsonrpc.ID]*exchange{}, map[string]*exchange{}
 	}
-	t.pending[req.id], t.byToken[req.token] = ex, ex
+	t.pending[req.id] = ex
+	if req.token != "" {
+		t.byToken[req.token] = ex
+	}
 	t.mu.Unlock()
 	return func() {
 		t.mu.Lock()
 		delete(t.pending, req.id)
-		delete(t.byToken, req.token)
+		if req.token != "" {
+			delete(t.byToken, req.token)
+		}
 		t.mu.Unlock()
 	}
 }

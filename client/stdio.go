@@ -107,7 +107,9 @@ func (t *stdioTransport) start(ctx context.Context, req outgoing) (*exchange, er
 		return nil, ErrConnectionLost
 	}
 	t.pending[req.id] = ex
-	t.byToken[req.token] = ex
+	if req.token != "" {
+		t.byToken[req.token] = ex
+	}
 	t.mu.Unlock()
 	forget := func(abandon bool) {
 		t.mu.Lock()
