@@ -39,6 +39,7 @@ type Handler struct {
 	stateless *server.Session // every modern request, each on its own stream
 
 	reading readingBudget // bodies being read and decoded
+	events  *eventLog     // 2025-era streams kept for Last-Event-ID; nil when disabled
 
 	mu       sync.Mutex
 	sessions map[string]*legacySession
@@ -61,6 +62,13 @@ func NewHandler(srv *server.Server, opts *HandlerOptions) (*Handler, error) {
 	if len(h.opts.Tokens) == 0 {
 		// One tenant: its share is the whole budget.
 		h.reading.perTenant = h.opts.MaxReadingBytes
+	}
+	if r := h.opts.Resume; !r.Disabled {
+		perTenant := r.MaxBytesPerTenant
+		if len(h.opts.Tokens) == 0 {
+			perTenant = r.MaxBytes // one tenant: its share is the whole log
+		}
+		h.events = newEventLog(r, perTenant, srv.Logger())
 	}
 	h.stateless = srv.NewSession(server.SessionConfig{Modern: true, StreamPerRequest: true, Transport: "http"})
 	go h.janitor()
@@ -275,7 +283,7 @@ func (h *Handler) postModern(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 	// exactly as long as the HTTP request, and says why it ended.
 	// serve returns as soon as the client goes away or stops reading.
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
-	h.serve(w, r, h.stateless, ctx, m, p, sse, true, cancel)
+	h.serve(w, r, h.stateless, ctx, m, p, sse, cancel, nil)
 }
 
 // endCause is why a modern request's context ends with its stream.
@@ -393,14 +401,29 @@ func (h *Handler) postLegacy(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 	// A dropped stream is not a cancellation in this era: the request
 	// lives as long as its session, and the client cancels with a POSTed
 	// notifications/cancelled.
-	h.serve(w, r, ls.sess, ls.ctx, m, p, ls.sess.Streams(m.Method, &p.meta), false, nil)
+	h.serve(w, r, ls.sess, ls.ctx, m, p, ls.sess.Streams(m.Method, &p.meta), nil, ls)
 }
 
 // serve dispatches a request to sess with ctx bounding its life, and
-// writes its response stream: SSE when sse, otherwise one JSON body.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Session, ctx context.Context, m jsonrpc.Message, p *parsed, sse, modern bool, cancel context.CancelCauseFunc) streamStats {
+// writes its response stream: SSE when sse, otherwise one JSON body. ls is
+// the request's legacy session, nil in the modern era; cancel ends a
+// modern request with its stream.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Session, ctx context.Context, m jsonrpc.Message, p *parsed, sse bool, cancel context.CancelCauseFunc, ls *legacySession) streamStats {
+	modern := ls == nil
 	out := server.NewOutbox(h.opts.StreamCapacity)
-	defer out.Close()
+	// A 2025-era SSE stream is numbered and kept in the resumption log:
+	// when its connection drops before the response, the source goes on
+	// being drained into the log (and closed when the log is dropped), so
+	// that the client can come back for the rest with Last-Event-ID.
+	var sink *resumable
+	if sse && ls != nil && ls.log != nil {
+		if s, c := h.events.open(ls.log, out, m.ID, m.Method); s != nil {
+			sink = &resumable{log: h.events, s: s, c: c, prime: primes(ls.sess)}
+		}
+	}
+	if sink == nil {
+		defer out.Close()
+	}
 	rc := http.NewResponseController(w)
 	// The request body is read; a read deadline left over from
 	// http.Server.ReadTimeout must not end a long call.
@@ -424,7 +447,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Ses
 	}
 	var st streamStats
 	if sse {
-		st = h.writeSSE(w, r, rc, out)
+		st = h.writeSSE(w, r, rc, out, sink)
+		if sink != nil {
+			// Before anything is logged: a drainer takes the source over
+			// if the response is still to come.
+			h.events.detach(sink.s, sink.c, out)
+		}
 	} else {
 		st = h.writeJSON(w, r, rc, out, modern)
 	}
@@ -434,18 +462,25 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Ses
 		// response refused by the closed outbox.
 		cancel(endCause(st.end))
 	}
-	h.srv.Logger().Debug("stream", "id", m.ID, "method", m.Method, "sse", sse,
-		"frames", st.frames, "final", st.final, "end", st.end)
+	args := []any{"id", m.ID, "method", m.Method, "sse", sse, "frames", st.frames, "final", st.final, "end", st.end}
+	if sink != nil {
+		args = append(args, "event_stream", sink.s.key)
+	}
+	h.srv.Logger().Debug("stream", args...)
 	if !sse && st.end == endCancelled {
 		// Cancelled before any response: there is none to give. Drop the
 		// connection rather than invent an empty one.
 		panic(http.ErrAbortHandler)
 	}
 	if !modern && !st.final && st.end != endCancelled {
-		// 2025 era: the stream is gone but the call goes on; its result is
-		// recorded with its terminal state and cannot reach this client
-		// (mcprel does not offer Last-Event-ID resumption).
-		h.srv.Logger().Info("legacy stream ended before its response; the call continues", "id", m.ID, "method", m.Method, "end", st.end)
+		// 2025 era: the connection is gone but the call goes on. On a
+		// numbered stream (sink), what the call still sends is kept in the
+		// resumption log, and the client gets it by GETting the endpoint
+		// with the Last-Event-ID it saw, within the log's TTL and bounds
+		// (see ResumeOptions). Otherwise (a JSON response, resumption
+		// disabled, or the session out of stream slots) the result is
+		// recorded with its terminal state and cannot reach this client.
+		h.srv.Logger().Info("legacy stream ended before its response; the call continues", "id", m.ID, "method", m.Method, "end", st.end, "resumable", sink != nil)
 	}
 	return st
 }
@@ -463,6 +498,7 @@ const (
 	endCancelled    = "cancelled"     // the request ended without a response
 	endClientClosed = "client_closed" // the client went away
 	endWriteFailed  = "write_failed"  // a write failed or timed out
+	endDisplaced    = "displaced"     // a resume (GET with Last-Event-ID) took the stream over
 )
 
 // writeJSON waits for the request's response and writes it as the body,
@@ -502,25 +538,39 @@ func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, rc *http.Res
 }
 
 // writeSSE streams the request's messages until its response is written or
-// the request ends without one.
-func (h *Handler) writeSSE(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, out *server.Outbox) streamStats {
-	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream")
-	hdr.Set("Cache-Control", "no-cache, no-transform")
-	hdr.Set("X-Accel-Buffering", "no")
-	rc.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
-	w.WriteHeader(http.StatusOK)
+// the request ends without one. With sink, each message is numbered and
+// kept in the resumption log before it is written, so that one the client
+// does not receive can be replayed; without, messages carry no ids.
+func (h *Handler) writeSSE(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, out *server.Outbox, sink *resumable) streamStats {
 	var st streamStats
-	if rc.Flush() != nil {
+	var priming []byte
+	var displaced <-chan struct{}
+	if sink != nil {
+		displaced = sink.c.displaced
+		if sink.prime {
+			priming = h.primingEvent(sink.s.key)
+		}
+	}
+	if !h.startSSE(w, rc, priming) {
 		st.end = endWriteFailed
 		return st
 	}
+	first := priming == nil // the retry: field goes with the first event
 	keepalive := time.NewTicker(h.opts.KeepAlive)
 	defer keepalive.Stop()
 	for {
+		select {
+		case <-displaced:
+			st.end = endDisplaced
+			return st
+		default:
+		}
 		f, ok := out.TryNext()
 		if !ok {
 			if out.Closed() {
+				if sink != nil {
+					sink.log.endNoFinal(sink.s)
+				}
 				st.end = endCancelled
 				return st
 			}
@@ -536,15 +586,29 @@ func (h *Handler) writeSSE(w http.ResponseWriter, r *http.Request, rc *http.Resp
 			case <-r.Context().Done():
 				st.end = endClientClosed
 				return st
+			case <-displaced:
+				st.end = endDisplaced
+				return st
 			}
 		}
-		if !h.writeEvent(w, rc, sseEvent(f.Data)) {
+		var ev []byte
+		if sink != nil {
+			seq := sink.log.append(sink.s, f)
+			ev = h.idEvent(sink.s.key, seq, f.Data, first)
+			first = false
+		} else {
+			ev = sseEvent(f.Data)
+		}
+		if !h.writeEvent(w, rc, ev) {
 			st.end = endWriteFailed
 			return st
 		}
 		st.frames++
 		keepalive.Reset(h.opts.KeepAlive)
 		if f.Kind == server.FrameFinal {
+			if sink != nil {
+				sink.log.delivered(sink.s)
+			}
 			st.final, st.end = true, endComplete
 			return st
 		}

@@ -100,6 +100,10 @@ type HandlerOptions struct {
 	// buffer for a slow reader (see server.Outbox). Zero means
 	// DefaultStreamCapacity.
 	StreamCapacity int
+	// Resume configures 2025-era stream resumption: event ids, and the
+	// bounded log a GET with Last-Event-ID replays. The zero value turns it
+	// on with its defaults.
+	Resume ResumeOptions
 }
 
 func (o *HandlerOptions) normalize() error {
@@ -131,6 +135,9 @@ func (o *HandlerOptions) normalize() error {
 	}
 	if o.StreamCapacity == 0 {
 		o.StreamCapacity = DefaultStreamCapacity
+	}
+	if err := o.Resume.normalize(); err != nil {
+		return err
 	}
 	for _, origin := range o.AllowedOrigins {
 		if origin == "*" {

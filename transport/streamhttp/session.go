@@ -21,11 +21,12 @@ type legacySession struct {
 	sess   *server.Session
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	log    *sessionLog // its streams' resumption log; nil when disabled
 
 	// guarded by Handler.mu
 	lastUsed time.Time
 	active   int  // POSTs and GET streams being served
-	stream   bool // a GET stream is open
+	stream   bool // a GET stream is open (resumption disabled; otherwise the log knows)
 }
 
 // newSessionID returns 128 random bits in URL-safe base64: visible ASCII,
@@ -80,13 +81,15 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 		lastUsed: time.Now(),
 		active:   1,
 	}
+	if h.events != nil {
+		ls.log = h.events.session(id[:8], tenant, ls.sess)
+	}
 	h.sessions[ls.id] = ls
 	h.byTenant[tenant]++
 	h.mu.Unlock()
 	if evicted != nil {
 		h.srv.Logger().Info("ended an idle legacy session to make room for its tenant's new one", "session", evicted.id[:8])
-		evicted.cancel(ErrSessionEnded)
-		evicted.sess.Close(ErrSessionEnded)
+		h.close(evicted, ErrSessionEnded)
 	}
 	defer h.done(ls)
 
@@ -140,8 +143,17 @@ func (h *Handler) end(ls *legacySession, cause error) {
 	h.mu.Lock()
 	h.removeLocked(ls)
 	h.mu.Unlock()
+	h.close(ls, cause)
+}
+
+// close cancels what still runs in a removed session and drops its
+// streams' resumption log.
+func (h *Handler) close(ls *legacySession, cause error) {
 	ls.cancel(cause)
 	ls.sess.Close(cause)
+	if ls.log != nil {
+		h.events.dropSession(ls.log)
+	}
 }
 
 // removeLocked forgets a session, if it is still known.
@@ -174,12 +186,14 @@ func (h *Handler) idlestLocked(tenant string) *legacySession {
 // the retryable overload, not the shutting-down code.
 func tooManySessions(msg string) *jsonrpc.Error { return overloadedError(msg, 10_000) }
 
-// get opens the session's stream for messages not tied to a request.
+// get opens the session's stream for messages not tied to a request, or,
+// with Last-Event-ID, resumes the stream that event belongs to.
 func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 	sid := r.Header.Get(headerSessionID)
 	if sid == "" {
 		// Without a session this is the modern era, which has no GET
-		// stream: subscriptions/listen replaces it.
+		// stream (subscriptions/listen replaces it) and no resumption: a
+		// Last-Event-ID changes nothing.
 		w.Header().Set("Allow", "POST")
 		writeError(w, http.StatusMethodNotAllowed, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "GET needs an %s; protocol version %s has no GET stream", headerSessionID, mcp.Version20260728))
 		return
@@ -194,6 +208,37 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer h.done(ls)
+	if ls.log == nil {
+		h.getUnlogged(w, r, ls)
+		return
+	}
+	if last := r.Header.Get(headerLastEventID); last != "" {
+		h.resume(w, r, ls, last)
+		return
+	}
+	out := server.NewOutbox(h.opts.StreamCapacity)
+	s, c, busy := h.events.openGet(ls.log, out)
+	switch {
+	case busy:
+		out.Close()
+		writeError(w, http.StatusConflict, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "this session already has a GET stream open"))
+		return
+	case s == nil: // the session ended meanwhile
+		out.Close()
+		writeError(w, http.StatusNotFound, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "session not found"))
+		return
+	}
+	rc := http.NewResponseController(w)
+	st := h.writeSSE(w, r, rc, out, &resumable{log: h.events, s: s, c: c, prime: primes(ls.sess)})
+	// A drainer keeps the stream's log until a resume, its TTL, or the
+	// session's end, which closes out.
+	h.events.detach(s, c, out)
+	h.srv.Logger().Debug("stream", "method", "GET", "sse", true, "frames", st.frames, "end", st.end, "event_stream", s.key)
+}
+
+// getUnlogged serves the GET stream when resumption is disabled: no event
+// ids, and what is sent while no GET stream is open is dropped.
+func (h *Handler) getUnlogged(w http.ResponseWriter, r *http.Request, ls *legacySession) {
 	h.mu.Lock()
 	busy := ls.stream
 	ls.stream = true
@@ -219,7 +264,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	rc := http.NewResponseController(w)
-	st := h.writeSSE(w, r, rc, out)
+	st := h.writeSSE(w, r, rc, out, nil)
 	h.srv.Logger().Debug("stream", "method", "GET", "sse", true, "frames", st.frames, "end", st.end)
 }
 

@@ -41,7 +41,7 @@ async function loadSdk() {
 
 const failures = [];
 const expect = (ok, what) => { if (!ok) failures.push(what); };
-const summary = { sdk, url, failures, clientErrors: [], errorsWhileClosing: [], lateProgress: [], http: [] };
+const summary = { sdk, url, failures, clientErrors: [], errorsWhileClosing: [], lateProgress: [], resumeAfterAbort: [], http: [] };
 
 // One record per HTTP exchange the transport makes. Each record also has a
 // hidden `settled` promise, resolved once its fetch resolved or failed.
@@ -120,10 +120,15 @@ let closing = false;
 // reaching onprogress. Keep such notifications apart (the Go test judges
 // from the server's side what was sent); any other client error fails the
 // run, except while closing, when v1 reports its own aborted GET stream.
+// v1 also reconnects (with Last-Event-ID, after the server's retry) the
+// stream of a request it aborted itself, which the server refuses to
+// resume: the request is over. Those reports, and only after the abort,
+// are kept apart too.
 client.onerror = (err) => {
     const late = /progress notification for an unknown token: (\{.*\})$/s.exec(String(err?.message));
     if (late) summary.lateProgress.push(JSON.parse(late[1]).params);
     else if (closing) summary.errorsWhileClosing.push(String(err));
+    else if (summary.abortError && /Failed to reconnect SSE stream|Maximum reconnection attempts/.test(String(err?.message))) summary.resumeAfterAbort.push(String(err));
     else summary.clientErrors.push(String(err));
 };
 

@@ -210,6 +210,7 @@ type httpSummary struct {
 	SDK                string          `json:"sdk"`
 	Failures           []string        `json:"failures"`
 	ErrorsWhileClosing []string        `json:"errorsWhileClosing"`
+	ResumeAfterAbort   []string        `json:"resumeAfterAbort"`
 	SessionID          *string         `json:"sessionId"`
 	ProtocolVersion    string          `json:"protocolVersion"`
 	Progress           []float64       `json:"progress"`
@@ -297,6 +298,9 @@ func runHTTPClient(t *testing.T, ctx context.Context, url, sdk string) *httpSumm
 	}
 	if stderr.Len() > 0 {
 		t.Logf("client stderr:\n%s", &stderr)
+	}
+	if len(sum.ResumeAfterAbort) > 0 {
+		t.Logf("the SDK reconnected the stream it aborted, refused (not failures): %q", sum.ResumeAfterAbort)
 	}
 	if len(sum.ErrorsWhileClosing) > 0 {
 		t.Logf("client errors while closing (not failures): %q", sum.ErrorsWhileClosing)
