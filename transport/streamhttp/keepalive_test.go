@@ -2,10 +2,8 @@ package streamhttp_test
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -15,43 +13,6 @@ import (
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/transport/streamhttp"
 )
-
-// pipeListener is an in-memory network: every Dial is Accepted as the
-// other end of a net.Pipe, so a whole client/server pair runs inside a
-// synctest bubble on fake time.
-type pipeListener struct {
-	conns chan net.Conn
-	once  sync.Once
-	done  chan struct{}
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
-func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 80} }
-
-func (l *pipeListener) DialContext(ctx context.Context, _, _ string) (net.Conn, error) {
-	client, srv := net.Pipe()
-	select {
-	case l.conns <- srv:
-		return client, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
 
 // TestQuietStreamKeepsAliveAndOutlivesWriteTimeout: a call that runs for
 // 8.5 (fake) seconds without progress gets a keepalive comment every
@@ -72,7 +33,7 @@ func TestQuietStreamKeepsAliveAndOutlivesWriteTimeout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ln := newPipeListener()
+		ln := mcptest.NewPipeNetwork()
 		hs := &http.Server{Handler: h, WriteTimeout: 3 * time.Second}
 		go hs.Serve(ln)
 		client := &http.Client{Transport: &http.Transport{DialContext: ln.DialContext}}
@@ -84,7 +45,7 @@ func TestQuietStreamKeepsAliveAndOutlivesWriteTimeout(t *testing.T) {
 			ln.Close()
 			client.CloseIdleConnections()
 		})
-		c := &mcptest.HTTPClient{URL: "http://127.0.0.1/mcp", Client: client}
+		c := &mcptest.HTTPClient{URL: "http://127.0.0.1/mcp", Client: client, Handler: h}
 		c.SetT(t)
 
 		start := time.Now()
@@ -137,11 +98,11 @@ func pipeClient(t *testing.T, srv *server.Server, opts *streamhttp.HandlerOption
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := newPipeListener()
+	ln := mcptest.NewPipeNetwork()
 	hs := &http.Server{Handler: h}
 	go hs.Serve(ln)
 	client := &http.Client{Transport: &http.Transport{DialContext: ln.DialContext}}
-	c := &mcptest.HTTPClient{URL: "http://127.0.0.1/mcp", Client: client}
+	c := &mcptest.HTTPClient{URL: "http://127.0.0.1/mcp", Client: client, Handler: h}
 	c.SetT(t)
 	return c, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -784,29 +784,6 @@ func dump(evs []wireEvent) string {
 	return b.String()
 }
 
-// pipeHandler serves srv over an in-memory network inside a synctest
-// bubble, returning the handler too.
-func pipeHandler(t *testing.T, srv *server.Server, opts *streamhttp.HandlerOptions) (*mcptest.HTTPClient, func()) {
-	h, err := streamhttp.NewHandler(srv, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := newPipeListener()
-	hs := &http.Server{Handler: h}
-	go hs.Serve(ln)
-	client := &http.Client{Transport: &http.Transport{DialContext: ln.DialContext}}
-	c := &mcptest.HTTPClient{URL: "http://127.0.0.1/mcp", Client: client, Handler: h}
-	c.SetT(t)
-	return c, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		h.Shutdown(ctx)
-		hs.Close()
-		ln.Close()
-		client.CloseIdleConnections()
-	}
-}
-
 // A stream cut and not resumed within the TTL is dropped (on fake time):
 // its resume gets 400, the call's response goes nowhere, and the loss is
 // logged. A delivered response is kept for the TTL too, then dropped
@@ -817,7 +794,7 @@ func TestResumeLogExpires(t *testing.T) {
 		e.srv = mcptest.NewServer(t, e.rec.Hook(&server.Options{Logger: slog.New(e.logs), ProgressInterval: time.Nanosecond}))
 		e.tool = newStepper(t, e.srv, "step")
 		var cleanup func()
-		e.c, cleanup = pipeHandler(t, e.srv, &streamhttp.HandlerOptions{Resume: streamhttp.ResumeOptions{TTL: time.Minute}})
+		e.c, cleanup = pipeClient(t, e.srv, &streamhttp.HandlerOptions{Resume: streamhttp.ResumeOptions{TTL: time.Minute}})
 		defer cleanup()
 		e.c.Initialize(nil)
 

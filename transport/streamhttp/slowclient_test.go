@@ -29,13 +29,13 @@ func modernList(size int) (head, body string) {
 
 // servePipe serves a handler with opts, over a fresh server, on an
 // in-memory network (for a synctest bubble), until the test ends.
-func servePipe(t *testing.T, opts *streamhttp.HandlerOptions) *pipeListener {
+func servePipe(t *testing.T, opts *streamhttp.HandlerOptions) *mcptest.PipeNetwork {
 	t.Helper()
 	h, err := streamhttp.NewHandler(mcptest.NewServer(t, nil), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := newPipeListener()
+	ln := mcptest.NewPipeNetwork()
 	hs := &http.Server{Handler: h}
 	go hs.Serve(ln)
 	t.Cleanup(func() {
