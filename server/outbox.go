@@ -215,6 +215,15 @@ func (o *Outbox) Close() {
 // than trust the notifications it got.
 const MetaRefetch = mcp.MetaPrefix + "refetch"
 
+// WithRefetchFlag adds the refetch flag (MetaRefetch) to an encoded result
+// response's _meta, for a transport that replays a stream whose messages
+// were shed (a resumed 2025 stream). An error response, or anything that
+// does not parse, comes back unchanged, with ok false.
+func WithRefetchFlag(response []byte) (flagged []byte, ok bool) {
+	flagged, pending := withRefetchFlag(response)
+	return flagged, !pending
+}
+
 // withRefetchFlag adds the refetch flag to a result response's _meta. Error
 // responses and anything that does not parse are returned unchanged, with
 // the flag still pending for the next response.

@@ -2,7 +2,6 @@ package streamhttp
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -253,7 +252,7 @@ func (h *Handler) follow(w http.ResponseWriter, r *http.Request, rc *http.Respon
 			if e.kind == server.FrameFinal && fs.gap > from {
 				// Something after the client's cursor is gone: what it
 				// saw of the stream is incomplete.
-				data = withRefetchFlag(data)
+				data = refetchFlagged(data)
 			}
 			select {
 			case <-c.displaced:
@@ -298,36 +297,9 @@ func (h *Handler) follow(w http.ResponseWriter, r *http.Request, rc *http.Respon
 	}
 }
 
-// withRefetchFlag adds the refetch flag (server.MetaRefetch) to a result
-// response's _meta. An error response, which has no _meta, and anything
-// that does not parse are returned unchanged.
-func withRefetchFlag(data []byte) []byte {
-	var env map[string]json.RawMessage
-	if json.Unmarshal(data, &env) != nil || env["result"] == nil {
-		return data
-	}
-	var result map[string]json.RawMessage
-	if json.Unmarshal(env["result"], &result) != nil || result == nil {
-		return data
-	}
-	var meta map[string]json.RawMessage
-	if raw := result["_meta"]; raw != nil && json.Unmarshal(raw, &meta) != nil {
-		return data
-	}
-	if meta == nil {
-		meta = map[string]json.RawMessage{}
-	}
-	meta[server.MetaRefetch] = json.RawMessage("true")
-	var err error
-	if result["_meta"], err = json.Marshal(meta); err != nil {
-		return data
-	}
-	if env["result"], err = json.Marshal(result); err != nil {
-		return data
-	}
-	out, err := json.Marshal(env)
-	if err != nil {
-		return data
-	}
-	return out
+// refetchFlagged is the response with the refetch flag, or as it was when
+// it carries no result to flag.
+func refetchFlagged(data []byte) []byte {
+	flagged, _ := server.WithRefetchFlag(data)
+	return flagged
 }
