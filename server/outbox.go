@@ -236,9 +236,12 @@ func withRefetchFlag(data []byte) (flagged []byte, pending bool) {
 	if json.Unmarshal(env["result"], &result) != nil {
 		return data, true
 	}
-	meta := map[string]json.RawMessage{}
+	var meta map[string]json.RawMessage
 	if raw := result["_meta"]; raw != nil {
-		json.Unmarshal(raw, &meta)
+		json.Unmarshal(raw, &meta) // "_meta": null leaves it nil
+	}
+	if meta == nil {
+		meta = map[string]json.RawMessage{}
 	}
 	meta[MetaRefetch] = json.RawMessage("true")
 	var err error
