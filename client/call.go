@@ -150,7 +150,20 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 	if err != nil {
 		return nil, err
 	}
-	ex, err := c.t.start(ctx, outgoing{id: id, method: method, name: name, params: body, era: c.era, version: c.version, token: token})
+	out := outgoing{id: id, method: method, name: name, params: body, era: c.era, version: c.version, token: token}
+	t := c.transport()
+	ex, err := t.start(ctx, out)
+	if errors.Is(err, ErrConnectionLost) && ctx.Value(restartingKey{}) == nil {
+		// The server died before this request left: start it again (if
+		// the client restarts servers) and send it there — a request that
+		// never left may always be sent.
+		if t, err = c.restart(ctx, t); err == nil {
+			out.era, out.version = c.era, c.version
+			if out.params, err = c.params(params, token, opts.Meta); err == nil {
+				ex, err = t.start(ctx, out)
+			}
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -73,6 +73,12 @@ type Options struct {
 	// Logger receives what the client notices on the side: late
 	// responses, dropped progress, server requests it cannot serve.
 	Logger *slog.Logger
+	// Restart, for DialStdio: when the server process dies, the next call
+	// starts it again (and negotiates again) instead of failing with
+	// ErrConnectionLost. Calls in flight when it died still fail with
+	// ErrConnectionLost: whether to make them again is the retry rules'
+	// decision (package retry), never the transport's.
+	Restart bool
 	// OnRequest answers the requests a server sends the client on stdio
 	// and in the 2025 era over HTTP: elicitation/create, sampling, roots
 	// (declare the matching Capabilities). ping is answered without it;
@@ -110,7 +116,10 @@ func serveRequest(ctx context.Context, h RequestHandler, m jsonrpc.Message) []by
 
 // Client is one connection to an MCP server.
 type Client struct {
+	tmu     sync.Mutex // guards t
 	t       transport
+	rmu     sync.Mutex                // one restart at a time
+	redial  func() (transport, error) // nil: no restarts
 	opts    Options
 	log     *slog.Logger
 	era     mcp.Era
@@ -140,16 +149,19 @@ type Stats struct {
 	// Resumptions are 2025 streams picked up again with Last-Event-ID
 	// after they ended before their response.
 	Resumptions uint64
+	// Restarts are stdio servers started again after they died.
+	Restarts uint64
 }
 
 type counters struct {
-	late, refused, dropped, cancelled, resumed atomic.Uint64
+	late, refused, dropped, cancelled, resumed, restarts atomic.Uint64
 }
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
 	return Stats{LateResponses: c.stats.late.Load(), ProgressRefused: c.stats.refused.Load(),
-		ProgressDropped: c.stats.dropped.Load(), Cancellations: c.stats.cancelled.Load(), Resumptions: c.stats.resumed.Load()}
+		ProgressDropped: c.stats.dropped.Load(), Cancellations: c.stats.cancelled.Load(), Resumptions: c.stats.resumed.Load(),
+		Restarts: c.stats.restarts.Load()}
 }
 
 // Era is the protocol era negotiated for the connection.
@@ -257,15 +269,21 @@ func (c *Client) initialize(ctx context.Context) error {
 		return fmt.Errorf("client: the server chose protocol version %q, which this client does not speak", res.ProtocolVersion)
 	}
 	c.version, c.caps, c.server = res.ProtocolVersion, res.Capabilities, &res.ServerInfo
-	c.t.initialized(res.ProtocolVersion)
-	return c.t.notify(ctx, mcp.NotificationInitialized, nil, c.era)
+	t := c.transport()
+	t.initialized(res.ProtocolVersion)
+	return t.notify(ctx, mcp.NotificationInitialized, nil, c.era)
 }
 
 // Close ends the connection: a stdio server's stdin is closed, then it is
 // sent SIGTERM, then SIGKILL, StopGrace apart; a 2025 HTTP session is
 // deleted.
 func (c *Client) Close() error {
-	c.closeMu.Do(func() { c.closed = c.t.close(c.opts.StopGrace) })
+	c.closeMu.Do(func() {
+		c.rmu.Lock() // no restart after this
+		c.redial = nil
+		c.rmu.Unlock()
+		c.closed = c.transport().close(c.opts.StopGrace)
+	})
 	return c.closed
 }
 
@@ -280,3 +298,48 @@ func clip(b []byte) string {
 // server's pipes, an HTTP response stream) ended before its response.
 // Whether the server acted on the call is unknown.
 var ErrConnectionLost = errors.New("client: the connection ended before the response")
+
+// transport returns the connection's current transport.
+func (c *Client) transport() transport {
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	return c.t
+}
+
+// restartingKey marks the context of a restart's own handshake.
+type restartingKey struct{}
+
+// restart replaces a dead transport with a new process and negotiates the
+// era again, once for all the callers that found it dead.
+func (c *Client) restart(ctx context.Context, dead transport) (transport, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if cur := c.transport(); cur != dead {
+		return cur, nil // someone else restarted it
+	}
+	if c.redial == nil {
+		return nil, ErrConnectionLost
+	}
+	nt, err := c.redial()
+	if err != nil {
+		return nil, fmt.Errorf("%w: restarting the server: %v", ErrConnectionLost, err)
+	}
+	c.tmu.Lock()
+	c.t = nt
+	c.tmu.Unlock()
+	go dead.close(c.opts.StopGrace)
+	c.stats.restarts.Add(1)
+	c.log.Warn("the server process died; started it again")
+	era := c.era
+	ctx = context.WithValue(ctx, restartingKey{}, true) // its handshake does not restart again
+	if era == mcp.Modern {
+		err = c.discover(ctx)
+	} else {
+		err = c.initialize(ctx)
+	}
+	if err != nil {
+		c.era = era
+		return nil, fmt.Errorf("%w: the restarted server: %v", ErrConnectionLost, err)
+	}
+	return nt, nil
+}

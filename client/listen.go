@@ -134,7 +134,7 @@ func (s *Subscription) once(ctx context.Context, first bool, acked chan<- error)
 			c.stats.dropped.Add(1) // a slow OnNotification loses notifications; the next refetch covers them
 		}
 	}
-	ex, err := c.t.start(ctx, outgoing{id: id, method: mcp.MethodListen, params: body, era: c.era, version: c.version,
+	ex, err := c.transport().start(ctx, outgoing{id: id, method: mcp.MethodListen, params: body, era: c.era, version: c.version,
 		token: "l" + jsonText(id), notes: deliver})
 	if err != nil {
 		return false, err

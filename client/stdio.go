@@ -29,6 +29,20 @@ func DialStdio(ctx context.Context, command []string, opts *Options) (*Client, e
 	if len(command) == 0 {
 		return nil, errors.New("client: DialStdio needs a command")
 	}
+	stats := &counters{}
+	t, err := spawn(command, o, stats)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newClient(ctx, t, o, stats)
+	if err == nil && o.Restart {
+		c.redial = func() (transport, error) { return spawn(command, o, stats) }
+	}
+	return c, err
+}
+
+// spawn starts command as a stdio server.
+func spawn(command []string, o Options, stats *counters) (transport, error) {
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stderr = o.Stderr
 	in, err := cmd.StdinPipe()
@@ -42,9 +56,7 @@ func DialStdio(ctx context.Context, command []string, opts *Options) (*Client, e
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("client: starting %s: %w", command[0], err)
 	}
-	stats := &counters{}
-	t := newStdio(cmd, in, out, o, stats)
-	return newClient(ctx, t, o, stats)
+	return newStdio(cmd, in, out, o, stats), nil
 }
 
 // Connect speaks to an MCP server over a pair of streams, newline-delimited

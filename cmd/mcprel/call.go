@@ -191,6 +191,9 @@ func connect(ctx context.Context, command, url string, opts *client.Options, std
 		return nil, err
 	}
 	opts.Stderr = stderr
+	// A server that dies is started again; whether the call it died in
+	// is made again is the retry rules' decision.
+	opts.Restart = true
 	return client.DialStdio(ctx, words, opts)
 }
 
