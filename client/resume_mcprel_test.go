@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/internal/mcptest"
@@ -18,11 +19,14 @@ import (
 )
 
 // Against mcprel in the 2025 era: a call's stream is cut by the network
-// right after its first progress event; the call goes on on the server,
-// and the client resumes the stream with Last-Event-ID, reading the
-// progress it missed and the response — nothing kept is lost.
+// right after its first progress event; the call stays alive on the
+// server, the client resumes the stream with Last-Event-ID after the
+// server's retry delay, and reads the rest of the call there: its later
+// progress and its response.
 func TestResumeAgainstMcprel(t *testing.T) {
-	srv := mcptest.NewServer(t, nil)
+	// No rate limit on progress: every report goes out (or into the log)
+	// before the response, so what was kept is all of it.
+	srv := mcptest.NewServer(t, &server.Options{ProgressInterval: time.Nanosecond})
 	release := make(chan struct{})
 	err := srv.AddTool(server.Tool{Name: "steps"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
 		req.ReportProgress(1, 3, "one")
@@ -43,7 +47,13 @@ func TestResumeAgainstMcprel(t *testing.T) {
 	var cut atomic.Bool
 	// The network: it forwards everything, streaming, except that it
 	// drops the first tools/call stream after its first progress event.
+	var resumed atomic.Bool
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") != "" && resumed.CompareAndSwap(false, true) {
+			// The client came back for the cut stream: only now does the
+			// call go on, so the server has long seen its stream end.
+			close(release)
+		}
 		body, _ := io.ReadAll(r.Body)
 		req, _ := http.NewRequestWithContext(r.Context(), r.Method, backend.URL, bytes.NewReader(body))
 		req.Header = r.Header.Clone()
@@ -66,7 +76,6 @@ func TestResumeAgainstMcprel(t *testing.T) {
 			if dropHere && bytes.Contains(line, []byte(`"progress":1`)) {
 				w.Write([]byte("\n")) // the event's end
 				w.(http.Flusher).Flush()
-				close(release) // the call goes on while nobody reads it
 				panic(http.ErrAbortHandler)
 			}
 			if err != nil {
