@@ -38,6 +38,8 @@ type eventLog struct {
 	tenants map[string]*usage
 	stats   ResumeStats // the cumulative counters; the gauges come from all
 	notes   []note      // log lines to write once the lock is released
+
+	drained func() // tests: told when a drainer has moved its stream's last message
 }
 
 // usage is what one scope (a session, a tenant, the server) holds.
@@ -281,6 +283,9 @@ func (l *eventLog) detach(s *stream, c *attachment, out *server.Outbox) {
 // into the log, until the source ends or the stream is dropped (which
 // closes the source).
 func (l *eventLog) drain(s *stream, out *server.Outbox) {
+	if l.drained != nil {
+		defer l.drained()
+	}
 	for {
 		if f, ok := out.TryNext(); ok {
 			l.append(s, f)

@@ -651,6 +651,8 @@ func TestResumeLogsEndWithTheirSession(t *testing.T) {
 // refetch flag: what the client saw is incomplete.
 func TestResumeAfterSheddingFlagsRefetch(t *testing.T) {
 	e := newResumeEnv(t, &streamhttp.HandlerOptions{Resume: streamhttp.ResumeOptions{MaxEventsPerStream: 4}})
+	drained := make(chan struct{}, 1)
+	streamhttp.OnDrained(e.c.Handler, func() { drained <- struct{}{} })
 	e.c.Initialize(nil)
 	if f := mcptest.ReadJSON(t, e.c.Legacy(context.Background(), 50, mcp.MethodSetLevel, map[string]any{"level": "debug"})); f.Error != nil {
 		t.Fatal(f.Raw)
@@ -663,6 +665,11 @@ func TestResumeAfterSheddingFlagsRefetch(t *testing.T) {
 	}
 	e.tool.finish(t, "after six lines")
 	e.rec.WaitRequest(t, jsonrpc.IntID(1))
+	select { // everything the call sent is in the log, shed or kept
+	case <-drained:
+	case <-time.After(mcptest.Timeout):
+		t.Fatal("the drainer did not finish")
+	}
 	got := readEvents(t, resumeGET(e.c, prime.ID)).rest()
 	if len(got) != 4 || !got[3].isResponse(1) || !strings.Contains(got[0].Data, "line 3") {
 		t.Fatalf("resumed:\n%s\nwant the last three lines and the response (4 events)", dump(got))
