@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -202,11 +203,16 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 				}
 			}
 			switch {
+			case r.err != nil && c.renewSession(ctx, r.err):
+				// The server forgot the 2025 session and did not act on
+				// the request: a new session, and the request again.
+				return c.roundTrip(ctx, method, name, params, o)
 			case r.err != nil:
 				return nil, r.err
 			case r.m.Error != nil:
 				return nil, r.m.Error
 			}
+			c.noticeRefetch(r.m.Result)
 			return r.m.Result, nil
 		case <-ctx.Done():
 			c.giveUp(ex, id, "the caller cancelled: "+context.Cause(ctx).Error(), opts.quiet)
@@ -296,3 +302,48 @@ func (c *Client) meta(meta map[string]any, token string, extra map[string]any) m
 	}
 	return meta
 }
+
+// renewSession starts a new 2025 session when err says the server no
+// longer knows the old one (HTTP 404 with its session id): the spec's
+// answer to an expired session, which the server did not act on.
+func (c *Client) renewSession(ctx context.Context, err error) bool {
+	ht, ok := c.transport().(*httpTransport)
+	if !ok || c.era != mcp.Legacy || ctx.Value(restartingKey{}) != nil || !ht.sessionGone(err) {
+		return false
+	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	c.log.Warn("the server no longer knows the session; starting a new one")
+	return c.handshake(ctx) == nil
+}
+
+// noticeRefetch calls OnRefetch, and refetches every subscription, when a
+// result carries the server's refetch flag: notifications or progress
+// were dropped on the way, so what the client followed is incomplete.
+func (c *Client) noticeRefetch(result json.RawMessage) {
+	if !bytes.Contains(result, []byte(refetchKey)) {
+		return
+	}
+	var r struct {
+		Meta map[string]any `json:"_meta"`
+	}
+	if json.Unmarshal(result, &r) != nil || r.Meta[refetchKey] != true {
+		return
+	}
+	c.stats.refetches.Add(1)
+	if c.opts.OnRefetch != nil {
+		c.opts.OnRefetch()
+	}
+	c.subsMu.Lock()
+	for s := range c.subs {
+		select {
+		case s.refetchNow <- struct{}{}:
+		default: // one is already pending
+		}
+	}
+	c.subsMu.Unlock()
+}
+
+// refetchKey is the _meta key of mcprel's refetch flag
+// (server.MetaRefetch, which this package cannot import).
+const refetchKey = mcp.MetaPrefix + "refetch"

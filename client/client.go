@@ -28,6 +28,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,6 +74,11 @@ type Options struct {
 	// Logger receives what the client notices on the side: late
 	// responses, dropped progress, server requests it cannot serve.
 	Logger *slog.Logger
+	// OnRefetch is called when a result carries the server's refetch
+	// flag (_meta "dev.mcprel/refetch"): progress or notifications were
+	// dropped on the way, so state the caller follows should be read
+	// again. Open subscriptions refetch too (ListenOptions.Refetch).
+	OnRefetch func()
 	// Restart, for DialStdio: when the server process dies, the next call
 	// starts it again (and negotiates again) instead of failing with
 	// ErrConnectionLost. Calls in flight when it died still fail with
@@ -118,7 +124,9 @@ func serveRequest(ctx context.Context, h RequestHandler, m jsonrpc.Message) []by
 type Client struct {
 	tmu     sync.Mutex // guards t
 	t       transport
-	rmu     sync.Mutex                // one restart at a time
+	rmu     sync.Mutex // one restart at a time
+	subsMu  sync.Mutex
+	subs    map[*Subscription]bool    // open subscriptions, told of refetch flags
 	redial  func() (transport, error) // nil: no restarts
 	opts    Options
 	log     *slog.Logger
@@ -151,17 +159,19 @@ type Stats struct {
 	Resumptions uint64
 	// Restarts are stdio servers started again after they died.
 	Restarts uint64
+	// Refetches are results that carried the server's refetch flag.
+	Refetches uint64
 }
 
 type counters struct {
-	late, refused, dropped, cancelled, resumed, restarts atomic.Uint64
+	late, refused, dropped, cancelled, resumed, restarts, refetches atomic.Uint64
 }
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
 	return Stats{LateResponses: c.stats.late.Load(), ProgressRefused: c.stats.refused.Load(),
 		ProgressDropped: c.stats.dropped.Load(), Cancellations: c.stats.cancelled.Load(), Resumptions: c.stats.resumed.Load(),
-		Restarts: c.stats.restarts.Load()}
+		Restarts: c.stats.restarts.Load(), Refetches: c.stats.refetches.Load()}
 }
 
 // Era is the protocol era negotiated for the connection.
@@ -330,16 +340,39 @@ func (c *Client) restart(ctx context.Context, dead transport) (transport, error)
 	go dead.close(c.opts.StopGrace)
 	c.stats.restarts.Add(1)
 	c.log.Warn("the server process died; started it again")
-	era := c.era
-	ctx = context.WithValue(ctx, restartingKey{}, true) // its handshake does not restart again
-	if era == mcp.Modern {
-		err = c.discover(ctx)
-	} else {
-		err = c.initialize(ctx)
-	}
-	if err != nil {
-		c.era = era
+	if err := c.handshake(ctx); err != nil {
 		return nil, fmt.Errorf("%w: the restarted server: %v", ErrConnectionLost, err)
 	}
 	return nt, nil
+}
+
+// handshake opens a new connection (a restarted process, a new 2025
+// session) in the era already negotiated, without touching what the
+// client learned: calls keep reading it meanwhile.
+func (c *Client) handshake(ctx context.Context) error {
+	ctx = context.WithValue(ctx, restartingKey{}, true) // it does not restart again
+	if c.era == mcp.Modern {
+		raw, err := c.roundTrip(ctx, mcp.MethodDiscover, "", nil, &CallOptions{Max: c.opts.ProbeTimeout, quiet: true})
+		if err != nil {
+			return err
+		}
+		var res mcp.DiscoverResult
+		if json.Unmarshal(raw, &res) != nil || !slices.Contains(res.SupportedVersions, c.version) {
+			return fmt.Errorf("client: the server no longer speaks %s", c.version)
+		}
+		return nil
+	}
+	raw, err := c.roundTrip(ctx, mcp.MethodInitialize, "", mcp.InitializeParams{
+		ProtocolVersion: c.version, Capabilities: c.opts.Capabilities, ClientInfo: c.opts.Info,
+	}, &CallOptions{Max: c.opts.ProbeTimeout * 2, quiet: true})
+	if err != nil {
+		return err
+	}
+	var res mcp.InitializeResult
+	if json.Unmarshal(raw, &res) != nil || res.ProtocolVersion != c.version {
+		return fmt.Errorf("client: the server now chose protocol version %q, not %q", res.ProtocolVersion, c.version)
+	}
+	t := c.transport()
+	t.initialized(res.ProtocolVersion)
+	return t.notify(ctx, mcp.NotificationInitialized, nil, c.era)
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -40,6 +41,9 @@ func DialHTTP(ctx context.Context, url string, opts *Options) (*Client, error) {
 type StatusError struct {
 	Status int
 	Body   string // its start, for the message
+	// RetryAfter is the Retry-After header, unparsed ("" when absent):
+	// a 429 or 503 says when to come back (retry.ParseRetryAfter).
+	RetryAfter string
 }
 
 func (e *StatusError) Error() string {
@@ -60,6 +64,27 @@ type httpTransport struct {
 	pending map[jsonrpc.ID]*exchange
 	byToken map[string]*exchange
 	closing context.CancelFunc // ends the 2025 GET stream
+}
+
+// sessionGone reports whether err is the answer to a request of a 2025
+// session the server no longer knows (404 with the session's id), and
+// forgets the session, so that the next initialize starts a new one.
+func (t *httpTransport) sessionGone(err error) bool {
+	var se *StatusError
+	if !errors.As(err, &se) || se.Status != http.StatusNotFound {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.session == "" {
+		return false
+	}
+	t.session = ""
+	if t.closing != nil {
+		t.closing() // the old session's stream
+		t.closing = nil
+	}
+	return true
 }
 
 func (t *httpTransport) initialized(version string) {
@@ -258,13 +283,13 @@ func (t *httpTransport) exchange(hreq *http.Request, req outgoing, ex *exchange)
 		}
 		m, derr := jsonrpc.Decode(body)
 		if derr != nil || m.Kind != jsonrpc.KindResponse {
-			ex.deliver(reply{err: &StatusError{Status: resp.StatusCode, Body: clip(body)}})
+			ex.deliver(reply{err: &StatusError{Status: resp.StatusCode, Body: clip(body), RetryAfter: resp.Header.Get("Retry-After")}})
 			return
 		}
 		ex.deliver(reply{m: m})
 	default:
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		ex.deliver(reply{err: &StatusError{Status: resp.StatusCode, Body: strings.TrimSpace(clip(body))}})
+		ex.deliver(reply{err: &StatusError{Status: resp.StatusCode, Body: strings.TrimSpace(clip(body)), RetryAfter: resp.Header.Get("Retry-After")}})
 	}
 }
 

@@ -43,6 +43,8 @@ type Subscription struct {
 	done       chan struct{}
 	reconnects atomic.Int64
 
+	refetchNow chan struct{} // a result carried the refetch flag
+
 	mu sync.Mutex
 	ex *exchange
 	id jsonrpc.ID
@@ -56,7 +58,13 @@ func (c *Client) Listen(ctx context.Context, o ListenOptions) (*Subscription, er
 		return nil, errors.New("client: subscriptions/listen is a 2026-07-28 method; this server speaks " + c.version)
 	}
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s := &Subscription{c: c, o: o, cancel: cancel, done: make(chan struct{})}
+	s := &Subscription{c: c, o: o, cancel: cancel, done: make(chan struct{}), refetchNow: make(chan struct{}, 1)}
+	c.subsMu.Lock()
+	if c.subs == nil {
+		c.subs = map[*Subscription]bool{}
+	}
+	c.subs[s] = true
+	c.subsMu.Unlock()
 	acked := make(chan error, 1)
 	go s.run(lctx, acked)
 	select {
@@ -78,6 +86,9 @@ func (s *Subscription) Reconnects() int { return int(s.reconnects.Load()) }
 // Close ends the subscription the transport's way (closing its stream, or
 // notifications/cancelled on stdio) and waits for its goroutine.
 func (s *Subscription) Close() {
+	s.c.subsMu.Lock()
+	delete(s.c.subs, s)
+	s.c.subsMu.Unlock()
 	s.cancel()
 	s.mu.Lock()
 	ex, id := s.ex, s.id
@@ -161,6 +172,10 @@ func (s *Subscription) once(ctx context.Context, first bool, acked chan<- error)
 				return false, ErrConnectionLost
 			}
 			return true, nil
+		case <-s.refetchNow:
+			if isAcked && s.o.Refetch != nil {
+				s.o.Refetch(ctx)
+			}
 		case m := <-notes:
 			if m.Method == mcp.NotificationSubscriptionAck {
 				if !isAcked {

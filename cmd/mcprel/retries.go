@@ -102,7 +102,11 @@ func failureOf(err error) retry.Failure {
 	case errors.As(err, &de):
 		return retry.Failure{Kind: retry.MaxTimeout, Err: err}
 	case errors.As(err, &se) && (se.Status == 429 || se.Status == 503):
-		return retry.Failure{Kind: retry.Overloaded, Err: err}
+		f := retry.Failure{Kind: retry.Overloaded, Err: err}
+		if d, ok := retry.ParseRetryAfter(se.RetryAfter, time.Now()); ok {
+			f.RetryAfter = d
+		}
+		return f
 	}
 	return retry.Classify(err)
 }

@@ -1,0 +1,105 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// A 2025 server that forgets the session (404 with its id) gets a new
+// initialize, and the request again: it never acted on it.
+func TestExpiredSessionIsRenewed(t *testing.T) {
+	var mu sync.Mutex
+	sessions, calls := 0, 0
+	current := ""
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		json.Unmarshal(body, &m)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case m.Method == mcp.MethodInitialize:
+			sessions++
+			current = fmt.Sprint("s", sessions)
+			w.Header().Set("Mcp-Session-Id", current)
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"forgetful","version":"1"}}}`, m.ID)
+		case m.ID == nil:
+			w.WriteHeader(http.StatusAccepted)
+		case r.Header.Get("Mcp-Session-Id") != current || m.Method == mcp.MethodDiscover:
+			w.WriteHeader(http.StatusNotFound)
+		case m.Method == mcp.MethodToolsCall:
+			calls++
+			if calls == 1 {
+				current = "" // the server restarted: it knows no session
+				w.WriteHeader(http.StatusNotFound)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"ok"}]}}`, m.ID)
+		}
+	}))
+	defer hs.Close()
+	c, err := client.DialHTTP(context.Background(), hs.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	res, err := c.CallTool(context.Background(), "x", nil, nil)
+	if err != nil || len(res.Content) != 1 {
+		t.Fatalf("the call across the expired session: %+v, %v", res, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if sessions != 2 || calls != 2 {
+		t.Fatalf("%d sessions and %d calls; want a new session and the call made again", sessions, calls)
+	}
+}
+
+// A result carrying the refetch flag is noticed: OnRefetch is called and
+// counted.
+func TestRefetchFlagNoticed(t *testing.T) {
+	refetched := make(chan struct{}, 1)
+	toServer, fromClient := ioPipe()
+	toClient, fromServer := ioPipe()
+	f := &fakeServer{t: t, out: fromServer}
+	f.handle = func(m jsonrpc.Message) {
+		if m.Method == mcp.MethodToolsCall {
+			f.send(`{"jsonrpc":"2.0","id":%s,"result":{"_meta":{"dev.mcprel/refetch":true},"content":[]}}`, m.ID)
+		}
+	}
+	go f.serve(toServer)
+	c, err := client.Connect(context.Background(), toClient, fromClient, &client.Options{OnRefetch: func() { refetched <- struct{}{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { c.Close(); fromServer.Close() }()
+	if _, err := c.CallTool(context.Background(), "x", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-refetched:
+	default:
+		t.Fatal("OnRefetch was not called")
+	}
+	if c.Stats().Refetches != 1 {
+		t.Fatalf("stats %+v", c.Stats())
+	}
+}
