@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"mime"
 	"net/http"
 	"strconv"
@@ -169,7 +168,7 @@ func (t *httpTransport) listen(ctx context.Context) {
 		}
 		wait := cursor.retry
 		if wait == 0 {
-			wait = time.Duration(rand.Int64N(int64(250*time.Millisecond) << min(attempt, 5)))
+			wait = reconnectBackoff.Delay(attempt, 0)
 		}
 		timer := time.NewTimer(wait)
 		select {
@@ -321,7 +320,7 @@ func (t *httpTransport) resume(ctx context.Context, req outgoing, ex *exchange, 
 		wait := cursor.retry
 		if wait == 0 {
 			// Full jitter on a doubling base: reconnecting clients spread.
-			wait = time.Duration(rand.Int64N(int64(250*time.Millisecond) << attempt))
+			wait = reconnectBackoff.Delay(attempt, 0)
 		}
 		timer := time.NewTimer(wait)
 		select {

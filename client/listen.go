@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/retry"
 )
 
 // ListenOptions say what a subscription listens for and what to do with
@@ -114,9 +114,7 @@ func (s *Subscription) run(ctx context.Context, acked chan<- error) {
 			attempt = 0
 		}
 		first = false
-		// Full jitter on a doubling base, capped: many clients that lost
-		// the same server do not come back in step.
-		wait := time.Duration(rand.Int64N(int64(min(250*time.Millisecond<<min(attempt, 5), 8*time.Second))) + 1)
+		wait := reconnectBackoff.Delay(attempt, 0)
 		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -212,3 +210,10 @@ func subscriptionOf(params json.RawMessage) (jsonrpc.ID, bool) {
 	id, err := jsonrpc.ParseID(raw)
 	return id, err == nil
 }
+
+// reconnectBackoff spaces the reconnections of streams (a listen stream,
+// a 2025 session's stream, a stream resumed where the server gave no
+// retry delay): full jitter on 250 ms doubling to 8 s, then steady at the
+// cap, so that many clients that lost the same server neither come back
+// in step nor crowd the first moments after it returns (herdbench).
+var reconnectBackoff = retry.Backoff{Steady: true}

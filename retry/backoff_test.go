@@ -258,3 +258,21 @@ func TestParseRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// A steady backoff draws as full jitter until it has drawn once at the
+// cap, then pauses exactly the cap: the client keeps its phase.
+func TestSteadyBackoffKeepsItsPhase(t *testing.T) {
+	full := retry.Backoff{Jitter: retry.SeededJitter("steady")}
+	steady := retry.Backoff{Jitter: retry.SeededJitter("steady"), Steady: true}
+	for n := range 12 {
+		d, s := full.Delay(n, 0), steady.Delay(n, 0)
+		switch {
+		case full.Bound(n) < retry.DefaultCap || n == 0 || full.Bound(n-1) < retry.DefaultCap:
+			if s != d {
+				t.Fatalf("retry %d: steady %v, full jitter %v; want the same draw below the cap", n, s, d)
+			}
+		case s != retry.DefaultCap:
+			t.Fatalf("retry %d: steady %v, want exactly the cap", n, s)
+		}
+	}
+}

@@ -34,7 +34,7 @@ var layer = map[string][]string{
 	"idempotency": {"jsonrpc", "mcp", "server", "ledger", "store"},
 	"taskserver":  {"jsonrpc", "mcp", "server", "tasks", "ledger", "store"},
 
-	"client": {"jsonrpc", "mcp"},
+	"client": {"jsonrpc", "mcp", "retry"},
 	"retry":  {"jsonrpc", "mcp"},
 
 	// Commands, examples and test helpers sit on top and may use anything.

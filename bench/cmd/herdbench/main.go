@@ -14,6 +14,9 @@
 //	backoff  the retry package's default Backoff: the pause before
 //	         attempt k is uniform in [0, min(8 s, 250 ms·2ᵏ)), each
 //	         client with its own seeded jitter;
+//	steady   the same Backoff with Steady, what package client
+//	         reconnects with: full jitter until one pause was drawn at
+//	         the cap, then exactly the cap, keeping the client's phase;
 //	naive    reconnect at once, then every -interval (1 s), no jitter.
 //
 // For each, herdbench prints a histogram of reconnect attempts per 100 ms
@@ -122,12 +125,12 @@ func simulate(name string, n int, outage time.Duration, pause func(c, k int) tim
 	return r
 }
 
-func backoffPause(seed int) func(c, k int) time.Duration {
+func backoffPause(seed int, steady bool) func(c, k int) time.Duration {
 	jitters := map[int]retry.Backoff{}
 	return func(c, k int) time.Duration {
 		b, ok := jitters[c]
 		if !ok {
-			b = retry.Backoff{Jitter: retry.SeededJitter(fmt.Sprintf("%d/client-%d", seed, c))}
+			b = retry.Backoff{Jitter: retry.SeededJitter(fmt.Sprintf("%d/client-%d", seed, c)), Steady: steady}
 			jitters[c] = b
 		}
 		return b.Delay(k, 0)
@@ -178,7 +181,8 @@ func period(r *reconnects, outage time.Duration) int {
 }
 
 func herd(n int, outage, interval time.Duration, seed int, all bool) {
-	backoff := simulate("backoff", n, outage, backoffPause(seed))
+	backoff := simulate("backoff", n, outage, backoffPause(seed, false))
+	steady := simulate("steady", n, outage, backoffPause(seed, true))
 	naive := simulate("naive", n, outage, naivePause(interval))
 	windows := period(backoff, outage)
 	average := float64(n) / float64(windows)
@@ -188,10 +192,11 @@ func herd(n int, outage, interval time.Duration, seed int, all bool) {
 		outage, outage+time.Duration(windows)*window, windows, window)
 	fmt.Printf("uniform average: %d reconnects / %d windows = %.1f per window\n\n", n, windows, average)
 
-	for _, r := range []*reconnects{backoff, naive} {
+	for _, r := range []*reconnects{backoff, steady, naive} {
 		s := measure(r, outage, average)
 		label := map[string]string{
 			"backoff": "backoff (retry.Backoff defaults: full jitter, 250 ms doubling to 8 s)",
+			"steady":  "steady (the same with Steady: the phase kept at the cap; what package client reconnects with)",
 			"naive":   fmt.Sprintf("naive (at once, then every %v, no jitter)", interval),
 		}[r.name]
 		fmt.Printf("== %s\n", label)
@@ -200,22 +205,23 @@ func herd(n int, outage, interval time.Duration, seed int, all bool) {
 		fmt.Printf("  after recovery:    all %d reconnected within %v; busiest window %d at %v\n",
 			n, s.allReconnected.Round(time.Millisecond), s.peak, time.Duration(s.peakWindow)*window)
 		fmt.Printf("  peak / uniform average = %d / %.1f = %.2f×", s.peak, average, s.ratio)
-		if r.name == "backoff" {
+		if r.name != "naive" {
 			fmt.Printf("   (target ≤ 2×: %s)", verdict(s.ratio <= 2))
 		}
 		fmt.Print("\n\n")
 	}
 
 	fmt.Println("sweep over outage lengths (same clients and seed; each row against its own backoff period):")
-	fmt.Printf("  %-8s  %-22s  %-10s  %-22s  %-10s\n", "outage", "backoff: peak / avg", "all back", "naive: peak / avg", "all back")
+	fmt.Printf("  %-8s  %-22s  %-10s  %-22s  %-10s  %-22s\n", "outage", "backoff: peak / avg", "all back", "steady: peak / avg", "all back", "naive: peak / avg")
 	for _, o := range []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute, 2 * time.Minute} {
-		b := simulate("backoff", n, o, backoffPause(seed))
+		b := simulate("backoff", n, o, backoffPause(seed, false))
+		st := simulate("steady", n, o, backoffPause(seed, true))
 		nv := simulate("naive", n, o, naivePause(interval))
 		avg := float64(n) / float64(period(b, o))
-		sb, sn := measure(b, o, avg), measure(nv, o, avg)
-		fmt.Printf("  %-8v  %5d / %6.1f = %5.2f×  %-10v  %5d / %6.1f = %5.1f×  %-10v\n",
+		sb, ss, sn := measure(b, o, avg), measure(st, o, avg), measure(nv, o, avg)
+		fmt.Printf("  %-8v  %5d / %6.1f = %5.2f×  %-10v  %5d / %6.1f = %5.2f×  %-10v  %5d / %6.1f = %5.1f×\n",
 			o, sb.peak, avg, sb.ratio, sb.allReconnected.Round(time.Millisecond),
-			sn.peak, avg, sn.ratio, sn.allReconnected.Round(time.Millisecond))
+			ss.peak, avg, ss.ratio, ss.allReconnected.Round(time.Millisecond), sn.peak, avg, sn.ratio)
 	}
 	fmt.Println()
 }
