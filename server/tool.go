@@ -172,6 +172,11 @@ func (s *Server) AddTool(t Tool, h ToolHandler, interceptors ...ToolInterceptor)
 	return nil
 }
 
+// HasTool reports whether a tool of that name is registered: an observer
+// labels by tool name only names the server chose, never free text a
+// client sent.
+func (s *Server) HasTool(name string) bool { return s.lookupTool(name) != nil }
+
 // RemoveTool unregisters a tool. Calls already running finish normally.
 func (s *Server) RemoveTool(name string) bool {
 	s.mu.Lock()

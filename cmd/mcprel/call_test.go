@@ -217,3 +217,27 @@ func TestFailureOfHonoursRetryAfter(t *testing.T) {
 		t.Fatalf("a malformed Retry-After: %+v", f)
 	}
 }
+
+// serve --metrics: after a call, the scrape counts it, and the HTTP
+// endpoint is still the first line on stderr.
+func TestServeMetrics(t *testing.T) {
+	url, _, rest := startHTTPAt(t, "127.0.0.1:0", nil, "--metrics", "127.0.0.1:0")
+	line := <-rest
+	metricsURL, ok := strings.CutPrefix(line, "metrics: ")
+	if !ok {
+		t.Fatalf("the line after the endpoint is %q, want the metrics URL", line)
+	}
+	if _, errs, code := mcprelCall(t, "--url", url, "echo", "text=counted"); code != 0 {
+		t.Fatalf("call: %d %s", code, errs)
+	}
+	resp, err := http.Get(metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := `mcprel_requests_total{era="2026-07-28",method="tools/call",outcome="completed",tool="echo",transport="http"} 1`
+	if !strings.Contains(string(body), want) {
+		t.Fatalf("the scrape lacks %s:\n%s", want, body)
+	}
+}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/metrics"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/tasks"
 	"github.com/mcprel/mcprel/taskserver"
@@ -53,6 +54,7 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	logFormat := fs.String("log-format", "text", "text or json (log lines go to stderr)")
 	var db dbFlags
 	db.register(fs)
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464); off when empty")
 	taskLease := fs.Duration("task-lease", tasks.DefaultLease, "how long a task outlives the process running it before another process (or this one, restarted) takes it over")
 	taskWorkers := fs.Int("task-workers", 8, "durable tasks that may run at once (more wait in a queue of 64)")
 	if err := parseFlags(fs, args); err != nil {
@@ -113,9 +115,31 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	defer func() { stopReaper(); <-reaped }()
 	opts := &server.Options{Logger: logger}
 	limits.apply(opts, len(tokens) > 0)
+	var obs *metrics.Observer
+	if *metricsAddr != "" {
+		if obs, err = metrics.New(nil, nil); err != nil {
+			return err
+		}
+		opts.Observers = append(opts.Observers, obs)
+	}
 	srv, err := newDemoServer(l, opts)
 	if err != nil {
 		return err
+	}
+	var announce []string
+	if obs != nil {
+		obs.Attach(srv)
+		url, stop, err := serveMetrics(*metricsAddr, obs, logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		line := "metrics: " + url
+		if httpOpts == nil {
+			fmt.Fprintln(stderr, line)
+		} else {
+			announce = append(announce, line)
+		}
 	}
 	ts, err := addTasks(ctx, srv, l, *taskLease, *taskWorkers)
 	if err != nil {
@@ -138,7 +162,7 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		<-maintained
 	}()
 	if httpOpts != nil {
-		return serveHTTP(ctx, srv, logger, stderr, *httpAddr, *path, *grace, httpOpts, connLimits)
+		return serveHTTP(ctx, srv, logger, stderr, *httpAddr, *path, *grace, httpOpts, connLimits, announce)
 	}
 
 	conn := stdio.NewConn(srv, stdin, stdout, &stdio.Options{MaxMessageBytes: limits.maxMessage})
@@ -235,7 +259,9 @@ func newDemoServer(l *ledger.Ledger, opts *server.Options) (*server.Server, erro
 // serveHTTP serves srv at addr until SIGINT or SIGTERM, then shuts down
 // gracefully: no new requests, running calls finish within grace, the rest
 // are cancelled.
-func serveHTTP(ctx context.Context, srv *server.Server, logger *slog.Logger, stderr io.Writer, addr, path string, grace time.Duration, opts *streamhttp.HandlerOptions, conns *streamhttp.ListenerOptions) error {
+// announce lists lines to print right after the endpoint's (the metrics
+// URL): the endpoint stays the first line, which scripts read.
+func serveHTTP(ctx context.Context, srv *server.Server, logger *slog.Logger, stderr io.Writer, addr, path string, grace time.Duration, opts *streamhttp.HandlerOptions, conns *streamhttp.ListenerOptions, announce []string) error {
 	if len(opts.AllowedHosts) > 0 {
 		// The loopback names stay allowed beside the ones given.
 		opts.AllowedHosts = append(opts.AllowedHosts, "localhost", "127.0.0.1", "::1")
@@ -257,6 +283,9 @@ func serveHTTP(ctx context.Context, srv *server.Server, logger *slog.Logger, std
 	// connections: a URL that works, with a loopback host for an
 	// unspecified address.
 	fmt.Fprintln(stderr, endpointURL(tcp, ln.Addr().String(), path))
+	for _, line := range announce {
+		fmt.Fprintln(stderr, line)
+	}
 	beyondLoopback := tcp != nil && !tcp.IP.IsLoopback()
 	if beyondLoopback && opts.AuthToken == "" && len(opts.Tokens) == 0 {
 		logger.Warn("serving beyond loopback without --auth-token: anyone who can reach this address can call the tools", "addr", ln.Addr().String())
@@ -321,4 +350,22 @@ func endpointURL(tcp *net.TCPAddr, addr, path string) string {
 		ip = net.IPv4(127, 0, 0, 1)
 	}
 	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(tcp.Port)) + path
+}
+
+// serveMetrics serves the observer's metrics at /metrics on addr, on a
+// listener of its own (a stdio server has no other), and returns their
+// URL. Beyond loopback it warns: anyone who can reach it reads them.
+func serveMetrics(addr string, obs *metrics.Observer, logger *slog.Logger) (string, func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("serve: --metrics: %w", err)
+	}
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
+		logger.Warn("serving metrics beyond loopback: anyone who can reach this address can read them", "addr", ln.Addr().String())
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", obs.Handler())
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	return fmt.Sprintf("http://%s/metrics", ln.Addr()), func() { hs.Close() }, nil
 }
