@@ -11,6 +11,7 @@ import (
 	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/internal/storetest"
+	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/metrics"
@@ -30,7 +31,11 @@ func TestScenarioCounters(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv := mcptest.NewServer(t, &server.Options{Observers: []server.Observer{obs}})
+			// A recorder after the metrics: once it has a request's
+			// record, the metrics observer has had it too (observers are
+			// told in order), whatever the response raced.
+			rec := mcptest.NewRecorder()
+			srv := mcptest.NewServer(t, rec.Hook(&server.Options{Observers: []server.Observer{obs}}))
 			obs.Attach(srv)
 			ctx := context.Background()
 			db, err := store.Open(ctx, storetest.SQLite(t), nil)
@@ -80,6 +85,9 @@ func TestScenarioCounters(t *testing.T) {
 			gate.WaitExited(t)
 			gate.Release()
 			call(10, "echo", nil) // after the cancel: the connection serves on
+			for id := int64(1); id <= 10; id++ {
+				rec.WaitRequest(t, jsonrpc.IntID(id))
+			}
 
 			hs := httptest.NewServer(obs.Handler())
 			defer hs.Close()
