@@ -2,10 +2,16 @@
 // stdio, for mcprel's client to be tested against (ts_server_test.go):
 // echo, progress (steps reports, intervalMs apart) and wait (blocks until
 // cancelled, then says so on stderr).
+import { createServer } from 'node:http';
+import { randomUUID } from 'node:crypto';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { z } from 'zod';
 
+// With --http the server speaks Streamable HTTP (2025 sessions) on a free
+// loopback port, printing its URL on stdout; otherwise stdio.
+function newServer() {
 const server = new McpServer({ name: 'ts-server', version: '1.0.0' });
 server.registerTool('echo', { inputSchema: { text: z.string() } },
     async ({ text }) => ({ content: [{ type: 'text', text }] }));
@@ -29,4 +35,32 @@ server.registerTool('wait', {}, async (extra) => {
     console.error('handler-cancelled wait');
     return { content: [] };
 });
-await server.connect(new StdioServerTransport());
+return server;
+}
+
+if (process.argv.includes('--http')) {
+    const sessions = new Map();
+    const http = createServer(async (req, res) => {
+        let body = '';
+        for await (const chunk of req) body += chunk;
+        const parsed = body ? JSON.parse(body) : undefined;
+        const sid = req.headers['mcp-session-id'];
+        let transport = sid ? sessions.get(sid) : undefined;
+        if (!transport && parsed?.method === 'initialize') {
+            transport = new StreamableHTTPServerTransport({
+                sessionIdGenerator: () => randomUUID(),
+                onsessioninitialized: (id) => sessions.set(id, transport),
+            });
+            await newServer().connect(transport);
+        }
+        if (!transport) {
+            res.writeHead(404, { 'Content-Type': 'application/json' });
+            res.end(JSON.stringify({ jsonrpc: '2.0', error: { code: -32000, message: 'no such session' }, id: null }));
+            return;
+        }
+        await transport.handleRequest(req, res, parsed);
+    });
+    http.listen(0, '127.0.0.1', () => console.log(`http://127.0.0.1:${http.address().port}/mcp`));
+} else {
+    await newServer().connect(new StdioServerTransport());
+}

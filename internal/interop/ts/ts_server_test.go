@@ -1,8 +1,10 @@
 package ts_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -51,12 +53,46 @@ func (l *stderrLines) await(s string) bool {
 // SDK's handler sees the abort — and fires both deadlines.
 func TestClientAgainstTypeScriptServer(t *testing.T) {
 	requireNode(t)
-	log := &stderrLines{changed: make(chan struct{})}
-	c, err := client.DialStdio(context.Background(), []string{"node", "ts-server.mjs"}, &client.Options{Stderr: log})
+	for _, transport := range []string{"stdio", "http"} {
+		t.Run(transport, func(t *testing.T) {
+			log := &stderrLines{changed: make(chan struct{})}
+			var c *client.Client
+			var err error
+			if transport == "stdio" {
+				c, err = client.DialStdio(context.Background(), []string{"node", "ts-server.mjs"}, &client.Options{Stderr: log})
+			} else {
+				c, err = client.DialHTTP(context.Background(), startTSServer(t, log), nil)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			againstTSServer(t, c, log)
+		})
+	}
+}
+
+// startTSServer runs ts-server.mjs --http and returns its URL.
+func startTSServer(t *testing.T, log *stderrLines) string {
+	t.Helper()
+	cmd := exec.Command("node", "ts-server.mjs", "--http")
+	cmd.Stderr = log
+	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "http://") {
+		t.Fatal("ts-server.mjs printed no URL")
+	}
+	return sc.Text()
+}
+
+func againstTSServer(t *testing.T, c *client.Client, log *stderrLines) {
 	ctx := context.Background()
 	if c.Era() != mcp.Legacy || c.ServerInfo().Name != "ts-server" {
 		t.Fatalf("era %v, server %+v", c.Era(), c.ServerInfo())
