@@ -145,23 +145,11 @@ func (t *httpTransport) route(m jsonrpc.Message) {
 func (t *httpTransport) listen(ctx context.Context) {
 	var cursor sseCursor
 	for attempt := 0; ctx.Err() == nil; attempt++ {
-		hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
-		if err != nil {
-			return
+		resp, err := t.openStream(ctx, cursor.lastID)
+		if errors.Is(err, errNoStream) {
+			return // no session stream here
 		}
-		t.header(hreq.Header, mcp.Legacy, "", "", "")
-		hreq.Header.Del("Content-Type")
-		hreq.Header.Set("Accept", "text/event-stream")
-		if cursor.lastID != "" {
-			hreq.Header.Set("Last-Event-ID", cursor.lastID)
-		}
-		resp, err := t.hc.Do(hreq)
 		if err == nil {
-			media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-			if resp.StatusCode != http.StatusOK || media != "text/event-stream" {
-				resp.Body.Close()
-				return // no session stream here
-			}
 			attempt = 0
 			t.readEvents(ctx, resp.Body, outgoing{era: mcp.Legacy}, nil, &cursor)
 			resp.Body.Close()
@@ -178,6 +166,36 @@ func (t *httpTransport) listen(ctx context.Context) {
 		case <-timer.C:
 		}
 	}
+}
+
+// errNoStream is a GET the server answered with something other than an
+// event stream: no session stream there, or no resuming that one.
+var errNoStream = errors.New("client: the server offers no event stream here")
+
+// openStream GETs the 2025 session's stream, from after lastID when it is
+// set (Last-Event-ID). A transport failure is returned as it is (worth
+// another try); any answer but an event stream is errNoStream.
+func (t *httpTransport) openStream(ctx context.Context, lastID string) (*http.Response, error) {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
+	if err != nil {
+		return nil, err
+	}
+	t.header(hreq.Header, mcp.Legacy, "", "", "")
+	hreq.Header.Del("Content-Type")
+	hreq.Header.Set("Accept", "text/event-stream")
+	if lastID != "" {
+		hreq.Header.Set("Last-Event-ID", lastID)
+	}
+	resp, err := t.hc.Do(hreq)
+	if err != nil {
+		return nil, err
+	}
+	media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if resp.StatusCode != http.StatusOK || media != "text/event-stream" {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%w (HTTP %d)", errNoStream, resp.StatusCode)
+	}
+	return resp, nil
 }
 
 // header sets the headers every request of the era carries.
@@ -329,23 +347,13 @@ func (t *httpTransport) resume(ctx context.Context, req outgoing, ex *exchange, 
 			return
 		case <-timer.C:
 		}
-		hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
-		if err != nil {
+		resp, err := t.openStream(ctx, cursor.lastID)
+		if errors.Is(err, errNoStream) {
+			t.opts.Logger.Debug("the server refused to resume a stream", "err", err)
 			return
 		}
-		t.header(hreq.Header, req.era, req.version, "", "")
-		hreq.Header.Del("Content-Type")
-		hreq.Header.Set("Accept", "text/event-stream")
-		hreq.Header.Set("Last-Event-ID", cursor.lastID)
-		resp, err := t.hc.Do(hreq)
 		if err != nil {
 			continue
-		}
-		media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-		if resp.StatusCode != http.StatusOK || media != "text/event-stream" {
-			resp.Body.Close()
-			t.opts.Logger.Debug("the server refused to resume a stream", "status", resp.StatusCode)
-			return
 		}
 		t.stats.resumed.Add(1)
 		done := t.readEvents(ctx, resp.Body, req, ex, cursor)
@@ -455,15 +463,11 @@ func (t *httpTransport) post(ctx context.Context, body []byte, era mcp.Era, meth
 }
 
 func (t *httpTransport) notify(ctx context.Context, method string, params any, era mcp.Era) error {
-	var raw json.RawMessage
-	if params != nil {
-		b, err := json.Marshal(params)
-		if err != nil {
-			return err
-		}
-		raw = b
+	frame, err := notification(method, params)
+	if err != nil {
+		return err
 	}
-	return t.post(ctx, jsonrpc.AppendNotification(nil, method, raw), era, method)
+	return t.post(ctx, frame, era, method)
 }
 
 // close deletes a 2025 session and releases idle connections.

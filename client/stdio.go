@@ -152,15 +152,11 @@ func (t *stdioTransport) start(ctx context.Context, req outgoing) (*exchange, er
 }
 
 func (t *stdioTransport) notify(ctx context.Context, method string, params any, _ mcp.Era) error {
-	var raw json.RawMessage
-	if params != nil {
-		b, err := json.Marshal(params)
-		if err != nil {
-			return err
-		}
-		raw = b
+	frame, err := notification(method, params)
+	if err != nil {
+		return err
 	}
-	return t.write(jsonrpc.AppendNotification(nil, method, raw))
+	return t.write(frame)
 }
 
 // read routes what the server writes: responses by id, progress by token;

@@ -122,3 +122,16 @@ func progressOf(params json.RawMessage) (string, Progress, bool) {
 	}
 	return token, Progress{Progress: p.Progress, Total: p.Total, Message: p.Message}, true
 }
+
+// notification encodes a notification frame; nil params are left out.
+func notification(method string, params any) ([]byte, error) {
+	var raw json.RawMessage
+	if params != nil {
+		b, err := json.Marshal(params)
+		if err != nil {
+			return nil, err
+		}
+		raw = b
+	}
+	return jsonrpc.AppendNotification(nil, method, raw), nil
+}

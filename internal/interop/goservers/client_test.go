@@ -7,51 +7,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/mcp"
 )
-
-// lines collects what a peer writes on stderr and tells when a line
-// appears.
-type lines struct {
-	mu      sync.Mutex
-	text    strings.Builder
-	changed chan struct{}
-}
-
-func newLines() *lines { return &lines{changed: make(chan struct{})} }
-
-func (l *lines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.text.Write(p)
-	close(l.changed)
-	l.changed = make(chan struct{})
-	return len(p), nil
-}
-
-// await waits for a line containing s.
-func (l *lines) await(t *testing.T, s string) bool {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		l.mu.Lock()
-		found, ch := strings.Contains(l.text.String(), s), l.changed
-		l.mu.Unlock()
-		if found {
-			return true
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			return false
-		}
-	}
-}
 
 func build(t *testing.T, dir string) string {
 	t.Helper()
@@ -64,7 +26,7 @@ func build(t *testing.T, dir string) string {
 
 // startHTTP runs a peer serving HTTP and returns its URL; its stderr goes
 // to log.
-func startHTTP(t *testing.T, log *lines, bin string, args ...string) string {
+func startHTTP(t *testing.T, log *mcptest.Lines, bin string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = log
@@ -87,7 +49,7 @@ func startHTTP(t *testing.T, log *lines, bin string, args ...string) string {
 type peer struct {
 	name string
 	era  mcp.Era // what the client should negotiate
-	dial func(t *testing.T, log *lines) (*client.Client, error)
+	dial func(t *testing.T, log *mcptest.Lines) (*client.Client, error)
 	// cancelSeen: whether the peer's handler observes a cancellation on
 	// this transport and era.
 	cancelSeen bool
@@ -95,13 +57,13 @@ type peer struct {
 
 func TestClientAgainstGoPeers(t *testing.T) {
 	gosdk, mcpgo := build(t, "gosdk-server"), build(t, "mcpgo-server")
-	stdio := func(bin string, era mcp.Era) func(*testing.T, *lines) (*client.Client, error) {
-		return func(t *testing.T, log *lines) (*client.Client, error) {
+	stdio := func(bin string, era mcp.Era) func(*testing.T, *mcptest.Lines) (*client.Client, error) {
+		return func(t *testing.T, log *mcptest.Lines) (*client.Client, error) {
 			return client.DialStdio(context.Background(), []string{bin}, &client.Options{Stderr: log, Era: era})
 		}
 	}
-	http := func(bin string, era mcp.Era, args ...string) func(*testing.T, *lines) (*client.Client, error) {
-		return func(t *testing.T, log *lines) (*client.Client, error) {
+	http := func(bin string, era mcp.Era, args ...string) func(*testing.T, *mcptest.Lines) (*client.Client, error) {
+		return func(t *testing.T, log *mcptest.Lines) (*client.Client, error) {
 			return client.DialHTTP(context.Background(), startHTTP(t, log, bin, args...), &client.Options{Era: era})
 		}
 	}
@@ -122,7 +84,7 @@ func TestClientAgainstGoPeers(t *testing.T) {
 	}
 	for _, p := range peers {
 		t.Run(p.name, func(t *testing.T) {
-			log := newLines()
+			log := mcptest.NewLines()
 			c, err := p.dial(t, log)
 			if err != nil {
 				t.Fatal(err)
@@ -156,14 +118,14 @@ func TestClientAgainstGoPeers(t *testing.T) {
 			cctx, cancel := context.WithCancel(ctx)
 			errs := make(chan error, 1)
 			go func() { _, err := c.CallTool(cctx, "wait", nil, nil); errs <- err }()
-			if !log.await(t, "handler-started wait") {
+			if !log.Await("handler-started wait") {
 				t.Fatal("the wait handler never started")
 			}
 			cancel()
 			if err := <-errs; !errors.As(err, new(*client.CancelledError)) {
 				t.Fatalf("the cancelled call returned %v", err)
 			}
-			if p.cancelSeen && !log.await(t, "handler-cancelled wait") {
+			if p.cancelSeen && !log.Await("handler-cancelled wait") {
 				t.Fatal("the peer's handler did not observe the cancellation")
 			}
 

@@ -6,46 +6,13 @@ import (
 	"errors"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/mcp"
 )
-
-// stderrLines collects a server's stderr and tells when a line appears.
-type stderrLines struct {
-	mu      sync.Mutex
-	text    strings.Builder
-	changed chan struct{}
-}
-
-func (l *stderrLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.text.Write(p)
-	close(l.changed)
-	l.changed = make(chan struct{})
-	return len(p), nil
-}
-
-func (l *stderrLines) await(s string) bool {
-	deadline := time.After(10 * time.Second)
-	for {
-		l.mu.Lock()
-		found, ch := strings.Contains(l.text.String(), s), l.changed
-		l.mu.Unlock()
-		if found {
-			return true
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			return false
-		}
-	}
-}
 
 // mcprel's client against a server built with the official TypeScript SDK
 // (1.32.2) over stdio: it falls back to the 2025 handshake (the SDK does
@@ -55,7 +22,7 @@ func TestClientAgainstTypeScriptServer(t *testing.T) {
 	requireNode(t)
 	for _, transport := range []string{"stdio", "http"} {
 		t.Run(transport, func(t *testing.T) {
-			log := &stderrLines{changed: make(chan struct{})}
+			log := mcptest.NewLines()
 			var c *client.Client
 			var err error
 			if transport == "stdio" {
@@ -73,7 +40,7 @@ func TestClientAgainstTypeScriptServer(t *testing.T) {
 }
 
 // startTSServer runs ts-server.mjs --http and returns its URL.
-func startTSServer(t *testing.T, log *stderrLines) string {
+func startTSServer(t *testing.T, log *mcptest.Lines) string {
 	t.Helper()
 	cmd := exec.Command("node", "ts-server.mjs", "--http")
 	cmd.Stderr = log
@@ -92,7 +59,7 @@ func startTSServer(t *testing.T, log *stderrLines) string {
 	return sc.Text()
 }
 
-func againstTSServer(t *testing.T, c *client.Client, log *stderrLines) {
+func againstTSServer(t *testing.T, c *client.Client, log *mcptest.Lines) {
 	ctx := context.Background()
 	if c.Era() != mcp.Legacy || c.ServerInfo().Name != "ts-server" {
 		t.Fatalf("era %v, server %+v", c.Era(), c.ServerInfo())
@@ -113,14 +80,14 @@ func againstTSServer(t *testing.T, c *client.Client, log *stderrLines) {
 	cctx, cancel := context.WithCancel(ctx)
 	errs := make(chan error, 1)
 	go func() { _, err := c.CallTool(cctx, "wait", nil, nil); errs <- err }()
-	if !log.await("handler-started wait") {
+	if !log.Await("handler-started wait") {
 		t.Fatal("the wait handler never started")
 	}
 	cancel()
 	if err := <-errs; !errors.As(err, new(*client.CancelledError)) {
 		t.Fatalf("the cancelled call: %v", err)
 	}
-	if !log.await("handler-cancelled wait") {
+	if !log.Await("handler-cancelled wait") {
 		t.Fatal("the SDK's handler did not see the cancellation")
 	}
 	var de *client.DeadlineError
