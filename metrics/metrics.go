@@ -48,7 +48,7 @@ type Observer struct {
 	annotations *prometheus.CounterVec
 }
 
-// Buckets of the latency histograms: 100 µs to about 11 minutes, a factor
+// Buckets of the latency histograms: 100 µs to about 14 minutes, a factor
 // of 2 apart, so that p50, p95 and p99 resolve from the fastest echo to a
 // long call.
 var latencyBuckets = prometheus.ExponentialBuckets(0.0001, 2, 24)
