@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -46,6 +47,11 @@ type Observer struct {
 	cancels     *prometheus.CounterVec
 	progress    *prometheus.CounterVec
 	annotations *prometheus.CounterVec
+
+	tasksRunning  *prometheus.GaugeVec
+	tasksEnded    *prometheus.CounterVec
+	taskDuration  *prometheus.HistogramVec
+	taskTakeovers *prometheus.CounterVec
 }
 
 // Buckets of the latency histograms: 100 µs to about 14 minutes, a factor
@@ -90,7 +96,19 @@ func New(reg *prometheus.Registry, opts *Options) (*Observer, error) {
 			Help: "What interceptors did with calls, by tool, kind and value: idempotency (executed, replayed, conflict, in_progress, key_missing, unkeyed, rolled_back, unavailable) and task (created, replayed, inline, refused)."},
 			[]string{"tool", "kind", "value"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.queued, m.inFlight, m.cancels, m.progress, m.annotations} {
+	m.tasksRunning = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "tasks_running",
+		Help: "Durable tasks running in this process, by tool."}, []string{"tool"})
+	m.tasksEnded = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "tasks_ended_total",
+		Help: "Durable tasks that reached a terminal status in this process, by tool and status (completed, failed, cancelled)."},
+		[]string{"tool", "status"})
+	m.taskDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "task_duration_seconds",
+		Help: "From a task's creation to its terminal status, by tool and status.", Buckets: latencyBuckets},
+		[]string{"tool", "status"})
+	m.taskTakeovers = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "task_takeovers_total",
+		Help: "Tasks taken over from a process whose lease expired, by tool and result (resumed, failed: interrupted)."},
+		[]string{"tool", "result"})
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.queued, m.inFlight, m.cancels, m.progress, m.annotations,
+		m.tasksRunning, m.tasksEnded, m.taskDuration, m.taskTakeovers} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -137,6 +155,46 @@ func (m *Observer) RequestEnded(_ context.Context, rec server.RequestRecord) {
 			m.annotations.WithLabelValues(tool, kind, value).Inc()
 		}
 	}
+}
+
+// TaskStarted counts a durable task now running in this process. The
+// methods for tasks take plain values, so that this package does not link
+// package tasks: a program wires its runner's events to them.
+func (m *Observer) TaskStarted(tool string) { m.tasksRunning.WithLabelValues(m.registered(tool)).Inc() }
+
+// TaskLeft counts a task that stopped running here without ending (a
+// shutdown left it to be taken over).
+func (m *Observer) TaskLeft(tool string) { m.tasksRunning.WithLabelValues(m.registered(tool)).Dec() }
+
+// TaskEnded records a task that ended here with status ("completed",
+// "failed", "cancelled"), d after its creation.
+func (m *Observer) TaskEnded(tool, status string, d time.Duration) {
+	tool = m.registered(tool)
+	m.tasksRunning.WithLabelValues(tool).Dec()
+	m.tasksEnded.WithLabelValues(tool, status).Inc()
+	m.taskDuration.WithLabelValues(tool, status).Observe(d.Seconds())
+}
+
+// TaskTakenOver records a task taken over from a dead process: resumed
+// here, or ended failed as interrupted.
+func (m *Observer) TaskTakenOver(tool string, resumed bool) {
+	tool = m.registered(tool)
+	result := "failed"
+	if resumed {
+		result = "resumed"
+	} else {
+		m.tasksEnded.WithLabelValues(tool, "failed").Inc()
+	}
+	m.taskTakeovers.WithLabelValues(tool, result).Inc()
+}
+
+// registered is name when the server registered such a tool, "unknown"
+// otherwise.
+func (m *Observer) registered(name string) string {
+	if m.srv != nil && m.srv.HasTool(name) {
+		return name
+	}
+	return "unknown"
 }
 
 // toolLabel is the tool's name when the server registered it; "" for a

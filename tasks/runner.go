@@ -108,6 +108,43 @@ type RunnerOptions struct {
 	// Logger receives what goes wrong in the background (heartbeat,
 	// takeover, reaping); nil means slog.Default.
 	Logger *slog.Logger
+	// OnEvent, when set, is told when a task of this runner starts
+	// running and when it ends, and when the runner takes a task over:
+	// metrics attach here. It is called on the runner's goroutines and
+	// must not block.
+	OnEvent func(Event)
+}
+
+// EventKind says what happened to a task.
+type EventKind uint8
+
+// The events a Runner reports.
+const (
+	// TaskStarted: a worker began running the task.
+	TaskStarted EventKind = iota + 1
+	// TaskEnded: the task reached Status here (Completed, Failed or
+	// Cancelled); Duration is from its creation. A task that stopped for a
+	// shutdown, to be taken over, ends nothing and reports TaskLeft.
+	TaskEnded
+	// TaskLeft: the task stopped running here without ending (a shutdown).
+	TaskLeft
+	// TaskTakenOver: the runner took the task over from a process whose
+	// lease expired; Status is Failed when it could not be resumed.
+	TaskTakenOver
+)
+
+// Event is what OnEvent is told.
+type Event struct {
+	Kind     EventKind
+	Tool     string
+	Status   Status
+	Duration time.Duration
+}
+
+func (r *Runner) event(e Event) {
+	if r.opts.OnEvent != nil {
+		r.opts.OnEvent(e)
+	}
 }
 
 // Runner runs tasks on a bounded pool of workers, keeps their leases
@@ -240,13 +277,22 @@ func (s *Slot) Start(t Task, work Work) {
 // execute runs work and records its outcome.
 func (r *Runner) execute(ctx context.Context, t Task, work Work) {
 	defer r.leave(t.ID)
+	r.event(Event{Kind: TaskStarted, Tool: t.Tool})
 	out := r.safely(ctx, t, work)
 	if out.Status == 0 {
+		r.event(Event{Kind: TaskLeft, Tool: t.Tool})
 		return // the work stopped for a shutdown; the lease is released
 	}
 	// The outcome is recorded even when the process is stopping: the work
 	// is done, and running it again elsewhere would run it twice.
 	err := r.store.Finish(context.WithoutCancel(ctx), t.ID, r.owner, out.Status, out.Message, out.Result, out.Error)
+	if err == nil || errors.Is(err, ErrTerminal) {
+		status := out.Status
+		if errors.Is(err, ErrTerminal) {
+			status = Cancelled // a checkpoint ended it first
+		}
+		r.event(Event{Kind: TaskEnded, Tool: t.Tool, Status: status, Duration: time.Since(t.CreatedAt)})
+	}
 	switch {
 	case err == nil, errors.Is(err, ErrTerminal):
 		// ErrTerminal: a checkpoint ended it cancelled first.
@@ -365,8 +411,10 @@ func (r *Runner) takeOver(ctx context.Context, resume Resumer) {
 				if ferr := r.store.Finish(ctx, t.ID, r.owner, Failed, "interrupted: the process running it stopped", nil, interrupted); ferr != nil && !errors.Is(ferr, ErrTerminal) {
 					r.log.Warn("could not end an interrupted task", "task", t.ID, "err", ferr)
 				}
+				r.event(Event{Kind: TaskTakenOver, Tool: t.Tool, Status: Failed})
 				continue
 			}
+			r.event(Event{Kind: TaskTakenOver, Tool: t.Tool, Status: Working})
 			r.log.Info("resuming a task taken over from a stopped process", "task", t.ID, "tool", t.Tool, "attempt", t.Attempts)
 			slot.Start(t, work)
 		}

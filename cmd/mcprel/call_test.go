@@ -240,4 +240,32 @@ func TestServeMetrics(t *testing.T) {
 	if !strings.Contains(string(body), want) {
 		t.Fatalf("the scrape lacks %s:\n%s", want, body)
 	}
+	// A task: it ends, and the runner's events reach the metrics.
+	if _, errs, code := mcprelCall(t, "--url", url, "--task", "generate_report", "rows=2", "stepMs=1"); code != 0 {
+		t.Fatalf("task: %d %s", code, errs)
+	}
+	// The runner reports the end just after it commits it, which the
+	// client may have read first: read the other process's metrics until
+	// they say so (bounded).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		resp, err = http.Get(metricsURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), `mcprel_tasks_ended_total`) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, want := range []string{
+		`mcprel_tasks_ended_total{status="completed",tool="generate_report"} 1`,
+		`mcprel_tasks_running{tool="generate_report"} 0`,
+		`mcprel_call_annotations_total{kind="task",tool="generate_report",value="created"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("the scrape lacks %s:\n%s", want, body)
+		}
+	}
 }

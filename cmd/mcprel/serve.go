@@ -141,7 +141,7 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			announce = append(announce, line)
 		}
 	}
-	ts, err := addTasks(ctx, srv, l, *taskLease, *taskWorkers)
+	ts, err := addTasks(ctx, srv, l, *taskLease, *taskWorkers, obs)
 	if err != nil {
 		return err
 	}
@@ -223,12 +223,28 @@ func httpOptions(addr, path string, hosts, origins []string, authToken string, t
 
 // addTasks serves durable tasks from the ledger's database on srv, with
 // the demo's long job, generate_report.
-func addTasks(ctx context.Context, srv *server.Server, l *ledger.Ledger, lease time.Duration, workers int) (*taskserver.Server, error) {
+// With obs, the runner's task events become metrics.
+func addTasks(ctx context.Context, srv *server.Server, l *ledger.Ledger, lease time.Duration, workers int, obs *metrics.Observer) (*taskserver.Server, error) {
 	st, err := tasks.Open(ctx, l.DB(), &tasks.Options{Lease: lease})
 	if err != nil {
 		return nil, err
 	}
-	ts, err := taskserver.New(srv, st, &taskserver.Options{Ledger: l, Runner: tasks.RunnerOptions{Workers: workers, Logger: srv.Logger()}})
+	runner := tasks.RunnerOptions{Workers: workers, Logger: srv.Logger()}
+	if obs != nil {
+		runner.OnEvent = func(e tasks.Event) {
+			switch e.Kind {
+			case tasks.TaskStarted:
+				obs.TaskStarted(e.Tool)
+			case tasks.TaskLeft:
+				obs.TaskLeft(e.Tool)
+			case tasks.TaskEnded:
+				obs.TaskEnded(e.Tool, e.Status.String(), e.Duration)
+			case tasks.TaskTakenOver:
+				obs.TaskTakenOver(e.Tool, e.Status != tasks.Failed)
+			}
+		}
+	}
+	ts, err := taskserver.New(srv, st, &taskserver.Options{Ledger: l, Runner: runner})
 	if err != nil {
 		return nil, err
 	}
