@@ -269,3 +269,38 @@ func TestServeMetrics(t *testing.T) {
 		}
 	}
 }
+
+// --metrics-path serves the metrics on the MCP listener, behind its Host
+// check and the metrics token.
+func TestServeMetricsOnTheEndpoint(t *testing.T) {
+	url, _ := startHTTP(t, []string{"MCPREL_METRICS_TOKEN=s3cret"}, "--metrics-path", "/metrics")
+	metricsURL := strings.TrimSuffix(url, "/mcp") + "/metrics"
+	get := func(host, token string) int {
+		req, _ := http.NewRequest(http.MethodGet, metricsURL, nil)
+		if host != "" {
+			req.Host = host
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get("", "s3cret"); code != http.StatusOK {
+		t.Fatalf("with the token: %d", code)
+	}
+	if code := get("", ""); code != http.StatusUnauthorized {
+		t.Fatalf("without the token: %d", code)
+	}
+	if code := get("evil.example", "s3cret"); code != http.StatusForbidden {
+		t.Fatalf("a rebinding Host: %d", code)
+	}
+	cmd := exec.Command(binary, "serve", "--stdio", "--metrics-path", "/metrics")
+	if out, err := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() != exitUsage || !strings.Contains(string(out), "--metrics-path needs --http") {
+		t.Fatalf("--metrics-path without --http: %v %s", err, out)
+	}
+}

@@ -54,7 +54,9 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	logFormat := fs.String("log-format", "text", "text or json (log lines go to stderr)")
 	var db dbFlags
 	db.register(fs)
-	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464); off when empty")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics on a listener of their own (e.g. 127.0.0.1:9464)")
+	metricsPath := fs.String("metrics-path", "", "with --http: serve Prometheus metrics at this path (e.g. /metrics) on the MCP listener, behind its Host and Origin checks")
+	metricsToken := fs.String("metrics-token", "", "require this bearer token to read the metrics (or set MCPREL_METRICS_TOKEN)")
 	taskLease := fs.Duration("task-lease", tasks.DefaultLease, "how long a task outlives the process running it before another process (or this one, restarted) takes it over")
 	taskWorkers := fs.Int("task-workers", 8, "durable tasks that may run at once (more wait in a queue of 64)")
 	if err := parseFlags(fs, args); err != nil {
@@ -115,8 +117,12 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	defer func() { stopReaper(); <-reaped }()
 	opts := &server.Options{Logger: logger}
 	limits.apply(opts, len(tokens) > 0)
+	if *metricsPath != "" && (*httpAddr == "" || !strings.HasPrefix(*metricsPath, "/") || *metricsPath == *path) {
+		return usagef("serve: --metrics-path needs --http, must start with / and differ from --path")
+	}
+	*metricsToken = cmp.Or(*metricsToken, os.Getenv("MCPREL_METRICS_TOKEN"))
 	var obs *metrics.Observer
-	if *metricsAddr != "" {
+	if *metricsAddr != "" || *metricsPath != "" {
 		if obs, err = metrics.New(nil, nil); err != nil {
 			return err
 		}
@@ -129,7 +135,9 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	var announce []string
 	if obs != nil {
 		obs.Attach(srv)
-		url, stop, err := serveMetrics(*metricsAddr, obs, logger)
+	}
+	if *metricsAddr != "" {
+		url, stop, err := serveMetrics(*metricsAddr, obs, *metricsToken, logger)
 		if err != nil {
 			return err
 		}
@@ -162,7 +170,11 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		<-maintained
 	}()
 	if httpOpts != nil {
-		return serveHTTP(ctx, srv, logger, stderr, *httpAddr, *path, *grace, httpOpts, connLimits, announce)
+		var beside map[string]http.Handler
+		if *metricsPath != "" {
+			beside = map[string]http.Handler{*metricsPath: obs.Handler()}
+		}
+		return serveHTTP(ctx, srv, logger, stderr, *httpAddr, *path, *grace, httpOpts, connLimits, announce, beside, *metricsToken)
 	}
 
 	conn := stdio.NewConn(srv, stdin, stdout, &stdio.Options{MaxMessageBytes: limits.maxMessage})
@@ -276,8 +288,10 @@ func newDemoServer(l *ledger.Ledger, opts *server.Options) (*server.Server, erro
 // gracefully: no new requests, running calls finish within grace, the rest
 // are cancelled.
 // announce lists lines to print right after the endpoint's (the metrics
-// URL): the endpoint stays the first line, which scripts read.
-func serveHTTP(ctx context.Context, srv *server.Server, logger *slog.Logger, stderr io.Writer, addr, path string, grace time.Duration, opts *streamhttp.HandlerOptions, conns *streamhttp.ListenerOptions, announce []string) error {
+// URL): the endpoint stays the first line, which scripts read. beside are
+// handlers served on other paths of the same listener (metrics), behind
+// the endpoint's Host and Origin checks and, when set, token.
+func serveHTTP(ctx context.Context, srv *server.Server, logger *slog.Logger, stderr io.Writer, addr, path string, grace time.Duration, opts *streamhttp.HandlerOptions, conns *streamhttp.ListenerOptions, announce []string, beside map[string]http.Handler, token string) error {
 	if len(opts.AllowedHosts) > 0 {
 		// The loopback names stay allowed beside the ones given.
 		opts.AllowedHosts = append(opts.AllowedHosts, "localhost", "127.0.0.1", "::1")
@@ -319,6 +333,9 @@ func serveHTTP(ctx context.Context, srv *server.Server, logger *slog.Logger, std
 	}
 	mux := http.NewServeMux()
 	mux.Handle(path, h)
+	for p, handler := range beside {
+		mux.Handle(p, h.Guard(handler, token))
+	}
 	hs := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -371,7 +388,7 @@ func endpointURL(tcp *net.TCPAddr, addr, path string) string {
 // serveMetrics serves the observer's metrics at /metrics on addr, on a
 // listener of its own (a stdio server has no other), and returns their
 // URL. Beyond loopback it warns: anyone who can reach it reads them.
-func serveMetrics(addr string, obs *metrics.Observer, logger *slog.Logger) (string, func(), error) {
+func serveMetrics(addr string, obs *metrics.Observer, token string, logger *slog.Logger) (string, func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("serve: --metrics: %w", err)
@@ -380,7 +397,11 @@ func serveMetrics(addr string, obs *metrics.Observer, logger *slog.Logger) (stri
 		logger.Warn("serving metrics beyond loopback: anyone who can reach this address can read them", "addr", ln.Addr().String())
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", obs.Handler())
+	var handler http.Handler = obs.Handler()
+	if token != "" {
+		handler = streamhttp.RequireBearer(handler, token)
+	}
+	mux.Handle("/metrics", handler)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(ln)
 	return fmt.Sprintf("http://%s/metrics", ln.Addr()), func() { hs.Close() }, nil

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -102,6 +103,41 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "GET, POST, DELETE")
 		writeError(w, http.StatusMethodNotAllowed, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "method %s not allowed", r.Method))
 	}
+}
+
+// Guard applies the handler's Host and Origin checks to next, another
+// handler served on the same listener (metrics, say), so that it is no
+// easier to reach than the MCP endpoint; with a token, next also requires
+// it as a bearer token (compared in constant time).
+func (h *Handler) Guard(next http.Handler, token string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !h.opts.hostAllowed(r.Host) {
+			http.Error(w, fmt.Sprintf("host %q is not allowed", r.Host), http.StatusForbidden)
+			return
+		}
+		if origin := r.Header.Get("Origin"); origin != "" && !h.opts.originAllowed(origin) {
+			http.Error(w, fmt.Sprintf("origin %q is not allowed", origin), http.StatusForbidden)
+			return
+		}
+		if token != "" {
+			next = RequireBearer(next, token)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// RequireBearer lets through to next only requests that carry token as a
+// bearer token (compared in constant time); the rest get 401.
+func RequireBearer(next http.Handler, token string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="mcprel"`)
+			http.Error(w, "a valid bearer token is required", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // tenant authenticates the request: it returns the tenant its bearer token
