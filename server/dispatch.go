@@ -217,6 +217,7 @@ func (ss *Session) callTool(r *inflight, in *incoming) {
 		return
 	}
 	call := &CallRequest{Name: name, Arguments: args, retry: rt.policy.Retry}
+	r.args, r.secret = args, rt.policy.Secret
 	if r.era != mcp.Modern && len(task) > 0 && string(task) != "null" {
 		if rt.def.Execution == nil || rt.def.Execution.TaskSupport == "" || rt.def.Execution.TaskSupport == mcp.TaskForbidden {
 			r.fail(jsonrpc.NewError(jsonrpc.CodeMethodNotFound, "tool %q cannot be run as a task: call it without params.task", name))

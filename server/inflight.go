@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +23,9 @@ type inflight struct {
 	out       *Outbox
 	id        jsonrpc.ID
 	method    string
-	toolName  string // tools/call only
+	toolName  string          // tools/call only
+	args      json.RawMessage // tools/call: the arguments, summarised in the record (secrets left out)
+	secret    []string
 	era       mcp.Era
 	start     time.Time
 	ctx       context.Context
@@ -191,6 +194,7 @@ func (r *inflight) record(rec RequestRecord) {
 		rec.Queued = r.ranAt.Sub(r.queuedAt)
 	}
 	rec.Annotations = r.annotations
+	rec.args, rec.secret = r.args, r.secret
 	r.annotations = nil // the record's now; later Annotate calls get a map of their own
 	obsCtx := r.obsCtx
 	r.mu.Unlock()
@@ -215,11 +219,20 @@ func (s *Server) report(ctx context.Context, rec RequestRecord) {
 		}
 		if rec.Tool != "" {
 			attrs = append(attrs, slog.String("tool", rec.Tool))
+			if summary := rec.ArgumentSummary(); summary != "" {
+				attrs = append(attrs, slog.String("args", summary))
+			}
 		}
 		attrs = append(attrs,
 			slog.String("outcome", rec.Outcome.String()),
 			slog.Duration("duration", rec.Duration),
 		)
+		if rec.Queued > 0 {
+			attrs = append(attrs, slog.Duration("queued", rec.Queued))
+		}
+		for _, k := range slices.Sorted(maps.Keys(rec.Annotations)) {
+			attrs = append(attrs, slog.String(k, rec.Annotations[k]))
+		}
 		if rec.Cause != nil {
 			attrs = append(attrs, slog.String("cause", rec.Cause.Error()))
 		}

@@ -1,7 +1,12 @@
 package server
 
 import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
@@ -81,6 +86,9 @@ type RequestRecord struct {
 	// Annotations are the facts interceptors attached (Request.Annotate),
 	// such as "idempotency": "replayed". Nil when there are none.
 	Annotations map[string]string
+
+	args   json.RawMessage // tools/call: the arguments, for ArgumentSummary
+	secret []string        // and the tool's Policy.Secret
 }
 
 // HandlerRecord describes a tool handler that returned. A handler may return
@@ -93,4 +101,39 @@ type HandlerRecord struct {
 	Ran       time.Duration
 	Discarded bool
 	Overrun   time.Duration
+}
+
+// ArgumentSummary describes a call's arguments for a log line or a span:
+// each top-level argument with its value cut to 32 characters, in name
+// order, and the arguments the tool's Policy.Secret lists as [secret]. It
+// is computed when asked for, from arguments that may share memory with
+// the request's frame: call it during RequestEnded, not after. It is ""
+// for a request that is not a call.
+func (rec RequestRecord) ArgumentSummary() string {
+	if len(rec.args) == 0 {
+		return ""
+	}
+	var args map[string]json.RawMessage
+	if json.Unmarshal(rec.args, &args) != nil {
+		return "(not a JSON object)"
+	}
+	names := slices.Sorted(maps.Keys(args))
+	var b strings.Builder
+	for i, name := range names {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(name)
+		b.WriteByte('=')
+		if slices.Contains(rec.secret, name) {
+			b.WriteString("[secret]")
+			continue
+		}
+		v := string(args[name])
+		if utf8.RuneCountInString(v) > 32 {
+			v = string([]rune(v)[:31]) + "…"
+		}
+		b.WriteString(v)
+	}
+	return b.String()
 }

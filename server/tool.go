@@ -86,6 +86,12 @@ type Policy struct {
 	IdleTimeout time.Duration
 	MaxTimeout  time.Duration
 
+	// Secret lists arguments whose values are never written anywhere the
+	// server writes about its calls (the request log line, an observer's
+	// ArgumentSummary): a password, a token, personal data. They show as
+	// [secret].
+	Secret []string
+
 	// Retry is what a client may do after a call fails without an answer
 	// (see RetryClass). The zero value is RetryUnsafe; an interceptor that
 	// makes the tool idempotent (package idempotency) sets
