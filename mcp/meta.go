@@ -26,6 +26,11 @@ type RequestMeta struct {
 	// IdempotencyKey is MetaIdempotencyKey's value, undecoded (the server
 	// checks it only for tools that take a key).
 	IdempotencyKey json.RawMessage `json:"dev.mcprel/idempotencyKey,omitempty"`
+	// TraceParent and TraceState carry a W3C trace context, where the
+	// OpenTelemetry conventions for MCP put it: a server's span for the
+	// request continues the client's trace.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }
 
 // ErrMissingMeta and the errors below describe a malformed modern _meta;

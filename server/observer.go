@@ -11,8 +11,8 @@ import (
 // traces and logs attach here (Options.Observers; any number, each sees
 // every request). The server itself imports no metrics or tracing library.
 //
-// RequestStarted is called once per request, as soon as its id and method
-// are read and before anything else is done for it, with the context the
+// RequestStarted is called once per request, as soon as its id, method
+// and params._meta are read and before anything else is done for it, with the context the
 // request will run in; the context it returns replaces it (a tracer starts
 // a span there, and the handler's context descends from it). RequestEnded
 // is called once, when the request's terminal state is recorded, with the
@@ -43,6 +43,10 @@ type RequestInfo struct {
 	Session   string
 	Tenant    string // see WithTenant
 	Start     time.Time
+	// TraceParent and TraceState are the W3C trace context the client
+	// sent in params._meta (empty when it sent none, or the _meta could
+	// not be read): a tracer continues the client's trace from them.
+	TraceParent, TraceState string
 }
 
 // Annotate attaches a fact about the call to its RequestRecord

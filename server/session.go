@@ -144,16 +144,21 @@ func (ss *Session) Reject(ctx context.Context, m jsonrpc.Message, err *jsonrpc.E
 	if out.reserve(ctx) != nil {
 		return
 	}
-	r := ss.newRequest(ctx, m, out)
+	r := ss.newRequest(ctx, m, out, nil)
 	r.fail(err)
 }
 
 // newRequest starts a request's life: it is known from here on, and the
-// observers are told (their context is the one the request runs in).
-func (ss *Session) newRequest(ctx context.Context, m jsonrpc.Message, out *Outbox) *inflight {
+// observers are told (their context is the one the request runs in). meta
+// is the request's params._meta when it could be read.
+func (ss *Session) newRequest(ctx context.Context, m jsonrpc.Message, out *Outbox, meta *mcp.RequestMeta) *inflight {
 	r := &inflight{sess: ss, out: out, id: m.ID, method: m.Method, start: time.Now(), tenant: TenantFrom(ctx)}
-	r.obsCtx = ss.srv.observeStart(ctx, RequestInfo{ID: r.id, Method: r.method, Transport: ss.cfg.Transport,
-		Session: ss.cfg.Name, Tenant: r.tenant, Start: r.start})
+	info := RequestInfo{ID: r.id, Method: r.method, Transport: ss.cfg.Transport,
+		Session: ss.cfg.Name, Tenant: r.tenant, Start: r.start}
+	if meta != nil {
+		info.TraceParent, info.TraceState = meta.TraceParent, meta.TraceState
+	}
+	r.obsCtx = ss.srv.observeStart(ctx, info)
 	return r
 }
 
@@ -191,17 +196,17 @@ func (ss *Session) handleRequest(ctx context.Context, m jsonrpc.Message, out *Ou
 	if out.reserve(ctx) != nil {
 		return // the stream is gone or the connection is closing
 	}
-	r := ss.newRequest(ctx, m, out)
-	ctx = r.obsCtx
-
 	meta, rawMeta := p.Meta, p.RawMeta
+	var metaErr error
 	if meta == nil {
 		parsed, raw, err := mcp.ParseRequestMeta(m.Params)
-		if err != nil {
-			r.fail(invalidParams(err))
-			return
-		}
-		meta, rawMeta = &parsed, raw
+		meta, rawMeta, metaErr = &parsed, raw, err
+	}
+	r := ss.newRequest(ctx, m, out, meta)
+	ctx = r.obsCtx
+	if metaErr != nil {
+		r.fail(invalidParams(metaErr))
+		return
 	}
 	if e := ss.selectEra(r, meta, rawMeta != nil); e != nil {
 		r.fail(e)

@@ -33,7 +33,8 @@ var layer = map[string][]string{
 
 	"idempotency": {"jsonrpc", "mcp", "server", "ledger", "store"},
 	"taskserver":  {"jsonrpc", "mcp", "server", "tasks", "ledger", "store"},
-	"metrics":     {"jsonrpc", "mcp", "server"},
+	"metrics":     {"jsonrpc", "mcp", "server", "client", "retry"},
+	"tracing":     {"jsonrpc", "mcp", "server"},
 
 	"client": {"jsonrpc", "mcp", "retry"},
 	"retry":  {"jsonrpc", "mcp"},
@@ -51,7 +52,7 @@ var forbiddenBelowTools = []string{"github.com/prometheus/", "go.opentelemetry.i
 
 // observability are the packages that are that observer: the only ones
 // below the tools that may link Prometheus or OpenTelemetry.
-var observability = map[string]bool{"metrics": true}
+var observability = map[string]bool{"metrics": true, "tracing": true}
 
 type pkg struct {
 	ImportPath string
