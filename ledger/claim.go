@@ -32,6 +32,8 @@ type Claim struct {
 // *ConflictError for a key used by a different operation, and
 // *InProgressError while another caller's lease holds the key.
 func (l *Ledger) Claim(ctx context.Context, op Op) (claim *Claim, replayed *Result, err error) {
+	ctx, end := l.observe(ctx, "claim")
+	defer func() { end(err) }()
 	if !ValidKey(op.Key) {
 		return nil, nil, ErrInvalidKey
 	}
@@ -79,12 +81,14 @@ func (c *Claim) LeaseUntil() time.Time { return c.until }
 
 // Complete stores the effect's result and commits the operation. It fails
 // with ErrLeaseLost if the lease expired and another caller took the key.
-func (c *Claim) Complete(ctx context.Context, data json.RawMessage) (Result, error) {
+func (c *Claim) Complete(ctx context.Context, data json.RawMessage) (_ Result, err error) {
+	ctx, end := c.l.observe(ctx, "complete")
+	defer func() { end(err) }()
 	if !json.Valid(data) {
 		return Result{}, errors.New("ledger: the result is not JSON")
 	}
 	now := c.l.now()
-	err := c.l.db.WriteBatched(ctx, func(tx *store.Tx) error {
+	err = c.l.db.WriteBatched(ctx, func(tx *store.Tx) error {
 		res, err := tx.Exec(ctx, `UPDATE mcprel_ledger SET state = ?, result = ?, executed_at = ?, lease_until = NULL, lease_token = NULL
 			WHERE tenant = ? AND tool = ? AND idem_key = ? AND state = ? AND lease_token = ?`,
 			int(Committed), string(data), ms(now), c.op.Tenant, c.op.Tool, c.op.Key, int(InProgress), c.token)
@@ -104,7 +108,9 @@ func (c *Claim) Complete(ctx context.Context, data json.RawMessage) (Result, err
 
 // Release gives the key back: the effect did not happen, and the next
 // caller with this key starts afresh.
-func (c *Claim) Release(ctx context.Context) error {
+func (c *Claim) Release(ctx context.Context) (err error) {
+	ctx, end := c.l.observe(ctx, "release")
+	defer func() { end(err) }()
 	return c.l.db.WriteBatched(ctx, func(tx *store.Tx) error {
 		_, err := tx.Exec(ctx, `DELETE FROM mcprel_ledger WHERE tenant = ? AND tool = ? AND idem_key = ? AND state = ? AND lease_token = ?`,
 			c.op.Tenant, c.op.Tool, c.op.Key, int(InProgress), c.token)

@@ -58,6 +58,9 @@ type Options struct {
 	// Lease is how long a two-phase claim holds its key before another
 	// caller may take it over. Zero means DefaultLease.
 	Lease time.Duration
+	// Observers are told of every operation and its transaction (see
+	// Observer).
+	Observers []Observer
 }
 
 // Ledger is the idempotency ledger on a store.
@@ -66,6 +69,7 @@ type Ledger struct {
 	retention time.Duration
 	lease     time.Duration
 	now       func() time.Time // time.Now; tests move it
+	observers []Observer
 }
 
 // State is where a record is in its life.
@@ -220,7 +224,7 @@ func Open(ctx context.Context, db *store.DB, opts *Options) (*Ledger, error) {
 	if err := db.Migrate(ctx, "ledger", migrations); err != nil {
 		return nil, err
 	}
-	return &Ledger{db: db, retention: o.Retention, lease: o.Lease, now: time.Now}, nil
+	return &Ledger{db: db, retention: o.Retention, lease: o.Lease, now: time.Now, observers: o.Observers}, nil
 }
 
 // Lease is how long a two-phase claim holds its key.
@@ -244,7 +248,9 @@ func fromMS(v sql.NullInt64) time.Time {
 // writes its business rows through tx; whatever it returns (a success or a
 // business failure, as JSON) is committed with them. An error from effect
 // rolls everything back and stores nothing, so the key stays free.
-func (l *Ledger) Do(ctx context.Context, op Op, effect func(ctx context.Context, tx *store.Tx) (json.RawMessage, error)) (Result, error) {
+func (l *Ledger) Do(ctx context.Context, op Op, effect func(ctx context.Context, tx *store.Tx) (json.RawMessage, error)) (_ Result, err error) {
+	ctx, end := l.observe(ctx, "do")
+	defer func() { end(err) }()
 	if !ValidKey(op.Key) {
 		return Result{}, ErrInvalidKey
 	}
@@ -263,7 +269,7 @@ func (l *Ledger) Do(ctx context.Context, op Op, effect func(ctx context.Context,
 	var out Result
 	// Concurrent operations share a group commit on SQLite, each in its
 	// own savepoint: one fsync for many keys.
-	err := l.db.WriteBatched(ctx, func(tx *store.Tx) error {
+	err = l.db.WriteBatched(ctx, func(tx *store.Tx) error {
 		now := l.now()
 		if sqlite {
 			return l.doExclusive(ctx, tx, op, now, effect, &out)
@@ -453,7 +459,9 @@ func replay(rec *Record) Result {
 // Lookup returns the record of a key in its scope, for reconciliation: a
 // response lost after the commit is recovered by key, never by running the
 // operation again. A key of another tenant is not found.
-func (l *Ledger) Lookup(ctx context.Context, tenant, tool, key string) (Record, error) {
+func (l *Ledger) Lookup(ctx context.Context, tenant, tool, key string) (_ Record, err error) {
+	ctx, end := l.observe(ctx, "lookup")
+	defer func() { end(err) }()
 	rec, err := scanRecord(l.db.QueryRow(ctx, selectRecord+keyIs, tenant, tool, key))
 	if err != nil {
 		return Record{}, err

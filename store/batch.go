@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // maxBatch bounds how many operations share one group-commit transaction.
@@ -168,6 +169,7 @@ func (db *DB) runBatch(jobs []*batchJob) {
 	}
 	// The batch outlives any one caller's context.
 	bg := context.Background()
+	began := time.Now()
 	tx, err := db.write.BeginTx(bg, nil)
 	if err != nil {
 		fail(wrap("begin", err))
@@ -219,8 +221,7 @@ func (db *DB) runBatch(jobs []*batchJob) {
 	for _, j := range kept {
 		j.err = nil
 	}
-	db.batch.commits.Add(1)
-	db.batch.ops.Add(int64(len(kept)))
+	db.committed(len(kept), began)
 }
 
 // runJob runs one job's fn, catching a panic to hand to its caller. A job

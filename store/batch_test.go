@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mcprel/mcprel/internal/storetest"
 )
@@ -78,6 +79,13 @@ func TestWriteBatchedGroupsWaitingCallers(t *testing.T) {
 	ctx := context.Background()
 	db, queued, release := queuedWriters(t)
 	before := db.WriteStats()
+	var mu sync.Mutex
+	var batches []int
+	db.onCommit = func(ops int, _ time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		batches = append(batches, ops)
+	}
 
 	const callers = 6
 	errs := make([]error, callers)
@@ -132,6 +140,41 @@ func TestWriteBatchedGroupsWaitingCallers(t *testing.T) {
 	// The holder's transaction plus one batch.
 	if commits, ops := after.Commits-before.Commits, after.Operations-before.Operations; commits != 2 || ops != 5 {
 		t.Fatalf("%d commits carrying %d operations; want 2 (the holder and one batch) carrying 5", commits, ops)
+	}
+	// OnCommit saw the same: the holder alone, then the batch of the four
+	// callers whose writes were kept.
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(batches) != "[1 4]" {
+		t.Fatalf("OnCommit saw batches %v, want [1 4]", batches)
+	}
+}
+
+// Options.OnCommit reaches the store: a lone write transaction is a batch
+// of one, and a failed one is not reported.
+func TestOnCommitOption(t *testing.T) {
+	ctx := context.Background()
+	var got []int
+	db, err := Open(ctx, storetest.SQLite(t), &Options{OnCommit: func(ops int, d time.Duration) {
+		if d <= 0 {
+			t.Errorf("commit took %v", d)
+		}
+		got = append(got, ops)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	batchTable(t, db)
+	db.WriteTx(ctx, func(*Tx) error { return errors.New("no") })
+	if err := db.WriteBatched(ctx, func(tx *Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO batch_rows (name) VALUES ('a')`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != "[1 1]" { // the table's creation, then the insert
+		t.Fatalf("OnCommit saw %v, want [1 1]", got)
 	}
 }
 

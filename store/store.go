@@ -68,6 +68,12 @@ type Options struct {
 	// ErrReadOnly, and Migrate only checks that the schema is current. For
 	// tools that inspect a database another process serves.
 	ReadOnly bool
+	// OnCommit, when set, is called after each write transaction commits
+	// with the operations it carried (more than one for a group commit of
+	// WriteBatched callers) and the time from its BEGIN to the end of its
+	// COMMIT: metrics attach here. It runs on the committing goroutine and
+	// must not block.
+	OnCommit func(ops int, d time.Duration)
 }
 
 // ErrReadOnly is returned by WriteTx on a database opened with
@@ -76,12 +82,13 @@ var ErrReadOnly = errors.New("store: the database was opened read-only")
 
 // DB is an open store.
 type DB struct {
-	dialect Dialect
-	write   *sql.DB      // SQLite: the one write connection; Postgres: the pool
-	read    *sql.DB      // SQLite: a read-only pool; Postgres: the pool
-	writers *writerQueue // SQLite: the write connection, handed out in arrival order
-	target  string       // what was opened, for messages
-	ro      bool         // opened with Options.ReadOnly
+	dialect  Dialect
+	write    *sql.DB      // SQLite: the one write connection; Postgres: the pool
+	read     *sql.DB      // SQLite: a read-only pool; Postgres: the pool
+	writers  *writerQueue // SQLite: the write connection, handed out in arrival order
+	target   string       // what was opened, for messages
+	ro       bool         // opened with Options.ReadOnly
+	onCommit func(ops int, d time.Duration)
 
 	stmts stmtCache // SQLite: statements prepared once per pool
 
@@ -201,7 +208,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db.ro = o.ReadOnly
+	db.ro, db.onCommit = o.ReadOnly, o.OnCommit
 	if err := db.write.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: opening %s: %w", db.target, err)
@@ -465,6 +472,7 @@ func (db *DB) WriteTx(ctx context.Context, fn func(*Tx) error) error {
 	if db.dialect == Postgres {
 		opts.Isolation = sql.LevelReadCommitted
 	}
+	began := time.Now()
 	tx, err := db.write.BeginTx(ctx, opts)
 	if err != nil {
 		return wrap("begin", err)
@@ -482,9 +490,17 @@ func (db *DB) WriteTx(ctx context.Context, fn func(*Tx) error) error {
 	if err := tx.Commit(); err != nil {
 		return wrap("commit", err)
 	}
-	db.batch.commits.Add(1)
-	db.batch.ops.Add(1)
+	db.committed(1, began)
 	return nil
+}
+
+// committed counts a write transaction that committed ops operations.
+func (db *DB) committed(ops int, began time.Time) {
+	db.batch.commits.Add(1)
+	db.batch.ops.Add(int64(ops))
+	if db.onCommit != nil {
+		db.onCommit(ops, time.Since(began))
+	}
 }
 
 // ReadTx runs fn in a read-only transaction on the read pool, which on
