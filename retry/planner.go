@@ -81,6 +81,32 @@ type Options struct {
 	// Budget is the target's retry budget; nil means a new default one.
 	// Share one Budget between Planners that call the same target.
 	Budget *Budget
+	// Observe, when set, is told of every call's start and of every
+	// decision after a failed attempt, for metrics and logs (package
+	// metrics counts them). It runs on the caller's goroutine, from
+	// concurrent calls concurrently, so it must be quick and safe for
+	// concurrent use. Nil costs nothing.
+	Observe func(Event)
+}
+
+// Event is one thing a Planner did, in plain values, for an observer.
+type Event struct {
+	// Tool is the call's tool.
+	Tool string
+	// Class is the class the call is planned by: a Conditional call
+	// without an idempotency key is Unsafe.
+	Class Class
+	// Attempt is the number of the attempt the event is about: 1 at a
+	// call's start, the failed attempt's for a decision.
+	Attempt int
+	// Start: the call's first attempt is about to be made (Planner.Start).
+	// Failure and Decision are zero then.
+	Start bool
+	// Failure is what happened to the failed attempt.
+	Failure Kind
+	// Decision is what Next decided: another attempt (Decision.Retry), or
+	// why not (Decision.Err, for errors.Is and errors.As).
+	Decision Decision
 }
 
 // Planner plans the retries of the calls a client makes to one target
@@ -92,12 +118,13 @@ type Planner struct {
 	backoff     Backoff
 	maxAttempts int
 	budget      *Budget
+	observe     func(Event)
 }
 
 // NewPlanner returns a Planner for o. It keeps o's Table by value; the
 // map inside it must not change afterwards.
 func NewPlanner(o Options) *Planner {
-	p := &Planner{table: o.Table, backoff: o.Backoff, maxAttempts: o.MaxAttempts, budget: o.Budget}
+	p := &Planner{table: o.Table, backoff: o.Backoff, maxAttempts: o.MaxAttempts, budget: o.Budget, observe: o.Observe}
 	switch {
 	case p.maxAttempts == 0:
 		p.maxAttempts = DefaultMaxAttempts
@@ -133,7 +160,21 @@ type Call struct {
 // before its first attempt, whether or not that attempt fails.
 func (p *Planner) Start(c Call) *Attempts {
 	p.budget.Deposit()
-	return &Attempts{p: p, call: c, rule: p.table.Rule(c.Tool, c.Advertised), made: 1}
+	a := &Attempts{p: p, call: c, rule: p.table.Rule(c.Tool, c.Advertised), made: 1}
+	if p.observe != nil {
+		class, _ := a.class()
+		p.observe(Event{Tool: c.Tool, Class: class, Attempt: 1, Start: true})
+	}
+	return a
+}
+
+// class is the class the call is planned by, and whether it is a
+// Conditional call made Unsafe by its missing key.
+func (a *Attempts) class() (Class, bool) {
+	if a.rule.Class == Conditional && !a.call.HasIdempotencyKey {
+		return Unsafe, true
+	}
+	return a.rule.Class, false
 }
 
 // Attempts tracks one call's attempts. It belongs to the goroutine that
@@ -192,11 +233,17 @@ type Decision struct {
 //	MaxTimeout                       none: no time left; Unsafe: reconcile
 //	Rejected                         none
 func (a *Attempts) Next(f Failure, now time.Time) Decision {
-	class := a.rule.Class
-	keyless := class == Conditional && !a.call.HasIdempotencyKey
-	if keyless {
-		class = Unsafe
+	failed := a.made
+	d := a.next(f, now)
+	if a.p.observe != nil {
+		class, _ := a.class()
+		a.p.observe(Event{Tool: a.call.Tool, Class: class, Attempt: failed, Failure: f.Kind, Decision: d})
 	}
+	return d
+}
+
+func (a *Attempts) next(f Failure, now time.Time) Decision {
+	class, keyless := a.class()
 	if err := a.permit(class, keyless, f); err != nil {
 		return Decision{Err: err}
 	}
