@@ -314,7 +314,11 @@ func (c *Client) renewSession(ctx context.Context, err error) bool {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	c.log.Warn("the server no longer knows the session; starting a new one")
-	return c.handshake(ctx) == nil
+	if c.handshake(ctx) != nil {
+		return false
+	}
+	c.stats.reconnects.Add(1)
+	return true
 }
 
 // noticeRefetch calls OnRefetch, and refetches every subscription, when a

@@ -161,17 +161,23 @@ type Stats struct {
 	Restarts uint64
 	// Refetches are results that carried the server's refetch flag.
 	Refetches uint64
+	// Reconnects are connections established again after one was lost,
+	// each counted once it works: a subscription's listen stream
+	// acknowledged again, a 2025 session renewed after the server forgot
+	// it, a restarted stdio server that negotiated again (also counted in
+	// Restarts, which counts the attempt).
+	Reconnects uint64
 }
 
 type counters struct {
-	late, refused, dropped, cancelled, resumed, restarts, refetches atomic.Uint64
+	late, refused, dropped, cancelled, resumed, restarts, refetches, reconnects atomic.Uint64
 }
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
 	return Stats{LateResponses: c.stats.late.Load(), ProgressRefused: c.stats.refused.Load(),
 		ProgressDropped: c.stats.dropped.Load(), Cancellations: c.stats.cancelled.Load(), Resumptions: c.stats.resumed.Load(),
-		Restarts: c.stats.restarts.Load(), Refetches: c.stats.refetches.Load()}
+		Restarts: c.stats.restarts.Load(), Refetches: c.stats.refetches.Load(), Reconnects: c.stats.reconnects.Load()}
 }
 
 // Era is the protocol era negotiated for the connection.
@@ -343,6 +349,7 @@ func (c *Client) restart(ctx context.Context, dead transport) (transport, error)
 	if err := c.handshake(ctx); err != nil {
 		return nil, fmt.Errorf("%w: the restarted server: %v", ErrConnectionLost, err)
 	}
+	c.stats.reconnects.Add(1)
 	return nt, nil
 }
 

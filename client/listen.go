@@ -180,8 +180,11 @@ func (s *Subscription) once(ctx context.Context, first bool, acked chan<- error)
 					isAcked = true
 					if first {
 						acked <- nil
-					} else if s.o.Refetch != nil {
-						s.o.Refetch(ctx)
+					} else {
+						c.stats.reconnects.Add(1)
+						if s.o.Refetch != nil {
+							s.o.Refetch(ctx)
+						}
 					}
 				}
 				continue

@@ -91,6 +91,9 @@ func TestListenReconnectsAndRefetches(t *testing.T) {
 	case <-time.After(mcptest.Timeout):
 		t.Fatal("no refetch after the stream dropped")
 	}
+	if got := c.Stats().Reconnects; got != 1 {
+		t.Fatalf("Stats().Reconnects = %d after one stream re-established, want 1", got)
+	}
 	addTool("second")
 	if m := await("a list change after the reconnection", changed); m != mcp.NotificationToolsListChanged {
 		t.Fatalf("got %s", m)

@@ -65,7 +65,7 @@ func TestRestartsADeadServer(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || len(res.Content) != 1 || c.Stats().Restarts != 1 || c.Era() != era {
+		if err != nil || len(res.Content) != 1 || c.Stats().Restarts != 1 || c.Stats().Reconnects != 1 || c.Era() != era {
 			t.Fatalf("after the restart: %+v, %v, stats %+v, era %v (was %v)", res, err, c.Stats(), c.Era(), era)
 		}
 	}

@@ -71,6 +71,9 @@ func TestExpiredSessionIsRenewed(t *testing.T) {
 	if sessions != 2 || calls != 2 {
 		t.Fatalf("%d sessions and %d calls; want a new session and the call made again", sessions, calls)
 	}
+	if got := c.Stats().Reconnects; got != 1 {
+		t.Fatalf("Stats().Reconnects = %d after one renewed session, want 1", got)
+	}
 }
 
 // A result carrying the refetch flag is noticed: OnRefetch is called and
