@@ -15,9 +15,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/metrics"
+	"github.com/mcprel/mcprel/retry"
 )
 
 // Exit statuses of "mcprel call", beside the shared ones (0, 1, 2): each
@@ -43,7 +47,7 @@ func (e *exitError) Error() string { return e.msg }
 
 // callCmd is "mcprel call": one tool call on any MCP server, with the
 // client runtime's clocks, cancellation and retries.
-func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("call", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	stdioCmd := fs.String("stdio", "", `the server to start and speak to over stdio, as one command line ("mcprel serve --stdio")`)
@@ -62,6 +66,7 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	class := fs.String("class", "", `the tool's retry class: "safe" (no effects), "conditional" (deduplicated by its idempotency key) or "unsafe"; default: conditional with a key, unsafe without, or the server's word with --trust-server`)
 	trust := fs.Bool("trust-server", false, "let the server's advertised retry class and annotations decide retries (only for a server you operate)")
 	era := fs.String("era", "auto", `protocol era: "auto" (2026-07-28 if the server speaks it), "2026" or "2025"`)
+	metricsFile := fs.String("metrics-file", "", "write the client's metrics (attempts, retries, late responses, ...) to this file at exit, in the Prometheus text format")
 	// The tool name and its key=value arguments follow the flags.
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -126,11 +131,40 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}()
 
+	var cm *metrics.ClientMetrics
+	if *metricsFile != "" {
+		reg := prometheus.NewRegistry()
+		var tools []string
+		if !*list {
+			tools = []string{fs.Arg(0)} // the one tool the user named
+		}
+		if cm, err = metrics.NewClient(reg, &metrics.ClientOptions{Tools: tools}); err != nil {
+			return err
+		}
+		// Written whatever the call's end, so that a script can read
+		// how it went; a file that cannot be written fails a call that
+		// otherwise succeeded.
+		defer func() {
+			if werr := prometheus.WriteToTextfile(*metricsFile, reg); werr != nil {
+				werr = fmt.Errorf("call: --metrics-file: %w", werr)
+				if err == nil {
+					err = werr
+				} else {
+					fmt.Fprintln(stderr, "mcprel", werr)
+				}
+			}
+		}()
+	}
 	c, err := connect(ctx, *stdioCmd, *url, opts, stderr)
 	if err != nil {
 		return &exitError{exitConnection, fmt.Sprintf("call: connecting: %v", err)}
 	}
 	defer c.Close()
+	var observe func(retry.Event)
+	if cm != nil {
+		cm.Watch(c)
+		observe = cm.Observe
+	}
 	if *list {
 		tools, err := c.ListTools(ctx)
 		if err != nil {
@@ -155,7 +189,7 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *asTask {
 		res, err = c.CallToolTask(ctx, name, arguments, o, bar.task)
 	} else {
-		res, err = callWithRetries(ctx, c, tool, name, arguments, o, retryPolicy{class: *class, trustServer: *trust, attempts: *retries + 1}, stderr)
+		res, err = callWithRetries(ctx, c, tool, name, arguments, o, retryPolicy{class: *class, trustServer: *trust, attempts: *retries + 1, observe: observe}, stderr)
 	}
 	bar.done()
 	if err != nil {

@@ -28,7 +28,8 @@ func newKey() string {
 type retryPolicy struct {
 	class       string // "", "safe", "conditional", "unsafe"
 	trustServer bool
-	attempts    int // the first included
+	attempts    int               // the first included
+	observe     func(retry.Event) // the client metrics, or nil
 }
 
 // callWithRetries makes a call, and makes it again when the retry rules
@@ -50,7 +51,7 @@ func callWithRetries(ctx context.Context, c *client.Client, tool *mcp.Tool, name
 		// The user gave a key: the tool deduplicates by it.
 		table.Tools = map[string]retry.Rule{name: {Class: retry.Conditional}}
 	}
-	planner := retry.NewPlanner(retry.Options{Table: table, MaxAttempts: p.attempts})
+	planner := retry.NewPlanner(retry.Options{Table: table, MaxAttempts: p.attempts, Observe: p.observe})
 	attempts := planner.Start(retry.Call{Tool: name, Advertised: tool, HasIdempotencyKey: hasKey, Deadline: time.Now().Add(o.Max)})
 	for {
 		res, err := c.CallTool(ctx, name, args, o)
