@@ -26,6 +26,10 @@ type dbFlags struct {
 	synchronous string
 	retention   time.Duration
 	readOnly    bool // ledger show: inspect, never create or change
+
+	// serve: what observes the ledger and the store's commits.
+	ledgerObservers []ledger.Observer
+	onCommit        func(ops int, d time.Duration)
 }
 
 func (f *dbFlags) register(fs *flag.FlagSet) {
@@ -59,11 +63,11 @@ func (f *dbFlags) check(fs *flag.FlagSet) error {
 
 // open opens the database and the ledger in it.
 func (f *dbFlags) open(ctx context.Context) (*ledger.Ledger, func(), error) {
-	db, err := store.Open(ctx, f.dsn, &store.Options{Synchronous: f.synchronous, ReadOnly: f.readOnly})
+	db, err := store.Open(ctx, f.dsn, &store.Options{Synchronous: f.synchronous, ReadOnly: f.readOnly, OnCommit: f.onCommit})
 	if err != nil {
 		return nil, nil, err
 	}
-	l, err := ledger.Open(ctx, db, &ledger.Options{Retention: f.retention})
+	l, err := ledger.Open(ctx, db, &ledger.Options{Retention: f.retention, Observers: f.ledgerObservers})
 	if err != nil {
 		db.Close()
 		return nil, nil, err

@@ -24,8 +24,10 @@ import (
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/tasks"
 	"github.com/mcprel/mcprel/taskserver"
+	"github.com/mcprel/mcprel/tracing"
 	"github.com/mcprel/mcprel/transport/stdio"
 	"github.com/mcprel/mcprel/transport/streamhttp"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // listFlag collects a repeatable string flag.
@@ -57,6 +59,7 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics on a listener of their own (e.g. 127.0.0.1:9464)")
 	metricsPath := fs.String("metrics-path", "", "with --http: serve Prometheus metrics at this path (e.g. /metrics) on the MCP listener, behind its Host and Origin checks")
 	metricsToken := fs.String("metrics-token", "", "require this bearer token to read the metrics (or set MCPREL_METRICS_TOKEN)")
+	otlpEndpoint := fs.String("otlp-endpoint", "", "export a trace span per request over OTLP/HTTP to this collector URL (e.g. http://127.0.0.1:4318); the standard OTEL_EXPORTER_OTLP_* variables work too; off when neither is set")
 	taskLease := fs.Duration("task-lease", tasks.DefaultLease, "how long a task outlives the process running it before another process (or this one, restarted) takes it over")
 	taskWorkers := fs.Int("task-workers", 8, "durable tasks that may run at once (more wait in a queue of 64)")
 	if err := parseFlags(fs, args); err != nil {
@@ -105,6 +108,42 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return usagef("serve: --path applies to --http only")
 	}
 
+	opts := &server.Options{Logger: logger}
+	limits.apply(opts, len(tokens) > 0)
+	if *metricsPath != "" && (*httpAddr == "" || !strings.HasPrefix(*metricsPath, "/") || *metricsPath == *path) {
+		return usagef("serve: --metrics-path needs --http, must start with / and differ from --path")
+	}
+	*metricsToken = cmp.Or(*metricsToken, os.Getenv("MCPREL_METRICS_TOKEN"))
+	var obs *metrics.Observer
+	if *metricsAddr != "" || *metricsPath != "" {
+		reg := prometheus.NewRegistry()
+		if obs, err = metrics.New(reg, nil); err != nil {
+			return err
+		}
+		sm, err := metrics.NewStore(reg, nil)
+		if err != nil {
+			return err
+		}
+		opts.Observers = append(opts.Observers, obs)
+		db.ledgerObservers, db.onCommit = append(db.ledgerObservers, sm), sm.Committed
+	}
+	var tracer *tracing.Observer
+	if tracing.Configured(*otlpEndpoint) {
+		tp, flush, err := tracing.ExportOTLP(ctx, *otlpEndpoint)
+		if err != nil {
+			return usagef("serve: --otlp-endpoint: %v", err)
+		}
+		// Spans still buffered are sent before the process exits.
+		defer func() {
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			flush(fctx)
+		}()
+		tracer = tracing.New(tp, nil)
+		opts.Observers = append(opts.Observers, tracer)
+		db.ledgerObservers = append(db.ledgerObservers, tracer)
+	}
+
 	l, closeDB, err := db.open(ctx)
 	if err != nil {
 		return err
@@ -115,19 +154,6 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	go func() { l.RunReaper(reapCtx, time.Minute, 1000); close(reaped) }()
 	// Stop the reaper before the database closes under it.
 	defer func() { stopReaper(); <-reaped }()
-	opts := &server.Options{Logger: logger}
-	limits.apply(opts, len(tokens) > 0)
-	if *metricsPath != "" && (*httpAddr == "" || !strings.HasPrefix(*metricsPath, "/") || *metricsPath == *path) {
-		return usagef("serve: --metrics-path needs --http, must start with / and differ from --path")
-	}
-	*metricsToken = cmp.Or(*metricsToken, os.Getenv("MCPREL_METRICS_TOKEN"))
-	var obs *metrics.Observer
-	if *metricsAddr != "" || *metricsPath != "" {
-		if obs, err = metrics.New(nil, nil); err != nil {
-			return err
-		}
-		opts.Observers = append(opts.Observers, obs)
-	}
 	srv, err := newDemoServer(l, opts)
 	if err != nil {
 		return err
@@ -135,6 +161,9 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	var announce []string
 	if obs != nil {
 		obs.Attach(srv)
+	}
+	if tracer != nil {
+		tracer.Attach(srv)
 	}
 	if *metricsAddr != "" {
 		url, stop, err := serveMetrics(*metricsAddr, obs, *metricsToken, logger)
