@@ -70,6 +70,18 @@ type inflight struct {
 func (r *inflight) noteCoalesced() { r.coalesced.Add(1) }
 func (r *inflight) noteDropped()   { r.dropped.Add(1) }
 
+// frameTaken reports that the transport took a progress notification of
+// this request to write, or its response carrying the refetch flag.
+func (r *inflight) frameTaken(progress, flagged bool) {
+	tr := r.sess.cfg.Transport
+	if progress {
+		r.sess.srv.ReportEvent(Event{Kind: EventProgressSent, Transport: tr})
+	}
+	if flagged {
+		r.sess.srv.ReportEvent(Event{Kind: EventRefetchFlagged, Transport: tr})
+	}
+}
+
 // done reports whether the terminal state is recorded.
 func (r *inflight) done() bool {
 	r.mu.Lock()

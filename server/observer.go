@@ -88,3 +88,79 @@ func (s *Server) observeHandler(ctx context.Context, rec HandlerRecord) {
 		}
 	}
 }
+
+// EventObserver is an Observer that also counts what happens between
+// requests' starts and ends, or outside any one request: what an operator
+// watches to see a client fall behind or get confused. ObserveEvent is
+// called on the goroutine where the event happened (a session's reader, a
+// transport's writer) and must not block.
+//
+// Events are counts, not records: a request's own story is its
+// RequestRecord. They are reported where the server or a transport knows
+// them, which for a progress notification is when the transport takes it
+// to write, after the request's record may already have been reported.
+type EventObserver interface {
+	Observer
+	ObserveEvent(ev Event)
+}
+
+// EventKind says what an Event was.
+type EventKind uint8
+
+// The events the server and its transports report.
+const (
+	// EventLateCancel: a notifications/cancelled named a request that had
+	// already ended, or that the session does not know: it was ignored.
+	// (A cancellation that crossed the response on the wire, usually.)
+	EventLateCancel EventKind = iota + 1
+	// EventProgressSent: a progress notification left the outbox for the
+	// transport to write (one that a newer value had replaced, or that was
+	// dropped or withdrawn, never does).
+	EventProgressSent
+	// EventRefetchFlagged: a response left with the refetch flag
+	// (MetaRefetch): its client missed progress or notifications.
+	EventRefetchFlagged
+	// EventKeepalive: a transport wrote a keepalive on an idle stream.
+	EventKeepalive
+	// EventSlowConsumer: a transport cut off a connection or a stream
+	// because its client stopped reading: a write waited past its
+	// deadline (ErrSlowConsumer).
+	EventSlowConsumer
+)
+
+// String returns the event's stable name, as logs and metrics use it.
+func (k EventKind) String() string {
+	switch k {
+	case EventLateCancel:
+		return "late_cancel"
+	case EventProgressSent:
+		return "progress_sent"
+	case EventRefetchFlagged:
+		return "refetch_flagged"
+	case EventKeepalive:
+		return "keepalive"
+	case EventSlowConsumer:
+		return "slow_consumer"
+	}
+	return "unknown"
+}
+
+// Event is what an EventObserver is told.
+type Event struct {
+	Kind EventKind
+	// Transport is where it happened: "stdio" or "http"
+	// (SessionConfig.Transport), as in RequestRecord.
+	Transport string
+}
+
+// ReportEvent tells the observers that want events (EventObserver) of ev.
+// The server reports its own; a transport reports those only it can see:
+// keepalives written, slow consumers cut off, a response it flagged for
+// refetch itself (WithRefetchFlag).
+func (s *Server) ReportEvent(ev Event) {
+	for _, o := range s.opts.Observers {
+		if eo, ok := o.(EventObserver); ok {
+			eo.ObserveEvent(ev)
+		}
+	}
+}

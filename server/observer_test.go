@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/jsonrpc"
@@ -115,5 +118,71 @@ func TestObservers(t *testing.T) {
 		if len(o.bad) > 0 {
 			t.Error(o.bad)
 		}
+	}
+}
+
+// countEvents counts events by kind and transport.
+func countEvents(evs []server.Event) map[string]int {
+	n := map[string]int{}
+	for _, ev := range evs {
+		n[ev.Kind.String()+"/"+ev.Transport]++
+	}
+	return n
+}
+
+// Events: a progress notification counts as sent when the transport takes
+// it, not when it is reported; two reports the transport had no time to
+// take become one notification, and the response after them goes out
+// flagged for refetch; a cancellation for a request that already ended is
+// reported as late, and one for a running request is not.
+func TestEventObservers(t *testing.T) {
+	rec := mcptest.NewRecorder()
+	srv := mcptest.NewServer(t, rec.Hook(&server.Options{ProgressInterval: time.Nanosecond}))
+	srv.AddTool(server.Tool{Name: "twice"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		req.ReportProgress(1, 2, "")
+		req.ReportProgress(2, 2, "")
+		return &mcp.CallToolResult{}, nil
+	})
+	sess := srv.NewSession(server.StdioSession())
+	out := srv.NewOutbox() // nobody takes from it until the test does
+	call := jsonrpc.Message{Kind: jsonrpc.KindRequest, ID: jsonrpc.IntID(1), Method: mcp.MethodToolsCall,
+		Params: []byte(`{"name":"twice","_meta":{"progressToken":1,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}`)}
+	sess.HandleRequest(context.Background(), call, server.Prepared{RunHere: true}, out)
+	rec.WaitRequest(t, jsonrpc.IntID(1))
+	if n := countEvents(rec.Events()); len(n) != 0 {
+		t.Fatalf("events before the transport took anything: %v", n)
+	}
+	var frames []server.Frame
+	for f, ok := out.TryNext(); ok; f, ok = out.TryNext() {
+		frames = append(frames, f)
+	}
+	if len(frames) != 2 || frames[0].Kind != server.FrameProgress || !strings.Contains(string(frames[1].Data), server.MetaRefetch) {
+		t.Fatalf("frames: %+v, want one progress and a flagged response", frames)
+	}
+	if n := countEvents(rec.Events()); len(n) != 2 || n["progress_sent/stdio"] != 1 || n["refetch_flagged/stdio"] != 1 {
+		t.Fatalf("events: %v, want one progress sent and one response flagged", n)
+	}
+
+	cancel := func(id int64) {
+		sess.Handle(context.Background(), jsonrpc.Message{Kind: jsonrpc.KindNotification, Method: mcp.NotificationCancelled,
+			Params: []byte(`{"requestId":` + strconv.FormatInt(id, 10) + `}`)}, out)
+	}
+	cancel(1)  // ended
+	cancel(99) // never known
+	gate := mcptest.NewGate(t, srv, "gate")
+	defer gate.Release()
+	sess.Handle(context.Background(), jsonrpc.Message{Kind: jsonrpc.KindRequest, ID: jsonrpc.IntID(2), Method: mcp.MethodToolsCall,
+		Params: []byte(`{"name":"gate","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}`)}, out)
+	gate.WaitEntered(t)
+	cancel(2) // running: it wins
+	if r := rec.WaitRequest(t, jsonrpc.IntID(2)); r.Outcome != server.Cancelled {
+		t.Fatalf("the running call: %+v, want cancelled", r)
+	}
+	gate.Release()
+	if h := rec.WaitHandler(t, jsonrpc.IntID(2)); !h.Discarded || h.Outcome != server.Cancelled {
+		t.Fatalf("the gate's handler: %+v, want its result discarded after the cancel", h)
+	}
+	if n := countEvents(rec.Events()); n["late_cancel/stdio"] != 2 {
+		t.Fatalf("events: %v, want two late cancellations", n)
 	}
 }

@@ -111,7 +111,8 @@ func (o *Outbox) Next(ctx context.Context) (Frame, error) {
 		o.initLocked()
 		if f, ok := o.popLocked(); ok {
 			o.mu.Unlock()
-			return f, nil
+			f.report()
+			return f.Frame, nil
 		}
 		closed := o.closed
 		o.mu.Unlock()
@@ -162,8 +163,13 @@ func (o *Outbox) Closed() bool {
 func (o *Outbox) TryNext() (Frame, bool) {
 	o.mu.Lock()
 	o.initLocked()
-	defer o.mu.Unlock()
-	return o.popLocked()
+	f, ok := o.popLocked()
+	o.mu.Unlock()
+	if !ok {
+		return Frame{}, false
+	}
+	f.report()
+	return f.Frame, true
 }
 
 // ErrorFirst reports whether the next message is an error response: a
@@ -277,7 +283,26 @@ type pressureCounter interface {
 	noteDropped()
 }
 
-func (o *Outbox) popLocked() (Frame, bool) {
+// taken is a frame a transport took off the queue, with what its owner
+// is told of it once the outbox's lock is released: a progress
+// notification sent, a response flagged for refetch.
+type taken struct {
+	Frame
+	owner   any
+	flagged bool
+}
+
+// report tells the request that owns the frame, which tells the observers.
+func (t taken) report() {
+	if t.Kind != FrameProgress && !t.flagged {
+		return
+	}
+	if r, ok := t.owner.(*inflight); ok {
+		r.frameTaken(t.Kind == FrameProgress, t.flagged)
+	}
+}
+
+func (o *Outbox) popLocked() (taken, bool) {
 	for o.head < len(o.queue) {
 		f := o.queue[o.head]
 		o.queue[o.head] = nil
@@ -287,6 +312,7 @@ func (o *Outbox) popLocked() (Frame, bool) {
 			continue
 		}
 		o.live--
+		t := taken{Frame: f.Frame, owner: f.owner}
 		switch f.Kind {
 		case FrameFinal, FrameEssential:
 			o.essential--
@@ -294,7 +320,8 @@ func (o *Outbox) popLocked() (Frame, bool) {
 			if f.Kind == FrameFinal && o.flagNext {
 				// An error response has no _meta to carry the flag; the
 				// next result will.
-				f.Data, o.flagNext = withRefetchFlag(f.Data)
+				t.Data, o.flagNext = withRefetchFlag(f.Data)
+				t.flagged = !o.flagNext
 			}
 		case FrameProgress:
 			if o.progress[f.owner] == f {
@@ -302,10 +329,10 @@ func (o *Outbox) popLocked() (Frame, bool) {
 			}
 		}
 		o.compactLocked()
-		return f.Frame, true
+		return t, true
 	}
 	o.compactLocked()
-	return Frame{}, false
+	return taken{}, false
 }
 
 // compactLocked reclaims the consumed head of the queue.

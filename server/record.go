@@ -101,6 +101,10 @@ type HandlerRecord struct {
 	Ran       time.Duration
 	Discarded bool
 	Overrun   time.Duration
+	// Outcome is, for a discarded return, the terminal state that had won
+	// (Cancelled or TimedOut, usually): the response it suppressed. Zero
+	// when the return was not discarded.
+	Outcome Outcome
 }
 
 // ArgumentSummary describes a call's arguments for a log line or a span:

@@ -99,10 +99,10 @@ func (ss *Session) runCall(r *inflight) time.Duration {
 	if discarded {
 		r.mu.Lock()
 		rec.Overrun = max(0, start.Add(ran).Sub(r.ended))
-		outcome := r.outcome
+		rec.Outcome = r.outcome
 		r.mu.Unlock()
 		ss.srv.log.Info("handler returned after the request ended; result discarded",
-			"id", r.id, "method", r.method, "tool", r.toolName, "outcome", outcome.String(), "overrun", rec.Overrun)
+			"id", r.id, "method", r.method, "tool", r.toolName, "outcome", rec.Outcome.String(), "overrun", rec.Overrun)
 	}
 	ss.srv.observeHandler(r.obsCtx, rec)
 	return ran

@@ -363,17 +363,17 @@ func (ss *Session) handleNotification(m jsonrpc.Message) {
 		ss.mu.Lock()
 		r := ss.byID[p.RequestID]
 		ss.mu.Unlock()
-		if r == nil {
-			// Unknown, finished, or never cancellable (initialize): the
-			// cancellation crossed with the response, or was a mistake.
-			ss.srv.log.Debug("ignoring a cancellation for no running request", "id", p.RequestID)
-			return
-		}
 		cause := ErrPeerCancelled
 		if p.Reason != "" {
 			cause = fmt.Errorf("%w: %s", ErrPeerCancelled, p.Reason)
 		}
-		r.abort(cause)
+		if r == nil || !r.abort(cause) {
+			// Unknown, finished (or finishing: its end won the race), or
+			// never cancellable (initialize): the cancellation crossed
+			// with the response, or was a mistake.
+			ss.srv.log.Debug("ignoring a cancellation for no running request", "id", p.RequestID)
+			ss.srv.ReportEvent(Event{Kind: EventLateCancel, Transport: ss.cfg.Transport})
+		}
 	case mcp.NotificationInitialized:
 	default:
 		ss.srv.log.Debug("ignoring a notification", "method", m.Method)

@@ -356,13 +356,15 @@ func (g *Gate) WaitExited(t testing.TB) error {
 	return nil
 }
 
-// Recorder is an observer (server.HandlerObserver) that collects the
-// server's request starts, terminal records and handler returns.
+// Recorder is an observer (server.HandlerObserver and
+// server.EventObserver) that collects the server's request starts,
+// terminal records, handler returns and events.
 type Recorder struct {
 	mu       sync.Mutex
 	started  []server.RequestInfo
 	requests []server.RequestRecord
 	handlers []server.HandlerRecord
+	events   []server.Event
 	changed  chan struct{} // closed and replaced on every new record
 }
 
@@ -403,6 +405,21 @@ func (r *Recorder) HandlerReturned(_ context.Context, rec server.HandlerRecord) 
 	defer r.mu.Unlock()
 	r.handlers = append(r.handlers, rec)
 	r.notifyLocked()
+}
+
+// ObserveEvent implements server.EventObserver.
+func (r *Recorder) ObserveEvent(ev server.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, ev)
+	r.notifyLocked()
+}
+
+// Events returns every event seen so far.
+func (r *Recorder) Events() []server.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
 }
 
 // AllRequests returns every terminal record seen so far.
