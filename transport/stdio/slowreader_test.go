@@ -102,6 +102,9 @@ func TestStalledReaderEndsTheConnection(t *testing.T) {
 		if r := rec.WaitRequest(t, jsonrpc.IntID(1)); r.Outcome != server.Cancelled || r.Cause != server.ErrSlowConsumer {
 			t.Fatalf("record = %+v, want cancelled by a slow consumer", r)
 		}
+		if evs := rec.Events(); len(evs) != 1 || evs[0] != (server.Event{Kind: server.EventSlowConsumer, Transport: "stdio"}) {
+			t.Fatalf("events = %+v, want one slow consumer cut off", evs)
+		}
 		// The write clock starts when the discover request is read: after
 		// the gate call held the reading goroutine for its inline budget
 		// (100 µs) and another goroutine took over reading.

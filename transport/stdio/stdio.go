@@ -141,6 +141,7 @@ func (c *Conn) Serve(ctx context.Context) error {
 		cause = server.ErrConnectionClosed
 		if errors.Is(err, server.ErrSlowConsumer) {
 			cause = err
+			c.srv.ReportEvent(server.Event{Kind: server.EventSlowConsumer, Transport: "stdio"})
 		}
 		result = fmt.Errorf("stdio: writing: %w", err)
 	case err := <-c.stop:

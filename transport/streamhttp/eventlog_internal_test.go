@@ -236,7 +236,7 @@ func TestWithRefetchFlag(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":1,"result":{"_meta":{"k":1}}}`, `"_meta":{"dev.mcprel/refetch":true,"k":1}`},
 		{`{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"m"}}`, `"error":{"code":-32603,"message":"m"}`},
 	} {
-		if got := string(refetchFlagged([]byte(tc.in))); !strings.Contains(got, tc.want) {
+		if got, _ := refetchFlagged([]byte(tc.in)); !strings.Contains(string(got), tc.want) {
 			t.Errorf("%s: got %s, want it to contain %s", tc.in, got, tc.want)
 		}
 	}

@@ -566,7 +566,7 @@ func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, rc *http.Res
 		rc.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
-		if _, err := w.Write(f.Data); err != nil {
+		if _, err := w.Write(f.Data); !h.wrote(err) {
 			return streamStats{end: endWriteFailed}
 		}
 		return streamStats{frames: 1, final: true, end: endComplete}
@@ -614,7 +614,7 @@ func (h *Handler) writeSSE(w http.ResponseWriter, r *http.Request, rc *http.Resp
 			case <-out.Ready():
 				continue
 			case <-keepalive.C:
-				if !h.writeEvent(w, rc, []byte(":\n\n")) {
+				if !h.writeKeepalive(w, rc) {
 					st.end = endWriteFailed
 					return st
 				}
@@ -654,10 +654,33 @@ func (h *Handler) writeSSE(w http.ResponseWriter, r *http.Request, rc *http.Resp
 // writeEvent writes and flushes one SSE event under a fresh write deadline.
 func (h *Handler) writeEvent(w http.ResponseWriter, rc *http.ResponseController, ev []byte) bool {
 	rc.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
-	if _, err := w.Write(ev); err != nil {
+	_, err := w.Write(ev)
+	if err == nil {
+		err = rc.Flush()
+	}
+	return h.wrote(err)
+}
+
+// writeKeepalive writes a keepalive comment on an idle event stream.
+func (h *Handler) writeKeepalive(w http.ResponseWriter, rc *http.ResponseController) bool {
+	if !h.writeEvent(w, rc, []byte(":\n\n")) {
 		return false
 	}
-	return rc.Flush() == nil
+	h.srv.ReportEvent(server.Event{Kind: server.EventKeepalive, Transport: "http"})
+	return true
+}
+
+// wrote reports whether a write succeeded, and tells the observers of a
+// slow consumer when it failed because its deadline passed: the client
+// stopped reading, and its stream is cut off.
+func (h *Handler) wrote(err error) bool {
+	if err == nil {
+		return true
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		h.srv.ReportEvent(server.Event{Kind: server.EventSlowConsumer, Transport: "http"})
+	}
+	return false
 }
 
 func sseEvent(data []byte) []byte {

@@ -20,7 +20,8 @@ import (
 // arrives although http.Server.WriteTimeout is three seconds.
 func TestQuietStreamKeepsAliveAndOutlivesWriteTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := mcptest.NewServer(t, nil)
+		rec := mcptest.NewRecorder()
+		srv := mcptest.NewServer(t, rec.Hook(nil))
 		srv.AddTool(server.Tool{Name: "quiet"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
 			select {
 			case <-time.After(8500 * time.Millisecond):
@@ -60,6 +61,9 @@ func TestQuietStreamKeepsAliveAndOutlivesWriteTimeout(t *testing.T) {
 		}
 		if n := len(stream.Keepalives); n != 8 {
 			t.Fatalf("%d keepalive comments over 8.5 quiet seconds, want 8 (one a second)", n)
+		}
+		if evs := rec.Events(); len(evs) != 8 || evs[7] != (server.Event{Kind: server.EventKeepalive, Transport: "http"}) {
+			t.Fatalf("events = %+v, want the 8 keepalives", evs)
 		}
 		stream.Close()
 	})

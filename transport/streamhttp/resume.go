@@ -252,7 +252,7 @@ func (h *Handler) follow(w http.ResponseWriter, r *http.Request, rc *http.Respon
 			if e.kind == server.FrameFinal && fs.gap > from {
 				// Something after the client's cursor is gone: what it
 				// saw of the stream is incomplete.
-				data = refetchFlagged(data)
+				data = h.flagRefetch(data)
 			}
 			select {
 			case <-c.displaced:
@@ -283,7 +283,7 @@ func (h *Handler) follow(w http.ResponseWriter, r *http.Request, rc *http.Respon
 		select {
 		case <-fs.wake:
 		case <-keepalive.C:
-			if !h.writeEvent(w, rc, []byte(":\n\n")) {
+			if !h.writeKeepalive(w, rc) {
 				st.end = endWriteFailed
 				return st
 			}
@@ -298,8 +298,17 @@ func (h *Handler) follow(w http.ResponseWriter, r *http.Request, rc *http.Respon
 }
 
 // refetchFlagged is the response with the refetch flag, or as it was when
-// it carries no result to flag.
-func refetchFlagged(data []byte) []byte {
-	flagged, _ := server.WithRefetchFlag(data)
+// it carries no result to flag (ok false).
+func refetchFlagged(data []byte) (flagged []byte, ok bool) {
+	return server.WithRefetchFlag(data)
+}
+
+// flagRefetch is refetchFlagged, telling the observers of a flagged
+// response.
+func (h *Handler) flagRefetch(data []byte) []byte {
+	flagged, ok := refetchFlagged(data)
+	if ok {
+		h.srv.ReportEvent(server.Event{Kind: server.EventRefetchFlagged, Transport: "http"})
+	}
 	return flagged
 }
