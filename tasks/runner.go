@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,6 +37,21 @@ type Run struct {
 	runner *Runner
 	task   Task
 	stop   <-chan struct{} // closed when the runner shuts down
+
+	// cancelDelay is how long after the cancellation intent a checkpoint
+	// of this run observed it, once one did (cancelSeen).
+	cancelSeen  atomic.Bool
+	cancelDelay atomic.Int64
+}
+
+// observed notes what a checkpoint returned: when it observed the
+// cancellation intent, how long after the intent.
+func (r *Run) observed(delay time.Duration, err error) error {
+	if errors.Is(err, ErrCancelled) && !r.cancelSeen.Load() {
+		r.cancelDelay.Store(int64(delay))
+		r.cancelSeen.Store(true)
+	}
+	return err
 }
 
 // Task returns the task as the worker found it: its request, attempts,
@@ -69,7 +85,7 @@ func (r *Run) checkpoint(ctx context.Context, message string, data json.RawMessa
 	if message != "" {
 		u.StatusMessage = &message
 	}
-	if err := r.runner.store.Checkpoint(ctx, r.task.ID, r.runner.owner, u); err != nil {
+	if err := r.observed(r.runner.store.checkpoint(ctx, r.task.ID, r.runner.owner, u)); err != nil {
 		return err
 	}
 	select {
@@ -84,7 +100,7 @@ func (r *Run) checkpoint(ctx context.Context, message string, data json.RawMessa
 // JSON object keyed by names never reused in the task's life), with
 // message for clients; see Store.RequireInput.
 func (r *Run) RequireInput(ctx context.Context, requests json.RawMessage, message string) error {
-	return r.runner.store.RequireInput(ctx, r.task.ID, r.runner.owner, requests, message)
+	return r.observed(r.runner.store.requireInput(ctx, r.task.ID, r.runner.owner, requests, message))
 }
 
 // ErrShutdown is what a checkpoint returns while the runner shuts down.
@@ -139,6 +155,13 @@ type Event struct {
 	Tool     string
 	Status   Status
 	Duration time.Duration
+	// CancelObserved is set on a TaskEnded Cancelled whose worker
+	// observed the cancellation intent at one of its checkpoints here;
+	// CancelDelay is then the time from the intent (tasks/cancel) to that
+	// checkpoint, in the store's milliseconds: how long the work took to
+	// honour the cancellation.
+	CancelObserved bool
+	CancelDelay    time.Duration
 }
 
 func (r *Runner) event(e Event) {
@@ -278,7 +301,8 @@ func (s *Slot) Start(t Task, work Work) {
 func (r *Runner) execute(ctx context.Context, t Task, work Work) {
 	defer r.leave(t.ID)
 	r.event(Event{Kind: TaskStarted, Tool: t.Tool})
-	out := r.safely(ctx, t, work)
+	run := &Run{runner: r, task: t, stop: r.stop}
+	out := r.safely(ctx, run, work)
 	if out.Status == 0 {
 		r.event(Event{Kind: TaskLeft, Tool: t.Tool})
 		return // the work stopped for a shutdown; the lease is released
@@ -291,7 +315,11 @@ func (r *Runner) execute(ctx context.Context, t Task, work Work) {
 		if errors.Is(err, ErrTerminal) {
 			status = Cancelled // a checkpoint ended it first
 		}
-		r.event(Event{Kind: TaskEnded, Tool: t.Tool, Status: status, Duration: time.Since(t.CreatedAt)})
+		e := Event{Kind: TaskEnded, Tool: t.Tool, Status: status, Duration: time.Since(t.CreatedAt)}
+		if status == Cancelled && run.cancelSeen.Load() {
+			e.CancelObserved, e.CancelDelay = true, time.Duration(run.cancelDelay.Load())
+		}
+		r.event(e)
 	}
 	switch {
 	case err == nil, errors.Is(err, ErrTerminal):
@@ -306,7 +334,8 @@ func (r *Runner) execute(ctx context.Context, t Task, work Work) {
 
 // safely runs work, turning a panic into a failed outcome and a shutdown
 // stop into a released lease (Status 0).
-func (r *Runner) safely(ctx context.Context, t Task, work Work) (out Outcome) {
+func (r *Runner) safely(ctx context.Context, run *Run, work Work) (out Outcome) {
+	t := run.task
 	defer func() {
 		if p := recover(); p != nil {
 			r.log.Error("a task's work panicked", "task", t.ID, "tool", t.Tool, "panic", p)
@@ -314,7 +343,7 @@ func (r *Runner) safely(ctx context.Context, t Task, work Work) (out Outcome) {
 				Error: json.RawMessage(`{"code":-32603,"message":"the tool failed unexpectedly"}`)}
 		}
 	}()
-	out = work(ctx, &Run{runner: r, task: t, stop: r.stop})
+	out = work(ctx, run)
 	if out.Status == 0 {
 		r.release(t.ID) // stopped for the shutdown: leave it to be taken over
 	}

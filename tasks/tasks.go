@@ -515,8 +515,15 @@ type CheckpointUpdate struct {
 // its worker (taken over and failed as interrupted, say): either way the
 // worker stops.
 func (s *Store) Checkpoint(ctx context.Context, id, owner string, u CheckpointUpdate) error {
+	_, err := s.checkpoint(ctx, id, owner, u)
+	return err
+}
+
+// checkpoint is Checkpoint, and when it observes the intent, how long
+// after the intent was recorded (see atCheckpoint).
+func (s *Store) checkpoint(ctx context.Context, id, owner string, u CheckpointUpdate) (time.Duration, error) {
 	if u.Data != nil && (!json.Valid(u.Data) || len(u.Data) > MaxRecordBytes) {
-		return errors.New("tasks: checkpoint data must be JSON of at most 8 MiB")
+		return 0, errors.New("tasks: checkpoint data must be JSON of at most 8 MiB")
 	}
 	return s.atCheckpoint(ctx, id, owner, func(tx *store.Tx, t Task, now time.Time) error {
 		msg := t.StatusMessage
@@ -536,9 +543,12 @@ func (s *Store) Checkpoint(ctx context.Context, id, owner string, u CheckpointUp
 // atCheckpoint is where a worker meets its task's cancellation intent: in
 // one write transaction the task owner holds is read, and ended cancelled
 // if the intent was recorded (atCheckpoint then returns ErrCancelled once
-// that commits); otherwise update writes what the worker brought.
-func (s *Store) atCheckpoint(ctx context.Context, id, owner string, update func(tx *store.Tx, t Task, now time.Time) error) error {
+// that commits, with the time from the intent to this checkpoint, in the
+// store's milliseconds: how long cancellation took to be observed);
+// otherwise update writes what the worker brought.
+func (s *Store) atCheckpoint(ctx context.Context, id, owner string, update func(tx *store.Tx, t Task, now time.Time) error) (time.Duration, error) {
 	cancelled := false
+	var delay time.Duration
 	err := s.db.WriteBatched(ctx, func(tx *store.Tx) error {
 		t, err := s.owned(ctx, tx, id, owner)
 		if err != nil {
@@ -546,14 +556,16 @@ func (s *Store) atCheckpoint(ctx context.Context, id, owner string, update func(
 		}
 		now := s.now()
 		if cancelled = t.CancelRequested; cancelled {
+			// Another process's clock may have recorded the intent.
+			delay = max(0, time.UnixMilli(ms(now)).Sub(t.CancelRequestedAt))
 			return s.finishTx(ctx, tx, &t, Cancelled, "cancelled: the worker observed the intent at a checkpoint", nil, nil, now)
 		}
 		return update(tx, t, now)
 	})
 	if err == nil && cancelled {
-		return ErrCancelled
+		return delay, ErrCancelled
 	}
-	return err
+	return 0, err
 }
 
 // owned reads a task that owner holds and that has not finished.
@@ -621,8 +633,15 @@ func (s *Store) finishTx(ctx context.Context, tx *store.Tx, t *Task, status Stat
 // task's life). A cancellation intent recorded meanwhile is observed here
 // as at a checkpoint.
 func (s *Store) RequireInput(ctx context.Context, id, owner string, requests json.RawMessage, message string) error {
+	_, err := s.requireInput(ctx, id, owner, requests, message)
+	return err
+}
+
+// requireInput is RequireInput, and when it observes the intent, how long
+// after the intent was recorded.
+func (s *Store) requireInput(ctx context.Context, id, owner string, requests json.RawMessage, message string) (time.Duration, error) {
 	if !json.Valid(requests) || len(requests) > MaxRecordBytes {
-		return errors.New("tasks: input requests must be a JSON object of at most 8 MiB")
+		return 0, errors.New("tasks: input requests must be a JSON object of at most 8 MiB")
 	}
 	return s.atCheckpoint(ctx, id, owner, func(tx *store.Tx, _ Task, now time.Time) error {
 		_, err := tx.Exec(ctx, `UPDATE mcprel_tasks SET status = ?, status_message = ?, input_requests = ?,

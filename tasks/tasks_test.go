@@ -353,3 +353,65 @@ func TestStatusStrings(t *testing.T) {
 		t.Error("Terminal is wrong")
 	}
 }
+
+// A runner's worker that observes the cancel intent at a checkpoint
+// reports the task ended cancelled with the time from the intent to that
+// checkpoint; a task that completes reports no cancel delay.
+func TestRunnerReportsTheCancelDelay(t *testing.T) {
+	ctx := context.Background()
+	s, clk := open(t, storetest.SQLite(t), nil)
+	events := make(chan tasks.Event, 16)
+	r, err := tasks.NewRunner(s, &tasks.RunnerOptions{Owner: "w1", OnEvent: func(e tasks.Event) { events <- e }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown(ctx)
+	start := func(work tasks.Work) tasks.Task {
+		t.Helper()
+		slot, err := r.Reserve("acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		task := create(t, s, "acme", "w1")
+		slot.Start(task, work)
+		return task
+	}
+	ended := func() tasks.Event {
+		t.Helper()
+		for {
+			select {
+			case e := <-events:
+				if e.Kind == tasks.TaskEnded {
+					return e
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no TaskEnded event")
+			}
+		}
+	}
+
+	step := make(chan struct{})
+	task := start(func(ctx context.Context, run *tasks.Run) tasks.Outcome {
+		<-step
+		if err := run.Checkpoint(ctx, "halfway"); !errors.Is(err, tasks.ErrCancelled) {
+			t.Errorf("the checkpoint after the intent = %v, want ErrCancelled", err)
+		}
+		return tasks.Outcome{Status: tasks.Failed, Error: json.RawMessage(`{"code":-32603,"message":"stopped"}`)}
+	})
+	if _, err := s.RequestCancel(ctx, "acme", task.ID); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(1500 * time.Millisecond)
+	close(step)
+	if e := ended(); e.Status != tasks.Cancelled || !e.CancelObserved || e.CancelDelay != 1500*time.Millisecond {
+		t.Fatalf("TaskEnded = %+v, want cancelled, observed 1.5s after the intent", e)
+	}
+
+	start(func(ctx context.Context, run *tasks.Run) tasks.Outcome {
+		run.Checkpoint(ctx, "")
+		return tasks.Outcome{Status: tasks.Completed, Result: json.RawMessage(`{}`)}
+	})
+	if e := ended(); e.Status != tasks.Completed || e.CancelObserved || e.CancelDelay != 0 {
+		t.Fatalf("TaskEnded = %+v, want completed with no cancel delay", e)
+	}
+}
