@@ -52,6 +52,8 @@ type Observer struct {
 	tasksEnded    *prometheus.CounterVec
 	taskDuration  *prometheus.HistogramVec
 	taskTakeovers *prometheus.CounterVec
+
+	events *serverEvents // see server_events.go
 }
 
 // Buckets of the latency histograms: 100 µs to about 14 minutes, a factor
@@ -87,7 +89,7 @@ func New(reg *prometheus.Registry, opts *Options) (*Observer, error) {
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "requests_in_flight",
 			Help: "Requests started and not yet ended, by method."}, []string{"method"}),
 		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "cancellations_total",
-			Help: "Requests that ended cancelled or timed out, by source: notification (notifications/cancelled), stream_close (2026 HTTP), connection_closed, shutdown, idle_deadline, max_deadline, other."},
+			Help: "Requests that ended cancelled or timed out, by source: notification (notifications/cancelled), stream_close (2026 HTTP), slow_consumer, connection_closed, shutdown, idle_deadline, max_deadline, other."},
 			[]string{"source"}),
 		progress: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "progress_discarded_total",
 			Help: "Progress reports not sent as reported, by reason: not_increasing (refused), coalesced (a newer one replaced it), dropped (the client read too slowly)."},
@@ -113,6 +115,11 @@ func New(reg *prometheus.Registry, opts *Options) (*Observer, error) {
 			return nil, err
 		}
 	}
+	events, err := newServerEvents(reg, ns)
+	if err != nil {
+		return nil, err
+	}
+	m.events = events
 	return m, nil
 }
 
@@ -275,6 +282,8 @@ func sourceOf(cause error) string {
 		return "notification"
 	case errors.Is(cause, server.ErrDisconnected):
 		return "stream_close"
+	case errors.Is(cause, server.ErrSlowConsumer):
+		return "slow_consumer"
 	case errors.Is(cause, server.ErrConnectionClosed):
 		return "connection_closed"
 	case errors.Is(cause, server.ErrShutdown):

@@ -280,6 +280,9 @@ func addTasks(ctx context.Context, srv *server.Server, l *ledger.Ledger, lease t
 				obs.TaskLeft(e.Tool)
 			case tasks.TaskEnded:
 				obs.TaskEnded(e.Tool, e.Status.String(), e.Duration)
+				if e.CancelObserved {
+					obs.TaskCancelObserved(e.Tool, e.CancelDelay)
+				}
 			case tasks.TaskTakenOver:
 				obs.TaskTakenOver(e.Tool, e.Status != tasks.Failed)
 			}
