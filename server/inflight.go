@@ -226,6 +226,12 @@ func (s *Server) report(ctx context.Context, rec RequestRecord) {
 			slog.Any("id", rec.ID),
 			slog.String("method", rec.Method),
 		}
+		if rec.Era != 0 {
+			attrs = append(attrs, slog.String("era", rec.Era.String()))
+		}
+		if rec.Transport != "" {
+			attrs = append(attrs, slog.String("transport", rec.Transport))
+		}
 		if rec.Session != "" {
 			attrs = append(attrs, slog.String("session", rec.Session))
 		}

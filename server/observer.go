@@ -52,8 +52,10 @@ type RequestInfo struct {
 // Annotate attaches a fact about the call to its RequestRecord
 // (Annotations), for observers: an interceptor says what it did, such as
 // the idempotency ledger's "executed" or "replayed". Later values for the
-// same key replace earlier ones. Keys and values must be few and bounded:
-// metrics use them as labels.
+// same key replace earlier ones. Logs and spans show every annotation;
+// package metrics makes labels of the "idempotency" and "task" ones only,
+// whose values must therefore be few and bounded. An id (such as a task's,
+// "task_id") goes under a key of its own.
 func (q *Request) Annotate(key, value string) {
 	r := q.r
 	r.mu.Lock()

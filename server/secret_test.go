@@ -11,7 +11,8 @@ import (
 )
 
 // The request log line summarises a call's arguments, never writing the
-// ones the tool's policy marks secret, and says what interceptors did.
+// ones the tool's policy marks secret, and says where the call came from
+// and what interceptors did.
 func TestLogLineKeepsSecrets(t *testing.T) {
 	var logs mcptest.LogBuffer
 	srv := mcptest.NewServer(t, &server.Options{Logger: logs.Logger()})
@@ -41,6 +42,9 @@ func TestLogLineKeepsSecrets(t *testing.T) {
 	}
 	if strings.Contains(args, strings.Repeat("x", 40)) {
 		t.Fatalf("args %q: a long value was not cut", args)
+	}
+	if line["era"] != "modern" || line["transport"] != "stdio" {
+		t.Errorf("the line says era %v, transport %v: want modern over stdio", line["era"], line["transport"])
 	}
 	if line["audit"] != "checked" {
 		t.Fatalf("the line lacks the interceptor's annotation: %v", line)

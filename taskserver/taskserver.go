@@ -37,6 +37,11 @@ import (
 // record of a call of a task-capable tool: what became of it.
 const AnnotationKey = "task"
 
+// TaskIDAnnotation is the key of the annotation that names the task a
+// call created or replayed, for the request's log line and span (an id is
+// never a metric label).
+const TaskIDAnnotation = "task_id"
+
 // The values of AnnotationKey.
 const (
 	Created  = "created"  // a task was created and queued
@@ -444,6 +449,8 @@ func (tt *taskTool) create(ctx context.Context, call *server.CallRequest) (mcp.R
 		slot.Start(t, tt.work)
 		call.Annotate(AnnotationKey, Created)
 	}
+	// For the request's log line and span, never a metric label.
+	call.Annotate(TaskIDAnnotation, t.ID)
 	return createResult(call.Era, t), nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/internal/storetest"
+	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
@@ -78,6 +79,7 @@ type env struct {
 	ts    *taskserver.Server
 	store *tasks.Store
 	job   *job
+	rec   *mcptest.Recorder
 }
 
 func newEnv(t *testing.T, dsn string, checkpoint bool, opts *taskserver.Options) *env {
@@ -91,7 +93,8 @@ func newEnv(t *testing.T, dsn string, checkpoint bool, opts *taskserver.Options)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := mcptest.NewServer(t, nil)
+	rec := mcptest.NewRecorder()
+	srv := mcptest.NewServer(t, rec.Hook(nil))
 	if opts != nil && opts.Ledger == nil && opts.Runner.Workers < 0 {
 		opts = nil
 	}
@@ -119,7 +122,7 @@ func newEnv(t *testing.T, dsn string, checkpoint bool, opts *taskserver.Options)
 	if err := ts.AddTool(server.Tool{Name: "job", Policy: server.Policy{Timeout: server.TimeoutLong}}, taskserver.Policy{}, j.handler); err != nil {
 		t.Fatal(err)
 	}
-	return &env{srv: srv, ts: ts, store: st, job: j}
+	return &env{srv: srv, ts: ts, store: st, job: j, rec: rec}
 }
 
 // tasksMeta declares the tasks extension in a modern request.
@@ -255,6 +258,14 @@ func TestKeyedCreationIsIdempotent(t *testing.T) {
 		again := decode[mcp.Task](t, call(2, map[string]any{"rows": 3, "idempotencyKey": "k-1"}))
 		if first.TaskID == "" || again.TaskID != first.TaskID {
 			t.Fatalf("a retried creation got task %q, the first %q", again.TaskID, first.TaskID)
+		}
+		// Both requests' records (their log lines, their spans) name the
+		// task, and say which created it.
+		for id, what := range map[int64]string{1: taskserver.Created, 2: taskserver.Replayed} {
+			a := e.rec.WaitRequest(t, jsonrpc.IntID(id)).Annotations
+			if a[taskserver.TaskIDAnnotation] != first.TaskID || a[taskserver.AnnotationKey] != what {
+				t.Errorf("request %d annotated %v, want task_id %s and %s", id, a, first.TaskID, what)
+			}
 		}
 		wait(t, e.job.started, "the task to start")
 		close(e.job.step)
