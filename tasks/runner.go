@@ -85,15 +85,31 @@ func (r *Run) checkpoint(ctx context.Context, message string, data json.RawMessa
 	if message != "" {
 		u.StatusMessage = &message
 	}
-	if err := r.observed(r.runner.store.checkpoint(ctx, r.task.ID, r.runner.owner, u)); err != nil {
-		return err
+	began := time.Now()
+	err := r.observed(r.runner.store.checkpoint(ctx, r.task.ID, r.runner.owner, u))
+	if err == nil {
+		select {
+		case <-r.stop:
+			err = ErrShutdown
+		default:
+		}
 	}
-	select {
-	case <-r.stop:
-		return ErrShutdown
-	default:
-		return nil
+	if obs := r.runner.opts.Observers; len(obs) > 0 {
+		result := "ok"
+		switch {
+		case errors.Is(err, ErrCancelled):
+			result = "cancelled"
+		case errors.Is(err, ErrShutdown):
+			result = "shutdown"
+		case err != nil:
+			result = "error"
+		}
+		d := time.Since(began)
+		for _, o := range obs {
+			o.Checkpointed(ctx, result, d)
+		}
 	}
+	return err
 }
 
 // RequireInput moves the task to input_required, waiting on requests (a
@@ -129,6 +145,27 @@ type RunnerOptions struct {
 	// metrics attach here. It is called on the runner's goroutines and
 	// must not block.
 	OnEvent func(Event)
+	// Observers are told of each run of a task and of its checkpoints,
+	// with contexts (see Observer): tracing attaches here.
+	Observers []Observer
+}
+
+// Observer follows runs of tasks through their steps. Its methods take
+// plain values, so that an implementation need not import this package,
+// and this package links no tracing library.
+//
+// RunStarted is called as a worker starts running a task (attempt counts
+// the processes that ran it); the work runs with the context it returns.
+// Checkpointed is called, with that context, after each checkpoint the
+// work reached, d after it began: result is "ok", "cancelled" (it
+// observed the cancellation intent), "shutdown" or "error". RunEnded is
+// called once the run stopped: status is "completed", "failed" or
+// "cancelled", or "" when it stopped for a shutdown and was left to be
+// taken over. None may block.
+type Observer interface {
+	RunStarted(ctx context.Context, tool, id string, attempt int) context.Context
+	Checkpointed(ctx context.Context, result string, d time.Duration)
+	RunEnded(ctx context.Context, status string)
 }
 
 // EventKind says what happened to a task.
@@ -301,6 +338,15 @@ func (s *Slot) Start(t Task, work Work) {
 func (r *Runner) execute(ctx context.Context, t Task, work Work) {
 	defer r.leave(t.ID)
 	r.event(Event{Kind: TaskStarted, Tool: t.Tool})
+	for _, o := range r.opts.Observers {
+		ctx = o.RunStarted(ctx, t.Tool, t.ID, t.Attempts)
+	}
+	ended := ""
+	defer func() {
+		for _, o := range r.opts.Observers {
+			o.RunEnded(ctx, ended)
+		}
+	}()
 	run := &Run{runner: r, task: t, stop: r.stop}
 	out := r.safely(ctx, run, work)
 	if out.Status == 0 {
@@ -315,6 +361,7 @@ func (r *Runner) execute(ctx context.Context, t Task, work Work) {
 		if errors.Is(err, ErrTerminal) {
 			status = Cancelled // a checkpoint ended it first
 		}
+		ended = status.String()
 		e := Event{Kind: TaskEnded, Tool: t.Tool, Status: status, Duration: time.Since(t.CreatedAt)}
 		if status == Cancelled && run.cancelSeen.Load() {
 			e.CancelObserved, e.CancelDelay = true, time.Duration(run.cancelDelay.Load())

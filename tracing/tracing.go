@@ -15,6 +15,7 @@ package tracing
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -39,7 +40,9 @@ type Options struct {
 
 // Observer starts a span when a request starts and ends it when the
 // request ends. It is a server.Observer; it is also a ledger.Observer
-// (TxStarted, TxEnded), whose spans are children of the request's.
+// (TxStarted, TxEnded), whose spans are children of the request's, and a
+// tasks.Observer (RunStarted, Checkpointed, RunEnded): a span per run of
+// a durable task with a child span per checkpoint.
 type Observer struct {
 	srv    *server.Server // nil until Attach: only its tools name spans
 	tracer trace.Tracer
@@ -77,6 +80,10 @@ const (
 	keyNetProtocol     = attribute.Key("network.protocol.name")
 	keyLedgerOp        = attribute.Key("mcprel.ledger.operation")
 	keyLedgerResult    = attribute.Key("mcprel.ledger.result")
+	keyTaskID          = attribute.Key("mcprel.task.id")
+	keyTaskAttempt     = attribute.Key("mcprel.task.attempt")
+	keyTaskStatus      = attribute.Key("mcprel.task.status")
+	keyCheckpoint      = attribute.Key("mcprel.task.checkpoint")
 )
 
 // carrier is the two W3C fields a request's _meta may carry.
@@ -143,7 +150,8 @@ func (o *Observer) RequestEnded(ctx context.Context, rec server.RequestRecord) {
 		span.SetAttributes(keyProtocolVersion.String(mcp.Version20260728))
 	}
 	for k, v := range rec.Annotations {
-		span.SetAttributes(attribute.String("mcprel."+k, v))
+		// "task_id" becomes mcprel.task.id, as on the task's own spans.
+		span.SetAttributes(attribute.String("mcprel."+strings.ReplaceAll(k, "_", "."), v))
 	}
 	switch rec.Outcome {
 	case server.Completed:
@@ -185,6 +193,42 @@ func (o *Observer) TxEnded(ctx context.Context, op, result string, _ time.Durati
 	span.SetAttributes(keyLedgerResult.String(result))
 	if result == "error" {
 		span.SetStatus(codes.Error, "the ledger's transaction failed")
+	}
+	span.End()
+}
+
+// RunStarted starts a span for a run of a durable task: a trace of its
+// own, since a task outlives the request that created it (the request's
+// span and the task's share the mcprel.task.id attribute). It is a
+// tasks.Observer method.
+func (o *Observer) RunStarted(ctx context.Context, tool, id string, attempt int) context.Context {
+	ctx, _ = o.tracer.Start(ctx, "task "+tool, trace.WithSpanKind(trace.SpanKindInternal), trace.WithNewRoot(),
+		trace.WithAttributes(keyTaskID.String(id), keyTaskAttempt.Int(attempt), keyToolName.String(tool)))
+	return ctx
+}
+
+// Checkpointed records a checkpoint the task's work reached as a child
+// span of its run: the step's boundary, with what the store said.
+func (o *Observer) Checkpointed(ctx context.Context, result string, d time.Duration) {
+	end := time.Now()
+	_, span := o.tracer.Start(ctx, "task checkpoint", trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithTimestamp(end.Add(-d)), trace.WithAttributes(keyCheckpoint.String(result)))
+	if result == "error" {
+		span.SetStatus(codes.Error, "the checkpoint could not reach the store")
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+// RunEnded ends the run's span with the task's status ("" when the run
+// stopped for a shutdown and the task was left to be taken over).
+func (o *Observer) RunEnded(ctx context.Context, status string) {
+	span := trace.SpanFromContext(ctx)
+	if status == "" {
+		status = "left"
+	}
+	span.SetAttributes(keyTaskStatus.String(status))
+	if status == "failed" {
+		span.SetStatus(codes.Error, "the task failed")
 	}
 	span.End()
 }

@@ -2,9 +2,11 @@ package tracing_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -18,6 +20,8 @@ import (
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/store"
+	"github.com/mcprel/mcprel/tasks"
+	"github.com/mcprel/mcprel/taskserver"
 	"github.com/mcprel/mcprel/tracing"
 )
 
@@ -210,5 +214,91 @@ func TestSecretArgumentsNeverInSpans(t *testing.T) {
 				t.Errorf("span %q attribute %s holds the secret: %q", s.Name(), a.Key, a.Value.Emit())
 			}
 		}
+	}
+}
+
+// runEnded is a tasks.Observer that tells the test when a run ended
+// (after the tracer, which comes before it, ended its span).
+type runEnded chan string
+
+func (r runEnded) RunStarted(ctx context.Context, _, _ string, _ int) context.Context { return ctx }
+func (r runEnded) Checkpointed(context.Context, string, time.Duration)                {}
+func (r runEnded) RunEnded(_ context.Context, status string)                          { r <- status }
+
+// A durable task's run is a span of its own, with a child span per
+// checkpoint, the one that observed the cancellation intent saying so; the
+// request that created the task names it with the same attribute.
+func TestTaskRunSpans(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer tp.Shutdown(context.Background())
+	obs := tracing.New(tp, nil)
+	rec := mcptest.NewRecorder()
+	srv := mcptest.NewServer(t, rec.Hook(&server.Options{Observers: []server.Observer{obs}}))
+	obs.Attach(srv)
+	ctx := context.Background()
+	db, err := store.Open(ctx, storetest.SQLite(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	st, err := tasks.Open(ctx, db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := make(runEnded, 1)
+	ts, err := taskserver.New(srv, st, &taskserver.Options{Runner: tasks.RunnerOptions{Observers: []tasks.Observer{obs, ended}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.Shutdown(ctx)
+	firstDone, cancelled := make(chan struct{}), make(chan struct{})
+	err = ts.AddTool(server.Tool{Name: "job", Policy: server.Policy{Timeout: server.TimeoutLong}}, taskserver.Policy{},
+		func(ctx context.Context, call *taskserver.Call) (*mcp.CallToolResult, error) {
+			if err := call.Checkpoint(ctx, "step 1"); err != nil {
+				return nil, err
+			}
+			close(firstDone)
+			<-cancelled
+			return nil, call.Checkpoint(ctx, "step 2") // observes the intent
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcptest.Stdio(t, srv, nil)
+	meta := map[string]any{mcp.MetaClientCapabilities: map[string]any{"extensions": map[string]any{mcp.ExtensionTasks: map[string]any{}}}}
+	f := c.Call(1, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"_meta": meta, "name": "job"}))
+	var created mcp.Task
+	if err := json.Unmarshal(f.Result, &created); err != nil || created.TaskID == "" {
+		t.Fatalf("create: %s", f.Raw)
+	}
+	<-firstDone
+	if f := c.Call(2, mcp.MethodTasksCancel, mcptest.ModernParams(map[string]any{"_meta": meta, "taskId": created.TaskID})); f.Error != nil {
+		t.Fatalf("cancel: %s", f.Raw)
+	}
+	close(cancelled)
+	if status := <-ended; status != "cancelled" {
+		t.Fatalf("the run ended %q, want cancelled", status)
+	}
+	tr := &traced{spans: spans}
+	run := tr.span(t, "task job")
+	if a := attrs(run); a["mcprel.task.id"] != created.TaskID || a["mcprel.task.status"] != "cancelled" || a["mcprel.task.attempt"] != "1" {
+		t.Errorf("run span attributes %v", a)
+	}
+	var checkpoints []string
+	for _, s := range spans.GetSpans().Snapshots() {
+		if s.Name() == "task checkpoint" {
+			if s.Parent().SpanID() != run.SpanContext().SpanID() {
+				t.Errorf("a checkpoint span is not under the run's")
+			}
+			checkpoints = append(checkpoints, attrs(s)["mcprel.task.checkpoint"])
+		}
+	}
+	if fmt.Sprint(checkpoints) != "[ok cancelled]" {
+		t.Errorf("checkpoints %v, want [ok cancelled]", checkpoints)
+	}
+	rec.WaitRequest(t, jsonrpc.IntID(1))
+	if a := attrs(tr.span(t, "tools/call job")); a["mcprel.task.id"] != created.TaskID || a["mcprel.task"] != "created" {
+		t.Errorf("the creating request's span: %v", a)
 	}
 }

@@ -178,7 +178,11 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			announce = append(announce, line)
 		}
 	}
-	ts, err := addTasks(ctx, srv, l, *taskLease, *taskWorkers, obs)
+	var taskObservers []tasks.Observer
+	if tracer != nil {
+		taskObservers = append(taskObservers, tracer)
+	}
+	ts, err := addTasks(ctx, srv, l, *taskLease, *taskWorkers, obs, taskObservers)
 	if err != nil {
 		return err
 	}
@@ -264,13 +268,14 @@ func httpOptions(addr, path string, hosts, origins []string, authToken string, t
 
 // addTasks serves durable tasks from the ledger's database on srv, with
 // the demo's long job, generate_report.
-// With obs, the runner's task events become metrics.
-func addTasks(ctx context.Context, srv *server.Server, l *ledger.Ledger, lease time.Duration, workers int, obs *metrics.Observer) (*taskserver.Server, error) {
+// With obs, the runner's task events become metrics; observers follow
+// each run (tracing).
+func addTasks(ctx context.Context, srv *server.Server, l *ledger.Ledger, lease time.Duration, workers int, obs *metrics.Observer, observers []tasks.Observer) (*taskserver.Server, error) {
 	st, err := tasks.Open(ctx, l.DB(), &tasks.Options{Lease: lease})
 	if err != nil {
 		return nil, err
 	}
-	runner := tasks.RunnerOptions{Workers: workers, Logger: srv.Logger()}
+	runner := tasks.RunnerOptions{Workers: workers, Logger: srv.Logger(), Observers: observers}
 	if obs != nil {
 		runner.OnEvent = func(e tasks.Event) {
 			switch e.Kind {
