@@ -19,10 +19,14 @@ import (
 
 // benchServer is a server with the echo tool mcpbench calls, logging at
 // warn as a production server would.
-func benchServer(b *testing.B) *server.Server {
+func benchServer(b *testing.B) *server.Server { return benchServerAt(b, slog.LevelWarn) }
+
+// benchServerAt is benchServer logging at level: at info, one line per
+// request, as mcprel serve does by default.
+func benchServerAt(b *testing.B, level slog.Level) *server.Server {
 	b.Helper()
 	srv, err := server.New(mcp.Implementation{Name: "bench", Version: "1"}, &server.Options{
-		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -64,13 +68,13 @@ func BenchmarkEchoCall(b *testing.B) {
 		if modern {
 			era = "modern"
 		}
-		b.Run("stdio-"+era, func(b *testing.B) { benchStdio(b, modern) })
+		b.Run("stdio-"+era, func(b *testing.B) { benchStdio(b, benchServer(b), modern) })
+		b.Run("stdio-"+era+"-logged", func(b *testing.B) { benchStdio(b, benchServerAt(b, slog.LevelInfo), modern) })
 		b.Run("http-"+era, func(b *testing.B) { benchHTTP(b, modern) })
 	}
 }
 
-func benchStdio(b *testing.B, modern bool) {
-	srv := benchServer(b)
+func benchStdio(b *testing.B, srv *server.Server, modern bool) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	conn := stdio.NewConn(srv, inR, outW, nil)

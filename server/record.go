@@ -1,8 +1,8 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -117,27 +117,35 @@ func (rec RequestRecord) ArgumentSummary() string {
 	if len(rec.args) == 0 {
 		return ""
 	}
-	var args map[string]json.RawMessage
-	if json.Unmarshal(rec.args, &args) != nil {
+	// Split the arguments in place, without decoding them: this runs for
+	// every logged call.
+	type member struct{ name, value []byte }
+	var buf [8]member
+	members := buf[:0]
+	if jsonrpc.Members(rec.args, func(k, v []byte) bool {
+		members = append(members, member{k, v})
+		return true
+	}) != nil {
 		return "(not a JSON object)"
 	}
-	names := slices.Sorted(maps.Keys(args))
+	slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.name, b.name) })
 	var b strings.Builder
-	for i, name := range names {
+	for i, m := range members {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
-		b.WriteString(name)
+		b.Write(m.name)
 		b.WriteByte('=')
-		if slices.Contains(rec.secret, name) {
+		if slices.Contains(rec.secret, string(m.name)) {
 			b.WriteString("[secret]")
 			continue
 		}
-		v := string(args[name])
-		if utf8.RuneCountInString(v) > 32 {
-			v = string([]rune(v)[:31]) + "…"
+		if v := m.value; utf8.RuneCount(v) > 32 {
+			b.WriteString(string([]rune(string(v))[:31]))
+			b.WriteString("…")
+		} else {
+			b.Write(v)
 		}
-		b.WriteString(v)
 	}
 	return b.String()
 }
