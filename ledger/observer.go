@@ -17,8 +17,8 @@ import (
 // starts a child span there). TxEnded is called once, with that context,
 // when the operation returns: result is "ok", "conflict" (the key was
 // used for another operation), "in_progress" (another caller holds it),
-// "not_found" (Lookup) or "error" (the store failed, or the caller's
-// context ended). Neither may block.
+// "not_found" (Lookup), "cancelled" (the caller's context ended first) or
+// "error" (the store failed). Neither may block.
 type Observer interface {
 	TxStarted(ctx context.Context, op string) context.Context
 	TxEnded(ctx context.Context, op, result string, d time.Duration)
@@ -36,6 +36,11 @@ func (l *Ledger) observe(ctx context.Context, op string) (context.Context, func(
 	}
 	return ctx, func(err error) {
 		d, result := time.Since(start), resultOf(err)
+		if err != nil && ctx.Err() != nil && result != "conflict" {
+			// The caller gave up (Do then answers "in progress": retrying
+			// the key is safe); not a failure of the store.
+			result = "cancelled"
+		}
 		for _, o := range l.observers {
 			o.TxEnded(ctx, op, result, d)
 		}

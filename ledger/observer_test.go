@@ -81,3 +81,22 @@ func TestObserverSeesEveryOperation(t *testing.T) {
 		t.Fatalf("observed %s, want %s", got, want)
 	}
 }
+
+// An operation whose caller gave up is "cancelled", not a store failure.
+func TestObserverTellsCancelledFromErrors(t *testing.T) {
+	obs := &recordingObserver{}
+	l := open(t, storetest.SQLite(t), &ledger.Options{Observers: []ledger.Observer{obs}})
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err := l.Do(ctx, op("acme", "k1", `{}`), func(ctx context.Context, tx *store.Tx) (json.RawMessage, error) {
+		cancel()
+		return nil, context.Cause(ctx)
+	})
+	if err == nil {
+		t.Fatal("the cancelled operation succeeded")
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if fmt.Sprint(obs.ended) != "[do:cancelled]" {
+		t.Fatalf("observed %v, want [do:cancelled]", obs.ended)
+	}
+}

@@ -26,7 +26,7 @@ func NewStore(reg prometheus.Registerer, opts *Options) (*StoreMetrics, error) {
 	}
 	m := &StoreMetrics{
 		ledgerOps: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "ledger_operation_seconds",
-			Help:    "Idempotency ledger operations (do, claim, complete, release, lookup), from the call to its return, waiting for the write connection and the commit included, by result (ok, conflict, in_progress, not_found, error).",
+			Help:    "Idempotency ledger operations (do, claim, complete, release, lookup), from the call to its return, waiting for the write connection and the commit included, by result (ok, conflict, in_progress, not_found, cancelled, error).",
 			Buckets: latencyBuckets}, []string{"op", "result"}),
 		commitOps: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "store_commit_operations",
 			Help:    "Operations carried by each committed write transaction: more than one is a group commit, one fsync for many writers.",
