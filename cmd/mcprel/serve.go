@@ -337,6 +337,12 @@ func serveHTTP(ctx context.Context, srv *server.Server, logger *slog.Logger, std
 	if err != nil {
 		return err
 	}
+	// Signals are caught before the endpoint is announced: a client may
+	// call, and then stop the server, as soon as it reads the URL, and a
+	// SIGTERM must then shut it down gracefully, not kill it.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	tcpLn, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -381,9 +387,6 @@ func serveHTTP(ctx context.Context, srv *server.Server, logger *slog.Logger, std
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	select {
 	case err := <-served:
 		return err
