@@ -30,6 +30,12 @@ import (
 type Options struct {
 	// Namespace prefixes every metric name; empty means "mcprel".
 	Namespace string
+	// Tenants adds a tenant label to mcprel_requests_total: the tenant the
+	// operator's configuration gave the request (server.WithTenant, such
+	// as serve's --token TENANT=TOKEN), never a name a client chose; ""
+	// for requests of no tenant. Off by default: turn it on only when the
+	// tenants are few, since each multiplies the series.
+	Tenants bool
 }
 
 // Observer is a server.Observer that keeps the metrics. Attach it with
@@ -39,6 +45,7 @@ type Observer struct {
 	srv *server.Server // nil until Attach: tool names are checked against it
 
 	gatherer prometheus.Gatherer
+	tenants  bool // Options.Tenants
 
 	requests    *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
@@ -76,10 +83,11 @@ func New(reg *prometheus.Registry, opts *Options) (*Observer, error) {
 	}
 	ns := o.Namespace
 	m := &Observer{
+		tenants:  o.Tenants,
 		gatherer: reg,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_total",
 			Help: "Requests by method, tool, era, transport and terminal outcome (completed, tool_error, protocol_error_client, protocol_error_server, refused, cancelled, timed_out_idle, timed_out_max)."},
-			[]string{"method", "tool", "era", "transport", "outcome"}),
+			requestLabels(o.Tenants)),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "request_duration_seconds",
 			Help: "Time from a request's arrival to its terminal state, by method, tool and outcome.", Buckets: latencyBuckets},
 			[]string{"method", "tool", "outcome"}),
@@ -123,6 +131,15 @@ func New(reg *prometheus.Registry, opts *Options) (*Observer, error) {
 	return m, nil
 }
 
+// requestLabels are the labels of mcprel_requests_total.
+func requestLabels(tenants bool) []string {
+	labels := []string{"method", "tool", "era", "transport", "outcome"}
+	if tenants {
+		labels = append(labels, "tenant")
+	}
+	return labels
+}
+
 // Attach tells the observer the server it observes, whose registered tool
 // names are the only ones used as labels.
 func (m *Observer) Attach(srv *server.Server) { m.srv = srv }
@@ -144,7 +161,11 @@ func (m *Observer) RequestEnded(_ context.Context, rec server.RequestRecord) {
 	m.inFlight.WithLabelValues(method).Dec()
 	tool := m.toolLabel(rec)
 	outcome := outcomeOf(rec)
-	m.requests.WithLabelValues(method, tool, eraLabel(rec.Era), transportLabel(rec.Transport), outcome).Inc()
+	if m.tenants {
+		m.requests.WithLabelValues(method, tool, eraLabel(rec.Era), transportLabel(rec.Transport), outcome, rec.Tenant).Inc()
+	} else {
+		m.requests.WithLabelValues(method, tool, eraLabel(rec.Era), transportLabel(rec.Transport), outcome).Inc()
+	}
 	m.duration.WithLabelValues(method, tool, outcome).Observe(rec.Duration.Seconds())
 	if rec.Method == mcp.MethodToolsCall && rec.Queued > 0 {
 		m.queued.WithLabelValues(tool).Observe(rec.Queued.Seconds())

@@ -59,6 +59,7 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics on a listener of their own (e.g. 127.0.0.1:9464)")
 	metricsPath := fs.String("metrics-path", "", "with --http: serve Prometheus metrics at this path (e.g. /metrics) on the MCP listener, behind its Host and Origin checks")
 	metricsToken := fs.String("metrics-token", "", "require this bearer token to read the metrics (or set MCPREL_METRICS_TOKEN)")
+	metricsTenants := fs.Bool("metrics-tenants", false, "count requests per tenant (the TENANT of each --token) in mcprel_requests_total; only worth it with few tenants")
 	otlpEndpoint := fs.String("otlp-endpoint", "", "export a trace span per request over OTLP/HTTP to this collector URL (e.g. http://127.0.0.1:4318); the standard OTEL_EXPORTER_OTLP_* variables work too; off when neither is set")
 	taskLease := fs.Duration("task-lease", tasks.DefaultLease, "how long a task outlives the process running it before another process (or this one, restarted) takes it over")
 	taskWorkers := fs.Int("task-workers", 8, "durable tasks that may run at once (more wait in a queue of 64)")
@@ -117,7 +118,7 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	var obs *metrics.Observer
 	if *metricsAddr != "" || *metricsPath != "" {
 		reg := prometheus.NewRegistry()
-		if obs, err = metrics.New(reg, nil); err != nil {
+		if obs, err = metrics.New(reg, &metrics.Options{Tenants: *metricsTenants}); err != nil {
 			return err
 		}
 		sm, err := metrics.NewStore(reg, nil)
