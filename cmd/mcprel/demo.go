@@ -17,15 +17,19 @@ import (
 	"github.com/mcprel/mcprel/mcp"
 )
 
-// demoCmd runs "mcprel serve --stdio" as a child process and drives it
-// through a scripted exchange that shows both eras and both orders of the
-// cancel-versus-complete race, printing every frame that crosses the pipe
-// and, at the end, the server's own log of what happened to each request.
+// demoCmd runs the lab: real servers ("mcprel serve --lab", over stdio
+// and over HTTP on loopback, on a SQLite file in a temporary directory)
+// driven through every race and failure the runtime promises an outcome
+// for, with the order of events forced by gates. It prints a record per
+// scenario, or with --json the same records as evidence a program reads.
+// With --wire it instead prints every frame of a scripted exchange.
 func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	width := fs.Int("width", 160, "truncate printed frames to this many characters (0: never)")
-	dbPath := fs.String("db", "", "the SQLite file the demo server keeps its ledger in (default: a fresh temporary file)")
+	asJSON := fs.Bool("json", false, "write the records as JSON")
+	wire := fs.Bool("wire", false, "print the frames of a scripted exchange instead of the records")
+	width := fs.Int("width", 160, "with --wire: truncate printed frames to this many characters (0: never)")
+	dbPath := fs.String("db", "", "the SQLite file the demo's servers keep their ledger in (default: a fresh temporary file)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -44,24 +48,104 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		defer os.RemoveAll(dir)
 		*dbPath = filepath.Join(dir, "demo.db")
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	if *wire {
+		return wireDemo(ctx, self, *dbPath, stdout, *width)
+	}
+	records, err := runLab(ctx, self, *dbPath)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if jerr := enc.Encode(records); err == nil {
+			err = jerr
+		}
+	} else {
+		for _, r := range records {
+			r.print(stdout)
+		}
+	}
+	return err
+}
 
+// runLab runs every scenario of the lab and returns their records; on an
+// error, the records made so far.
+func runLab(ctx context.Context, self, db string) ([]Record, error) {
+	var records []Record
+	keep := func(r Record, err error) error {
+		if err == nil {
+			records = append(records, r)
+		}
+		return err
+	}
+	p, err := startLab(ctx, self, db)
+	if err != nil {
+		return nil, err
+	}
+	p.read()
+	for _, scenario := range []func(*labProcess) (Record, error){raceCancelFirst, raceCompleteFirst, raceDeadlines, raceStdioDisconnect} {
+		if err := keep(scenario(p)); err != nil {
+			p.stop()
+			return records, err
+		}
+	}
+	h, err := startHTTPLab(ctx, self, db)
+	if err != nil {
+		p.stop()
+		return records, err
+	}
+	d, headers, err := raceHTTPDisconnect(ctx, h)
+	h.stop()
+	if err := keep(d, err); err != nil {
+		p.stop()
+		return records, err
+	}
+	ledger, err := ledgerRecords(ctx, self, db)
+	records = append(records, ledger...)
+	if err != nil {
+		p.stop()
+		return records, err
+	}
+	err = keep(taskRecord(p))
+	if serr := p.stop(); err == nil && serr != nil {
+		err = fmt.Errorf("demo: the lab server exited: %w", serr)
+	}
+	if err != nil {
+		return records, err
+	}
+	flood, err := startLab(ctx, self, db)
+	if err != nil {
+		return records, err
+	}
+	err = keep(overloadRecord(flood, 500))
+	flood.stop()
+	if err != nil {
+		return records, err
+	}
+	records = append(records, sseRecord(headers), reconnectRecord())
+	return records, nil
+}
+
+// wireDemo is "mcprel demo --wire": "mcprel serve --stdio" driven through
+// a scripted exchange in both eras, every frame printed, then the
+// server's own log of what happened to each request.
+func wireDemo(ctx context.Context, self, dbPath string, stdout io.Writer, width int) error {
 	var report string // left running by the first process, resumed by the second
-	err = runDemoServer(ctx, self, *dbPath, stdout, *width, "", func(d *demo) error {
+	err := runDemoServer(ctx, self, dbPath, stdout, width, "", func(d *demo) error {
 		if err := d.script(); err != nil {
 			return err
 		}
 		if err := d.ledgerScript(); err != nil {
 			return err
 		}
+		var err error
 		report, err = d.tasksScript()
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	return runDemoServer(ctx, self, *dbPath, stdout, *width, "A new server process on the same database file", func(d *demo) error {
+	return runDemoServer(ctx, self, dbPath, stdout, width, "A new server process on the same database file", func(d *demo) error {
 		if err := d.restartScript(); err != nil {
 			return err
 		}

@@ -2,7 +2,7 @@
 //
 //	mcprel serve --stdio      serve the demo tools over stdin/stdout
 //	mcprel serve --http ADDR  serve them over Streamable HTTP
-//	mcprel demo               drive a served process through a scripted exchange
+//	mcprel demo               run every race and failure against real servers and print the evidence
 //	mcprel ledger show        print the ledger's record of one operation
 //	mcprel call TOOL k=v...   call a tool on any MCP server (--stdio CMD or --url URL)
 //	mcprel version            print the version
@@ -116,7 +116,7 @@ Commands:
   ledger show       print the ledger's record of one operation
   call TOOL k=v...  call a tool on any MCP server (--stdio "CMD" or --url URL);
                     --list lists its tools
-  demo              run a scripted exchange against "mcprel serve --stdio"
+  demo              run every race and failure against real servers; print records (--json, or --wire for frames)
   version           print the version (also --version, -v)
 
 Run "mcprel <command> -h" for a command's flags.

@@ -41,8 +41,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func TestDemo(t *testing.T) {
-	out, err := exec.Command(binary, "demo", "-width", "0").CombinedOutput()
+// The scripted exchange of "mcprel demo --wire", frame by frame.
+func TestDemoWire(t *testing.T) {
+	out, err := exec.Command(binary, "demo", "--wire", "-width", "0").CombinedOutput()
 	if err != nil {
 		t.Fatalf("mcprel demo: %v\n%s", err, out)
 	}

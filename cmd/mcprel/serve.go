@@ -60,6 +60,7 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	metricsPath := fs.String("metrics-path", "", "with --http: serve Prometheus metrics at this path (e.g. /metrics) on the MCP listener, behind its Host and Origin checks")
 	metricsToken := fs.String("metrics-token", "", "require this bearer token to read the metrics (or set MCPREL_METRICS_TOKEN)")
 	metricsTenants := fs.Bool("metrics-tenants", false, "count requests per tenant (the TENANT of each --token) in mcprel_requests_total; only worth it with few tenants")
+	lab := fs.Bool("lab", false, "also serve the lab tools that mcprel demo drives to order events with gates (lab_hold, lab_wait, lab_release, lab_tick, lab_flood, lab_task); not for production")
 	otlpEndpoint := fs.String("otlp-endpoint", "", "export a trace span per request over OTLP/HTTP to this collector URL (e.g. http://127.0.0.1:4318); the standard OTEL_EXPORTER_OTLP_* variables work too; off when neither is set")
 	taskLease := fs.Duration("task-lease", tasks.DefaultLease, "how long a task outlives the process running it before another process (or this one, restarted) takes it over")
 	taskWorkers := fs.Int("task-workers", 8, "durable tasks that may run at once (more wait in a queue of 64)")
@@ -159,6 +160,13 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if err != nil {
 		return err
 	}
+	var gates *labGates
+	if *lab {
+		gates = newLabGates()
+		if err := addLabTools(srv, gates); err != nil {
+			return err
+		}
+	}
 	var announce []string
 	if obs != nil {
 		obs.Attach(srv)
@@ -186,6 +194,11 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	ts, err := addTasks(ctx, srv, l, *taskLease, *taskWorkers, obs, taskObservers)
 	if err != nil {
 		return err
+	}
+	if gates != nil {
+		if err := addLabTaskTool(ts, gates); err != nil {
+			return err
+		}
 	}
 	maintCtx, stopMaintaining := context.WithCancel(context.Background())
 	maintained := make(chan struct{})

@@ -1,0 +1,319 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Record is one piece of the demo's evidence: what a scenario did and what
+// came of it, fact by fact, in the order a reader takes them in.
+type Record struct {
+	Section string
+	Name    string
+	Facts   []Fact
+}
+
+// Fact is one observation of a Record.
+type Fact struct {
+	Key   string
+	Value any
+}
+
+// add appends a fact.
+func (r *Record) add(key string, value any) { r.Facts = append(r.Facts, Fact{key, value}) }
+
+// Get returns the value of the fact key, or nil.
+func (r Record) Get(key string) any {
+	for _, f := range r.Facts {
+		if f.Key == key {
+			return f.Value
+		}
+	}
+	return nil
+}
+
+// MarshalJSON writes the record as {"section", "name", "facts": {…}}, the
+// facts in their order.
+func (r Record) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	head, _ := json.Marshal(struct {
+		Section string `json:"section"`
+		Name    string `json:"name"`
+	}{r.Section, r.Name})
+	b.Write(head[:len(head)-1])
+	b.WriteString(`,"facts":{`)
+	for i, f := range r.Facts {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(f.Key)
+		v, err := json.Marshal(f.Value)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(v)
+	}
+	b.WriteString("}}")
+	return b.Bytes(), nil
+}
+
+// print writes the record for a reader.
+func (r Record) print(w io.Writer) {
+	fmt.Fprintf(w, "\n== %s: %s\n", r.Section, r.Name)
+	width := 0
+	for _, f := range r.Facts {
+		width = max(width, len(f.Key))
+	}
+	for _, f := range r.Facts {
+		v := f.Value
+		if b, ok := v.([]byte); ok {
+			v = string(b)
+		}
+		fmt.Fprintf(w, "   %-*s  %v\n", width, f.Key, v)
+	}
+}
+
+// labProcess is "mcprel serve --stdio --lab" as a child process, driven
+// frame by frame: the lab shows the wire, so it writes the frames itself.
+// Its JSON log is read as it is written, so the demo can wait for a
+// request's terminal state as the server recorded it.
+type labProcess struct {
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Reader
+	logs   *logLines
+	frames chan labFrame // once reading started
+}
+
+type labFrame struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+	Result json.RawMessage `json:"result"`
+	Error  json.RawMessage `json:"error"`
+	raw    []byte
+	at     time.Time
+}
+
+// idIs reports whether the frame is the response to id.
+func (f labFrame) idIs(id string) bool {
+	return f.Method == "" && string(f.ID) == fmt.Sprintf("%q", id)
+}
+
+// startLab starts the server on db with extra flags. Frames are not read
+// until read is called.
+func startLab(ctx context.Context, self, db string, extra ...string) (*labProcess, error) {
+	args := append([]string{"serve", "--stdio", "--lab", "--db", db, "--log-format", "json"}, extra...)
+	cmd := exec.CommandContext(ctx, self, args...)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("demo: starting the server: %w", err)
+	}
+	p := &labProcess{cmd: cmd, in: in, out: bufio.NewReaderSize(out, 1<<16), logs: newLogLines()}
+	go p.logs.read(stderr)
+	return p, nil
+}
+
+// read starts reading the server's frames.
+func (p *labProcess) read() {
+	p.frames = make(chan labFrame, 1024)
+	go func() {
+		defer close(p.frames)
+		for {
+			line, err := p.out.ReadBytes('\n')
+			if len(line) > 0 {
+				var f labFrame
+				json.Unmarshal(line, &f)
+				f.raw, f.at = line, time.Now()
+				p.frames <- f
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// send writes one frame.
+func (p *labProcess) send(frame string) error {
+	_, err := io.WriteString(p.in, frame+"\n")
+	return err
+}
+
+// call sends a tools/call of the modern era with id, tool and arguments
+// (JSON), asking for progress under token when it is not empty.
+func (p *labProcess) call(id, tool, args, token string) error {
+	extra := ""
+	if token != "" {
+		extra = fmt.Sprintf(`,"progressToken":%q`, token)
+	}
+	return p.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%q,"method":"tools/call","params":{"name":%q,"arguments":%s,%s}}`, id, tool, args, modernMeta(extra)))
+}
+
+// cancel sends notifications/cancelled for id.
+func (p *labProcess) cancel(id, reason string) error {
+	return p.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%q,"reason":%q}}`, id, reason))
+}
+
+// next returns the next frame.
+func (p *labProcess) next() (labFrame, error) {
+	select {
+	case f, ok := <-p.frames:
+		if !ok {
+			return f, errors.New("demo: the server closed its output")
+		}
+		return f, nil
+	case <-time.After(20 * time.Second):
+		return labFrame{}, errors.New("demo: no frame from the server within 20s")
+	}
+}
+
+// until returns the frames up to and including the response to id.
+func (p *labProcess) until(id string) ([]labFrame, error) {
+	var seen []labFrame
+	for {
+		f, err := p.next()
+		if err != nil {
+			return seen, err
+		}
+		seen = append(seen, f)
+		if f.idIs(id) {
+			return seen, nil
+		}
+	}
+}
+
+// stop closes the server's input and waits for it to exit.
+func (p *labProcess) stop() error {
+	p.in.Close()
+	if p.frames != nil {
+		go func() {
+			for range p.frames {
+			}
+		}()
+	} else {
+		go io.Copy(io.Discard, p.out)
+	}
+	err := p.cmd.Wait()
+	p.logs.wait()
+	return err
+}
+
+// logLines collects a server's JSON log lines as they are written.
+type logLines struct {
+	mu      sync.Mutex
+	lines   []map[string]any
+	changed chan struct{}
+	done    chan struct{}
+}
+
+func newLogLines() *logLines {
+	return &logLines{changed: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (l *logLines) read(r io.Reader) {
+	defer close(l.done)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var line map[string]any
+		if json.Unmarshal(sc.Bytes(), &line) != nil {
+			continue
+		}
+		l.mu.Lock()
+		l.lines = append(l.lines, line)
+		close(l.changed)
+		l.changed = make(chan struct{})
+		l.mu.Unlock()
+	}
+}
+
+func (l *logLines) wait() {
+	select {
+	case <-l.done:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// find waits for a line whose fields include want (as strings).
+func (l *logLines) find(want map[string]string) (map[string]any, error) {
+	deadline := time.After(20 * time.Second)
+	for {
+		l.mu.Lock()
+		for _, line := range l.lines {
+			if matchLine(line, want) {
+				l.mu.Unlock()
+				return line, nil
+			}
+		}
+		changed := l.changed
+		l.mu.Unlock()
+		select {
+		case <-changed:
+		case <-l.done:
+			return nil, fmt.Errorf("demo: the server exited without logging %v", want)
+		case <-deadline:
+			return nil, fmt.Errorf("demo: the server did not log %v within 20s", want)
+		}
+	}
+}
+
+func matchLine(line map[string]any, want map[string]string) bool {
+	for k, v := range want {
+		if fmt.Sprint(line[k]) != v {
+			return false
+		}
+	}
+	return true
+}
+
+// requestLine waits for the server's record of request id.
+func (l *logLines) requestLine(id string) (map[string]any, error) {
+	return l.find(map[string]string{"msg": "request", "id": id})
+}
+
+// outcomeOf describes a request's logged terminal state: the outcome, and
+// for a cancelled or timed-out one its cause.
+func outcomeOf(line map[string]any) string {
+	outcome := fmt.Sprint(line["outcome"])
+	if cause, ok := line["cause"].(string); ok && cause != "" {
+		return outcome + " (" + cause + ")"
+	}
+	return outcome
+}
+
+// framesFor keeps the frames that concern request id: its response and
+// any progress under its token.
+func framesFor(frames []labFrame, id, token string) (response *labFrame, progress int) {
+	for i, f := range frames {
+		switch {
+		case f.idIs(id):
+			response = &frames[i]
+		case f.Method == "notifications/progress" && token != "" && strings.Contains(string(f.Params), fmt.Sprintf(`"progressToken":%q`, token)):
+			progress++
+		}
+	}
+	return response, progress
+}
