@@ -143,6 +143,7 @@ func (k *keyed) intercept(t *server.Tool, next server.CallHandler) (server.CallH
 		t.Meta = mcp.Meta{}
 	}
 	t.Meta[mcp.MetaKeyMode] = k.policy.Key.String()
+	maps.Copy(t.Meta, LedgerMeta(k.ledger, k.policy.External))
 	prev := t.Check
 	t.Check = func(ctx context.Context, call *server.CallRequest) (context.Context, error) {
 		if prev != nil {
@@ -456,4 +457,31 @@ func (k *keyed) ledgerError(req *server.CallRequest, key string, err error) erro
 	k.log.Warn("the idempotency ledger failed", "id", req.ID, "tool", req.Name, "err", err)
 	return &mcp.ToolError{Code: mcp.FailureLedger, Retryable: true, RetryAfter: server.StorageRetryAfter,
 		Message: "the idempotency ledger could not be reached; retrying with the same key is safe"}
+}
+
+// LedgerMeta is what a tool's _meta says of the ledger behind it (see
+// mcp.MetaLedgerStore and the keys beside it), for a reviewer to read from
+// tools/list: the store and whether replicas share it, what commits in
+// the ledger's transaction, where the effect lies and how replays are
+// returned. AddTool sets it on every keyed tool; a tool that writes through
+// the ledger's database without a key (a versioned write) may set it too,
+// with external false.
+func LedgerMeta(l *ledger.Ledger, external bool) mcp.Meta {
+	d := l.DB().Dialect()
+	m := mcp.Meta{
+		mcp.MetaLedgerStore:     d.String(),
+		mcp.MetaLedgerShared:    d == store.Postgres,
+		mcp.MetaReturnedRecords: "defensive-copy",
+	}
+	if external {
+		// The claim and its fingerprint commit first, the result in a
+		// second commit of the same record; the effect is the provider's,
+		// under the key the handler passes on (Call.Key).
+		m[mcp.MetaLedgerTransaction] = []string{"key_claim", "argument_fingerprint", "result"}
+		m[mcp.MetaEffect] = "upstream_key"
+	} else {
+		m[mcp.MetaLedgerTransaction] = []string{"key_claim", "argument_fingerprint", "effect_record", "result"}
+		m[mcp.MetaEffect] = "in_transaction"
+	}
+	return m
 }

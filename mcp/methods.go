@@ -78,12 +78,42 @@ const (
 	MetaIdleTimeoutMs = MetaPrefix + "idleTimeoutMs"
 	MetaMaxTimeoutMs  = MetaPrefix + "maxTimeoutMs"
 	// MetaKeyMode is "required", "optional" or
-	// "none": whether calls carry an idempotency key.
+	// "none": whether calls carry an idempotency key; "version" for a
+	// versioned write whose expected version refuses to apply twice.
 	MetaKeyMode = MetaPrefix + "idempotencyKeyMode"
 	// MetaTaskSupport is "optional" or "required" for a tool that can run
 	// as a durable task (absent otherwise), in both eras: the 2026-07-28
 	// era has no execution.taskSupport on the wire.
 	MetaTaskSupport = MetaPrefix + "taskSupport"
+
+	// What a keyed tool's _meta says of its idempotency ledger (package
+	// idempotency sets them), so that a reviewer need not guess:
+	// MetaLedgerStore is "sqlite" or "postgres"; MetaLedgerShared is true
+	// when replicas share the ledger (PostgreSQL); MetaLedgerTransaction
+	// lists what commits in the ledger's one transaction ("key_claim",
+	// "argument_fingerprint", "effect_record", "result"); MetaEffect is
+	// "in_transaction" (the effect writes through the ledger's
+	// transaction) or "upstream_key" (the effect is outside, and the key
+	// is passed on as the provider's own idempotency key);
+	// MetaReturnedRecords is "defensive-copy" (a replay is rebuilt from
+	// the stored JSON, never the ledger's own value).
+	MetaLedgerStore       = MetaPrefix + "ledgerStore"
+	MetaLedgerShared      = MetaPrefix + "ledgerShared"
+	MetaLedgerTransaction = MetaPrefix + "ledgerTransaction"
+	MetaEffect            = MetaPrefix + "effect"
+	MetaReturnedRecords   = MetaPrefix + "returnedRecords"
+
+	// What every tool's _meta says of the server's flow control (package
+	// server sets them): MetaProgressIntervalMs is the shortest time
+	// between two progress notifications of one request (reports in
+	// between are coalesced); MetaOutboxCapacity is the messages one
+	// outbound stream may hold (progress beyond it is dropped, oldest
+	// first, and flagged for refetch; a final response never is).
+	MetaProgressIntervalMs = MetaPrefix + "progressIntervalMs"
+	MetaOutboxCapacity     = MetaPrefix + "outboxCapacity"
+	// MetaKeepAliveMs is the SSE keepalive cadence of a Streamable HTTP
+	// server ("mcprel serve --http" sets it from --keepalive; 0: none).
+	MetaKeepAliveMs = MetaPrefix + "keepAliveMs"
 )
 
 // MetaFailure, in the _meta of a result whose isError is true, is the

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"maps"
 
 	"github.com/mcprel/mcprel/mcp"
@@ -62,12 +63,17 @@ func (c RetryClass) retryableAfterTimeout() bool { return c != RetryUnsafe }
 // with the reliability policy the server applies added (mcp.MetaRetryClass
 // and the rest), for clients and reviewers to plan by.
 func (s *Server) policyMeta(own mcp.Meta, p Policy) mcp.Meta {
-	meta := make(mcp.Meta, len(own)+4)
+	meta := make(mcp.Meta, len(own)+6)
 	maps.Copy(meta, own)
 	d := s.deadlines(p)
 	meta[mcp.MetaRetryClass] = p.Retry.String()
 	meta[mcp.MetaTimeoutClass] = p.Timeout.String()
 	meta[mcp.MetaIdleTimeoutMs] = d.Idle.Milliseconds()
 	meta[mcp.MetaMaxTimeoutMs] = d.Max.Milliseconds()
+	// The flow control every call of the tool gets, for reviewers: the
+	// same for every tool, advertised with each so that tools/list alone
+	// says it.
+	meta[mcp.MetaProgressIntervalMs] = s.opts.ProgressInterval.Milliseconds()
+	meta[mcp.MetaOutboxCapacity] = cmp.Or(s.opts.OutboxCapacity, DefaultOutboxCapacity)
 	return meta
 }

@@ -196,6 +196,11 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 		return err
 	}
 
+	// What tools/list says of set_stock's deduplication: its expected
+	// version, checked and bumped in the one transaction that writes.
+	versioned := idempotency.LedgerMeta(l, false)
+	versioned[mcp.MetaKeyMode] = "version"
+	versioned[mcp.MetaLedgerTransaction] = []string{"effect_record"}
 	err = server.AddTypedTool(srv, server.Tool{
 		Name: "set_stock",
 		Description: "Sets the stock of a SKU to quantity if its version is still expectedVersion (0 creates a new SKU). " +
@@ -208,6 +213,7 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 		// The expected version is its key: a retry of a call that took
 		// effect is refused, never applied twice.
 		Policy: server.Policy{Retry: server.RetryConditional},
+		Meta:   versioned,
 	}, func(ctx context.Context, req *server.CallRequest, in setStockArgs) (stockLevel, error) {
 		out := stockLevel{SKU: in.SKU, Available: in.Quantity}
 		err := db.WriteTx(ctx, func(tx *store.Tx) error {

@@ -112,6 +112,9 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 
 	opts := &server.Options{Logger: logger}
 	limits.apply(opts, len(tokens) > 0)
+	if httpOpts != nil {
+		opts.Interceptors = append(opts.Interceptors, advertiseKeepAlive(*keepAlive))
+	}
 	if *metricsPath != "" && (*httpAddr == "" || !strings.HasPrefix(*metricsPath, "/") || *metricsPath == *path) {
 		return usagef("serve: --metrics-path needs --http, must start with / and differ from --path")
 	}
@@ -459,4 +462,17 @@ func serveMetrics(addr string, obs *metrics.Observer, token string, logger *slog
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(ln)
 	return fmt.Sprintf("http://%s/metrics", ln.Addr()), func() { hs.Close() }, nil
+}
+
+// advertiseKeepAlive puts the SSE keepalive cadence in every tool's _meta
+// (mcp.MetaKeepAliveMs), for a reviewer reading tools/list: the one
+// setting of the stream a client cannot see in a quiet moment.
+func advertiseKeepAlive(every time.Duration) server.ToolInterceptor {
+	return func(t *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+		if t.Meta == nil {
+			t.Meta = mcp.Meta{}
+		}
+		t.Meta[mcp.MetaKeepAliveMs] = every.Milliseconds()
+		return next, nil
+	}
 }
