@@ -5,6 +5,7 @@
 //	mcprel demo               run every race and failure against real servers and print the evidence
 //	mcprel ledger show        print the ledger's record of one operation
 //	mcprel call TOOL k=v...   call a tool on any MCP server (--stdio CMD or --url URL)
+//	mcprel review POLICY      review MCP operations for reliability (or --from-server URL, --stdio CMD)
 //	mcprel version            print the version
 //
 // Run "mcprel <command> -h" for a command's flags.
@@ -42,6 +43,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = ledgerCmd(ctx, args[1:], stdout, stderr)
 	case "call":
 		err = callCmd(ctx, args[1:], stdout, stderr)
+	case "review":
+		err = reviewCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v", "-version":
 		fmt.Fprintln(stdout, "mcprel", version)
 	case "help", "-h", "--help", "-help":
@@ -116,6 +119,8 @@ Commands:
   ledger show       print the ledger's record of one operation
   call TOOL k=v...  call a tool on any MCP server (--stdio "CMD" or --url URL);
                     --list lists its tools
+  review POLICY     review MCP operations for reliability (a YAML or JSON
+                    policy, or --from-server URL / --stdio "CMD"); exit 20: refused
   demo              run every race and failure against real servers; print records (--json, or --wire for frames)
   version           print the version (also --version, -v)
 

@@ -39,6 +39,9 @@ var layer = map[string][]string{
 	"client": {"jsonrpc", "mcp", "retry"},
 	"retry":  {"jsonrpc", "mcp"},
 
+	// The reviewer is pure: policy in, report out, no network.
+	"review": {"jsonrpc", "mcp", "retry"},
+
 	// Commands, examples and test helpers sit on top and may use anything.
 	"cmd/...":      {"..."},
 	"examples/...": {"..."},

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/review"
+)
+
+// exitRefused is "mcprel review"'s status when an operation is not
+// production ready; 0 means every one is.
+const exitRefused = 20
+
+// reviewCmd is "mcprel review": the reliability review of the operations a
+// policy file describes, or of every tool a running server advertises.
+func reviewCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("review", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "write the report as JSON instead of Markdown")
+	fromServer := fs.String("from-server", "", "review every tool of the Streamable HTTP server at this URL, from what it advertises")
+	stdioCmd := fs.String("stdio", "", `review every tool of the server this command starts, over stdio ("mcprel serve --stdio")`)
+	var headers listFlag
+	fs.Var(&headers, "header", `with --from-server: an HTTP header to send, "Name: value" (repeatable)`)
+	token := fs.String("token", "", "with --from-server: a bearer token to send (or set MCPREL_TOKEN)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: mcprel review POLICY [--json]
+       mcprel review --from-server URL [--json]
+       mcprel review --stdio "CMD" [--json]
+
+Reviews MCP operations for reliability: cancellation, races, deadlines,
+retry class, idempotency boundary, flow control, reconnects and Tasks.
+POLICY is a YAML or JSON file (docs/review.md). Exit status: 0 every
+operation is production ready, 20 at least one is refused, 1 the policy
+is invalid or the server unreachable, 2 a mistake in the command line.
+
+`)
+		fs.PrintDefaults()
+	}
+	// The policy file may come before or after the flags.
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if err == flag.ErrHelp {
+				return err
+			}
+			return usageError{}
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	sources := 0
+	for _, set := range []bool{len(positional) > 0, *fromServer != "", *stdioCmd != ""} {
+		if set {
+			sources++
+		}
+	}
+	switch {
+	case len(positional) > 1:
+		return usagef("review: one policy file at a time, not %q", positional)
+	case sources != 1:
+		return usagef("review: give exactly one of POLICY, --from-server URL and --stdio \"CMD\"")
+	case (len(headers) > 0 || *token != "") && *fromServer == "":
+		return usagef("review: --header and --token apply to --from-server only")
+	}
+
+	var policy *review.Policy
+	if len(positional) == 1 {
+		data, err := os.ReadFile(positional[0])
+		if err != nil {
+			return fmt.Errorf("review: %w", err)
+		}
+		if policy, err = review.Parse(positional[0], data); err != nil {
+			return fmt.Errorf("review: %w", err)
+		}
+	} else {
+		var err error
+		if policy, err = policyFromServer(ctx, *fromServer, *stdioCmd, headers, *token, stderr); err != nil {
+			return err
+		}
+	}
+	report := review.Review(policy)
+	if *asJSON {
+		if err := printJSON(stdout, report); err != nil {
+			return err
+		}
+	} else if err := report.Markdown(stdout); err != nil {
+		return err
+	}
+	if report.Verdict != review.ProductionReady {
+		return &exitError{exitRefused, ""}
+	}
+	return nil
+}
+
+// policyFromServer connects to the server and builds the policy of its
+// tools from their advertisement.
+func policyFromServer(ctx context.Context, endpoint, command string, headers []string, token string, stderr io.Writer) (*review.Policy, error) {
+	opts := &client.Options{Info: mcp.Implementation{Name: "mcprel-review", Version: version}, Header: http.Header{}}
+	for _, h := range headers {
+		name, value, ok := strings.Cut(h, ":")
+		if !ok || strings.TrimSpace(name) == "" {
+			return nil, usagef("review: --header must be \"Name: value\", not %q", h)
+		}
+		opts.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+	}
+	if t := firstNonEmpty(token, os.Getenv("MCPREL_TOKEN")); t != "" && endpoint != "" {
+		opts.Header.Set("Authorization", "Bearer "+t)
+	}
+	var c *client.Client
+	var err error
+	s := review.Server{Transport: "stdio"}
+	if endpoint != "" {
+		s.Transport, s.Loopback = "streamable-http", isLoopback(endpoint)
+		c, err = client.DialHTTP(ctx, endpoint, opts)
+	} else {
+		var words []string
+		if words, err = splitCommand(command); err != nil {
+			return nil, usagef("review: --stdio: %v", err)
+		}
+		if len(words) == 0 {
+			return nil, usagef("review: --stdio needs a command")
+		}
+		opts.Stderr = stderr
+		c, err = client.DialStdio(ctx, words, opts)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("review: connecting: %w", err)
+	}
+	defer c.Close()
+	if s.Tools, err = c.ListTools(ctx); err != nil {
+		return nil, fmt.Errorf("review: tools/list: %w", err)
+	}
+	if len(s.Tools) == 0 {
+		name := "the server"
+		if info := c.ServerInfo(); info != nil {
+			name = info.Name
+		}
+		return nil, fmt.Errorf("review: %s lists no tools", name)
+	}
+	return review.FromTools(s), nil
+}
+
+// isLoopback reports whether an endpoint URL names a loopback host, where
+// no proxy can buffer the stream.
+func isLoopback(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return false
+	}
+	if u.Hostname() == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(u.Hostname())
+	return ip != nil && ip.IsLoopback()
+}
