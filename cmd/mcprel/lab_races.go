@@ -150,6 +150,7 @@ func raceDeadlines(p *labProcess) (Record, error) {
 		failure, _ := res.Meta[mcp.MetaFailure].(map[string]any)
 		r.add("response", fmt.Sprintf("isError=%v, code %v", res.IsError, failure["code"]))
 	}
+	r.add("cancellation on the wire", "none from the client: the server's maximum deadline ended the call, and the server answered it")
 	r.add("client must ignore", "progress after the final response (none is sent)")
 	return r, nil
 }
