@@ -122,8 +122,9 @@ func runLab(ctx context.Context, self, db string) ([]Record, error) {
 	if err != nil {
 		return records, err
 	}
-	records = append(records, sseRecord(headers), reconnectRecord())
-	return records, nil
+	records = append(records, sseRecord(headers))
+	err = keep(reconnectRecord(ctx, self, db))
+	return records, err
 }
 
 // wireDemo is "mcprel demo --wire": "mcprel serve --stdio" driven through

@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/mcp"
@@ -318,13 +321,107 @@ func taskRecord(p *labProcess) (Record, error) {
 	return r, nil
 }
 
-// reconnectRecord states the client's reconnect plan (package client's
-// Listen) and the backoff schedule it draws from.
-func reconnectRecord() Record {
-	r := Record{Section: "streams", Name: "the reconnect plan (2026-07-28)"}
-	r.add("request", "a new subscriptions/listen with a new JSON-RPC id and the same filter")
-	r.add("Last-Event-ID", "never sent: the 2026-07-28 era has no stream resumption")
-	r.add("refetched", "what the stream follows, from the authoritative methods: tools/list, resources/read of subscribed resources, tasks/get of tasks in flight")
+// wireLog is an http.RoundTripper that notes each JSON-RPC request the
+// client POSTs: its method, its id and whether it carried Last-Event-ID.
+type wireLog struct {
+	mu     sync.Mutex
+	posts  []postedRequest
+	listen io.Closer // the body of the latest listen stream
+}
+
+type postedRequest struct {
+	Method, ID  string
+	LastEventID bool
+}
+
+func (w *wireLog) RoundTrip(req *http.Request) (*http.Response, error) {
+	var method string
+	if req.Method == http.MethodPost && req.GetBody != nil {
+		if body, err := req.GetBody(); err == nil {
+			var m struct {
+				ID     json.RawMessage `json:"id"`
+				Method string          `json:"method"`
+			}
+			json.NewDecoder(body).Decode(&m)
+			method = m.Method
+			w.mu.Lock()
+			w.posts = append(w.posts, postedRequest{m.Method, string(m.ID), req.Header.Get("Last-Event-ID") != ""})
+			w.mu.Unlock()
+		}
+	}
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err == nil && method == mcp.MethodListen {
+		w.mu.Lock()
+		w.listen = resp.Body
+		w.mu.Unlock()
+	}
+	return resp, err
+}
+
+// cut breaks the latest listen stream, as a network failure would.
+func (w *wireLog) cut() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.listen != nil {
+		w.listen.Close()
+	}
+}
+
+func (w *wireLog) requests() []postedRequest {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]postedRequest(nil), w.posts...)
+}
+
+// reconnectRecord follows the client package's reconnect plan over
+// Streamable HTTP (2026-07-28): a subscriptions/listen stream is cut, as
+// a network failure would cut it, and the record shows what the client
+// sent to get back: a new listen request with a new id, no Last-Event-ID,
+// then the refetch. It adds the backoff schedule the client draws from.
+func reconnectRecord(ctx context.Context, self, db string) (Record, error) {
+	r := Record{Section: "streams", Name: "the reconnect plan (Streamable HTTP, 2026-07-28)"}
+	h, err := startHTTPLab(ctx, self, db)
+	if err != nil {
+		return r, err
+	}
+	defer h.stop()
+	wire := &wireLog{}
+	c, err := client.DialHTTP(ctx, h.url, &client.Options{HTTPClient: &http.Client{Transport: wire}})
+	if err != nil {
+		return r, err
+	}
+	defer c.Close()
+	refetched := make(chan int, 4)
+	sub, err := c.Listen(ctx, client.ListenOptions{
+		Filter: mcp.SubscriptionFilter{ToolsListChanged: true},
+		Refetch: func(ctx context.Context) {
+			tools, _ := c.ListTools(ctx)
+			refetched <- len(tools)
+		},
+	})
+	if err != nil {
+		return r, err
+	}
+	defer sub.Close()
+	wire.cut()
+	var tools int
+	select {
+	case tools = <-refetched:
+	case <-time.After(30 * time.Second):
+		return r, errors.New("demo: the client did not reconnect within 30s")
+	}
+	var listens []string
+	lastEventID := false
+	for _, p := range wire.requests() {
+		if p.Method == mcp.MethodListen {
+			listens = append(listens, p.ID)
+		}
+		lastEventID = lastEventID || p.LastEventID
+	}
+	r.add("listen requests (ids)", listens)
+	r.add("reconnections", sub.Reconnects())
+	r.add("Last-Event-ID sent", lastEventID)
+	r.add("refetched", fmt.Sprintf("tools/list after the new stream was acknowledged (%d tools): what changed meanwhile was never sent", tools))
 	r.add("mutations", "never replayed automatically; an unsafe one is reconciled by key (lookup_operation) first")
 	b := retry.Backoff{Steady: true}
 	var schedule []string
@@ -333,5 +430,5 @@ func reconnectRecord() Record {
 	}
 	r.add("backoff bounds of the first 6 reconnections", strings.Join(schedule, ", "))
 	r.add("jitter", "each client draws once within the bound and keeps its place (steady), so a herd stays spread")
-	return r
+	return r, nil
 }

@@ -209,7 +209,12 @@ type httpLab struct {
 
 // startHTTPLab starts an HTTP lab server on db, on a free loopback port.
 func startHTTPLab(ctx context.Context, self, db string) (*httpLab, error) {
-	cmd := exec.CommandContext(ctx, self, "serve", "--http", "127.0.0.1:0", "--lab", "--db", db, "--log-format", "json")
+	return startHTTPLabAt(ctx, self, db, "127.0.0.1:0")
+}
+
+// startHTTPLabAt starts an HTTP lab server on db at addr.
+func startHTTPLabAt(ctx context.Context, self, db, addr string) (*httpLab, error) {
+	cmd := exec.CommandContext(ctx, self, "serve", "--http", addr, "--lab", "--db", db, "--log-format", "json")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err

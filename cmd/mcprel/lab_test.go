@@ -110,7 +110,14 @@ func TestDemoRecords(t *testing.T) {
 	want(s, "Content-Type", "text/event-stream")
 	prefix(s, "Cache-Control", "no-cache")
 	want(s, "X-Accel-Buffering", "no")
-	want("streams: the reconnect plan (2026-07-28)", "backoff bounds of the first 6 reconnections", "250ms, 500ms, 1s, 2s, 4s, 8s")
+	rc := "streams: the reconnect plan (Streamable HTTP, 2026-07-28)"
+	want(rc, "backoff bounds of the first 6 reconnections", "250ms, 500ms, 1s, 2s, 4s, 8s")
+	want(rc, "reconnections", 1)
+	want(rc, "Last-Event-ID sent", false)
+	if ids, _ := byName[rc].Get("listen requests (ids)").([]string); len(ids) != 2 || ids[0] == ids[1] {
+		t.Errorf("reconnect: listen request ids %v, want two, the second new", ids)
+	}
+	prefix(rc, "refetched", "tools/list after the new stream was acknowledged")
 	if len(records) != 15 {
 		t.Errorf("%d records, want 15", len(records))
 	}
