@@ -565,9 +565,9 @@ func races(op *Operation, rv RetryReview) []Race {
 	signal := "the transport's cancellation (stdio: notifications/cancelled; HTTP 2026-07-28: the stream closed; HTTP 2025: a POSTed notifications/cancelled)"
 	switch t {
 	case "stdio":
-		signal = "notifications/cancelled sent by the client when its deadline fires"
+		signal = "the notifications/cancelled the client sends when its deadline fires"
 	case "streamable-http":
-		signal = "the client closes the request's stream (2026-07-28) or POSTs notifications/cancelled (2025) when its deadline fires"
+		signal = "the cancellation the client sends when its deadline fires: it closes the request's stream (2026-07-28) or POSTs notifications/cancelled (2025)"
 	}
 	after := map[string]string{
 		ClassSafe:        "retry with a new JSON-RPC id if still wanted",
@@ -584,7 +584,7 @@ func races(op *Operation, rv RetryReview) []Race {
 	return []Race{
 		{"cancel, then complete", "Cancelled (the first terminal state wins)", "suppressed: never written", "continue recovery: " + after},
 		{"complete, then cancel", "Completed", "kept: already written", "ignore its own late cancel"},
-		{"late response after the client's timeout", "decided by " + signal, "ignored by the client if it arrives after the cancel, or suppressed by the server if the cancel arrived first: whichever was observed first", after},
+		{"late response after the client's timeout", "whichever the server saw first: its result, or " + signal, "ignored by the client if it arrives after the cancel, or suppressed by the server if the cancel arrived first: whichever was observed first", after},
 		disconnect,
 	}
 }
