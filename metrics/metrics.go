@@ -100,7 +100,7 @@ func New(reg *prometheus.Registry, opts *Options) (*Observer, error) {
 			Help: "Requests that ended cancelled or timed out, by source: notification (notifications/cancelled), stream_close (2026 HTTP), slow_consumer, connection_closed, shutdown, idle_deadline, max_deadline, other."},
 			[]string{"source"}),
 		progress: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "progress_discarded_total",
-			Help: "Progress reports not sent as reported, by reason: not_increasing (refused), coalesced (a newer one replaced it), dropped (the client read too slowly)."},
+			Help: "Progress reports not sent as reported, by reason: not_increasing (refused), rate_limited (held back by the rate limit and replaced by a newer one), coalesced (a newer one replaced it in the outbox), dropped (the client read too slowly), after_end (reported after the request ended)."},
 			[]string{"reason"}),
 		annotations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "call_annotations_total",
 			Help: "What interceptors did with calls, by tool, kind and value: idempotency (executed, replayed, conflict, in_progress, key_missing, unkeyed, rolled_back, unavailable) and task (created, replayed, inline, refused)."},
@@ -173,9 +173,12 @@ func (m *Observer) RequestEnded(_ context.Context, rec server.RequestRecord) {
 	if rec.Outcome == server.Cancelled || rec.Outcome == server.TimedOut {
 		m.cancels.WithLabelValues(sourceOf(rec.Cause)).Inc()
 	}
-	for reason, n := range map[string]uint64{"not_increasing": rec.ProgressRefused, "coalesced": rec.ProgressCoalesced, "dropped": rec.ProgressDropped} {
-		if n > 0 {
-			m.progress.WithLabelValues(reason).Add(float64(n))
+	for _, p := range [...]struct {
+		reason string
+		n      uint64
+	}{{"not_increasing", rec.ProgressRefused}, {"rate_limited", rec.ProgressRateLimited}, {"coalesced", rec.ProgressCoalesced}, {"dropped", rec.ProgressDropped}} {
+		if p.n > 0 {
+			m.progress.WithLabelValues(p.reason).Add(float64(p.n))
 		}
 	}
 	for kind, value := range rec.Annotations {

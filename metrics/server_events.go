@@ -96,6 +96,9 @@ func (m *Observer) ObserveEvent(ev server.Event) {
 		c = m.events.keepalives
 	case server.EventSlowConsumer:
 		c = m.events.slowConsumers
+	case server.EventProgressAfterEnd:
+		m.progress.WithLabelValues("after_end").Inc()
+		return
 	default:
 		return
 	}

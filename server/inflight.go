@@ -62,6 +62,7 @@ type inflight struct {
 	lastProgress float64
 	hasProgress  bool                // a valid report was accepted
 	progressDrop uint64              // non-increasing reports refused
+	progressHeld uint64              // reports the rate limit held back and a newer one replaced
 	lastSent     time.Time           // when the last progress notification was queued
 	pending      *mcp.ProgressParams // the newest progress, held back by the rate limit
 	flushTimer   *time.Timer         // sends pending when the rate limit allows
@@ -200,7 +201,7 @@ func (r *inflight) record(rec RequestRecord) {
 	}
 	r.mu.Lock()
 	rec.Start, rec.Duration = r.start, r.ended.Sub(r.start)
-	rec.ProgressRefused = r.progressDrop
+	rec.ProgressRefused, rec.ProgressRateLimited = r.progressDrop, r.progressHeld
 	rec.ProgressCoalesced, rec.ProgressDropped = r.coalesced.Load(), r.dropped.Load()
 	if !r.ranAt.IsZero() && !r.queuedAt.IsZero() {
 		rec.Queued = r.ranAt.Sub(r.queuedAt)
@@ -265,6 +266,9 @@ func (s *Server) report(ctx context.Context, rec RequestRecord) {
 		}
 		if rec.ProgressDropped > 0 {
 			attrs = append(attrs, slog.Uint64("progress_dropped", rec.ProgressDropped))
+		}
+		if rec.ProgressRateLimited > 0 {
+			attrs = append(attrs, slog.Uint64("progress_rate_limited", rec.ProgressRateLimited))
 		}
 		s.log.LogAttrs(ctx, level, "request", attrs...)
 	}
@@ -360,10 +364,14 @@ func (r *inflight) succeed(res mcp.Result) bool {
 
 func (r *inflight) reportProgress(progress, total float64, message string) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.outcome != 0 {
+		r.mu.Unlock()
+		// The request has ended and its record is out: a tool that goes
+		// on reporting is told so here, and observers by an event.
+		r.sess.srv.ReportEvent(Event{Kind: EventProgressAfterEnd, Transport: r.sess.cfg.Transport})
 		return ErrRequestDone
 	}
+	defer r.mu.Unlock()
 	if r.hasProgress && progress <= r.lastProgress {
 		r.progressDrop++
 		return ErrProgressNotIncreasing
@@ -383,6 +391,9 @@ func (r *inflight) reportProgress(progress, total float64, message string) error
 	if wait := r.lastSent.Add(r.sess.srv.opts.ProgressInterval).Sub(now); !r.lastSent.IsZero() && wait > 0 {
 		// Too soon after the last one: keep only the newest (encoded only
 		// if it is ever sent), and send it when the interval has passed.
+		if r.pending != nil {
+			r.progressHeld++
+		}
 		r.pending = &p
 		if r.flushTimer == nil {
 			r.flushTimer = time.AfterFunc(wait, r.flushProgress)
@@ -391,6 +402,9 @@ func (r *inflight) reportProgress(progress, total float64, message string) error
 	}
 	// This one is the newest: anything held back is older and must never
 	// follow it.
+	if r.pending != nil {
+		r.progressHeld++
+	}
 	r.pending = nil
 	r.lastSent = now
 	return r.pushProgressLocked(&p)

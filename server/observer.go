@@ -128,6 +128,9 @@ const (
 	// because its client stopped reading: a write waited past its
 	// deadline (ErrSlowConsumer).
 	EventSlowConsumer
+	// EventProgressAfterEnd: a tool reported progress after its request
+	// had ended (the report is refused with ErrRequestDone).
+	EventProgressAfterEnd
 )
 
 // String returns the event's stable name, as logs and metrics use it.

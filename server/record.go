@@ -71,6 +71,10 @@ type RequestRecord struct {
 	// ProgressRefused counts progress reports dropped because they did not
 	// increase: a tool bug worth seeing.
 	ProgressRefused uint64
+	// ProgressRateLimited counts progress reports the rate limit
+	// (Options.ProgressInterval) held back and a newer report replaced
+	// before they could be sent: a fast tool's reports, thinned.
+	ProgressRateLimited uint64
 	// ProgressCoalesced and ProgressDropped count, as of the request's
 	// end, the progress and log messages of this request that a newer one
 	// replaced before the client read it, and that were dropped because
