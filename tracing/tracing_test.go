@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -301,4 +302,37 @@ func TestTaskRunSpans(t *testing.T) {
 	if a := attrs(tr.span(t, "tools/call job")); a["mcprel.task.id"] != created.TaskID || a["mcprel.task"] != "created" {
 		t.Errorf("the creating request's span: %v", a)
 	}
+}
+
+// With LogHandler, a request's log line names its trace and span: the
+// same ids the exported span has.
+func TestLogLinesNameTheirTrace(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer tp.Shutdown(context.Background())
+	obs := tracing.New(tp, nil)
+	var logs mcptest.LogBuffer
+	rec := mcptest.NewRecorder()
+	srv := mcptest.NewServer(t, rec.Hook(&server.Options{
+		Logger:    slog.New(tracing.LogHandler(slog.NewJSONHandler(&logs, nil))),
+		Observers: []server.Observer{obs},
+	}))
+	obs.Attach(srv)
+	srv.AddTool(server.Tool{Name: "echo"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{}, nil
+	})
+	c := mcptest.Stdio(t, srv, nil)
+	c.Call(1, mcp.MethodToolsCall, mcptest.Params(mcp.Modern, map[string]any{"name": "echo",
+		"_meta": map[string]any{"traceparent": "00-" + clientTrace + "-" + clientSpan + "-01"}}))
+	rec.WaitRequest(t, jsonrpc.IntID(1))
+	span := (&traced{spans: spans}).span(t, "tools/call echo")
+	for _, line := range logs.Records(t) {
+		if line["msg"] == "request" {
+			if line["trace_id"] != clientTrace || line["span_id"] != span.SpanContext().SpanID().String() {
+				t.Fatalf("the request line names trace %v span %v; want %s and the call's span %s", line["trace_id"], line["span_id"], clientTrace, span.SpanContext().SpanID())
+			}
+			return
+		}
+	}
+	t.Fatalf("no request line in %s", logs.String())
 }

@@ -146,6 +146,9 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}()
 		tracer = tracing.New(tp, nil)
 		opts.Observers = append(opts.Observers, tracer)
+		// Each request's log line names its trace and span.
+		logger = slog.New(tracing.LogHandler(logger.Handler()))
+		opts.Logger = logger
 		db.ledgerObservers = append(db.ledgerObservers, tracer)
 	}
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mcprel/mcprel/internal/otlptest"
 )
@@ -15,7 +16,7 @@ import (
 // it buffered when it is stopped.
 func TestServeExportsTraces(t *testing.T) {
 	col := otlptest.Start(t)
-	url, cmd, _ := startHTTPAt(t, "127.0.0.1:0", nil, "--otlp-endpoint", col.URL)
+	url, cmd, rest := startHTTPAt(t, "127.0.0.1:0", nil, "--otlp-endpoint", col.URL)
 	const traceID, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	call := strings.Replace(modernCall(1, "echo", `{"text":"traced"}`), `"_meta":{`,
 		`"_meta":{"traceparent":"00-`+traceID+`-`+parent+`-01",`, 1)
@@ -33,6 +34,18 @@ func TestServeExportsTraces(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "traced") {
 		t.Fatalf("call: %d %s", resp.StatusCode, b)
+	}
+	// Its request line names the trace (read before the process is
+	// stopped, while its stderr is still open).
+	for found := false; !found; {
+		select {
+		case line := <-rest:
+			if found = strings.Contains(line, "msg=request") && strings.Contains(line, "tool=echo"); found && !strings.Contains(line, "trace_id="+traceID) {
+				t.Errorf("the request line %q does not name trace %s", line, traceID)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("no request line for the call")
+		}
 	}
 	// Stopped, the server flushes its spans before it exits.
 	cmd.Process.Signal(syscall.SIGTERM)
