@@ -287,7 +287,11 @@ func (c *Client) initialize(ctx context.Context) error {
 	c.version, c.caps, c.server = res.ProtocolVersion, res.Capabilities, &res.ServerInfo
 	t := c.transport()
 	t.initialized(res.ProtocolVersion)
-	return t.notify(ctx, mcp.NotificationInitialized, nil, c.era)
+	if err := t.notify(ctx, mcp.NotificationInitialized, nil, c.era); err != nil {
+		return err
+	}
+	t.ready(ctx, c.opts.ProbeTimeout)
+	return nil
 }
 
 // Close ends the connection: a stdio server's stdin is closed, then it is
@@ -381,5 +385,9 @@ func (c *Client) handshake(ctx context.Context) error {
 	}
 	t := c.transport()
 	t.initialized(res.ProtocolVersion)
-	return t.notify(ctx, mcp.NotificationInitialized, nil, c.era)
+	if err := t.notify(ctx, mcp.NotificationInitialized, nil, c.era); err != nil {
+		return err
+	}
+	t.ready(ctx, c.opts.ProbeTimeout)
+	return nil
 }

@@ -87,14 +87,33 @@ func (t *httpTransport) sessionGone(err error) bool {
 }
 
 func (t *httpTransport) initialized(version string) {
-	ctx, cancel := context.WithCancel(context.Background())
 	t.mu.Lock()
 	t.version = version
+	t.mu.Unlock()
+}
+
+// ready opens the 2025 session's stream and returns once the server has
+// answered the GET (or after wait at the latest): a server sends what is
+// not tied to a request (an elicitation, say) on that stream, and a server
+// that finds no stream open may drop it, so the first call must not race
+// the stream's opening.
+func (t *httpTransport) ready(ctx context.Context, wait time.Duration) {
+	streamCtx, cancel := context.WithCancel(context.Background())
+	opened := make(chan struct{})
+	t.mu.Lock()
+	if t.closing != nil {
+		t.closing() // a stream of the session before a restart
+	}
 	t.closing = cancel
 	t.mu.Unlock()
-	// A 2025 server may send its requests (an elicitation inside a tool
-	// call) and responses on the session's own stream: listen to it.
-	go t.listen(ctx)
+	go t.listen(streamCtx, opened)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-opened:
+	case <-ctx.Done():
+	case <-timer.C:
+	}
 }
 
 // track registers a request in flight, so that what the server sends for
@@ -140,12 +159,17 @@ func (t *httpTransport) route(m jsonrpc.Message) {
 
 // listen keeps the 2025 session's GET stream open until the client
 // closes: server requests are answered, responses and progress routed.
+// opened is closed once the first GET has its answer.
 // A server that offers no such stream (405) is left alone; a stream that
 // ends is reopened after the server's retry delay, with Last-Event-ID.
-func (t *httpTransport) listen(ctx context.Context) {
+func (t *httpTransport) listen(ctx context.Context, opened chan<- struct{}) {
 	var cursor sseCursor
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		resp, err := t.openStream(ctx, cursor.lastID)
+		if attempt == 0 && opened != nil {
+			close(opened) // the server answered, or the first try failed
+			opened = nil
+		}
 		if errors.Is(err, errNoStream) {
 			return // no session stream here
 		}

@@ -102,6 +102,9 @@ func newStdio(cmd *exec.Cmd, in io.WriteCloser, out io.Reader, o Options, stats 
 
 func (t *stdioTransport) initialized(string) {}
 
+// ready has nothing to wait for: stdio is one stream both ways.
+func (t *stdioTransport) ready(context.Context, time.Duration) {}
+
 // write frames one message.
 func (t *stdioTransport) write(b []byte) error {
 	t.wmu.Lock()

@@ -17,8 +17,12 @@ type transport interface {
 	start(ctx context.Context, req outgoing) (*exchange, error)
 	// notify sends a notification.
 	notify(ctx context.Context, method string, params any, era mcp.Era) error
-	// initialized tells the transport the 2025 handshake chose version.
+	// initialized tells the transport the 2025 handshake chose version,
+	// before notifications/initialized (which carries it) is sent.
 	initialized(version string)
+	// ready returns once what the server sends unasked can reach the
+	// client, or after wait at the latest.
+	ready(ctx context.Context, wait time.Duration)
 	// close ends the connection, waiting up to grace at each step.
 	close(grace time.Duration) error
 }
