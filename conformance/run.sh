@@ -54,7 +54,8 @@ for scenario in initialize tools_call elicitation-sep1034-client-defaults sse-re
     echo "== client: $scenario"
     if node node_modules/conformance-2025/dist/index.js client --command "$PWD/results/client-fixture" \
         --scenario "$scenario" -o "results/client-$scenario" > "results/client-$scenario.log" 2>&1; then :; else status=1; fi
-    grep -E '^Passed|FAILURE' "results/client-$scenario.log" | sed 's/\x1b\[[0-9;]*m//g' || true
+    # A warning fails a client scenario as a failure does: show both.
+    sed 's/\x1b\[[0-9;]*m//g' "results/client-$scenario.log" | grep -E '^Passed|FAILURE|WARNING|OVERALL: FAILED' || true
 done
 
 if [ $status -ne 0 ]; then
