@@ -186,12 +186,6 @@ func isMutation(op *Operation) bool {
 	return str(op.Semantics.Kind) == "mutation" || is(op.Semantics.ExternalEffect)
 }
 
-// keyed: a mutation deduplicated by a key (required or optional).
-func keyed(op *Operation) bool {
-	k := str(op.Idempotency.Key)
-	return isMutation(op) && (k == "required" || k == "optional")
-}
-
 func storeKind(op *Operation) string { return str(op.Idempotency.Store.Kind) }
 
 // missingInputs lists the required inputs op lacks, by field path.
