@@ -1,16 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -157,60 +154,30 @@ func wireDemo(ctx context.Context, self, dbPath string, stdout io.Writer, width 
 // runDemoServer starts "mcprel serve --stdio" on dbPath, runs script
 // against it, closes its input and prints its log.
 func runDemoServer(ctx context.Context, self, dbPath string, stdout io.Writer, width int, title string, script func(*demo) error) error {
-	cmd := exec.CommandContext(ctx, self, "serve", "--stdio", "--db", dbPath)
 	var serverLog bytes.Buffer
-	cmd.Stderr = &serverLog
-	in, err := cmd.StdinPipe()
+	p, err := startStdio(ctx, self, []string{"serve", "--stdio", "--db", dbPath}, &serverLog)
 	if err != nil {
 		return err
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("demo: starting the server: %w", err)
-	}
-	d := &demo{w: stdout, in: in, frames: make(chan demoFrame, 64), width: width}
-	go d.read(out)
+	p.read()
+	d := &demo{w: stdout, p: p, width: width}
 	if title != "" {
 		d.say("%s", title)
 	}
 	err = script(d)
 	d.say("Closing stdin: the server cancels calls in flight, stops running tasks at their next checkpoint (left for the next process) and exits")
-	in.Close()
-	if werr := cmd.Wait(); err == nil && werr != nil {
+	if werr := p.stop(); err == nil && werr != nil {
 		err = fmt.Errorf("demo: server exited: %w", werr)
 	}
 	fmt.Fprintf(stdout, "\n== The server's log (stderr): one line per request, with its single outcome\n%s", serverLog.String())
 	return err
 }
 
+// demo prints every frame that crosses the pipe to a labProcess.
 type demo struct {
-	w      io.Writer
-	in     io.Writer
-	frames chan demoFrame
-	width  int
-}
-
-type demoFrame struct {
-	raw    string
-	id     json.RawMessage
-	method string
-}
-
-func (d *demo) read(r io.Reader) {
-	defer close(d.frames)
-	sc := bufio.NewScanner(r)
-	sc.Buffer(nil, 16<<20)
-	for sc.Scan() {
-		var f struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-		}
-		json.Unmarshal(sc.Bytes(), &f)
-		d.frames <- demoFrame{raw: sc.Text(), id: f.ID, method: f.Method}
-	}
+	w     io.Writer
+	p     *labProcess
+	width int
 }
 
 func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.w, "\n== "+format+"\n", args...) }
@@ -224,30 +191,24 @@ func (d *demo) show(prefix, s string) {
 
 func (d *demo) send(frame string) {
 	d.show("→", frame)
-	io.WriteString(d.in, frame+"\n")
+	d.p.send(frame)
 }
 
-// next waits for the next frame from the server.
-func (d *demo) next() (demoFrame, error) {
-	select {
-	case f, ok := <-d.frames:
-		if !ok {
-			return f, errors.New("demo: the server closed its output")
-		}
-		d.show("←", f.raw)
-		return f, nil
-	case <-time.After(10 * time.Second):
-		return demoFrame{}, errors.New("demo: no answer from the server within 10s")
+// next waits for the next frame from the server, and prints it.
+func (d *demo) next() (labFrame, error) {
+	f, err := d.p.next()
+	if err == nil {
+		d.show("←", string(f.raw))
 	}
+	return f, err
 }
 
-// until prints frames until the response with the given id (JSON text).
 // until prints frames until the response with the given id (JSON text),
 // and returns that response.
-func (d *demo) until(id string) (demoFrame, error) {
+func (d *demo) until(id string) (labFrame, error) {
 	for {
 		f, err := d.next()
-		if err != nil || string(f.id) == id && f.method == "" {
+		if err != nil || string(f.ID) == id && f.Method == "" {
 			return f, err
 		}
 	}
@@ -342,7 +303,7 @@ func (d *demo) tool(id, name, args string) error {
 			Meta              map[string]any `json:"_meta"`
 		} `json:"result"`
 	}
-	json.Unmarshal([]byte(f.raw), &resp)
+	json.Unmarshal(f.raw, &resp)
 	r := resp.Result
 	digest := ""
 	if r.IsError {

@@ -33,7 +33,7 @@ func (d *demo) taskCall(id int, method, params string) (taskState, error) {
 		Result taskState
 		Error  *struct{ Message string }
 	}
-	json.Unmarshal([]byte(f.raw), &resp)
+	json.Unmarshal(f.raw, &resp)
 	t := resp.Result
 	switch {
 	case resp.Error != nil:

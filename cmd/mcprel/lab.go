@@ -76,23 +76,20 @@ func (r Record) print(w io.Writer) {
 		width = max(width, len(f.Key))
 	}
 	for _, f := range r.Facts {
-		v := f.Value
-		if b, ok := v.([]byte); ok {
-			v = string(b)
-		}
-		fmt.Fprintf(w, "   %-*s  %v\n", width, f.Key, v)
+		fmt.Fprintf(w, "   %-*s  %v\n", width, f.Key, f.Value)
 	}
 }
 
-// labProcess is "mcprel serve --stdio --lab" as a child process, driven
-// frame by frame: the lab shows the wire, so it writes the frames itself.
-// Its JSON log is read as it is written, so the demo can wait for a
-// request's terminal state as the server recorded it.
+// labProcess is "mcprel serve --stdio" as a child process, driven frame
+// by frame: the lab shows the wire, so it writes the frames itself. The
+// lab's (startLab) reads the server's JSON log as it is written, so that
+// the demo can wait for a request's terminal state as the server recorded
+// it.
 type labProcess struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
 	out    *bufio.Reader
-	logs   *logLines
+	logs   *logLines     // startLab only
 	frames chan labFrame // once reading started
 }
 
@@ -102,7 +99,7 @@ type labFrame struct {
 	Params json.RawMessage `json:"params"`
 	Result json.RawMessage `json:"result"`
 	Error  json.RawMessage `json:"error"`
-	raw    []byte
+	raw    []byte          // the line, without its newline
 	at     time.Time
 }
 
@@ -111,10 +108,16 @@ func (f labFrame) idIs(id string) bool {
 	return f.Method == "" && string(f.ID) == fmt.Sprintf("%q", id)
 }
 
-// startLab starts the server on db with extra flags. Frames are not read
-// until read is called.
+// startLab starts "mcprel serve --stdio --lab" on db with extra flags,
+// its log read as JSON. Frames are not read until read is called.
 func startLab(ctx context.Context, self, db string, extra ...string) (*labProcess, error) {
-	args := append([]string{"serve", "--stdio", "--lab", "--db", db, "--log-format", "json"}, extra...)
+	return startStdio(ctx, self, append([]string{"serve", "--stdio", "--lab", "--db", db, "--log-format", "json"}, extra...), nil)
+}
+
+// startStdio starts this binary with args (a "serve --stdio" command
+// line). Its stderr goes to stderr, or, when that is nil, is read as a
+// JSON log into logs.
+func startStdio(ctx context.Context, self string, args []string, stderr io.Writer) (*labProcess, error) {
 	cmd := exec.CommandContext(ctx, self, args...)
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -124,15 +127,20 @@ func startLab(ctx context.Context, self, db string, extra ...string) (*labProces
 	if err != nil {
 		return nil, err
 	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
+	var logs io.Reader
+	if stderr != nil {
+		cmd.Stderr = stderr
+	} else if logs, err = cmd.StderrPipe(); err != nil {
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("demo: starting the server: %w", err)
 	}
-	p := &labProcess{cmd: cmd, in: in, out: bufio.NewReaderSize(out, 1<<16), logs: newLogLines()}
-	go p.logs.read(stderr)
+	p := &labProcess{cmd: cmd, in: in, out: bufio.NewReaderSize(out, 1<<16)}
+	if logs != nil {
+		p.logs = newLogLines()
+		go p.logs.read(logs)
+	}
 	return p, nil
 }
 
@@ -146,7 +154,7 @@ func (p *labProcess) read() {
 			if len(line) > 0 {
 				var f labFrame
 				json.Unmarshal(line, &f)
-				f.raw, f.at = line, time.Now()
+				f.raw, f.at = bytes.TrimSuffix(line, []byte("\n")), time.Now()
 				p.frames <- f
 			}
 			if err != nil {
@@ -208,17 +216,17 @@ func (p *labProcess) until(id string) ([]labFrame, error) {
 // stop closes the server's input and waits for it to exit.
 func (p *labProcess) stop() error {
 	p.in.Close()
+	// Read the pipes to their end before Wait closes them.
 	if p.frames != nil {
-		go func() {
-			for range p.frames {
-			}
-		}()
+		for range p.frames {
+		}
 	} else {
-		go io.Copy(io.Discard, p.out)
+		io.Copy(io.Discard, p.out)
 	}
-	err := p.cmd.Wait()
-	p.logs.wait()
-	return err
+	if p.logs != nil {
+		p.logs.wait()
+	}
+	return p.cmd.Wait()
 }
 
 // logLines collects a server's JSON log lines as they are written.

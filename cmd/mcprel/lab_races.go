@@ -209,12 +209,7 @@ type httpLab struct {
 
 // startHTTPLab starts an HTTP lab server on db, on a free loopback port.
 func startHTTPLab(ctx context.Context, self, db string) (*httpLab, error) {
-	return startHTTPLabAt(ctx, self, db, "127.0.0.1:0")
-}
-
-// startHTTPLabAt starts an HTTP lab server on db at addr.
-func startHTTPLabAt(ctx context.Context, self, db, addr string) (*httpLab, error) {
-	cmd := exec.CommandContext(ctx, self, "serve", "--http", addr, "--lab", "--db", db, "--log-format", "json")
+	cmd := exec.CommandContext(ctx, self, "serve", "--http", "127.0.0.1:0", "--lab", "--db", db, "--log-format", "json")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -236,8 +231,8 @@ func startHTTPLabAt(ctx context.Context, self, db, addr string) (*httpLab, error
 
 func (h *httpLab) stop() {
 	h.cmd.Process.Signal(syscall.SIGTERM)
+	h.logs.wait() // its log to the end, before Wait closes the pipe
 	h.cmd.Wait()
-	h.logs.wait()
 }
 
 // post sends one modern-era request and returns the response.
