@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/client"
-	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/mcp"
 )
 
@@ -44,18 +42,11 @@ func TestResumesWithLastEventID(t *testing.T) {
 				fmt.Fprintf(w, "id: e2\ndata: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"resumed\"}]}}\n\n", <-pending)
 				return
 			}
-			body, _ := io.ReadAll(r.Body)
-			var m struct {
-				ID     json.RawMessage `json:"id"`
-				Method string          `json:"method"`
-				Result json.RawMessage `json:"result"`
-			}
-			json.Unmarshal(body, &m)
+			m := readPosted(r)
 			w.Header().Set("Mcp-Session-Id", "s1")
 			switch {
 			case m.Method == mcp.MethodInitialize:
-				w.Header().Set("Content-Type", "application/json")
-				fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"resume","version":"1"}}}`, m.ID)
+				answerInitialize(w, m.ID, "resume")
 			case m.Method == mcp.MethodToolsCall:
 				w.Header().Set("Content-Type", "text/event-stream")
 				fmt.Fprint(w, "id: e1\nretry: 500\ndata: \n\n")
@@ -77,11 +68,7 @@ func TestResumesWithLastEventID(t *testing.T) {
 				w.WriteHeader(http.StatusNotFound)
 			}
 		})
-		network := mcptest.NewPipeNetwork()
-		hs := &http.Server{Handler: h}
-		go hs.Serve(network)
-		defer func() { hs.Close(); network.Close() }()
-		c, err := client.DialHTTP(context.Background(), "http://127.0.0.1/mcp", &client.Options{HTTPClient: network.Client(),
+		c, err := client.DialHTTP(context.Background(), "http://127.0.0.1/mcp", &client.Options{HTTPClient: servePipe(t, h),
 			OnRequest: func(ctx context.Context, method string, params json.RawMessage) (any, error) {
 				return map[string]any{"action": "accept", "content": map[string]any{}}, nil
 			}})

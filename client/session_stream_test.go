@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/client"
-	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/mcp"
 )
 
@@ -45,18 +43,11 @@ func TestFirstCallFindsTheSessionStreamOpen(t *testing.T) {
 					}
 				}
 			}
-			body, _ := io.ReadAll(r.Body)
-			var m struct {
-				ID     json.RawMessage `json:"id"`
-				Method string          `json:"method"`
-				Result json.RawMessage `json:"result"`
-			}
-			json.Unmarshal(body, &m)
+			m := readPosted(r)
 			w.Header().Set("Mcp-Session-Id", "s1")
 			switch {
 			case m.Method == mcp.MethodInitialize:
-				w.Header().Set("Content-Type", "application/json")
-				fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"standalone","version":"1"}}}`, m.ID)
+				answerInitialize(w, m.ID, "standalone")
 			case m.Method == mcp.MethodToolsCall:
 				mu.Lock()
 				events := stream
@@ -78,11 +69,7 @@ func TestFirstCallFindsTheSessionStreamOpen(t *testing.T) {
 				w.WriteHeader(http.StatusBadRequest)
 			}
 		})
-		network := mcptest.NewPipeNetwork()
-		hs := &http.Server{Handler: h}
-		go hs.Serve(network)
-		defer func() { hs.Close(); network.Close() }()
-		c, err := client.DialHTTP(context.Background(), "http://127.0.0.1/mcp", &client.Options{HTTPClient: network.Client(),
+		c, err := client.DialHTTP(context.Background(), "http://127.0.0.1/mcp", &client.Options{HTTPClient: servePipe(t, h),
 			OnRequest: func(ctx context.Context, method string, params json.RawMessage) (any, error) {
 				return map[string]any{"action": "accept", "content": map[string]any{}}, nil
 			}})
@@ -113,29 +100,19 @@ func TestSilentSessionStreamDoesNotHoldConnect(t *testing.T) {
 				<-r.Context().Done() // no headers, ever
 				return
 			}
-			body, _ := io.ReadAll(r.Body)
-			var m struct {
-				ID     json.RawMessage `json:"id"`
-				Method string          `json:"method"`
-			}
-			json.Unmarshal(body, &m)
+			m := readPosted(r)
 			w.Header().Set("Mcp-Session-Id", "s1")
 			switch {
 			case m.Method == mcp.MethodInitialize:
-				w.Header().Set("Content-Type", "application/json")
-				fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"silent","version":"1"}}}`, m.ID)
+				answerInitialize(w, m.ID, "silent")
 			case m.ID == nil:
 				w.WriteHeader(http.StatusAccepted)
 			default:
 				w.WriteHeader(http.StatusBadRequest)
 			}
 		})
-		network := mcptest.NewPipeNetwork()
-		hs := &http.Server{Handler: h}
-		go hs.Serve(network)
-		defer func() { hs.Close(); network.Close() }()
 		start := time.Now()
-		c, err := client.DialHTTP(context.Background(), "http://127.0.0.1/mcp", &client.Options{HTTPClient: network.Client(), ProbeTimeout: 2 * time.Second})
+		c, err := client.DialHTTP(context.Background(), "http://127.0.0.1/mcp", &client.Options{HTTPClient: servePipe(t, h), ProbeTimeout: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,9 +2,7 @@ package client_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -26,12 +24,7 @@ func TestExpiredSessionIsRenewed(t *testing.T) {
 			w.WriteHeader(http.StatusMethodNotAllowed)
 			return
 		}
-		body, _ := io.ReadAll(r.Body)
-		var m struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-		}
-		json.Unmarshal(body, &m)
+		m := readPosted(r)
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
@@ -39,8 +32,7 @@ func TestExpiredSessionIsRenewed(t *testing.T) {
 			sessions++
 			current = fmt.Sprint("s", sessions)
 			w.Header().Set("Mcp-Session-Id", current)
-			w.Header().Set("Content-Type", "application/json")
-			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"forgetful","version":"1"}}}`, m.ID)
+			answerInitialize(w, m.ID, "forgetful")
 		case m.ID == nil:
 			w.WriteHeader(http.StatusAccepted)
 		case r.Header.Get("Mcp-Session-Id") != current || m.Method == mcp.MethodDiscover:
