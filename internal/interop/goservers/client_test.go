@@ -1,12 +1,10 @@
 package goservers
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -30,19 +28,7 @@ func startHTTP(t *testing.T, log *mcptest.Lines, bin string, args ...string) str
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = log
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	sc := bufio.NewScanner(out)
-	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "http://") {
-		t.Fatalf("%s printed no URL", bin)
-	}
-	return sc.Text()
+	return mcptest.StartURL(t, cmd)
 }
 
 // peer is one way of reaching one peer server.

@@ -1,11 +1,9 @@
 package ts_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -44,19 +42,7 @@ func startTSServer(t *testing.T, log *mcptest.Lines) string {
 	t.Helper()
 	cmd := exec.Command("node", "ts-server.mjs", "--http")
 	cmd.Stderr = log
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	sc := bufio.NewScanner(out)
-	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "http://") {
-		t.Fatal("ts-server.mjs printed no URL")
-	}
-	return sc.Text()
+	return mcptest.StartURL(t, cmd)
 }
 
 func againstTSServer(t *testing.T, c *client.Client, log *mcptest.Lines) {
