@@ -374,24 +374,7 @@ func TestHTTPScenarioCounters(t *testing.T) {
 			}
 		})
 		gate := mcptest.NewGate(t, srv, "gate")
-		h, err := streamhttp.NewHandler(srv, &streamhttp.HandlerOptions{KeepAlive: time.Second, WriteTimeout: 2 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln := mcptest.NewPipeNetwork()
-		hs := &http.Server{Handler: h}
-		go hs.Serve(ln)
-		client := &http.Client{Transport: &http.Transport{DialContext: ln.DialContext}}
-		t.Cleanup(func() { // inside the bubble: every goroutine must end
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			h.Shutdown(ctx)
-			hs.Close()
-			ln.Close()
-			client.CloseIdleConnections()
-		})
-		c := &mcptest.HTTPClient{URL: "http://127.0.0.1/mcp", Client: client, Handler: h}
-		c.SetT(t)
+		c := mcptest.PipeHTTP(t, srv, &streamhttp.HandlerOptions{KeepAlive: time.Second, WriteTimeout: 2 * time.Second})
 		progress := map[string]any{"progressToken": "p"}
 
 		// 2026: a quiet stream gets a keepalive a second; closing it after
@@ -420,7 +403,7 @@ func TestHTTPScenarioCounters(t *testing.T) {
 		answered := make(chan struct{})
 		go func() {
 			defer close(answered)
-			if resp, err := client.Do(legacyRequest(t, c, 3, map[string]any{"name": "gate"})); err == nil {
+			if resp, err := c.Client.Do(legacyRequest(t, c, 3, map[string]any{"name": "gate"})); err == nil {
 				io.Copy(io.Discard, resp.Body) // cancelled: the connection is dropped without an answer
 				resp.Body.Close()
 			}

@@ -55,6 +55,30 @@ func HTTP(t testing.TB, srv *server.Server, opts *streamhttp.HandlerOptions) *HT
 	return &HTTPClient{t: t, URL: ts.URL, Handler: h, Client: ts.Client()}
 }
 
+// PipeHTTP is HTTP on an in-memory network, for a synctest bubble: the
+// connections, the server's goroutines and their timers all live inside
+// it. Call it inside the bubble; everything stops when the test ends.
+func PipeHTTP(t testing.TB, srv *server.Server, opts *streamhttp.HandlerOptions) *HTTPClient {
+	t.Helper()
+	h, err := streamhttp.NewHandler(srv, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := NewPipeNetwork()
+	hs := &http.Server{Handler: h}
+	go hs.Serve(ln)
+	client := &http.Client{Transport: &http.Transport{DialContext: ln.DialContext}}
+	t.Cleanup(func() { // inside the bubble: every goroutine must end
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		h.Shutdown(ctx)
+		hs.Close()
+		ln.Close()
+		client.CloseIdleConnections()
+	})
+	return &HTTPClient{t: t, URL: "http://127.0.0.1/mcp", Handler: h, Client: client}
+}
+
 // Do sends a raw POST body with the given headers (Content-Type and Accept
 // default to what MCP requires unless set).
 func (c *HTTPClient) Do(ctx context.Context, method string, body []byte, hdr map[string]string) *http.Response {

@@ -80,8 +80,7 @@ func TestKeepalivesDoNotResetIdle(t *testing.T) {
 				<-ctx.Done()
 				return nil, ctx.Err()
 			})
-		c, cleanup := pipeClient(t, srv, &streamhttp.HandlerOptions{KeepAlive: time.Second})
-		defer cleanup()
+		c := mcptest.PipeHTTP(t, srv, &streamhttp.HandlerOptions{KeepAlive: time.Second})
 		start := time.Now()
 		stream := mcptest.ReadSSE(t, c.Modern(context.Background(), 1, mcp.MethodToolsCall,
 			map[string]any{"name": "silent", "_meta": map[string]any{"progressToken": "s"}}))
@@ -94,26 +93,4 @@ func TestKeepalivesDoNotResetIdle(t *testing.T) {
 		}
 		stream.Close()
 	})
-}
-
-// pipeClient serves srv over an in-memory network inside a synctest bubble.
-func pipeClient(t *testing.T, srv *server.Server, opts *streamhttp.HandlerOptions) (*mcptest.HTTPClient, func()) {
-	h, err := streamhttp.NewHandler(srv, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := mcptest.NewPipeNetwork()
-	hs := &http.Server{Handler: h}
-	go hs.Serve(ln)
-	client := &http.Client{Transport: &http.Transport{DialContext: ln.DialContext}}
-	c := &mcptest.HTTPClient{URL: "http://127.0.0.1/mcp", Client: client, Handler: h}
-	c.SetT(t)
-	return c, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		h.Shutdown(ctx)
-		hs.Close()
-		ln.Close()
-		client.CloseIdleConnections()
-	}
 }

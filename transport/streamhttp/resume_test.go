@@ -800,9 +800,7 @@ func TestResumeLogExpires(t *testing.T) {
 		e := &resumeEnv{rec: mcptest.NewRecorder(), logs: newLogWaiter()}
 		e.srv = mcptest.NewServer(t, e.rec.Hook(&server.Options{Logger: slog.New(e.logs), ProgressInterval: time.Nanosecond}))
 		e.tool = newStepper(t, e.srv, "step")
-		var cleanup func()
-		e.c, cleanup = pipeClient(t, e.srv, &streamhttp.HandlerOptions{Resume: streamhttp.ResumeOptions{TTL: time.Minute}})
-		defer cleanup()
+		e.c = mcptest.PipeHTTP(t, e.srv, &streamhttp.HandlerOptions{Resume: streamhttp.ResumeOptions{TTL: time.Minute}})
 		e.c.Initialize(nil)
 
 		ev, prime := callStream(t, e, e.c, 1)
