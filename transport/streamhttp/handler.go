@@ -87,7 +87,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	tenant, ok := h.tenant(r)
 	if !ok {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="mcp"`)
+		unauthorized(w)
 		writeError(w, http.StatusUnauthorized, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "a valid bearer token is required"))
 		return
 	}
@@ -107,9 +107,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Guard applies the handler's Host and Origin checks to next, another
 // handler served on the same listener (metrics, say), so that it is no
-// easier to reach than the MCP endpoint; with a token, next also requires
-// it as a bearer token (compared in constant time).
-func (h *Handler) Guard(next http.Handler, token string) http.Handler {
+// easier to reach than the MCP endpoint; with tokens, next also requires
+// one of them as a bearer token (RequireBearer). The wrapping happens
+// once, here: the returned handler is safe for concurrent use and costs
+// the same on every request.
+func (h *Handler) Guard(next http.Handler, tokens ...string) http.Handler {
+	if len(tokens) > 0 {
+		next = RequireBearer(next, tokens...)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !h.opts.hostAllowed(r.Host) {
 			http.Error(w, fmt.Sprintf("host %q is not allowed", r.Host), http.StatusForbidden)
@@ -119,25 +124,45 @@ func (h *Handler) Guard(next http.Handler, token string) http.Handler {
 			http.Error(w, fmt.Sprintf("origin %q is not allowed", origin), http.StatusForbidden)
 			return
 		}
-		if token != "" {
-			next = RequireBearer(next, token)
-		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// RequireBearer lets through to next only requests that carry token as a
-// bearer token (compared in constant time); the rest get 401.
-func RequireBearer(next http.Handler, token string) http.Handler {
+// RequireBearer lets through to next only requests that carry one of
+// tokens as a bearer token; the rest get 401. Every token is compared, in
+// constant time, so that timing says nothing about which tokens exist.
+// An empty token matches nothing; with none, everything is refused.
+func RequireBearer(next http.Handler, tokens ...string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(token)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="mcprel"`)
+		got, ok := bearer(r)
+		found := false
+		for _, t := range tokens {
+			if ok && t != "" && subtle.ConstantTimeCompare([]byte(got), []byte(t)) == 1 {
+				found = true
+			}
+		}
+		if !found {
+			unauthorized(w)
 			http.Error(w, "a valid bearer token is required", http.StatusUnauthorized)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// bearer returns the request's bearer token, if it carries one.
+func bearer(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
+}
+
+// unauthorized sets the challenge of a 401 (RFC 6750), the same for the
+// endpoint and every handler guarded beside it.
+func unauthorized(w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="mcp"`)
 }
 
 // tenant authenticates the request: it returns the tenant its bearer token
@@ -147,11 +172,10 @@ func (h *Handler) tenant(r *http.Request) (string, bool) {
 	if h.opts.AuthToken == "" && len(h.opts.Tokens) == 0 {
 		return "", true
 	}
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
+	token, ok := bearer(r)
+	if !ok {
 		return "", false
 	}
-	token = strings.TrimSpace(token)
 	found, tenant := false, ""
 	// Compare against every token in constant time, so that timing says
 	// nothing about which tokens exist.

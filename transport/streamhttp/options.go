@@ -152,6 +152,21 @@ func (o *HandlerOptions) normalize() error {
 
 var loopbackHosts = []string{"localhost", "127.0.0.1", "::1"}
 
+// Credentials returns every bearer token the endpoint accepts (the
+// AuthToken and each tenant's), none when it requires no authentication:
+// what a handler beside the endpoint requires by default, so that it is
+// no easier to read than the endpoint itself.
+func (o *HandlerOptions) Credentials() []string {
+	var tokens []string
+	if o.AuthToken != "" {
+		tokens = append(tokens, o.AuthToken)
+	}
+	for t := range o.Tokens {
+		tokens = append(tokens, t)
+	}
+	return tokens
+}
+
 // hostAllowed checks the Host header against the allow-list.
 func (o *HandlerOptions) hostAllowed(hostHeader string) bool {
 	host := hostHeader
