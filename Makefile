@@ -46,11 +46,10 @@ interop-deps: $(INTEROP)/node_modules/.package-lock.json $(INSPECT)/node_modules
 $(INTEROP)/node_modules/.package-lock.json: $(INTEROP)/package.json $(INTEROP)/package-lock.json
 	cd $(INTEROP) && $(NPM) ci --no-audit --no-fund
 
-# npm install, not npm ci: the Inspector's web UI pulls in vite, whose
-# optional dependency napi-windows-process-start-time is not in the registry,
-# and npm ci refuses a lock file without it. install follows the same lock.
+# npm ci, like the others: it installs exactly the lock file and never
+# rewrites it, so a test run leaves the tracked tree as it found it.
 $(INSPECT)/node_modules/.package-lock.json: $(INSPECT)/package.json $(INSPECT)/package-lock.json
-	cd $(INSPECT) && $(NPM) install --no-audit --no-fund
+	cd $(INSPECT) && $(NPM) ci --no-audit --no-fund
 
 ## conformance: the official MCP conformance suites against the fixture
 ## server; summaries are printed, details land in conformance/results/.

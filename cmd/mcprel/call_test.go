@@ -304,3 +304,76 @@ func TestServeMetricsOnTheEndpoint(t *testing.T) {
 		t.Fatalf("--metrics-path without --http: %v %s", err, out)
 	}
 }
+
+// scrape reads url with token (none when empty) and returns the status.
+func scrape(t *testing.T, url, token string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// The metrics are never easier to read than the endpoint: without a
+// metrics token of their own they require the endpoint's tokens, on the
+// MCP listener and on a listener of their own; serving them open beside
+// an authenticated endpoint is an explicit choice that serve announces.
+func TestServeMetricsRequireTheEndpointsTokens(t *testing.T) {
+	t.Run("path beside tenant tokens", func(t *testing.T) {
+		url, _ := startHTTP(t, nil, "--token", "alice=tok-a", "--token", "bob=tok-b", "--metrics-path", "/metrics")
+		metricsURL := strings.TrimSuffix(url, "/mcp") + "/metrics"
+		for token, want := range map[string]int{"": 401, "wrong": 401, "tok-a": 200, "tok-b": 200} {
+			if code := scrape(t, metricsURL, token); code != want {
+				t.Errorf("token %q: %d, want %d", token, code, want)
+			}
+		}
+	})
+	t.Run("own listener beside the auth token", func(t *testing.T) {
+		_, _, rest := startHTTPAt(t, "127.0.0.1:0", []string{"MCPREL_AUTH_TOKEN=s3cret"}, "--metrics", "127.0.0.1:0")
+		metricsURL, ok := strings.CutPrefix(<-rest, "metrics: ")
+		if !ok {
+			t.Fatal("no metrics URL after the endpoint's")
+		}
+		for token, want := range map[string]int{"": 401, "wrong": 401, "s3cret": 200} {
+			if code := scrape(t, metricsURL, token); code != want {
+				t.Errorf("token %q: %d, want %d", token, code, want)
+			}
+		}
+	})
+	t.Run("opened on purpose", func(t *testing.T) {
+		url, _, rest := startHTTPAt(t, "127.0.0.1:0", nil, "--auth-token", "s3cret", "--metrics-path", "/metrics", "--metrics-open")
+		warned := false
+		for line := range rest {
+			if strings.Contains(line, "without authentication (--metrics-open)") {
+				warned = true
+				break
+			}
+		}
+		if !warned {
+			t.Fatal("serve did not say that the metrics are open")
+		}
+		if code := scrape(t, strings.TrimSuffix(url, "/mcp")+"/metrics", ""); code != http.StatusOK {
+			t.Fatalf("open metrics without a token: %d", code)
+		}
+	})
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--token", "a=t", "--metrics-tenants", "--metrics", "127.0.0.1:0"}, "--metrics-tenants names every tenant"},
+		{[]string{"--metrics-token", "m", "--metrics-open", "--metrics", "127.0.0.1:0"}, "choose one of --metrics-token and --metrics-open"},
+	} {
+		cmd := exec.Command(binary, append([]string{"serve", "--http", "127.0.0.1:0"}, tc.args...)...)
+		cmd.Dir = t.TempDir()
+		if out, err := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() != exitUsage || !strings.Contains(string(out), tc.want) {
+			t.Errorf("serve %q: %v %s, want exit %d saying %q", tc.args, err, out, exitUsage, tc.want)
+		}
+	}
+}

@@ -58,7 +58,8 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	db.register(fs)
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics on a listener of their own (e.g. 127.0.0.1:9464)")
 	metricsPath := fs.String("metrics-path", "", "with --http: serve Prometheus metrics at this path (e.g. /metrics) on the MCP listener, behind its Host and Origin checks")
-	metricsToken := fs.String("metrics-token", "", "require this bearer token to read the metrics (or set MCPREL_METRICS_TOKEN)")
+	metricsToken := fs.String("metrics-token", "", "require this bearer token to read the metrics (or set MCPREL_METRICS_TOKEN); without it the metrics require the endpoint's own tokens (--auth-token, --token)")
+	metricsOpen := fs.Bool("metrics-open", false, "serve the metrics without authentication even when the endpoint requires a token: anyone who can reach the listener reads them")
 	metricsTenants := fs.Bool("metrics-tenants", false, "count requests per tenant (the TENANT of each --token) in mcprel_requests_total; only worth it with few tenants")
 	lab := fs.Bool("lab", false, "also serve the lab tools that mcprel demo drives to order events with gates (lab_hold, lab_wait, lab_release, lab_tick, lab_flood, lab_task); not for production")
 	otlpEndpoint := fs.String("otlp-endpoint", "", "export a trace span per request over OTLP/HTTP to this collector URL (e.g. http://127.0.0.1:4318); the standard OTEL_EXPORTER_OTLP_* variables work too; off when neither is set")
@@ -119,6 +120,10 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return usagef("serve: --metrics-path needs --http, must start with / and differ from --path")
 	}
 	*metricsToken = cmp.Or(*metricsToken, os.Getenv("MCPREL_METRICS_TOKEN"))
+	metricsAuth, err := metricsCredentials(*metricsToken, *metricsOpen, *metricsTenants, *authToken, tokens, httpOpts)
+	if err != nil {
+		return err
+	}
 	var obs *metrics.Observer
 	if *metricsAddr != "" || *metricsPath != "" {
 		reg := prometheus.NewRegistry()
@@ -174,6 +179,10 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 	}
 	var announce []string
+	if *metricsOpen && (*metricsAddr != "" || *metricsPath != "") {
+		// Said after the endpoint's line, which scripts read first.
+		announce = append(announce, "metrics: served without authentication (--metrics-open): anyone who can reach their listener reads them")
+	}
 	if obs != nil {
 		obs.Attach(srv)
 	}
@@ -181,16 +190,16 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		tracer.Attach(srv)
 	}
 	if *metricsAddr != "" {
-		url, stop, err := serveMetrics(*metricsAddr, obs, *metricsToken, logger)
+		url, stop, err := serveMetrics(*metricsAddr, obs, metricsAuth, logger)
 		if err != nil {
 			return err
 		}
 		defer stop()
-		line := "metrics: " + url
+		announce = append([]string{"metrics: " + url}, announce...)
 		if httpOpts == nil {
-			fmt.Fprintln(stderr, line)
-		} else {
-			announce = append(announce, line)
+			for _, line := range announce {
+				fmt.Fprintln(stderr, line)
+			}
 		}
 	}
 	var taskObservers []tasks.Observer
@@ -227,7 +236,7 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		if *metricsPath != "" {
 			beside = map[string]http.Handler{*metricsPath: obs.Handler()}
 		}
-		return serveHTTP(ctx, srv, logger, stderr, *httpAddr, *path, *grace, httpOpts, connLimits, announce, beside, *metricsToken)
+		return serveHTTP(ctx, srv, logger, stderr, *httpAddr, *path, *grace, httpOpts, connLimits, announce, beside, metricsAuth)
 	}
 
 	conn := stdio.NewConn(srv, stdin, stdout, &stdio.Options{MaxMessageBytes: limits.maxMessage})
@@ -347,8 +356,9 @@ func newDemoServer(l *ledger.Ledger, opts *server.Options) (*server.Server, erro
 // announce lists lines to print right after the endpoint's (the metrics
 // URL): the endpoint stays the first line, which scripts read. beside are
 // handlers served on other paths of the same listener (metrics), behind
-// the endpoint's Host and Origin checks and, when set, token.
-func serveHTTP(ctx context.Context, srv *server.Server, logger *slog.Logger, stderr io.Writer, addr, path string, grace time.Duration, opts *streamhttp.HandlerOptions, conns *streamhttp.ListenerOptions, announce []string, beside map[string]http.Handler, token string) error {
+// the endpoint's Host and Origin checks and, when there are any, one of
+// tokens.
+func serveHTTP(ctx context.Context, srv *server.Server, logger *slog.Logger, stderr io.Writer, addr, path string, grace time.Duration, opts *streamhttp.HandlerOptions, conns *streamhttp.ListenerOptions, announce []string, beside map[string]http.Handler, tokens []string) error {
 	if len(opts.AllowedHosts) > 0 {
 		// The loopback names stay allowed beside the ones given.
 		opts.AllowedHosts = append(opts.AllowedHosts, "localhost", "127.0.0.1", "::1")
@@ -397,7 +407,7 @@ func serveHTTP(ctx context.Context, srv *server.Server, logger *slog.Logger, std
 	mux := http.NewServeMux()
 	mux.Handle(path, h)
 	for p, handler := range beside {
-		mux.Handle(p, h.Guard(handler, token))
+		mux.Handle(p, h.Guard(handler, tokens...))
 	}
 	hs := &http.Server{
 		Handler:           mux,
@@ -447,24 +457,60 @@ func endpointURL(tcp *net.TCPAddr, addr, path string) string {
 
 // serveMetrics serves the observer's metrics at /metrics on addr, on a
 // listener of its own (a stdio server has no other), and returns their
-// URL. Beyond loopback it warns: anyone who can reach it reads them.
-func serveMetrics(addr string, obs *metrics.Observer, token string, logger *slog.Logger) (string, func(), error) {
+// URL. With tokens, a scrape must carry one of them. Beyond loopback it
+// warns when there are none: anyone who can reach it reads them.
+func serveMetrics(addr string, obs *metrics.Observer, tokens []string, logger *slog.Logger) (string, func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("serve: --metrics: %w", err)
 	}
-	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
-		logger.Warn("serving metrics beyond loopback: anyone who can reach this address can read them", "addr", ln.Addr().String())
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && len(tokens) == 0 {
+		logger.Warn("serving metrics beyond loopback without a token: anyone who can reach this address can read them", "addr", ln.Addr().String())
 	}
 	mux := http.NewServeMux()
 	var handler http.Handler = obs.Handler()
-	if token != "" {
-		handler = streamhttp.RequireBearer(handler, token)
+	if len(tokens) > 0 {
+		handler = streamhttp.RequireBearer(handler, tokens...)
 	}
 	mux.Handle("/metrics", handler)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(ln)
 	return fmt.Sprintf("http://%s/metrics", ln.Addr()), func() { hs.Close() }, nil
+}
+
+// metricsCredentials returns the bearer tokens a metrics scrape needs, on
+// either listener: the metrics token when one is set; otherwise the
+// endpoint's own credentials, so that the metrics are never easier to
+// read than the tools; none when the endpoint has none, or when the
+// operator chose --metrics-open. Metrics labelled by tenant are readable
+// by every tenant's token unless they have a token of their own, so that
+// combination is refused.
+func metricsCredentials(metricsToken string, open, tenantLabels bool, authToken string, tokens []string, httpOpts *streamhttp.HandlerOptions) ([]string, error) {
+	switch {
+	case metricsToken != "" && open:
+		return nil, usagef("serve: choose one of --metrics-token and --metrics-open")
+	case metricsToken != "":
+		return []string{metricsToken}, nil
+	case tenantLabels && len(tokens) > 0:
+		return nil, usagef("serve: --metrics-tenants names every tenant in the metrics, which each tenant's token could then read: set --metrics-token")
+	case open:
+		return nil, nil
+	}
+	if httpOpts != nil {
+		return httpOpts.Credentials(), nil
+	}
+	// Over stdio the tokens authenticate nothing else, but they are still
+	// what the operator meant to require.
+	var creds []string
+	if t := cmp.Or(authToken, os.Getenv("MCPREL_AUTH_TOKEN")); t != "" {
+		creds = append(creds, t)
+	}
+	for _, t := range tokens {
+		if _, tok, ok := strings.Cut(t, "="); ok && tok != "" {
+			creds = append(creds, tok)
+		}
+	}
+	return creds, nil
 }
 
 // advertiseKeepAlive puts the SSE keepalive cadence in every tool's _meta
