@@ -190,7 +190,7 @@ func (p *labProcess) next() (labFrame, error) {
 	select {
 	case f, ok := <-p.frames:
 		if !ok {
-			return f, errors.New("demo: the server closed its output")
+			return f, p.exitCause()
 		}
 		return f, nil
 	case <-time.After(20 * time.Second):
@@ -229,12 +229,43 @@ func (p *labProcess) stop() error {
 	return p.cmd.Wait()
 }
 
-// logLines collects a server's JSON log lines as they are written.
+// exitCause says why the server closed its output: the last line it
+// wrote that was not part of its JSON log is how a failing mcprel states
+// its cause ("mcprel: store: cannot open ..."), which the demo's user
+// needs more than the bare fact that the server is gone.
+func (p *labProcess) exitCause() error {
+	if p.logs != nil {
+		p.logs.wait()
+		if last := p.logs.lastPlain(); last != "" {
+			return fmt.Errorf("demo: the server exited: %s", strings.TrimPrefix(last, "mcprel: "))
+		}
+	}
+	return errors.New("demo: the server closed its output")
+}
+
+// logLines collects a server's JSON log lines as they are written, and
+// the last few lines that were not JSON (a fatal error is printed plain).
 type logLines struct {
 	mu      sync.Mutex
 	lines   []map[string]any
+	plain   []string // the last maxPlainLines, each at most maxPlainBytes
 	changed chan struct{}
 	done    chan struct{}
+}
+
+const (
+	maxPlainLines = 8
+	maxPlainBytes = 1024
+)
+
+// lastPlain returns the last line that was not JSON, or "".
+func (l *logLines) lastPlain() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.plain) == 0 {
+		return ""
+	}
+	return l.plain[len(l.plain)-1]
 }
 
 func newLogLines() *logLines {
@@ -248,6 +279,14 @@ func (l *logLines) read(r io.Reader) {
 	for sc.Scan() {
 		var line map[string]any
 		if json.Unmarshal(sc.Bytes(), &line) != nil {
+			if text := strings.TrimSpace(sc.Text()); text != "" {
+				l.mu.Lock()
+				l.plain = append(l.plain, text[:min(len(text), maxPlainBytes)])
+				if len(l.plain) > maxPlainLines {
+					l.plain = l.plain[1:]
+				}
+				l.mu.Unlock()
+			}
 			continue
 		}
 		l.mu.Lock()

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -139,5 +140,21 @@ func TestDemoJSON(t *testing.T) {
 	}
 	if len(records) != 15 || records[0].Section != "lab" || records[0].Facts["final response"] != false {
 		t.Fatalf("records: %+v", records)
+	}
+}
+
+// When the server the demo starts cannot run, the demo says why, in the
+// server's own words, rather than only that it went away.
+func TestDemoSaysWhyTheServerExited(t *testing.T) {
+	cmd := exec.Command(binary, "demo", "--db", filepath.Join(t.TempDir(), "missing", "x.db"))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("mcprel demo with a database in a missing directory: %v, want exit 1\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "the server exited: store: cannot open the SQLite file") || !strings.Contains(stderr.String(), "does not exist") {
+		t.Errorf("the demo's error does not give the cause:\n%s", stderr.String())
 	}
 }
