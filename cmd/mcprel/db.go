@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
-
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -32,8 +32,15 @@ type dbFlags struct {
 	onCommit        func(ops int, d time.Duration)
 }
 
+// register adds the flags to fs. A read-only command gets only --db: how
+// durable a write is and how long a record is kept mean nothing to it
+// (each record carries its own expiry).
 func (f *dbFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dsn, "db", "", "the ledger's database: a SQLite file path, or a postgres:// URL shared by replicas; default $MCPREL_DB, else "+defaultDB+" (a URL with a password belongs in MCPREL_DB, not in the process list)")
+	if f.readOnly {
+		f.synchronous, f.retention = "FULL", ledger.DefaultRetention
+		return
+	}
 	fs.StringVar(&f.synchronous, "synchronous", "FULL", "SQLite durability: FULL survives power loss; NORMAL is faster and survives process crashes only")
 	fs.DurationVar(&f.retention, "retention", ledger.DefaultRetention, "how long idempotency records are kept")
 }
@@ -81,6 +88,11 @@ func (f *dbFlags) open(ctx context.Context) (*ledger.Ledger, func(), error) {
 // answer "never committed" and invite a second run of the operation.
 func ledgerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	const usageLine = "usage: mcprel ledger show --tool NAME --key KEY [--tenant T] [--db PATH|URL]"
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprintln(stdout, usageLine)
+		fmt.Fprintln(stdout, `Run "mcprel ledger show -h" for its flags.`)
+		return nil
+	}
 	if len(args) == 0 || args[0] != "show" {
 		return usagef("%s", usageLine)
 	}

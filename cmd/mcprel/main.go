@@ -47,7 +47,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = reviewCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v", "-version":
 		fmt.Fprintln(stdout, "mcprel", version)
-	case "help", "-h", "--help", "-help":
+	case "help", "-h", "--help", "-help": // isHelp
 		usage(stdout)
 	default:
 		fmt.Fprintf(stderr, "mcprel: unknown command %q\n", args[0])
@@ -94,20 +94,49 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Sprintf(format, args...)}
 }
 
-// parseFlags parses args into fs. The flag package has already printed
-// what is wrong with a bad flag, so the error carries no message of its
-// own; -h is not an error.
+// parseFlags parses args into fs. -h prints the command's flags and is
+// not an error. A bad flag is named, as the flag package words it, with a
+// pointer to -h rather than the whole flag list, which would bury the
+// one line that matters.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{}
+	if err := parseSome(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
 	}
 	return nil
+}
+
+// parseSome is parseFlags for a command that takes arguments between its
+// flags: it parses up to the first argument that is not a flag.
+func parseSome(fs *flag.FlagSet, args []string) error {
+	full := fs.Usage
+	if full == nil {
+		full = func() {
+			fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
+			fs.PrintDefaults()
+		}
+	}
+	fs.Usage = func() {}
+	defer func() { fs.Usage = full }()
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			full()
+			return err
+		}
+		return usagef("run \"mcprel %s -h\" for its flags", fs.Name())
+	}
+	return nil
+}
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "--help", "-help", "help":
+		return true
+	}
+	return false
 }
 
 func usage(w io.Writer) {

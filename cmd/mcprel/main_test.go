@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -133,6 +134,37 @@ func TestUsageErrors(t *testing.T) {
 	for _, v := range []string{"version", "--version", "-v"} {
 		if out, err := exec.Command(binary, v).Output(); err != nil || !strings.HasPrefix(string(out), "mcprel ") {
 			t.Errorf("mcprel %s = %q, %v", v, out, err)
+		}
+	}
+}
+
+// -h on every command prints its help and exits 0; a bad flag gets the
+// flag package's one line and a pointer to -h, not every flag there is;
+// a read-only command lists only the flags that mean something to it.
+func TestHelpAndBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-h"}, {"serve", "-h"}, {"call", "-h"}, {"review", "-h"}, {"demo", "-h"},
+		{"ledger", "-h"}, {"ledger", "--help"}, {"ledger", "show", "-h"},
+	} {
+		cmd := exec.Command(binary, args...)
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 0 || len(out) == 0 {
+			t.Errorf("mcprel %q: exit %d, want 0 and help:\n%s", args, code, out)
+		}
+	}
+	for _, args := range [][]string{{"serve", "--bogus"}, {"ledger", "show", "--bogus"}, {"review", "--bogus"}, {"demo", "--bogus"}} {
+		cmd := exec.Command(binary, args...)
+		out, _ := cmd.CombinedOutput()
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		want := fmt.Sprintf(`run "mcprel %s -h" for its flags`, strings.Join(args[:len(args)-1], " "))
+		if code := cmd.ProcessState.ExitCode(); code != 2 || len(lines) > 3 || !strings.Contains(string(out), want) {
+			t.Errorf("mcprel %q: exit %d, %d lines, want 2, a few lines and %q:\n%s", args, code, len(lines), want, out)
+		}
+	}
+	out, _ := exec.Command(binary, "ledger", "show", "-h").CombinedOutput()
+	for _, flag := range []string{"-retention", "-synchronous"} {
+		if strings.Contains(string(out), flag) {
+			t.Errorf("mcprel ledger show -h lists %s, which a read-only command ignores:\n%s", flag, out)
 		}
 	}
 }

@@ -48,11 +48,8 @@ is invalid or the server unreachable, 2 a mistake in the command line.
 	// The policy file may come before or after the flags.
 	var positional []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			if err == flag.ErrHelp {
-				return err
-			}
-			return usageError{}
+		if err := parseSome(fs, args); err != nil {
+			return err
 		}
 		if fs.NArg() == 0 {
 			break
