@@ -23,7 +23,14 @@ func main() {
 	}
 	// The input schema is inferred from greetArgs; arguments are validated
 	// against it before the handler runs.
-	err = server.AddTypedTool(srv, server.Tool{Name: "greet", Description: "Greets someone. Read-only; safe to retry."},
+	// Retry is what the server tells clients they may do after a call is
+	// lost: a greeting has no effects, so it may simply be made again.
+	greet := server.Tool{
+		Name:        "greet",
+		Description: "Greets someone. Read-only; safe to retry.",
+		Policy:      server.Policy{Retry: server.RetrySafe},
+	}
+	err = server.AddTypedTool(srv, greet,
 		func(ctx context.Context, req *server.CallRequest, in greetArgs) (string, error) {
 			return "Hello, " + in.Name + "!", nil
 		})
