@@ -16,6 +16,10 @@ CONF     := conformance
 ## packages (and Node 22 for the suites and the Inspector) and the Go peers
 ## (a module of their own) install on first use.
 check: vet interop-deps test fuzz conformance
+	@if [ -z "$${MCPREL_TEST_POSTGRES_URL:-}" ]; then \
+	  echo "check: passed, but MCPREL_TEST_POSTGRES_URL is unset: every PostgreSQL test was SKIPPED"; \
+	  echo "       (set it, e.g. to postgres://postgres@127.0.0.1:5432/test?sslmode=disable, to run them)"; \
+	else echo "check: passed, PostgreSQL tests included"; fi
 
 vet:
 	@unformatted=$$(gofmt -l $$(find . -name '*.go' -not -path '*/node_modules/*')); \
@@ -26,6 +30,7 @@ vet:
 	cd $(GOSERVER) && $(GO) vet ./...
 
 test:
+	@[ -n "$${MCPREL_TEST_POSTGRES_URL:-}" ] || echo "test: MCPREL_TEST_POSTGRES_URL is unset: the PostgreSQL tests will be SKIPPED"
 	MCPREL_REQUIRE_INTEROP=1 $(GO) test -race -count=1 ./...
 	cd $(GOCLIENT) && $(GO) test -race -count=1 ./...
 	cd $(GOSERVER) && $(GO) test -race -count=1 ./...
