@@ -93,11 +93,24 @@ func (c *Client) CallTool(ctx context.Context, name string, args any, o *CallOpt
 	return &res, nil
 }
 
-// ListTools returns every tool the server offers, following cursors.
+// ListTools returns every tool the server offers, following cursors, under
+// one maximum deadline for the whole listing: ctx's, or DefaultMax when
+// it has none. A server whose list runs past Options.MaxListPages pages or
+// Options.MaxListBytes bytes gets a *ListLimitError, not the client's
+// memory.
 func (c *Client) ListTools(ctx context.Context) ([]mcp.Tool, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, DefaultMax, &DeadlineError{Clock: MaxClock, After: DefaultMax})
+		defer cancel()
+	}
 	var tools []mcp.Tool
 	cursor := ""
-	for range 1000 {
+	total := 0
+	for page := 1; ; page++ {
+		if page > c.opts.MaxListPages {
+			return nil, &ListLimitError{Method: mcp.MethodToolsList, Limit: "pages", Value: int64(c.opts.MaxListPages), Option: "MaxListPages"}
+		}
 		var params map[string]any
 		if cursor != "" {
 			params = map[string]any{"cursor": cursor}
@@ -105,6 +118,9 @@ func (c *Client) ListTools(ctx context.Context) ([]mcp.Tool, error) {
 		raw, err := c.roundTrip(ctx, mcp.MethodToolsList, "", params, nil)
 		if err != nil {
 			return nil, err
+		}
+		if total += len(raw); int64(total) > c.opts.MaxListBytes {
+			return nil, &ListLimitError{Method: mcp.MethodToolsList, Limit: "bytes", Value: c.opts.MaxListBytes, Option: "MaxListBytes"}
 		}
 		var res mcp.ListToolsResult
 		if err := json.Unmarshal(raw, &res); err != nil {
@@ -116,7 +132,24 @@ func (c *Client) ListTools(ctx context.Context) ([]mcp.Tool, error) {
 		}
 		cursor = res.NextCursor
 	}
-	return nil, errors.New("client: tools/list did not end after 1000 pages")
+}
+
+// ListLimitError ends a listing that ran past the client's bound: the
+// server's list is longer than this client takes in.
+type ListLimitError struct {
+	Method string // tools/list
+	Limit  string // "pages" or "bytes"
+	Value  int64  // the bound
+	Option string // the Options field that sets it
+}
+
+func (e *ListLimitError) Error() string {
+	bound := fmt.Sprintf("%d %s", e.Value, e.Limit)
+	if e.Limit == "bytes" && e.Value >= 1<<20 {
+		bound = fmt.Sprintf("%d MiB", e.Value>>20)
+	}
+	return fmt.Sprintf("client: %s went on past %s (the client's limit, Options.%s); the server's list is longer than this client takes in",
+		e.Method, bound, e.Option)
 }
 
 // Request sends any request and returns its raw result: for methods this
@@ -145,15 +178,20 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 	if wantProgress {
 		token = "p" + strconv.FormatInt(mustInt(id), 10)
 	} else {
-		opts.Idle = opts.Max // no progress will come: the idle clock has nothing to measure
+		opts.Idle = 0 // no progress will come: the idle clock has nothing to measure
 	}
 	body, err := c.params(params, token, opts.Meta)
 	if err != nil {
 		return nil, err
 	}
 	out := outgoing{id: id, method: method, name: name, params: body, era: c.era, version: c.version, token: token}
+	// The max clock runs from before the request is sent: a server that
+	// does not read it holds the caller no longer than one that does not
+	// answer it.
+	maxCtx, stopMax := context.WithTimeoutCause(ctx, opts.Max, &DeadlineError{Clock: MaxClock, After: opts.Max})
+	defer stopMax()
 	t := c.transport()
-	ex, err := t.start(ctx, out)
+	ex, err := t.start(maxCtx, out)
 	if errors.Is(err, ErrConnectionLost) && ctx.Value(restartingKey{}) == nil {
 		// The server died before this request left: start it again (if
 		// the client restarts servers) and send it there — a request that
@@ -161,16 +199,24 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 		if t, err = c.restart(ctx, t); err == nil {
 			out.era, out.version = c.era, c.version
 			if out.params, err = c.params(params, token, opts.Meta); err == nil {
-				ex, err = t.start(ctx, out)
+				ex, err = t.start(maxCtx, out)
 			}
 		}
 	}
 	if err != nil {
+		if maxCtx.Err() != nil {
+			return nil, c.ended(ctx, maxCtx)
+		}
 		return nil, err
 	}
-	idle, max := time.NewTimer(opts.Idle), time.NewTimer(opts.Max)
+	var idleC <-chan time.Time
+	idle := time.NewTimer(max(opts.Idle, time.Nanosecond))
 	defer idle.Stop()
-	defer max.Stop()
+	if opts.Idle > 0 {
+		idleC = idle.C
+	} else {
+		idle.Stop()
+	}
 	last, seen := 0.0, false
 	report := func(p Progress) {
 		if seen && p.Progress <= last {
@@ -178,7 +224,9 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 			return
 		}
 		last, seen = p.Progress, true
-		idle.Reset(opts.Idle)
+		if opts.Idle > 0 {
+			idle.Reset(opts.Idle)
+		}
 		if opts.OnProgress != nil {
 			opts.OnProgress(p)
 		}
@@ -214,17 +262,30 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 			}
 			c.noticeRefetch(r.m.Result)
 			return r.m.Result, nil
-		case <-ctx.Done():
-			c.giveUp(ex, id, "the caller cancelled: "+context.Cause(ctx).Error(), opts.quiet)
-			return nil, &CancelledError{Cause: context.Cause(ctx)}
-		case <-idle.C:
+		case <-maxCtx.Done():
+			err := c.ended(ctx, maxCtx)
+			reason := "maximum deadline"
+			if _, ok := err.(*CancelledError); ok {
+				reason = "the caller cancelled: " + context.Cause(ctx).Error()
+			}
+			c.giveUp(ex, id, reason, opts.quiet)
+			return nil, err
+		case <-idleC:
 			c.giveUp(ex, id, "idle deadline", opts.quiet)
 			return nil, &DeadlineError{Clock: IdleClock, After: opts.Idle}
-		case <-max.C:
-			c.giveUp(ex, id, "maximum deadline", opts.quiet)
-			return nil, &DeadlineError{Clock: MaxClock, After: opts.Max}
 		}
 	}
+}
+
+// ended is the error of a call whose max context ended: its own max
+// clock, a clock the caller set in ctx with a *DeadlineError as its cause
+// (a task's whole wait, a command's listing), or the caller's cancel.
+func (c *Client) ended(ctx, maxCtx context.Context) error {
+	var de *DeadlineError
+	if errors.As(context.Cause(maxCtx), &de) {
+		return de
+	}
+	return &CancelledError{Cause: context.Cause(ctx)}
 }
 
 // giveUp tells the server the call is cancelled, as the transport and era

@@ -43,6 +43,8 @@ const (
 	DefaultMax          = 60 * time.Second
 	DefaultProbeTimeout = 5 * time.Second
 	DefaultStopGrace    = 2 * time.Second
+	DefaultMaxListPages = 100
+	DefaultMaxListBytes = 16 << 20
 )
 
 // Options configure a Client. The zero value is valid.
@@ -61,6 +63,11 @@ type Options struct {
 	// MaxMessageBytes bounds one inbound message; zero means
 	// jsonrpc.DefaultMaxMessageBytes.
 	MaxMessageBytes int
+	// MaxListPages and MaxListBytes bound one listing (ListTools): the
+	// pages followed and the bytes of their results in total; zero
+	// means DefaultMaxListPages and DefaultMaxListBytes.
+	MaxListPages int
+	MaxListBytes int64
 	// HTTPClient makes the HTTP requests; nil means a client of its own.
 	HTTPClient *http.Client
 	// Header is added to every HTTP request (an Authorization header).
@@ -161,6 +168,15 @@ type Stats struct {
 	Restarts uint64
 	// Refetches are results that carried the server's refetch flag.
 	Refetches uint64
+	// ServerRequestsRefused are requests from the server the client
+	// refused (CodeOverloaded) because it was already answering as many
+	// as it answers at once.
+	ServerRequestsRefused uint64
+	// ServerRequestsDropped are requests from the server left without
+	// an answer: past that bound over HTTP (where refusing costs a
+	// connection too), or because the server was not reading the
+	// client's answers.
+	ServerRequestsDropped uint64
 	// Reconnects are connections established again after one was lost,
 	// each counted once it works: a subscription's listen stream
 	// acknowledged again, a 2025 session renewed after the server forgot
@@ -171,13 +187,15 @@ type Stats struct {
 
 type counters struct {
 	late, refused, dropped, cancelled, resumed, restarts, refetches, reconnects atomic.Uint64
+	serverRefused, serverDropped                                                atomic.Uint64
 }
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
 	return Stats{LateResponses: c.stats.late.Load(), ProgressRefused: c.stats.refused.Load(),
 		ProgressDropped: c.stats.dropped.Load(), Cancellations: c.stats.cancelled.Load(), Resumptions: c.stats.resumed.Load(),
-		Restarts: c.stats.restarts.Load(), Refetches: c.stats.refetches.Load(), Reconnects: c.stats.reconnects.Load()}
+		Restarts: c.stats.restarts.Load(), Refetches: c.stats.refetches.Load(), Reconnects: c.stats.reconnects.Load(),
+		ServerRequestsRefused: c.stats.serverRefused.Load(), ServerRequestsDropped: c.stats.serverDropped.Load()}
 }
 
 // Era is the protocol era negotiated for the connection.
@@ -201,6 +219,12 @@ func (o *Options) fill() {
 	}
 	if o.MaxMessageBytes == 0 {
 		o.MaxMessageBytes = jsonrpc.DefaultMaxMessageBytes
+	}
+	if o.MaxListPages == 0 {
+		o.MaxListPages = DefaultMaxListPages
+	}
+	if o.MaxListBytes == 0 {
+		o.MaxListBytes = DefaultMaxListBytes
 	}
 	if o.StopGrace == 0 {
 		o.StopGrace = DefaultStopGrace
@@ -287,11 +311,20 @@ func (c *Client) initialize(ctx context.Context) error {
 	c.version, c.caps, c.server = res.ProtocolVersion, res.Capabilities, &res.ServerInfo
 	t := c.transport()
 	t.initialized(res.ProtocolVersion)
-	if err := t.notify(ctx, mcp.NotificationInitialized, nil, c.era); err != nil {
+	if err := c.notifyInitialized(ctx, t); err != nil {
 		return err
 	}
 	t.ready(ctx, c.opts.ProbeTimeout)
 	return nil
+}
+
+// notifyInitialized sends notifications/initialized under the probe's
+// timeout: a server that does not read it (or holds its POST open) does
+// not hold the connection's opening for ever.
+func (c *Client) notifyInitialized(ctx context.Context, t transport) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.ProbeTimeout)
+	defer cancel()
+	return t.notify(ctx, mcp.NotificationInitialized, nil, c.era)
 }
 
 // Close ends the connection: a stdio server's stdin is closed, then it is
@@ -385,7 +418,7 @@ func (c *Client) handshake(ctx context.Context) error {
 	}
 	t := c.transport()
 	t.initialized(res.ProtocolVersion)
-	if err := t.notify(ctx, mcp.NotificationInitialized, nil, c.era); err != nil {
+	if err := c.notifyInitialized(ctx, t); err != nil {
 		return err
 	}
 	t.ready(ctx, c.opts.ProbeTimeout)

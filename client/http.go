@@ -31,7 +31,8 @@ func DialHTTP(ctx context.Context, url string, opts *Options) (*Client, error) {
 		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
 	}
 	stats := &counters{}
-	t := &httpTransport{url: url, hc: hc, opts: o, stats: stats}
+	t := &httpTransport{url: url, hc: hc, opts: o, stats: stats,
+		answers: budget{maxN: maxServerRequests, maxBytes: maxServerRequestBytes}, cancels: make(chan struct{}, maxCancelPosts)}
 	return newClient(ctx, t, o, stats)
 }
 
@@ -56,6 +57,9 @@ type httpTransport struct {
 	hc    *http.Client
 	opts  Options
 	stats *counters
+
+	answers budget        // the server's requests being answered, each with a POST
+	cancels chan struct{} // a slot per notifications/cancelled POST in flight
 
 	mu      sync.Mutex
 	session string // the 2025 session id, once initialize gave one
@@ -268,11 +272,11 @@ func (t *httpTransport) start(ctx context.Context, req outgoing) (*exchange, err
 	ex.onCancel = func(id jsonrpc.ID, reason string) {
 		forget()
 		if req.era != mcp.Modern {
-			// 2025: disconnecting is not cancellation; say it with a POST.
+			// 2025: disconnecting is not cancellation; say it with a POST,
+			// on a goroutine of its own: a server that holds it open must
+			// not hold the caller who gave up.
 			params, _ := json.Marshal(mcp.CancelledParams{RequestID: id, Reason: reason})
-			nctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			t.post(nctx, jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params), req.era, mcp.NotificationCancelled)
-			cancel()
+			t.postCancel(jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params), req.era, id)
 		}
 		// 2026: closing the request's stream is the cancellation.
 		abort()
@@ -307,8 +311,11 @@ func (t *httpTransport) exchange(hreq *http.Request, req outgoing, ex *exchange)
 		var cursor sseCursor
 		if t.readEvents(hreq.Context(), resp.Body, req, ex, &cursor) {
 			// The stream ends after its response: read it to its end so
-			// that the connection can serve the next request.
+			// that the connection can serve the next request, but not for
+			// long: a server that keeps it open loses the connection.
+			cut := time.AfterFunc(drainWait, func() { resp.Body.Close() })
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			cut.Stop()
 			return
 		}
 		resp.Body.Close()
@@ -453,19 +460,58 @@ func (t *httpTransport) event(ctx context.Context, data []byte, req outgoing, ex
 		}
 		t.route(m)
 	case jsonrpc.KindRequest:
-		// A 2025 server asks the client something (elicitation, sampling,
-		// roots) on the request's stream; the answer is POSTed back.
-		go func() {
-			answer := serveRequest(ctx, t.opts.OnRequest, m)
-			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			if err := t.post(pctx, answer, req.era, ""); err != nil {
-				t.opts.Logger.Warn("could not answer the server's request", "method", m.Method, "err", err)
-			}
-		}()
+		t.serve(ctx, m, req.era)
 	}
 	return false
 }
+
+// serve answers a request a 2025 server sent on a stream (elicitation,
+// sampling, roots, ping) with a POST of its own, on a goroutine of its
+// own: at most maxServerRequests at a time (and maxServerRequestBytes of
+// their params), each under answerTimeout, handler and POST together.
+// Every answer costs a connection, so a request past the bound is dropped
+// and counted rather than refused: refusing would cost one too.
+func (t *httpTransport) serve(ctx context.Context, m jsonrpc.Message, era mcp.Era) {
+	size := len(m.Params)
+	if !t.answers.take(size) {
+		t.stats.serverDropped.Add(1)
+		t.opts.Logger.Debug("dropped a request from the server: too many are being answered", "method", m.Method)
+		return
+	}
+	go func() {
+		defer t.answers.give(size)
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
+		defer cancel()
+		answer := serveRequest(actx, t.opts.OnRequest, m)
+		if err := t.post(actx, answer, era, ""); err != nil {
+			t.opts.Logger.Warn("could not answer the server's request", "method", m.Method, "err", err)
+		}
+	}()
+}
+
+// postCancel POSTs a 2025 notifications/cancelled without waiting for it:
+// at most maxCancelPosts at a time, each under cancelPostTimeout. Past
+// that bound the cancellation is dropped and logged; the request's stream
+// is closed all the same.
+func (t *httpTransport) postCancel(body []byte, era mcp.Era, id jsonrpc.ID) {
+	select {
+	case t.cancels <- struct{}{}:
+	default:
+		t.opts.Logger.Warn("dropped a cancellation: too many are in flight", "id", id)
+		return
+	}
+	go func() {
+		defer func() { <-t.cancels }()
+		ctx, cancel := context.WithTimeout(context.Background(), cancelPostTimeout)
+		defer cancel()
+		if err := t.post(ctx, body, era, mcp.NotificationCancelled); err != nil {
+			t.opts.Logger.Debug("the cancellation POST failed", "id", id, "err", err)
+		}
+	}()
+}
+
+// drainWait bounds the read of a stream's rest after its response.
+const drainWait = time.Second
 
 // post sends a notification (2025 era) and reads its acknowledgement.
 func (t *httpTransport) post(ctx context.Context, body []byte, era mcp.Era, method string) error {

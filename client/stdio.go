@@ -83,7 +83,10 @@ type stdioTransport struct {
 	opts  Options
 	stats *counters
 
-	wmu sync.Mutex // serialises writes to stdin
+	w        *writer // everything written to stdin, from one goroutine
+	answers  budget  // the server's requests being answered
+	lifetime context.Context
+	stop     context.CancelFunc // ends the handlers of the server's requests
 
 	mu        sync.Mutex
 	pending   map[jsonrpc.ID]*exchange
@@ -95,7 +98,10 @@ type stdioTransport struct {
 
 func newStdio(cmd *exec.Cmd, in io.WriteCloser, out io.Reader, o Options, stats *counters) *stdioTransport {
 	t := &stdioTransport{cmd: cmd, in: in, opts: o, stats: stats,
+		answers: budget{maxN: maxServerRequests, maxBytes: maxServerRequestBytes},
 		pending: map[jsonrpc.ID]*exchange{}, byToken: map[string]*exchange{}, abandoned: map[jsonrpc.ID]bool{}}
+	t.lifetime, t.stop = context.WithCancel(context.Background())
+	t.w = newWriter(in, func(error) { t.lost() })
 	go t.read(out)
 	return t
 }
@@ -104,14 +110,6 @@ func (t *stdioTransport) initialized(string) {}
 
 // ready has nothing to wait for: stdio is one stream both ways.
 func (t *stdioTransport) ready(context.Context, time.Duration) {}
-
-// write frames one message.
-func (t *stdioTransport) write(b []byte) error {
-	t.wmu.Lock()
-	defer t.wmu.Unlock()
-	_, err := t.in.Write(append(b, '\n'))
-	return err
-}
 
 func (t *stdioTransport) start(ctx context.Context, req outgoing) (*exchange, error) {
 	ex := newExchange(t.stats)
@@ -143,15 +141,29 @@ func (t *stdioTransport) start(ctx context.Context, req outgoing) (*exchange, er
 	ex.onFinish = func() { forget(false) }
 	ex.onCancel = func(id jsonrpc.ID, reason string) {
 		forget(true)
-		// Both eras cancel a stdio request with a notification.
+		// Both eras cancel a stdio request with a notification. It is
+		// queued, never waited for: a server that stops reading must not
+		// hold the caller who gives up on it.
 		params, _ := json.Marshal(mcp.CancelledParams{RequestID: id, Reason: reason})
-		t.write(jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params))
+		if err := t.w.post(jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params), false, nil); err != nil {
+			t.opts.Logger.Warn("could not send the cancellation", "id", id, "err", err)
+		}
 	}
-	if err := t.write(jsonrpc.AppendRequest(nil, req.id, req.method, req.params)); err != nil {
+	// The request is written under ctx (the call's clocks): one that is
+	// still queued when they fire never leaves, and needs no
+	// cancellation; one on its way is the call's, which cancels it.
+	sent, err := t.w.send(ctx, jsonrpc.AppendRequest(nil, req.id, req.method, req.params))
+	switch {
+	case err == nil:
+		return ex, nil
+	case ctx.Err() != nil && sent:
+		return ex, nil // the call sees ctx ended and cancels it
+	case ctx.Err() != nil:
 		forget(false)
-		return nil, fmt.Errorf("%w: %v", ErrConnectionLost, err)
+		return nil, context.Cause(ctx)
 	}
-	return ex, nil
+	forget(false)
+	return nil, fmt.Errorf("%w: %v", ErrConnectionLost, err)
 }
 
 func (t *stdioTransport) notify(ctx context.Context, method string, params any, _ mcp.Era) error {
@@ -159,7 +171,13 @@ func (t *stdioTransport) notify(ctx context.Context, method string, params any, 
 	if err != nil {
 		return err
 	}
-	return t.write(frame)
+	if _, err := t.w.send(ctx, frame); err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return fmt.Errorf("%w: %v", ErrConnectionLost, err)
+	}
+	return nil
 }
 
 // read routes what the server writes: responses by id, progress by token;
@@ -249,9 +267,45 @@ func (t *stdioTransport) dispatch(line []byte) {
 			ex.deliverProgress(p)
 		}
 	case jsonrpc.KindRequest:
-		// Answered on its own goroutine: a handler that asks its user
-		// must not stop the reader.
-		go t.write(serveRequest(context.Background(), t.opts.OnRequest, m))
+		t.serve(m)
+	}
+}
+
+// serve answers a request of the server's without ever stopping the
+// reader: ping and what the client cannot serve at once, a handler's
+// request on a goroutine of its own, at most maxServerRequests (and
+// maxServerRequestBytes of params) at a time. Past that bound the request
+// is refused with CodeOverloaded; an answer that finds the write queue's
+// share for answers full (the server is not reading them) is dropped.
+// Both are counted.
+func (t *stdioTransport) serve(m jsonrpc.Message) {
+	if m.Method == mcp.MethodPing || t.opts.OnRequest == nil {
+		t.answer(m, serveRequest(t.lifetime, t.opts.OnRequest, m), nil)
+		return
+	}
+	size := len(m.Params)
+	if !t.answers.take(size) {
+		t.stats.serverRefused.Add(1)
+		t.answer(m, jsonrpc.AppendError(nil, m.ID, jsonrpc.NewError(mcp.CodeOverloaded,
+			"this client is already answering %d requests from this server", maxServerRequests)), nil)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(t.lifetime, answerTimeout)
+		defer cancel()
+		t.answer(m, serveRequest(ctx, t.opts.OnRequest, m), func() { t.answers.give(size) })
+	}()
+}
+
+// answer queues the answer to the server's request m; after, if set,
+// runs once it left the queue or was dropped.
+func (t *stdioTransport) answer(m jsonrpc.Message, b []byte, after func()) {
+	if err := t.w.post(b, true, after); err != nil {
+		t.stats.serverDropped.Add(1)
+		t.opts.Logger.Debug("dropped the answer to the server's request", "method", m.Method, "err", err)
+		if after != nil {
+			after()
+		}
 	}
 }
 
@@ -269,15 +323,28 @@ func (t *stdioTransport) lost() {
 
 // close ends the child the way MCP's stdio transport says: stdin closed,
 // then SIGTERM, then SIGKILL, grace apart.
+//
+// What is queued (a cancellation) is written first, but within the same
+// first grace period: a server that does not read its stdin gets no
+// longer for it.
 func (t *stdioTransport) close(grace time.Duration) error {
+	t.stop()
+	deadline := time.Now().Add(grace)
+	if !t.w.close(deadline) {
+		t.opts.Logger.Warn("the server did not read what the client wrote; closing its stdin anyway")
+	}
 	err := t.in.Close()
 	if t.cmd == nil {
 		return err // Connect: the streams are the caller's
 	}
 	done := make(chan error, 1)
 	go func() { done <- t.cmd.Wait() }()
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
-		timer := time.NewTimer(grace)
+	for i, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		wait := grace
+		if i == 0 {
+			wait = max(0, time.Until(deadline))
+		}
+		timer := time.NewTimer(wait)
 		select {
 		case err := <-done:
 			timer.Stop()

@@ -12,8 +12,9 @@ import (
 	"github.com/mcprel/mcprel/mcp"
 )
 
-// cancelWait bounds how long CallToolTask keeps polling a task after it
-// asked to cancel it, waiting for the worker to reach a checkpoint.
+// cancelWait bounds how long CallToolTask keeps polling a task after its
+// caller cancelled and it asked to cancel the task, waiting for the
+// worker to reach a checkpoint.
 const cancelWait = time.Minute
 
 // CallToolTask calls a tool asking for a durable task, and follows the
@@ -23,14 +24,35 @@ const cancelWait = time.Minute
 // that answers the call at once (no task) has its answer returned as it
 // is.
 //
+// The call's clocks (o) apply to the task as a whole. Max bounds the whole
+// wait: the creating call, every poll and the fetch of the result. Idle
+// bounds the time without news of the task: it is reset when the task's
+// status or status message changes (a checkpoint), not by a poll that
+// finds nothing new, and not by progress. When either fires, the client
+// sends tasks/cancel (under DefaultProbeTimeout's own bound), stops
+// waiting and returns a *TaskAbandonedError that wraps the
+// *DeadlineError: the task may still complete, and tasks/get reads it.
+//
+// When ctx ends the client sends tasks/cancel — an acknowledgement, not
+// the end — and keeps polling until the task is terminal (at most a
+// minute, and never past Max): a task that completed before its worker
+// saw the intent returns its result.
+//
 // In the 2026-07-28 era the client must declare the tasks extension
 // (Options.Capabilities.Extensions[mcp.ExtensionTasks]); in the
-// 2025-11-25 era the request carries params.task. When ctx ends the client
-// sends tasks/cancel — an acknowledgement, not the end — and keeps polling
-// until the task is terminal (at most a minute): a task that completed
-// before its worker saw the intent returns its result. onStatus, if not
-// nil, is told each status polled.
+// 2025-11-25 era the request carries params.task. onStatus, if not nil,
+// is told each status polled.
 func (c *Client) CallToolTask(ctx context.Context, name string, args any, o *CallOptions, onStatus func(status, message string)) (*mcp.CallToolResult, error) {
+	var opts CallOptions
+	if o != nil {
+		opts = *o
+	}
+	if opts.Idle <= 0 {
+		opts.Idle = DefaultIdle
+	}
+	if opts.Max <= 0 {
+		opts.Max = DefaultMax
+	}
 	params := map[string]any{"name": name}
 	if args != nil {
 		params["arguments"] = args
@@ -38,7 +60,11 @@ func (c *Client) CallToolTask(ctx context.Context, name string, args any, o *Cal
 	if c.era == mcp.Legacy {
 		params["task"] = map[string]any{}
 	}
-	raw, err := c.roundTrip(ctx, mcp.MethodToolsCall, name, params, o)
+	deadline := time.Now().Add(opts.Max)
+	maxErr := &DeadlineError{Clock: MaxClock, After: opts.Max}
+	callCtx, stop := context.WithDeadlineCause(ctx, deadline, maxErr)
+	defer stop()
+	raw, err := c.roundTrip(callCtx, mcp.MethodToolsCall, name, params, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -53,8 +79,42 @@ func (c *Client) CallToolTask(ctx context.Context, name string, args any, o *Cal
 	if onStatus != nil {
 		onStatus("working", "task "+id)
 	}
-	return c.followTask(ctx, id, poll, onStatus)
+	// Polling outlives the caller's cancel (to see the cancel's outcome),
+	// never the max clock.
+	pollCtx, stopPoll := context.WithDeadlineCause(context.WithoutCancel(ctx), deadline, maxErr)
+	defer stopPoll()
+	return c.followTask(ctx, pollCtx, id, poll, opts.Idle, onStatus)
 }
+
+// TaskAbandonedError ends a task call whose clock fired: the client asked
+// the server to cancel the task and stopped waiting for it. The task may
+// still be working, and may yet complete or end cancelled: tasks/get with
+// TaskID tells.
+type TaskAbandonedError struct {
+	TaskID string
+	// Status is the last status the client saw ("working",
+	// "input_required").
+	Status string
+	// CancelErr is why tasks/cancel was not acknowledged; nil when it
+	// was (an acknowledgement records the intent, it does not end the
+	// task).
+	CancelErr error
+	// Err is what ended the wait: a *DeadlineError, or a *CancelledError
+	// when the caller cancelled and the max clock fired before the task
+	// ended.
+	Err error
+}
+
+func (e *TaskAbandonedError) Error() string {
+	cancel := "the server acknowledged tasks/cancel"
+	if e.CancelErr != nil {
+		cancel = "tasks/cancel failed (" + e.CancelErr.Error() + ")"
+	}
+	return fmt.Sprintf("%v; task %s was last seen %s and %s; it may still complete: read it with tasks/get",
+		e.Err, e.TaskID, e.Status, cancel)
+}
+
+func (e *TaskAbandonedError) Unwrap() error { return e.Err }
 
 // createdTask reads a created task's id and poll interval from a
 // tools/call result, in the era's shape.
@@ -102,22 +162,44 @@ func (p polledTask) terminal() bool {
 	return p.Status == "completed" || p.Status == "failed" || p.Status == "cancelled"
 }
 
-// followTask polls the task until it is terminal, cancelling it when ctx
-// ends, and returns its outcome.
-func (c *Client) followTask(ctx context.Context, id string, poll time.Duration, onStatus func(status, message string)) (*mcp.CallToolResult, error) {
-	pollCtx := context.WithoutCancel(ctx) // polling outlives the caller's cancel
-	var cancelled error
+// followTask polls the task until it is terminal, under pollCtx (the max
+// clock) and the idle clock, cancelling it when ctx ends or a clock fires,
+// and returns its outcome.
+func (c *Client) followTask(ctx, pollCtx context.Context, id string, poll, idleAfter time.Duration, onStatus func(status, message string)) (*mcp.CallToolResult, error) {
+	var cancelled, cancelErr error
 	var giveUp <-chan time.Time
+	idle := time.NewTimer(idleAfter)
+	defer idle.Stop()
+	last := polledTask{Status: "working"}
+	abandon := func(err error) error {
+		if cancelled == nil {
+			c.stats.cancelled.Add(1)
+			cancelErr = c.cancelTask(ctx, id)
+		}
+		return &TaskAbandonedError{TaskID: id, Status: last.Status, CancelErr: cancelErr, Err: err}
+	}
 	for {
 		t, err := c.getTask(pollCtx, id)
 		if err != nil {
+			if pollCtx.Err() != nil {
+				return nil, abandon(waitEnded(pollCtx, cancelled))
+			}
 			return nil, err
 		}
+		if t.Status != last.Status || t.StatusMessage != last.StatusMessage {
+			// News of the task: a checkpoint, a change of state.
+			idle.Reset(idleAfter)
+		}
+		last = t
 		if onStatus != nil {
 			onStatus(t.Status, t.StatusMessage)
 		}
 		if t.terminal() {
-			return c.taskOutcome(pollCtx, id, t, cancelled)
+			res, err := c.taskOutcome(pollCtx, id, t, cancelled)
+			if err != nil && pollCtx.Err() != nil {
+				return nil, abandon(waitEnded(pollCtx, cancelled))
+			}
+			return res, err
 		}
 		if ms := firstSet(t.PollIntervalMs, t.PollInterval); ms > 0 {
 			poll = time.Duration(ms) * time.Millisecond
@@ -131,18 +213,46 @@ func (c *Client) followTask(ctx context.Context, id string, poll time.Duration, 
 			if cancelled == nil {
 				cancelled = context.Cause(ctx)
 				c.stats.cancelled.Add(1)
-				if _, err := c.roundTrip(pollCtx, mcp.MethodTasksCancel, id, map[string]any{"taskId": id}, nil); err != nil {
-					return nil, fmt.Errorf("client: cancelling task %s: %w", id, err)
+				if cancelErr = c.cancelTask(ctx, id); cancelErr != nil {
+					return nil, fmt.Errorf("client: cancelling task %s: %w", id, cancelErr)
 				}
 				giveUp = time.After(cancelWait)
-				ctx = pollCtx // from now on, poll until terminal
+				idle.Stop() // from now on, poll until terminal
+				ctx = context.WithoutCancel(ctx)
 			}
+		case <-pollCtx.Done():
+			timer.Stop()
+			return nil, abandon(waitEnded(pollCtx, cancelled))
+		case <-idle.C:
+			timer.Stop()
+			return nil, abandon(&DeadlineError{Clock: IdleClock, After: idleAfter})
 		case <-giveUp:
 			timer.Stop()
 			return nil, fmt.Errorf("client: task %s was asked to cancel %v ago and is still %s", id, cancelWait, t.Status)
 		case <-timer.C:
 		}
 	}
+}
+
+// waitEnded is why a task's wait ended when pollCtx did: the caller's
+// cancel, if it came first, or the max clock.
+func waitEnded(pollCtx context.Context, cancelled error) error {
+	if cancelled != nil {
+		return &CancelledError{Cause: cancelled}
+	}
+	var de *DeadlineError
+	if errors.As(context.Cause(pollCtx), &de) {
+		return de
+	}
+	return &CancelledError{Cause: context.Cause(pollCtx)}
+}
+
+// cancelTask sends tasks/cancel under a bound of its own: the clock that
+// fired has no time left to give it.
+func (c *Client) cancelTask(ctx context.Context, id string) error {
+	_, err := c.roundTrip(context.WithoutCancel(ctx), mcp.MethodTasksCancel, id, map[string]any{"taskId": id},
+		&CallOptions{Max: c.opts.ProbeTimeout})
+	return err
 }
 
 func firstSet(vs ...*int64) int64 {

@@ -57,8 +57,8 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	token := fs.String("token", "", "a bearer token to send (or set MCPREL_TOKEN)")
 	list := fs.Bool("list", false, "list the server's tools with their input schemas instead of calling one")
 	argsJSON := fs.String("args", "", "the arguments as one JSON object (instead of key=value pairs)")
-	idle := fs.Duration("idle", client.DefaultIdle, "the idle deadline: the longest the call may go without increasing progress")
-	maxD := fs.Duration("max", client.DefaultMax, "the maximum deadline: the longest the call may run, progress or not")
+	idle := fs.Duration("idle", client.DefaultIdle, "the idle deadline: the longest the call may go without increasing progress;\nwith --task, the longest the task may go without a change of its status or status message")
+	maxD := fs.Duration("max", client.DefaultMax, "the maximum deadline: the longest the call may run, progress or not (listing the tools first has a --max of its own);\nwith --task, the longest the whole wait may last: the call, every poll and the result.\nWhen a task's clock fires, tasks/cancel is sent and the task may still complete: read it with tasks/get")
 	retries := fs.Int("retries", 2, "retries after the first attempt, for calls the retry rules allow")
 	key := fs.String("idempotency-key", "", "the operation's idempotency key, sent as arguments.idempotencyKey")
 	autoKey := fs.Bool("auto-key", false, "generate an idempotency key, reused on every retry of this call")
@@ -165,15 +165,19 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		cm.Watch(c)
 		observe = cm.Observe
 	}
+	// Listing the tools (for --list, or for the arguments' types) is a
+	// request like the call: --max bounds it.
+	listCtx, stopList := context.WithTimeoutCause(ctx, *maxD, &client.DeadlineError{Clock: client.MaxClock, After: *maxD})
+	defer stopList()
 	if *list {
-		tools, err := c.ListTools(ctx)
+		tools, err := c.ListTools(listCtx)
 		if err != nil {
 			return callFailure(err)
 		}
 		return printJSON(stdout, tools)
 	}
 	name := fs.Arg(0)
-	tool, arguments, err := buildArguments(ctx, c, name, *argsJSON, fs.Args()[1:])
+	tool, arguments, err := buildArguments(listCtx, c, name, *argsJSON, fs.Args()[1:])
 	if err != nil {
 		return err
 	}

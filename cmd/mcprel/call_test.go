@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/retry"
 )
 
@@ -375,5 +376,58 @@ func TestServeMetricsRequireTheEndpointsTokens(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() != exitUsage || !strings.Contains(string(out), tc.want) {
 			t.Errorf("serve %q: %v %s, want exit %d saying %q", tc.args, err, out, exitUsage, tc.want)
 		}
+	}
+}
+
+// --max and --idle apply to --task: --max bounds the whole wait and
+// --idle the time without a change of the task's status; when either
+// fires, the call exits with that clock's status, says tasks/cancel was
+// sent, and the task (told to cancel) ends cancelled at its next
+// checkpoint.
+func TestCallTaskClocks(t *testing.T) {
+	url, _ := startHTTP(t, nil, "--lab")
+	for _, tc := range []struct {
+		gate  string
+		flags []string
+		code  int
+		clock string
+	}{
+		{"max", []string{"--max", "2s"}, exitMax, "max deadline (2s)"},
+		{"idle", []string{"--idle", "1s", "--max", "1m"}, exitIdle, "idle deadline (1s)"},
+	} {
+		t.Run(tc.gate, func(t *testing.T) {
+			args := append([]string{"--url", url, "--task"}, tc.flags...)
+			_, stderr, code := mcprelCall(t, append(args, "lab_task", "gate="+tc.gate)...)
+			if code != tc.code || !strings.Contains(stderr, tc.clock) || !strings.Contains(stderr, "acknowledged tasks/cancel") {
+				t.Fatalf("exit %d, stderr:\n%s\nwant exit %d, the %s and tasks/cancel acknowledged", code, stderr, tc.code, tc.clock)
+			}
+			_, after, ok := strings.Cut(stderr, "; task ")
+			id, _, _ := strings.Cut(after, " ")
+			if !ok || id == "" {
+				t.Fatalf("no task id in %q", stderr)
+			}
+			// Released, the task reaches its next checkpoint, which
+			// observes the cancellation intent.
+			if _, stderr, code := mcprelCall(t, "--url", url, "lab_release", "gate="+tc.gate); code != 0 {
+				t.Fatalf("lab_release: exit %d: %s", code, stderr)
+			}
+			c, err := client.DialHTTP(t.Context(), url, &client.Options{Capabilities: mcp.ClientCapabilities{
+				Extensions: map[string]json.RawMessage{mcp.ExtensionTasks: json.RawMessage(`{}`)}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			for status := ""; status != "cancelled"; {
+				raw, err := c.Request(t.Context(), mcp.MethodTasksGet, id, map[string]any{"taskId": id}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got struct{ Status string }
+				json.Unmarshal(raw, &got)
+				if status = got.Status; status != "working" && status != "cancelled" {
+					t.Fatalf("task %s ended %s; want cancelled", id, status)
+				}
+			}
+		})
 	}
 }
