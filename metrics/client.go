@@ -129,7 +129,7 @@ type clientStats struct {
 	clients map[*client.Client]bool
 	gone    client.Stats // what clients no longer watched had counted
 
-	late, cancelled, progress, resumed, reconnects, restarts, refetches *prometheus.Desc
+	late, cancelled, progress, resumed, reconnects, restarts, refetches, serverRequests *prometheus.Desc
 }
 
 func newClientStats(ns string) *clientStats {
@@ -151,6 +151,9 @@ func newClientStats(ns string) *clientStats {
 			"Stdio servers started again after they died.", nil, nil),
 		refetches: prometheus.NewDesc(name("refetches_total"),
 			"Results that carried the server's refetch flag: progress or notifications were dropped on the way.", nil, nil),
+		serverRequests: prometheus.NewDesc(name("server_requests_discarded_total"),
+			"Requests from the server the client did not handle because as many were already being answered, by reason: refused (answered with an overload error), dropped (left without an answer: the way back was full, or answering would have cost another connection).",
+			[]string{"reason"}, nil),
 	}
 }
 
@@ -182,12 +185,15 @@ func addStats(a, b client.Stats) client.Stats {
 		Restarts:        a.Restarts + b.Restarts,
 		Refetches:       a.Refetches + b.Refetches,
 		Reconnects:      a.Reconnects + b.Reconnects,
+
+		ServerRequestsRefused: a.ServerRequestsRefused + b.ServerRequestsRefused,
+		ServerRequestsDropped: a.ServerRequestsDropped + b.ServerRequestsDropped,
 	}
 }
 
 // Describe sends the descriptions of the client counters.
 func (s *clientStats) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{s.late, s.cancelled, s.progress, s.resumed, s.reconnects, s.restarts, s.refetches} {
+	for _, d := range []*prometheus.Desc{s.late, s.cancelled, s.progress, s.resumed, s.reconnects, s.restarts, s.refetches, s.serverRequests} {
 		ch <- d
 	}
 }
@@ -211,4 +217,6 @@ func (s *clientStats) Collect(ch chan<- prometheus.Metric) {
 	counter(s.reconnects, sum.Reconnects)
 	counter(s.restarts, sum.Restarts)
 	counter(s.refetches, sum.Refetches)
+	counter(s.serverRequests, sum.ServerRequestsRefused, "refused")
+	counter(s.serverRequests, sum.ServerRequestsDropped, "dropped")
 }

@@ -129,6 +129,8 @@ func clientScenario(t *testing.T, era mcp.Era) {
 		`mcprel_client_reconnects_total`:                                                            0,
 		`mcprel_client_restarts_total`:                                                              0,
 		`mcprel_client_refetches_total`:                                                             0,
+		`mcprel_client_server_requests_discarded_total{reason="refused"}`:                           0,
+		`mcprel_client_server_requests_discarded_total{reason="dropped"}`:                           0,
 	}
 	expectScrape(t, reg, want)
 	stop()
