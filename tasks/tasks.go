@@ -182,6 +182,19 @@ type Store struct {
 	maxTTL       time.Duration
 	pollInterval time.Duration
 	now          func() time.Time // time.Now; tests move it
+
+	// beforeWrite, set only by tests, runs inside a transition's write
+	// transaction after the task was read and before it is written: a
+	// test runs a competing transition there, to force the race of two
+	// transitions on one task (see export_test.go).
+	beforeWrite func(op string)
+}
+
+// barrier runs the test hook for op, if one is set.
+func (s *Store) barrier(op string) {
+	if s.beforeWrite != nil {
+		s.beforeWrite(op)
+	}
 }
 
 var migrations = []store.Migration{{
@@ -470,7 +483,7 @@ var ErrBadCursor = errors.New("tasks: invalid cursor")
 // nothing either and returns ErrTerminal with the task.
 func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (Task, error) {
 	var t Task
-	err := s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+	err := s.transition(ctx, func(tx *store.Tx) error {
 		var err error
 		t, err = scanTask(tx.QueryRow(ctx, selectTask+`WHERE id = ? AND tenant = ? AND expires_at > ?`, id, tenant, ms(s.now())))
 		if err != nil {
@@ -479,15 +492,21 @@ func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (Task, err
 		if t.Status.Terminal() {
 			return ErrTerminal
 		}
+		s.barrier("cancel")
 		now := s.now()
 		if !t.CancelRequested {
-			t.CancelRequested, t.CancelRequestedAt = true, time.UnixMilli(ms(now))
-			if _, err := tx.Exec(ctx, `UPDATE mcprel_tasks SET cancel_requested = ?, cancel_at = ? WHERE id = ?`,
-				true, ms(now), id); err != nil {
+			// Only on a task still unfinished: one that finished since it
+			// was read is reported as it ended, never as cancelled.
+			if err := applied(tx.Exec(ctx, `UPDATE mcprel_tasks SET cancel_requested = ?, cancel_at = ?
+				WHERE id = ? AND status < 3 AND NOT cancel_requested`, true, ms(now), id)); err != nil {
 				return err
 			}
+			t.CancelRequested, t.CancelRequestedAt = true, time.UnixMilli(ms(now))
 		}
 		if !t.LeaseUntil.After(now) {
+			// finishTx's guard holds the lease to the one read: a worker
+			// that renewed it meanwhile is alive and observes the intent
+			// at its next checkpoint instead.
 			return s.finishTx(ctx, tx, &t, Cancelled, "cancelled while no worker held it", nil, nil, now)
 		}
 		return nil
@@ -534,9 +553,8 @@ func (s *Store) checkpoint(ctx context.Context, id, owner string, u CheckpointUp
 		if u.Data != nil {
 			data = nullable(u.Data)
 		}
-		_, err := tx.Exec(ctx, `UPDATE mcprel_tasks SET status_message = ?, checkpoint = ?, updated_at = ?, lease_until = ? WHERE id = ?`,
-			msg, data, ms(now), ms(now.Add(s.lease)), id)
-		return err
+		return applied(tx.Exec(ctx, `UPDATE mcprel_tasks SET status_message = ?, checkpoint = ?, updated_at = ?, lease_until = ?
+			WHERE id = ?`+leaseHeld, append([]any{msg, data, ms(now), ms(now.Add(s.lease)), id}, held(t)...)...))
 	})
 }
 
@@ -549,11 +567,12 @@ func (s *Store) checkpoint(ctx context.Context, id, owner string, u CheckpointUp
 func (s *Store) atCheckpoint(ctx context.Context, id, owner string, update func(tx *store.Tx, t Task, now time.Time) error) (time.Duration, error) {
 	cancelled := false
 	var delay time.Duration
-	err := s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+	err := s.transition(ctx, func(tx *store.Tx) error {
 		t, err := s.owned(ctx, tx, id, owner)
 		if err != nil {
 			return err
 		}
+		s.barrier("checkpoint")
 		now := s.now()
 		if cancelled = t.CancelRequested; cancelled {
 			// Another process's clock may have recorded the intent.
@@ -583,6 +602,67 @@ func (s *Store) owned(ctx context.Context, tx *store.Tx, id, owner string) (Task
 	return t, nil
 }
 
+// errChanged is what a transition's guarded write finds when the task is
+// no longer as the transition read it: another transaction — a second
+// replica's, or a tasks/cancel — changed it in between. Nothing was
+// written; transition decides again from the task as it now is.
+var errChanged = errors.New("tasks: the task changed since it was read")
+
+// maxRedecide bounds how often one transition decides again. Each round
+// follows a change another transaction committed; more than a few in a
+// row means something writes the task in a loop.
+const maxRedecide = 8
+
+// transition runs step, which reads a task, decides and writes it, in one
+// write transaction, and runs it again in that transaction while its
+// write finds the task changed (errChanged).
+//
+// Every write of a transition is conditional on what step read (leaseHeld
+// and the like), so that two transitions deciding on the same row cannot
+// both commit: on PostgreSQL, at READ COMMITTED, another transaction may
+// commit between step's read and its write, and the second write then
+// matches no row. Its next read sees that commit — each statement reads
+// the latest committed row — so the loser decides again: ErrTerminal for
+// a task that finished, ErrLeaseLost for one taken over. On SQLite one
+// writer runs at a time and a guard never misses; it costs nothing there.
+func (s *Store) transition(ctx context.Context, step func(tx *store.Tx) error) error {
+	return s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+		for range maxRedecide {
+			if err := step(tx); !errors.Is(err, errChanged) {
+				return err
+			}
+		}
+		return errors.New("tasks: the task kept changing under this transition; try again")
+	})
+}
+
+// leaseHeld is the condition on a worker's write (and on any write that
+// ends a task): the task is still unfinished, in the status read, under
+// the same owner, takeover count and lease. A takeover by another process
+// changes the owner and the count; a renewal, the lease.
+const leaseHeld = ` AND status = ? AND owner = ? AND attempts = ? AND lease_until = ?`
+
+// held is leaseHeld's arguments: what t was read with.
+func held(t Task) []any {
+	return []any{int(t.Status), t.Owner, t.Attempts, ms(t.LeaseUntil)}
+}
+
+// applied checks that a guarded write changed its one row, and reports
+// errChanged when it matched none.
+func applied(res sql.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return errChanged
+	}
+	return nil
+}
+
 func nullable(b json.RawMessage) any {
 	if b == nil {
 		return nil
@@ -593,7 +673,9 @@ func nullable(b json.RawMessage) any {
 // Finish ends a task that owner holds with a terminal status: Completed
 // with its result, Failed with a JSON-RPC error object, or Cancelled. A
 // task already finished is ErrTerminal and keeps its status: the first end
-// recorded wins.
+// recorded wins. A task another process took over after owner's lease
+// expired is ErrLeaseLost: the worker that lost its lease writes nothing,
+// even when the takeover commits between Finish's read and its write.
 func (s *Store) Finish(ctx context.Context, id, owner string, status Status, message string, result, errObj json.RawMessage) error {
 	if !status.Terminal() {
 		return fmt.Errorf("tasks: %s is not a terminal status", status)
@@ -603,23 +685,26 @@ func (s *Store) Finish(ctx context.Context, id, owner string, status Status, mes
 			return errors.New("tasks: a task's result and error must be JSON of at most 8 MiB")
 		}
 	}
-	return s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+	return s.transition(ctx, func(tx *store.Tx) error {
 		t, err := s.owned(ctx, tx, id, owner)
 		if err != nil {
 			return err
 		}
+		s.barrier("finish")
 		return s.finishTx(ctx, tx, &t, status, message, result, errObj, s.now())
 	})
 }
 
-// finishTx moves t to a terminal status and releases its lease.
+// finishTx moves t to a terminal status and releases its lease, provided
+// the task is still as t was read (leaseHeld): otherwise errChanged, and
+// nothing is written.
 func (s *Store) finishTx(ctx context.Context, tx *store.Tx, t *Task, status Status, message string, result, errObj json.RawMessage, now time.Time) error {
 	if !t.Status.canMove(status) {
 		return fmt.Errorf("tasks: a %s task cannot become %s", t.Status, status)
 	}
-	_, err := tx.Exec(ctx, `UPDATE mcprel_tasks SET status = ?, status_message = ?, result = ?, error = ?,
-		updated_at = ?, owner = NULL, lease_until = NULL, input_requests = NULL WHERE id = ?`,
-		int(status), message, nullable(result), nullable(errObj), ms(now), t.ID)
+	err := applied(tx.Exec(ctx, `UPDATE mcprel_tasks SET status = ?, status_message = ?, result = ?, error = ?,
+		updated_at = ?, owner = NULL, lease_until = NULL, input_requests = NULL WHERE id = ?`+leaseHeld,
+		append([]any{int(status), message, nullable(result), nullable(errObj), ms(now), t.ID}, held(*t)...)...))
 	if err != nil {
 		return err
 	}
@@ -643,11 +728,10 @@ func (s *Store) requireInput(ctx context.Context, id, owner string, requests jso
 	if !json.Valid(requests) || len(requests) > MaxRecordBytes {
 		return 0, errors.New("tasks: input requests must be a JSON object of at most 8 MiB")
 	}
-	return s.atCheckpoint(ctx, id, owner, func(tx *store.Tx, _ Task, now time.Time) error {
-		_, err := tx.Exec(ctx, `UPDATE mcprel_tasks SET status = ?, status_message = ?, input_requests = ?,
-			updated_at = ?, lease_until = ? WHERE id = ?`,
-			int(InputRequired), message, string(requests), ms(now), ms(now.Add(s.lease)), id)
-		return err
+	return s.atCheckpoint(ctx, id, owner, func(tx *store.Tx, t Task, now time.Time) error {
+		return applied(tx.Exec(ctx, `UPDATE mcprel_tasks SET status = ?, status_message = ?, input_requests = ?,
+			updated_at = ?, lease_until = ? WHERE id = ?`+leaseHeld,
+			append([]any{int(InputRequired), message, string(requests), ms(now), ms(now.Add(s.lease)), id}, held(t)...)...))
 	})
 }
 
@@ -657,7 +741,7 @@ func (s *Store) requireInput(ctx context.Context, id, owner string, requests jso
 // every request has its answer, the task is Working again. It returns
 // ErrTerminal for a finished task.
 func (s *Store) ProvideInput(ctx context.Context, tenant, id string, responses map[string]json.RawMessage) error {
-	return s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+	return s.transition(ctx, func(tx *store.Tx) error {
 		t, err := scanTask(tx.QueryRow(ctx, selectTask+`WHERE id = ? AND tenant = ? AND expires_at > ?`, id, tenant, ms(s.now())))
 		if err != nil {
 			return err
@@ -668,6 +752,7 @@ func (s *Store) ProvideInput(ctx context.Context, tenant, id string, responses m
 		if t.Status != InputRequired {
 			return nil // nothing asked: eventually consistent, ignored
 		}
+		s.barrier("input")
 		var asked map[string]json.RawMessage
 		if err := json.Unmarshal(t.InputRequests, &asked); err != nil {
 			return fmt.Errorf("tasks: stored input requests: %w", err)
@@ -700,9 +785,12 @@ func (s *Store) ProvideInput(ctx context.Context, tenant, id string, responses m
 		if all {
 			status = Working
 		}
-		_, err = tx.Exec(ctx, `UPDATE mcprel_tasks SET input_responses = ?, status = ?, updated_at = ? WHERE id = ?`,
-			string(b), int(status), ms(s.now()), id)
-		return err
+		// Only onto the requests and answers read: a task that finished
+		// meanwhile stays finished, and an answer another replica stored
+		// meanwhile is merged on the next round, not overwritten.
+		return applied(tx.Exec(ctx, `UPDATE mcprel_tasks SET input_responses = ?, status = ?, updated_at = ?
+			WHERE id = ? AND status = ? AND COALESCE(input_requests, '') = ? AND COALESCE(input_responses, '') = ?`,
+			string(b), int(status), ms(s.now()), id, int(InputRequired), string(t.InputRequests), string(t.InputResponses)))
 	})
 }
 
@@ -751,6 +839,7 @@ func (s *Store) TakeOver(ctx context.Context, owner string, limit int) ([]Task, 
 		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 			return err
 		}
+		s.barrier("takeover")
 		for _, t := range expired {
 			res, err := tx.Exec(ctx, `UPDATE mcprel_tasks SET owner = ?, lease_until = ?, attempts = attempts + 1, updated_at = ?
 				WHERE id = ? AND status < 3 AND lease_until <= ?`, owner, ms(now.Add(s.lease)), ms(now), t.ID, ms(now))
@@ -763,7 +852,12 @@ func (s *Store) TakeOver(ctx context.Context, owner string, limit int) ([]Task, 
 				}
 				continue // another process took it first
 			}
-			t.Owner, t.LeaseUntil, t.Attempts = owner, time.UnixMilli(ms(now.Add(s.lease))), t.Attempts+1
+			// Read again what was claimed: the row may have changed
+			// between the query and the claim, and from here on this
+			// transaction holds it.
+			if t, err = scanTask(tx.QueryRow(ctx, selectTask+`WHERE id = ?`, t.ID)); err != nil {
+				return err
+			}
 			if t.CancelRequested {
 				if err := s.finishTx(ctx, tx, &t, Cancelled, "cancelled while its worker was gone", nil, nil, now); err != nil {
 					return err
