@@ -157,6 +157,11 @@ const (
 	// MaxRequestBytes bounds a task's stored request, result and
 	// checkpoint each.
 	MaxRecordBytes = 8 << 20
+	// DefaultMaxTasksPerTenant and DefaultMaxTasks bound the tasks stored
+	// at once — running or finished and kept until their TTL — for one
+	// tenant and in all.
+	DefaultMaxTasksPerTenant = 10_000
+	DefaultMaxTasks          = 100_000
 )
 
 // Options configure a Store. The zero value is valid.
@@ -172,6 +177,14 @@ type Options struct {
 	// PollInterval is what clients are told to poll at. Zero means
 	// DefaultPollInterval.
 	PollInterval time.Duration
+	// MaxTasksPerTenant and MaxTasks bound how many tasks the store keeps
+	// at once for one tenant and in all, finished ones included until
+	// they are reaped: TTLs alone bound the store only in time, and one
+	// tenant could fill it within one. Past either, Create refuses with a
+	// *FullError, which callers answer as a retryable overload. Every
+	// process sharing a store should give the same bounds. Zero means
+	// DefaultMaxTasksPerTenant and DefaultMaxTasks.
+	MaxTasksPerTenant, MaxTasks int
 }
 
 // Store keeps tasks in a database.
@@ -181,6 +194,8 @@ type Store struct {
 	defaultTTL   time.Duration
 	maxTTL       time.Duration
 	pollInterval time.Duration
+	maxTenant    int              // Options.MaxTasksPerTenant
+	maxTotal     int              // Options.MaxTasks
 	now          func() time.Time // time.Now; tests move it
 
 	// beforeWrite, set only by tests, runs inside a transition's write
@@ -249,6 +264,39 @@ var migrations = []store.Migration{{
 		CREATE INDEX mcprel_tasks_tenant ON mcprel_tasks (tenant, created_at, id);
 		CREATE INDEX mcprel_tasks_lease ON mcprel_tasks (lease_until) WHERE status < 3;
 		CREATE INDEX mcprel_tasks_expires ON mcprel_tasks (expires_at)`,
+}, {
+	// Counts of stored tasks, by tenant and in all, for the bounds in
+	// Options. CreateTx counts a task in, in its own transaction; a
+	// trigger counts every deleted task out in the deleting statement's,
+	// so that however tasks are deleted (the reaper, an operator) the
+	// counts stay exact. Existing tasks are counted here.
+	Version: 2,
+	SQLite: `CREATE TABLE mcprel_task_counts (tenant TEXT PRIMARY KEY, n INTEGER NOT NULL);
+		INSERT INTO mcprel_task_counts (tenant, n) SELECT tenant, count(*) FROM mcprel_tasks GROUP BY tenant;
+		CREATE TABLE mcprel_task_total (id INTEGER PRIMARY KEY CHECK (id = 1), n INTEGER NOT NULL);
+		INSERT INTO mcprel_task_total (id, n) SELECT 1, count(*) FROM mcprel_tasks;
+		CREATE TRIGGER mcprel_tasks_uncount AFTER DELETE ON mcprel_tasks BEGIN
+			UPDATE mcprel_task_counts SET n = n - 1 WHERE tenant = OLD.tenant;
+			UPDATE mcprel_task_total SET n = n - 1 WHERE id = 1;
+		END`,
+	// One statement-level trigger per DELETE. It takes the tenants' rows
+	// in one order and the total's last, as CreateTx does, so that
+	// concurrent deletes and creates never deadlock on the counts.
+	Postgres: `CREATE TABLE mcprel_task_counts (tenant TEXT PRIMARY KEY, n BIGINT NOT NULL);
+		INSERT INTO mcprel_task_counts (tenant, n) SELECT tenant, count(*) FROM mcprel_tasks GROUP BY tenant;
+		CREATE TABLE mcprel_task_total (id SMALLINT PRIMARY KEY CHECK (id = 1), n BIGINT NOT NULL);
+		INSERT INTO mcprel_task_total (id, n) SELECT 1, count(*) FROM mcprel_tasks;
+		CREATE FUNCTION mcprel_tasks_uncount() RETURNS trigger LANGUAGE plpgsql AS $$
+		DECLARE r RECORD;
+		BEGIN
+			FOR r IN SELECT tenant, count(*) AS k FROM gone GROUP BY tenant ORDER BY tenant LOOP
+				UPDATE mcprel_task_counts SET n = n - r.k WHERE tenant = r.tenant;
+			END LOOP;
+			UPDATE mcprel_task_total SET n = n - (SELECT count(*) FROM gone) WHERE id = 1;
+			RETURN NULL;
+		END $$;
+		CREATE TRIGGER mcprel_tasks_uncount AFTER DELETE ON mcprel_tasks
+			REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION mcprel_tasks_uncount()`,
 }}
 
 // Open prepares the tasks schema in db and returns the store. opts may be
@@ -260,6 +308,15 @@ func Open(ctx context.Context, db *store.DB, opts *Options) (*Store, error) {
 	}
 	if o.Lease < 0 || o.DefaultTTL < 0 || o.MaxTTL < 0 || o.PollInterval < 0 {
 		return nil, errors.New("tasks: Options durations must not be negative")
+	}
+	if o.MaxTasksPerTenant < 0 || o.MaxTasks < 0 {
+		return nil, errors.New("tasks: Options.MaxTasksPerTenant and MaxTasks must not be negative")
+	}
+	if o.MaxTasksPerTenant == 0 {
+		o.MaxTasksPerTenant = DefaultMaxTasksPerTenant
+	}
+	if o.MaxTasks == 0 {
+		o.MaxTasks = DefaultMaxTasks
 	}
 	if o.Lease == 0 {
 		o.Lease = DefaultLease
@@ -280,7 +337,7 @@ func Open(ctx context.Context, db *store.DB, opts *Options) (*Store, error) {
 		return nil, err
 	}
 	return &Store{db: db, lease: o.Lease, defaultTTL: o.DefaultTTL, maxTTL: o.MaxTTL,
-		pollInterval: o.PollInterval, now: time.Now}, nil
+		pollInterval: o.PollInterval, maxTenant: o.MaxTasksPerTenant, maxTotal: o.MaxTasks, now: time.Now}, nil
 }
 
 // DB returns the database the store lives in.
@@ -352,6 +409,20 @@ func (s *Store) CreateTx(ctx context.Context, tx *store.Tx, n NewTask) (Task, er
 		Request: append(json.RawMessage(nil), n.Request...), Owner: n.Owner,
 		LeaseUntil: now.Add(s.lease), Attempts: 1,
 	}
+	// Count the task in, within the bounds, in this transaction: each
+	// guarded increment is one statement that waits for a concurrent
+	// creator's increment to commit (PostgreSQL locks the counted row) and
+	// then tests the bound against it, so creators racing at the bound
+	// cannot both pass. The total is counted last, to hold the row every
+	// creator shares for the shortest time.
+	if err := applied(tx.Exec(ctx, `INSERT INTO mcprel_task_counts (tenant, n) VALUES (?, 1)
+		ON CONFLICT (tenant) DO UPDATE SET n = mcprel_task_counts.n + 1 WHERE mcprel_task_counts.n < ?`,
+		t.Tenant, s.maxTenant)); err != nil {
+		if errors.Is(err, errChanged) {
+			return Task{}, &FullError{Tenant: t.Tenant, Limit: s.maxTenant}
+		}
+		return Task{}, err
+	}
 	_, err := tx.Exec(ctx, `INSERT INTO mcprel_tasks
 		(id, tenant, tool, status, created_at, updated_at, ttl_ms, expires_at, poll_ms, request, owner, lease_until, attempts)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`,
@@ -360,7 +431,33 @@ func (s *Store) CreateTx(ctx context.Context, tx *store.Tx, n NewTask) (Task, er
 	if err != nil {
 		return Task{}, err
 	}
+	if err := applied(tx.Exec(ctx, `INSERT INTO mcprel_task_total (id, n) VALUES (1, 1)
+		ON CONFLICT (id) DO UPDATE SET n = mcprel_task_total.n + 1 WHERE mcprel_task_total.n < ?`, s.maxTotal)); err != nil {
+		if errors.Is(err, errChanged) {
+			return Task{}, &FullError{All: true, Limit: s.maxTotal}
+		}
+		return Task{}, err
+	}
+	s.barrier("create")
 	return t, nil
+}
+
+// FullError is Create's refusal when the store holds as many tasks as it
+// may: the tenant's (Options.MaxTasksPerTenant) or in all (MaxTasks).
+// Nothing was recorded. It is temporary: room comes back as finished
+// tasks pass their TTL and are reaped, so callers answer it as a
+// retryable overload.
+type FullError struct {
+	Tenant string // whose bound was reached, unless All
+	All    bool   // the bound on all tenants' tasks was reached
+	Limit  int
+}
+
+func (e *FullError) Error() string {
+	if e.All {
+		return fmt.Sprintf("tasks: the store holds %d tasks, the most it keeps (Options.MaxTasks)", e.Limit)
+	}
+	return fmt.Sprintf("tasks: the tenant has %d stored tasks, the most one tenant may keep (Options.MaxTasksPerTenant)", e.Limit)
 }
 
 const selectTask = `SELECT id, tenant, tool, status, status_message, created_at, updated_at, ttl_ms,

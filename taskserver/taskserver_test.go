@@ -16,6 +16,7 @@ import (
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/retry"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/store"
 	"github.com/mcprel/mcprel/tasks"
@@ -84,12 +85,18 @@ type env struct {
 
 func newEnv(t *testing.T, dsn string, checkpoint bool, opts *taskserver.Options) *env {
 	t.Helper()
+	return newEnvWith(t, dsn, checkpoint, opts, nil)
+}
+
+// newEnvWith is newEnv with the task store's options.
+func newEnvWith(t *testing.T, dsn string, checkpoint bool, opts *taskserver.Options, storeOpts *tasks.Options) *env {
+	t.Helper()
 	db, err := store.Open(context.Background(), dsn, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	st, err := tasks.Open(context.Background(), db, nil)
+	st, err := tasks.Open(context.Background(), db, storeOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,6 +458,39 @@ func TestCreationIsAdmitted(t *testing.T) {
 	}
 	close(e.job.step)
 	close(e.job.finish)
+}
+
+// When the task store holds as many of a client's tasks as it may, a
+// creation — keyed or not — is refused with the retryable overload a
+// client retries later, naming the bound, and nothing is recorded.
+func TestCreationRefusedWhenTheStoreIsFull(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		e := newEnvWith(t, dsn, false, nil, &tasks.Options{MaxTasksPerTenant: 2})
+		c := mcptest.Stdio(t, e.srv, nil)
+		for id := int64(1); id <= 2; id++ {
+			if f := c.Call(id, mcp.MethodToolsCall, modern(map[string]any{"name": "job"})); f.Error != nil {
+				t.Fatal(f.Raw)
+			}
+		}
+		for id, args := range map[int64]map[string]any{3: nil, 4: {"idempotencyKey": "k-full"}} {
+			f := c.Call(id, mcp.MethodToolsCall, modern(map[string]any{"name": "job", "arguments": args}))
+			if f.Error == nil || f.Error.Code != mcp.CodeOverloaded || !strings.Contains(f.Error.Message, "at most 2 tasks per client") {
+				t.Fatalf("a third task past a bound of 2 (arguments %v) = %s", args, f.Raw)
+			}
+			if got := retry.Classify(f.Error); got.Kind != retry.Overloaded || got.RetryAfter <= 0 {
+				t.Fatalf("a client classifies the refusal as %v after %v, want overloaded with a retry-after", got.Kind, got.RetryAfter)
+			}
+			if a := e.rec.WaitRequest(t, jsonrpc.IntID(id)).Annotations; a[taskserver.AnnotationKey] != taskserver.Refused {
+				t.Errorf("request %d annotated %v, want refused", id, a)
+			}
+		}
+		list, _, err := e.store.List(context.Background(), "", "", 10)
+		if err != nil || len(list) != 2 {
+			t.Fatalf("%d tasks recorded (%v), want 2", len(list), err)
+		}
+		close(e.job.step)
+		close(e.job.finish)
+	})
 }
 
 // expireLeases makes every lease in the store lapse, as when the process
