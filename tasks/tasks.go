@@ -34,6 +34,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -377,6 +378,26 @@ func newID() string {
 	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
 }
 
+// idLength is the length of a task id: 128 bits in unpadded base32.
+const idLength = 26
+
+// ValidID reports whether id has the shape of the ids this package issues
+// (newID): 26 characters of lowercase base32. Anything else names no task,
+// and the store answers ErrNotFound for it without asking the database:
+// text a database cannot hold (PostgreSQL refuses a NUL) must never turn
+// a lookup into a storage failure.
+func ValidID(id string) bool {
+	if len(id) != idLength {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; (c < 'a' || c > 'z') && (c < '2' || c > '7') {
+			return false
+		}
+	}
+	return true
+}
+
 // Create records a new working task, durably: when it returns, Get finds
 // it from any process sharing the store.
 func (s *Store) Create(ctx context.Context, n NewTask) (Task, error) {
@@ -513,6 +534,9 @@ func ms(t time.Time) int64 { return t.UnixMilli() }
 // Get returns the tenant's task. A task of another tenant, and one whose
 // TTL has passed, is ErrNotFound.
 func (s *Store) Get(ctx context.Context, tenant, id string) (Task, error) {
+	if !ValidID(id) {
+		return Task{}, ErrNotFound
+	}
 	t, err := scanTask(s.db.QueryRow(ctx, selectTask+`WHERE id = ? AND tenant = ? AND expires_at > ?`,
 		id, tenant, ms(s.now())))
 	return t, err
@@ -532,9 +556,9 @@ func (s *Store) List(ctx context.Context, tenant, cursor string, limit int) ([]T
 		c, id, ok := strings.Cut(cursor, ".")
 		var err error
 		if ok {
-			_, err = fmt.Sscan(c, &afterCreated)
+			afterCreated, err = strconv.ParseInt(c, 10, 64)
 		}
-		if !ok || err != nil || id == "" {
+		if !ok || err != nil || afterCreated < 0 || !ValidID(id) {
 			return nil, "", ErrBadCursor
 		}
 		afterID = id
@@ -579,6 +603,9 @@ var ErrBadCursor = errors.New("tasks: invalid cursor")
 // come. Recording it again changes nothing; on a finished task it changes
 // nothing either and returns ErrTerminal with the task.
 func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (Task, error) {
+	if !ValidID(id) {
+		return Task{}, ErrNotFound
+	}
 	var t Task
 	err := s.transition(ctx, func(tx *store.Tx) error {
 		var err error
@@ -838,6 +865,9 @@ func (s *Store) requireInput(ctx context.Context, id, owner string, requests jso
 // every request has its answer, the task is Working again. It returns
 // ErrTerminal for a finished task.
 func (s *Store) ProvideInput(ctx context.Context, tenant, id string, responses map[string]json.RawMessage) error {
+	if !ValidID(id) {
+		return ErrNotFound
+	}
 	return s.transition(ctx, func(tx *store.Tx) error {
 		t, err := scanTask(tx.QueryRow(ctx, selectTask+`WHERE id = ? AND tenant = ? AND expires_at > ?`, id, tenant, ms(s.now())))
 		if err != nil {

@@ -493,6 +493,46 @@ func TestCreationRefusedWhenTheStoreIsFull(t *testing.T) {
 	})
 }
 
+// A task id or a cursor no store could hold — a NUL, far too long — is
+// invalid params on every store, with words that say what is wrong, and
+// never reaches the database (PostgreSQL refuses a NUL in text).
+func TestMalformedIDsAndCursors(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		e := newEnv(t, dsn, false, nil)
+		modernC := mcptest.Stdio(t, e.srv, nil)
+		legacyC := mcptest.Stdio(t, e.srv, nil)
+		legacyC.Initialize(mcp.Version20251125)
+		long := strings.Repeat("a", 4096)
+		check := func(what string, f mcptest.Frame, words string) {
+			t.Helper()
+			if f.Error == nil || f.Error.Code != jsonrpc.CodeInvalidParams || !strings.Contains(f.Error.Message, words) {
+				t.Errorf("%s = %s; want -32602 saying %q", what, f.Raw, words)
+			}
+		}
+		id := int64(1)
+		for _, bad := range []struct{ id, words string }{{"ab\x00cd", "control character"}, {long, "4096 bytes"}} {
+			for _, m := range []string{mcp.MethodTasksGet, mcp.MethodTasksCancel} {
+				check("modern "+m, modernC.Call(id, m, modern(map[string]any{"taskId": bad.id})), bad.words)
+				id++
+			}
+			check("tasks/update", modernC.Call(id, mcp.MethodTasksUpdate, modern(map[string]any{"taskId": bad.id, "inputResponses": map[string]any{}})), bad.words)
+			id++
+			for _, m := range []string{mcp.MethodTasksGet, mcp.MethodTasksCancel, mcp.MethodTasksResult} {
+				check("legacy "+m, legacyC.Call(id, m, map[string]any{"taskId": bad.id}), bad.words)
+				id++
+			}
+		}
+		for _, cursor := range []string{"1.ab\x00cd", "\x00", long, "1.nope", "garbage"} {
+			check("tasks/list", legacyC.Call(id, mcp.MethodTasksList, map[string]any{"cursor": cursor}), "cursor")
+			id++
+		}
+		// A well-formed id that names no task is still unknown, as before.
+		if f := legacyC.Call(id, mcp.MethodTasksGet, map[string]any{"taskId": "nope"}); f.Error == nil || !strings.Contains(f.Error.Message, `unknown task "nope"`) {
+			t.Errorf("an unknown id = %s", f.Raw)
+		}
+	})
+}
+
 // expireLeases makes every lease in the store lapse, as when the process
 // holding them died: the clock does not have to move.
 func expireLeases(t *testing.T, st *tasks.Store) {
