@@ -35,8 +35,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/mcprel/mcprel/store"
 )
@@ -153,6 +155,12 @@ var (
 	// took the key over; this claim's result is not stored.
 	ErrLeaseLost = errors.New("ledger: the claim's lease expired and the key was taken over")
 )
+
+// storable reports whether s is text every store can hold: valid UTF-8
+// without a NUL.
+func storable(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
 
 // ValidKey reports whether key is acceptable: 1 to MaxKeyLength bytes, no
 // control characters.
@@ -462,6 +470,14 @@ func replay(rec *Record) Result {
 func (l *Ledger) Lookup(ctx context.Context, tenant, tool, key string) (_ Record, err error) {
 	ctx, end := l.observe(ctx, "lookup")
 	defer func() { end(err) }()
+	// Reached from the wire (a reconciling tool): text no record can
+	// hold is answered here, not with PostgreSQL's refusal of a NUL.
+	if !ValidKey(key) {
+		return Record{}, ErrInvalidKey
+	}
+	if !storable(tenant) || !storable(tool) {
+		return Record{}, ErrNotFound
+	}
 	rec, err := scanRecord(l.db.QueryRow(ctx, selectRecord+keyIs, tenant, tool, key))
 	if err != nil {
 		return Record{}, err

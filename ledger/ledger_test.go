@@ -426,3 +426,22 @@ func TestZeroStateIsUnknown(t *testing.T) {
 		t.Fatalf("State(0) = %q, want unknown", got)
 	}
 }
+
+// A lookup by a key, tool or tenant no record can hold (a NUL, which
+// PostgreSQL refuses in text) is answered on every store without asking
+// the database: an invalid key is ErrInvalidKey, the rest not found —
+// never a storage failure.
+func TestLookupOfTextNoStoreHolds(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		l := open(t, dsn, nil)
+		if _, err := l.Lookup(ctx, "acme", "pay", "k\x00"); !errors.Is(err, ledger.ErrInvalidKey) {
+			t.Errorf("a NUL in the key = %v, want ErrInvalidKey", err)
+		}
+		for _, scope := range [][2]string{{"acme", "pay\x00"}, {"ac\x00me", "pay"}, {"acme", "\xff"}} {
+			if _, err := l.Lookup(ctx, scope[0], scope[1], "k-1"); !errors.Is(err, ledger.ErrNotFound) {
+				t.Errorf("Lookup(%q, %q) = %v, want ErrNotFound", scope[0], scope[1], err)
+			}
+		}
+	})
+}

@@ -34,6 +34,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -157,6 +158,11 @@ const (
 	// MaxRequestBytes bounds a task's stored request, result and
 	// checkpoint each.
 	MaxRecordBytes = 8 << 20
+	// DefaultMaxTasksPerTenant and DefaultMaxTasks bound the tasks stored
+	// at once — running or finished and kept until their TTL — for one
+	// tenant and in all.
+	DefaultMaxTasksPerTenant = 10_000
+	DefaultMaxTasks          = 100_000
 )
 
 // Options configure a Store. The zero value is valid.
@@ -172,6 +178,14 @@ type Options struct {
 	// PollInterval is what clients are told to poll at. Zero means
 	// DefaultPollInterval.
 	PollInterval time.Duration
+	// MaxTasksPerTenant and MaxTasks bound how many tasks the store keeps
+	// at once for one tenant and in all, finished ones included until
+	// they are reaped: TTLs alone bound the store only in time, and one
+	// tenant could fill it within one. Past either, Create refuses with a
+	// *FullError, which callers answer as a retryable overload. Every
+	// process sharing a store should give the same bounds. Zero means
+	// DefaultMaxTasksPerTenant and DefaultMaxTasks.
+	MaxTasksPerTenant, MaxTasks int
 }
 
 // Store keeps tasks in a database.
@@ -181,7 +195,22 @@ type Store struct {
 	defaultTTL   time.Duration
 	maxTTL       time.Duration
 	pollInterval time.Duration
+	maxTenant    int              // Options.MaxTasksPerTenant
+	maxTotal     int              // Options.MaxTasks
 	now          func() time.Time // time.Now; tests move it
+
+	// beforeWrite, set only by tests, runs inside a transition's write
+	// transaction after the task was read and before it is written: a
+	// test runs a competing transition there, to force the race of two
+	// transitions on one task (see export_test.go).
+	beforeWrite func(op string)
+}
+
+// barrier runs the test hook for op, if one is set.
+func (s *Store) barrier(op string) {
+	if s.beforeWrite != nil {
+		s.beforeWrite(op)
+	}
 }
 
 var migrations = []store.Migration{{
@@ -236,6 +265,39 @@ var migrations = []store.Migration{{
 		CREATE INDEX mcprel_tasks_tenant ON mcprel_tasks (tenant, created_at, id);
 		CREATE INDEX mcprel_tasks_lease ON mcprel_tasks (lease_until) WHERE status < 3;
 		CREATE INDEX mcprel_tasks_expires ON mcprel_tasks (expires_at)`,
+}, {
+	// Counts of stored tasks, by tenant and in all, for the bounds in
+	// Options. CreateTx counts a task in, in its own transaction; a
+	// trigger counts every deleted task out in the deleting statement's,
+	// so that however tasks are deleted (the reaper, an operator) the
+	// counts stay exact. Existing tasks are counted here.
+	Version: 2,
+	SQLite: `CREATE TABLE mcprel_task_counts (tenant TEXT PRIMARY KEY, n INTEGER NOT NULL);
+		INSERT INTO mcprel_task_counts (tenant, n) SELECT tenant, count(*) FROM mcprel_tasks GROUP BY tenant;
+		CREATE TABLE mcprel_task_total (id INTEGER PRIMARY KEY CHECK (id = 1), n INTEGER NOT NULL);
+		INSERT INTO mcprel_task_total (id, n) SELECT 1, count(*) FROM mcprel_tasks;
+		CREATE TRIGGER mcprel_tasks_uncount AFTER DELETE ON mcprel_tasks BEGIN
+			UPDATE mcprel_task_counts SET n = n - 1 WHERE tenant = OLD.tenant;
+			UPDATE mcprel_task_total SET n = n - 1 WHERE id = 1;
+		END`,
+	// One statement-level trigger per DELETE. It takes the tenants' rows
+	// in one order and the total's last, as CreateTx does, so that
+	// concurrent deletes and creates never deadlock on the counts.
+	Postgres: `CREATE TABLE mcprel_task_counts (tenant TEXT PRIMARY KEY, n BIGINT NOT NULL);
+		INSERT INTO mcprel_task_counts (tenant, n) SELECT tenant, count(*) FROM mcprel_tasks GROUP BY tenant;
+		CREATE TABLE mcprel_task_total (id SMALLINT PRIMARY KEY CHECK (id = 1), n BIGINT NOT NULL);
+		INSERT INTO mcprel_task_total (id, n) SELECT 1, count(*) FROM mcprel_tasks;
+		CREATE FUNCTION mcprel_tasks_uncount() RETURNS trigger LANGUAGE plpgsql AS $$
+		DECLARE r RECORD;
+		BEGIN
+			FOR r IN SELECT tenant, count(*) AS k FROM gone GROUP BY tenant ORDER BY tenant LOOP
+				UPDATE mcprel_task_counts SET n = n - r.k WHERE tenant = r.tenant;
+			END LOOP;
+			UPDATE mcprel_task_total SET n = n - (SELECT count(*) FROM gone) WHERE id = 1;
+			RETURN NULL;
+		END $$;
+		CREATE TRIGGER mcprel_tasks_uncount AFTER DELETE ON mcprel_tasks
+			REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION mcprel_tasks_uncount()`,
 }}
 
 // Open prepares the tasks schema in db and returns the store. opts may be
@@ -247,6 +309,15 @@ func Open(ctx context.Context, db *store.DB, opts *Options) (*Store, error) {
 	}
 	if o.Lease < 0 || o.DefaultTTL < 0 || o.MaxTTL < 0 || o.PollInterval < 0 {
 		return nil, errors.New("tasks: Options durations must not be negative")
+	}
+	if o.MaxTasksPerTenant < 0 || o.MaxTasks < 0 {
+		return nil, errors.New("tasks: Options.MaxTasksPerTenant and MaxTasks must not be negative")
+	}
+	if o.MaxTasksPerTenant == 0 {
+		o.MaxTasksPerTenant = DefaultMaxTasksPerTenant
+	}
+	if o.MaxTasks == 0 {
+		o.MaxTasks = DefaultMaxTasks
 	}
 	if o.Lease == 0 {
 		o.Lease = DefaultLease
@@ -267,7 +338,7 @@ func Open(ctx context.Context, db *store.DB, opts *Options) (*Store, error) {
 		return nil, err
 	}
 	return &Store{db: db, lease: o.Lease, defaultTTL: o.DefaultTTL, maxTTL: o.MaxTTL,
-		pollInterval: o.PollInterval, now: time.Now}, nil
+		pollInterval: o.PollInterval, maxTenant: o.MaxTasksPerTenant, maxTotal: o.MaxTasks, now: time.Now}, nil
 }
 
 // DB returns the database the store lives in.
@@ -307,6 +378,26 @@ func newID() string {
 	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
 }
 
+// idLength is the length of a task id: 128 bits in unpadded base32.
+const idLength = 26
+
+// ValidID reports whether id has the shape of the ids this package issues
+// (newID): 26 characters of lowercase base32. Anything else names no task,
+// and the store answers ErrNotFound for it without asking the database:
+// text a database cannot hold (PostgreSQL refuses a NUL) must never turn
+// a lookup into a storage failure.
+func ValidID(id string) bool {
+	if len(id) != idLength {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; (c < 'a' || c > 'z') && (c < '2' || c > '7') {
+			return false
+		}
+	}
+	return true
+}
+
 // Create records a new working task, durably: when it returns, Get finds
 // it from any process sharing the store.
 func (s *Store) Create(ctx context.Context, n NewTask) (Task, error) {
@@ -339,6 +430,20 @@ func (s *Store) CreateTx(ctx context.Context, tx *store.Tx, n NewTask) (Task, er
 		Request: append(json.RawMessage(nil), n.Request...), Owner: n.Owner,
 		LeaseUntil: now.Add(s.lease), Attempts: 1,
 	}
+	// Count the task in, within the bounds, in this transaction: each
+	// guarded increment is one statement that waits for a concurrent
+	// creator's increment to commit (PostgreSQL locks the counted row) and
+	// then tests the bound against it, so creators racing at the bound
+	// cannot both pass. The total is counted last, to hold the row every
+	// creator shares for the shortest time.
+	if err := applied(tx.Exec(ctx, `INSERT INTO mcprel_task_counts (tenant, n) VALUES (?, 1)
+		ON CONFLICT (tenant) DO UPDATE SET n = mcprel_task_counts.n + 1 WHERE mcprel_task_counts.n < ?`,
+		t.Tenant, s.maxTenant)); err != nil {
+		if errors.Is(err, errChanged) {
+			return Task{}, &FullError{Tenant: t.Tenant, Limit: s.maxTenant}
+		}
+		return Task{}, err
+	}
 	_, err := tx.Exec(ctx, `INSERT INTO mcprel_tasks
 		(id, tenant, tool, status, created_at, updated_at, ttl_ms, expires_at, poll_ms, request, owner, lease_until, attempts)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`,
@@ -347,7 +452,33 @@ func (s *Store) CreateTx(ctx context.Context, tx *store.Tx, n NewTask) (Task, er
 	if err != nil {
 		return Task{}, err
 	}
+	if err := applied(tx.Exec(ctx, `INSERT INTO mcprel_task_total (id, n) VALUES (1, 1)
+		ON CONFLICT (id) DO UPDATE SET n = mcprel_task_total.n + 1 WHERE mcprel_task_total.n < ?`, s.maxTotal)); err != nil {
+		if errors.Is(err, errChanged) {
+			return Task{}, &FullError{All: true, Limit: s.maxTotal}
+		}
+		return Task{}, err
+	}
+	s.barrier("create")
 	return t, nil
+}
+
+// FullError is Create's refusal when the store holds as many tasks as it
+// may: the tenant's (Options.MaxTasksPerTenant) or in all (MaxTasks).
+// Nothing was recorded. It is temporary: room comes back as finished
+// tasks pass their TTL and are reaped, so callers answer it as a
+// retryable overload.
+type FullError struct {
+	Tenant string // whose bound was reached, unless All
+	All    bool   // the bound on all tenants' tasks was reached
+	Limit  int
+}
+
+func (e *FullError) Error() string {
+	if e.All {
+		return fmt.Sprintf("tasks: the store holds %d tasks, the most it keeps (Options.MaxTasks)", e.Limit)
+	}
+	return fmt.Sprintf("tasks: the tenant has %d stored tasks, the most one tenant may keep (Options.MaxTasksPerTenant)", e.Limit)
 }
 
 const selectTask = `SELECT id, tenant, tool, status, status_message, created_at, updated_at, ttl_ms,
@@ -403,6 +534,9 @@ func ms(t time.Time) int64 { return t.UnixMilli() }
 // Get returns the tenant's task. A task of another tenant, and one whose
 // TTL has passed, is ErrNotFound.
 func (s *Store) Get(ctx context.Context, tenant, id string) (Task, error) {
+	if !ValidID(id) {
+		return Task{}, ErrNotFound
+	}
 	t, err := scanTask(s.db.QueryRow(ctx, selectTask+`WHERE id = ? AND tenant = ? AND expires_at > ?`,
 		id, tenant, ms(s.now())))
 	return t, err
@@ -422,9 +556,9 @@ func (s *Store) List(ctx context.Context, tenant, cursor string, limit int) ([]T
 		c, id, ok := strings.Cut(cursor, ".")
 		var err error
 		if ok {
-			_, err = fmt.Sscan(c, &afterCreated)
+			afterCreated, err = strconv.ParseInt(c, 10, 64)
 		}
-		if !ok || err != nil || id == "" {
+		if !ok || err != nil || afterCreated < 0 || !ValidID(id) {
 			return nil, "", ErrBadCursor
 		}
 		afterID = id
@@ -469,8 +603,11 @@ var ErrBadCursor = errors.New("tasks: invalid cursor")
 // come. Recording it again changes nothing; on a finished task it changes
 // nothing either and returns ErrTerminal with the task.
 func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (Task, error) {
+	if !ValidID(id) {
+		return Task{}, ErrNotFound
+	}
 	var t Task
-	err := s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+	err := s.transition(ctx, func(tx *store.Tx) error {
 		var err error
 		t, err = scanTask(tx.QueryRow(ctx, selectTask+`WHERE id = ? AND tenant = ? AND expires_at > ?`, id, tenant, ms(s.now())))
 		if err != nil {
@@ -479,15 +616,21 @@ func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (Task, err
 		if t.Status.Terminal() {
 			return ErrTerminal
 		}
+		s.barrier("cancel")
 		now := s.now()
 		if !t.CancelRequested {
-			t.CancelRequested, t.CancelRequestedAt = true, time.UnixMilli(ms(now))
-			if _, err := tx.Exec(ctx, `UPDATE mcprel_tasks SET cancel_requested = ?, cancel_at = ? WHERE id = ?`,
-				true, ms(now), id); err != nil {
+			// Only on a task still unfinished: one that finished since it
+			// was read is reported as it ended, never as cancelled.
+			if err := applied(tx.Exec(ctx, `UPDATE mcprel_tasks SET cancel_requested = ?, cancel_at = ?
+				WHERE id = ? AND status < 3 AND NOT cancel_requested`, true, ms(now), id)); err != nil {
 				return err
 			}
+			t.CancelRequested, t.CancelRequestedAt = true, time.UnixMilli(ms(now))
 		}
 		if !t.LeaseUntil.After(now) {
+			// finishTx's guard holds the lease to the one read: a worker
+			// that renewed it meanwhile is alive and observes the intent
+			// at its next checkpoint instead.
 			return s.finishTx(ctx, tx, &t, Cancelled, "cancelled while no worker held it", nil, nil, now)
 		}
 		return nil
@@ -534,9 +677,8 @@ func (s *Store) checkpoint(ctx context.Context, id, owner string, u CheckpointUp
 		if u.Data != nil {
 			data = nullable(u.Data)
 		}
-		_, err := tx.Exec(ctx, `UPDATE mcprel_tasks SET status_message = ?, checkpoint = ?, updated_at = ?, lease_until = ? WHERE id = ?`,
-			msg, data, ms(now), ms(now.Add(s.lease)), id)
-		return err
+		return applied(tx.Exec(ctx, `UPDATE mcprel_tasks SET status_message = ?, checkpoint = ?, updated_at = ?, lease_until = ?
+			WHERE id = ?`+leaseHeld, append([]any{msg, data, ms(now), ms(now.Add(s.lease)), id}, held(t)...)...))
 	})
 }
 
@@ -549,11 +691,12 @@ func (s *Store) checkpoint(ctx context.Context, id, owner string, u CheckpointUp
 func (s *Store) atCheckpoint(ctx context.Context, id, owner string, update func(tx *store.Tx, t Task, now time.Time) error) (time.Duration, error) {
 	cancelled := false
 	var delay time.Duration
-	err := s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+	err := s.transition(ctx, func(tx *store.Tx) error {
 		t, err := s.owned(ctx, tx, id, owner)
 		if err != nil {
 			return err
 		}
+		s.barrier("checkpoint")
 		now := s.now()
 		if cancelled = t.CancelRequested; cancelled {
 			// Another process's clock may have recorded the intent.
@@ -583,6 +726,67 @@ func (s *Store) owned(ctx context.Context, tx *store.Tx, id, owner string) (Task
 	return t, nil
 }
 
+// errChanged is what a transition's guarded write finds when the task is
+// no longer as the transition read it: another transaction — a second
+// replica's, or a tasks/cancel — changed it in between. Nothing was
+// written; transition decides again from the task as it now is.
+var errChanged = errors.New("tasks: the task changed since it was read")
+
+// maxRedecide bounds how often one transition decides again. Each round
+// follows a change another transaction committed; more than a few in a
+// row means something writes the task in a loop.
+const maxRedecide = 8
+
+// transition runs step, which reads a task, decides and writes it, in one
+// write transaction, and runs it again in that transaction while its
+// write finds the task changed (errChanged).
+//
+// Every write of a transition is conditional on what step read (leaseHeld
+// and the like), so that two transitions deciding on the same row cannot
+// both commit: on PostgreSQL, at READ COMMITTED, another transaction may
+// commit between step's read and its write, and the second write then
+// matches no row. Its next read sees that commit — each statement reads
+// the latest committed row — so the loser decides again: ErrTerminal for
+// a task that finished, ErrLeaseLost for one taken over. On SQLite one
+// writer runs at a time and a guard never misses; it costs nothing there.
+func (s *Store) transition(ctx context.Context, step func(tx *store.Tx) error) error {
+	return s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+		for range maxRedecide {
+			if err := step(tx); !errors.Is(err, errChanged) {
+				return err
+			}
+		}
+		return errors.New("tasks: the task kept changing under this transition; try again")
+	})
+}
+
+// leaseHeld is the condition on a worker's write (and on any write that
+// ends a task): the task is still unfinished, in the status read, under
+// the same owner, takeover count and lease. A takeover by another process
+// changes the owner and the count; a renewal, the lease.
+const leaseHeld = ` AND status = ? AND owner = ? AND attempts = ? AND lease_until = ?`
+
+// held is leaseHeld's arguments: what t was read with.
+func held(t Task) []any {
+	return []any{int(t.Status), t.Owner, t.Attempts, ms(t.LeaseUntil)}
+}
+
+// applied checks that a guarded write changed its one row, and reports
+// errChanged when it matched none.
+func applied(res sql.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return errChanged
+	}
+	return nil
+}
+
 func nullable(b json.RawMessage) any {
 	if b == nil {
 		return nil
@@ -593,7 +797,9 @@ func nullable(b json.RawMessage) any {
 // Finish ends a task that owner holds with a terminal status: Completed
 // with its result, Failed with a JSON-RPC error object, or Cancelled. A
 // task already finished is ErrTerminal and keeps its status: the first end
-// recorded wins.
+// recorded wins. A task another process took over after owner's lease
+// expired is ErrLeaseLost: the worker that lost its lease writes nothing,
+// even when the takeover commits between Finish's read and its write.
 func (s *Store) Finish(ctx context.Context, id, owner string, status Status, message string, result, errObj json.RawMessage) error {
 	if !status.Terminal() {
 		return fmt.Errorf("tasks: %s is not a terminal status", status)
@@ -603,23 +809,26 @@ func (s *Store) Finish(ctx context.Context, id, owner string, status Status, mes
 			return errors.New("tasks: a task's result and error must be JSON of at most 8 MiB")
 		}
 	}
-	return s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+	return s.transition(ctx, func(tx *store.Tx) error {
 		t, err := s.owned(ctx, tx, id, owner)
 		if err != nil {
 			return err
 		}
+		s.barrier("finish")
 		return s.finishTx(ctx, tx, &t, status, message, result, errObj, s.now())
 	})
 }
 
-// finishTx moves t to a terminal status and releases its lease.
+// finishTx moves t to a terminal status and releases its lease, provided
+// the task is still as t was read (leaseHeld): otherwise errChanged, and
+// nothing is written.
 func (s *Store) finishTx(ctx context.Context, tx *store.Tx, t *Task, status Status, message string, result, errObj json.RawMessage, now time.Time) error {
 	if !t.Status.canMove(status) {
 		return fmt.Errorf("tasks: a %s task cannot become %s", t.Status, status)
 	}
-	_, err := tx.Exec(ctx, `UPDATE mcprel_tasks SET status = ?, status_message = ?, result = ?, error = ?,
-		updated_at = ?, owner = NULL, lease_until = NULL, input_requests = NULL WHERE id = ?`,
-		int(status), message, nullable(result), nullable(errObj), ms(now), t.ID)
+	err := applied(tx.Exec(ctx, `UPDATE mcprel_tasks SET status = ?, status_message = ?, result = ?, error = ?,
+		updated_at = ?, owner = NULL, lease_until = NULL, input_requests = NULL WHERE id = ?`+leaseHeld,
+		append([]any{int(status), message, nullable(result), nullable(errObj), ms(now), t.ID}, held(*t)...)...))
 	if err != nil {
 		return err
 	}
@@ -643,11 +852,10 @@ func (s *Store) requireInput(ctx context.Context, id, owner string, requests jso
 	if !json.Valid(requests) || len(requests) > MaxRecordBytes {
 		return 0, errors.New("tasks: input requests must be a JSON object of at most 8 MiB")
 	}
-	return s.atCheckpoint(ctx, id, owner, func(tx *store.Tx, _ Task, now time.Time) error {
-		_, err := tx.Exec(ctx, `UPDATE mcprel_tasks SET status = ?, status_message = ?, input_requests = ?,
-			updated_at = ?, lease_until = ? WHERE id = ?`,
-			int(InputRequired), message, string(requests), ms(now), ms(now.Add(s.lease)), id)
-		return err
+	return s.atCheckpoint(ctx, id, owner, func(tx *store.Tx, t Task, now time.Time) error {
+		return applied(tx.Exec(ctx, `UPDATE mcprel_tasks SET status = ?, status_message = ?, input_requests = ?,
+			updated_at = ?, lease_until = ? WHERE id = ?`+leaseHeld,
+			append([]any{int(InputRequired), message, string(requests), ms(now), ms(now.Add(s.lease)), id}, held(t)...)...))
 	})
 }
 
@@ -657,7 +865,10 @@ func (s *Store) requireInput(ctx context.Context, id, owner string, requests jso
 // every request has its answer, the task is Working again. It returns
 // ErrTerminal for a finished task.
 func (s *Store) ProvideInput(ctx context.Context, tenant, id string, responses map[string]json.RawMessage) error {
-	return s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+	if !ValidID(id) {
+		return ErrNotFound
+	}
+	return s.transition(ctx, func(tx *store.Tx) error {
 		t, err := scanTask(tx.QueryRow(ctx, selectTask+`WHERE id = ? AND tenant = ? AND expires_at > ?`, id, tenant, ms(s.now())))
 		if err != nil {
 			return err
@@ -668,6 +879,7 @@ func (s *Store) ProvideInput(ctx context.Context, tenant, id string, responses m
 		if t.Status != InputRequired {
 			return nil // nothing asked: eventually consistent, ignored
 		}
+		s.barrier("input")
 		var asked map[string]json.RawMessage
 		if err := json.Unmarshal(t.InputRequests, &asked); err != nil {
 			return fmt.Errorf("tasks: stored input requests: %w", err)
@@ -700,9 +912,12 @@ func (s *Store) ProvideInput(ctx context.Context, tenant, id string, responses m
 		if all {
 			status = Working
 		}
-		_, err = tx.Exec(ctx, `UPDATE mcprel_tasks SET input_responses = ?, status = ?, updated_at = ? WHERE id = ?`,
-			string(b), int(status), ms(s.now()), id)
-		return err
+		// Only onto the requests and answers read: a task that finished
+		// meanwhile stays finished, and an answer another replica stored
+		// meanwhile is merged on the next round, not overwritten.
+		return applied(tx.Exec(ctx, `UPDATE mcprel_tasks SET input_responses = ?, status = ?, updated_at = ?
+			WHERE id = ? AND status = ? AND COALESCE(input_requests, '') = ? AND COALESCE(input_responses, '') = ?`,
+			string(b), int(status), ms(s.now()), id, int(InputRequired), string(t.InputRequests), string(t.InputResponses)))
 	})
 }
 
@@ -751,6 +966,7 @@ func (s *Store) TakeOver(ctx context.Context, owner string, limit int) ([]Task, 
 		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 			return err
 		}
+		s.barrier("takeover")
 		for _, t := range expired {
 			res, err := tx.Exec(ctx, `UPDATE mcprel_tasks SET owner = ?, lease_until = ?, attempts = attempts + 1, updated_at = ?
 				WHERE id = ? AND status < 3 AND lease_until <= ?`, owner, ms(now.Add(s.lease)), ms(now), t.ID, ms(now))
@@ -763,7 +979,12 @@ func (s *Store) TakeOver(ctx context.Context, owner string, limit int) ([]Task, 
 				}
 				continue // another process took it first
 			}
-			t.Owner, t.LeaseUntil, t.Attempts = owner, time.UnixMilli(ms(now.Add(s.lease))), t.Attempts+1
+			// Read again what was claimed: the row may have changed
+			// between the query and the claim, and from here on this
+			// transaction holds it.
+			if t, err = scanTask(tx.QueryRow(ctx, selectTask+`WHERE id = ?`, t.ID)); err != nil {
+				return err
+			}
 			if t.CancelRequested {
 				if err := s.finishTx(ctx, tx, &t, Cancelled, "cancelled while its worker was gone", nil, nil, now); err != nil {
 					return err

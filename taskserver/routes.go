@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
@@ -52,7 +55,33 @@ func taskID(req *server.RouteRequest) (string, error) {
 	if p.TaskID == "" {
 		return "", jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: taskId is required")
 	}
+	if err := checkText("taskId", p.TaskID, maxIDBytes); err != nil {
+		return "", err
+	}
 	return p.TaskID, nil
+}
+
+// maxIDBytes bounds a taskId a request may carry: the ids this server
+// issues are 26 characters, and an error message quotes the id.
+const maxIDBytes = 64
+
+// maxCursorBytes bounds a tasks/list cursor: the ones issued are a
+// millisecond timestamp, a dot and a task id.
+const maxCursorBytes = 64
+
+// checkText refuses, as invalid params, a string from the wire that no
+// store can hold or that is longer than anything this server issues: a
+// NUL or another control character (PostgreSQL refuses a NUL in text),
+// invalid UTF-8, or more than max bytes. Such input is invalid on every
+// store, and answered before it reaches one.
+func checkText(member, v string, max int) error {
+	if len(v) > max {
+		return jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: %s is %d bytes long; the ones this server issues are at most %d", member, len(v), max)
+	}
+	if !utf8.ValidString(v) || strings.IndexFunc(v, unicode.IsControl) >= 0 {
+		return jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: %s contains a control character (such as NUL) or invalid UTF-8; the ones this server issues never do", member)
+	}
+	return nil
 }
 
 // negotiated refuses tasks/* from a 2026-07-28 client that did not declare
@@ -125,6 +154,9 @@ func (ts *Server) update(ctx context.Context, req *server.RouteRequest) (mcp.Res
 	if len(req.Params) == 0 || json.Unmarshal(req.Params, &p) != nil || p.TaskID == "" {
 		return nil, jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: tasks/update needs a taskId and an inputResponses object")
 	}
+	if err := checkText("taskId", p.TaskID, maxIDBytes); err != nil {
+		return nil, err
+	}
 	err := ts.store.ProvideInput(ctx, req.Tenant, p.TaskID, p.InputResponses)
 	if err != nil && !errors.Is(err, tasks.ErrTerminal) {
 		return nil, storeError(p.TaskID, err)
@@ -195,9 +227,13 @@ func (ts *Server) list(ctx context.Context, req *server.RouteRequest) (mcp.Resul
 	if len(req.Params) > 0 && json.Unmarshal(req.Params, &p) != nil {
 		return nil, jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: cursor must be a string")
 	}
+	badCursor := jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: the cursor is not one this server issued; list again without one")
+	if err := checkText("cursor", p.Cursor, maxCursorBytes); err != nil {
+		return nil, badCursor
+	}
 	list, next, err := ts.store.List(ctx, req.Tenant, p.Cursor, 100)
 	if errors.Is(err, tasks.ErrBadCursor) {
-		return nil, jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid cursor")
+		return nil, badCursor
 	}
 	if err != nil {
 		return nil, err

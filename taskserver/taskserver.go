@@ -425,7 +425,7 @@ func (tt *taskTool) create(ctx context.Context, call *server.CallRequest) (mcp.R
 			return json.Marshal(mcp.TaskIDParams{TaskID: t.ID})
 		})
 		if err != nil {
-			return nil, ledgerError(err)
+			return nil, creationError(call, ledgerError(err))
 		}
 		if res.Replayed {
 			replayed = true
@@ -441,7 +441,7 @@ func (tt *taskTool) create(ctx context.Context, call *server.CallRequest) (mcp.R
 			}
 		}
 	} else if t, err = ts.store.Create(ctx, n); err != nil {
-		return nil, err
+		return nil, creationError(call, err)
 	}
 	if replayed {
 		call.Annotate(AnnotationKey, Replayed)
@@ -452,6 +452,29 @@ func (tt *taskTool) create(ctx context.Context, call *server.CallRequest) (mcp.R
 	// For the request's log line and span, never a metric label.
 	call.Annotate(TaskIDAnnotation, t.ID)
 	return createResult(call.Era, t), nil
+}
+
+// fullRetryAfter is the retry advice when the task store is full: room
+// comes back as finished tasks pass their TTL and the reaper, which runs
+// every few seconds, deletes them.
+const fullRetryAfter = 10 * time.Second
+
+// creationError maps the store's refusal of a new task when it holds as
+// many as it may: the server's retryable overload (mcp.CodeOverloaded,
+// failure "overloaded", retryAfterMs), whose message names the bound. It
+// is temporary, and nothing was created.
+func creationError(call *server.CallRequest, err error) error {
+	var full *tasks.FullError
+	if !errors.As(err, &full) {
+		return err
+	}
+	call.Annotate(AnnotationKey, Refused)
+	msg := fmt.Sprintf("task store full: it keeps at most %d tasks per client (MaxTasksPerTenant) and holds that many of yours; retry once some expire", full.Limit)
+	if full.All {
+		msg = fmt.Sprintf("task store full: it keeps at most %d tasks in all (MaxTasks) and holds that many; retry once some expire", full.Limit)
+	}
+	te := &mcp.ToolError{Code: mcp.FailureOverloaded, Message: msg, Retryable: true, RetryAfter: fullRetryAfter}
+	return jsonrpc.NewError(mcp.CodeOverloaded, "%s (retry after %d ms)", msg, fullRetryAfter.Milliseconds()).WithData(te.Failure())
 }
 
 // ledgerError maps the ledger's refusals of a keyed creation.

@@ -16,6 +16,7 @@ import (
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/retry"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/store"
 	"github.com/mcprel/mcprel/tasks"
@@ -84,12 +85,18 @@ type env struct {
 
 func newEnv(t *testing.T, dsn string, checkpoint bool, opts *taskserver.Options) *env {
 	t.Helper()
+	return newEnvWith(t, dsn, checkpoint, opts, nil)
+}
+
+// newEnvWith is newEnv with the task store's options.
+func newEnvWith(t *testing.T, dsn string, checkpoint bool, opts *taskserver.Options, storeOpts *tasks.Options) *env {
+	t.Helper()
 	db, err := store.Open(context.Background(), dsn, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	st, err := tasks.Open(context.Background(), db, nil)
+	st, err := tasks.Open(context.Background(), db, storeOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,6 +458,79 @@ func TestCreationIsAdmitted(t *testing.T) {
 	}
 	close(e.job.step)
 	close(e.job.finish)
+}
+
+// When the task store holds as many of a client's tasks as it may, a
+// creation — keyed or not — is refused with the retryable overload a
+// client retries later, naming the bound, and nothing is recorded.
+func TestCreationRefusedWhenTheStoreIsFull(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		e := newEnvWith(t, dsn, false, nil, &tasks.Options{MaxTasksPerTenant: 2})
+		c := mcptest.Stdio(t, e.srv, nil)
+		for id := int64(1); id <= 2; id++ {
+			if f := c.Call(id, mcp.MethodToolsCall, modern(map[string]any{"name": "job"})); f.Error != nil {
+				t.Fatal(f.Raw)
+			}
+		}
+		for id, args := range map[int64]map[string]any{3: nil, 4: {"idempotencyKey": "k-full"}} {
+			f := c.Call(id, mcp.MethodToolsCall, modern(map[string]any{"name": "job", "arguments": args}))
+			if f.Error == nil || f.Error.Code != mcp.CodeOverloaded || !strings.Contains(f.Error.Message, "at most 2 tasks per client") {
+				t.Fatalf("a third task past a bound of 2 (arguments %v) = %s", args, f.Raw)
+			}
+			if got := retry.Classify(f.Error); got.Kind != retry.Overloaded || got.RetryAfter <= 0 {
+				t.Fatalf("a client classifies the refusal as %v after %v, want overloaded with a retry-after", got.Kind, got.RetryAfter)
+			}
+			if a := e.rec.WaitRequest(t, jsonrpc.IntID(id)).Annotations; a[taskserver.AnnotationKey] != taskserver.Refused {
+				t.Errorf("request %d annotated %v, want refused", id, a)
+			}
+		}
+		list, _, err := e.store.List(context.Background(), "", "", 10)
+		if err != nil || len(list) != 2 {
+			t.Fatalf("%d tasks recorded (%v), want 2", len(list), err)
+		}
+		close(e.job.step)
+		close(e.job.finish)
+	})
+}
+
+// A task id or a cursor no store could hold — a NUL, far too long — is
+// invalid params on every store, with words that say what is wrong, and
+// never reaches the database (PostgreSQL refuses a NUL in text).
+func TestMalformedIDsAndCursors(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		e := newEnv(t, dsn, false, nil)
+		modernC := mcptest.Stdio(t, e.srv, nil)
+		legacyC := mcptest.Stdio(t, e.srv, nil)
+		legacyC.Initialize(mcp.Version20251125)
+		long := strings.Repeat("a", 4096)
+		check := func(what string, f mcptest.Frame, words string) {
+			t.Helper()
+			if f.Error == nil || f.Error.Code != jsonrpc.CodeInvalidParams || !strings.Contains(f.Error.Message, words) {
+				t.Errorf("%s = %s; want -32602 saying %q", what, f.Raw, words)
+			}
+		}
+		id := int64(1)
+		for _, bad := range []struct{ id, words string }{{"ab\x00cd", "control character"}, {long, "4096 bytes"}} {
+			for _, m := range []string{mcp.MethodTasksGet, mcp.MethodTasksCancel} {
+				check("modern "+m, modernC.Call(id, m, modern(map[string]any{"taskId": bad.id})), bad.words)
+				id++
+			}
+			check("tasks/update", modernC.Call(id, mcp.MethodTasksUpdate, modern(map[string]any{"taskId": bad.id, "inputResponses": map[string]any{}})), bad.words)
+			id++
+			for _, m := range []string{mcp.MethodTasksGet, mcp.MethodTasksCancel, mcp.MethodTasksResult} {
+				check("legacy "+m, legacyC.Call(id, m, map[string]any{"taskId": bad.id}), bad.words)
+				id++
+			}
+		}
+		for _, cursor := range []string{"1.ab\x00cd", "\x00", long, "1.nope", "garbage"} {
+			check("tasks/list", legacyC.Call(id, mcp.MethodTasksList, map[string]any{"cursor": cursor}), "cursor")
+			id++
+		}
+		// A well-formed id that names no task is still unknown, as before.
+		if f := legacyC.Call(id, mcp.MethodTasksGet, map[string]any{"taskId": "nope"}); f.Error == nil || !strings.Contains(f.Error.Message, `unknown task "nope"`) {
+			t.Errorf("an unknown id = %s", f.Raw)
+		}
+	})
 }
 
 // expireLeases makes every lease in the store lapse, as when the process
