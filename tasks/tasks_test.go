@@ -390,14 +390,16 @@ func TestRunnerReportsTheCancelDelay(t *testing.T) {
 		}
 	}
 
-	step := make(chan struct{})
+	entered, step := make(chan struct{}), make(chan struct{})
 	task := start(func(ctx context.Context, run *tasks.Run) tasks.Outcome {
+		close(entered)
 		<-step
 		if err := run.Checkpoint(ctx, "halfway"); !errors.Is(err, tasks.ErrCancelled) {
 			t.Errorf("the checkpoint after the intent = %v, want ErrCancelled", err)
 		}
 		return tasks.Outcome{Status: tasks.Failed, Error: json.RawMessage(`{"code":-32603,"message":"stopped"}`)}
 	})
+	<-entered // running: a cancel before the work starts never lets it start
 	if _, err := s.RequestCancel(ctx, "acme", task.ID); err != nil {
 		t.Fatal(err)
 	}
