@@ -191,6 +191,11 @@ const (
 	// TaskTakenOver: the runner took the task over from a process whose
 	// lease expired; Status is Failed when it could not be resumed.
 	TaskTakenOver
+	// TaskExpired: the runner ended a task still running past its TTL
+	// (Store.Expire), whichever process ran it, with Status (Failed, or
+	// Cancelled when its cancellation was requested); that process's
+	// worker reports TaskLeft when it stops.
+	TaskExpired
 )
 
 // Event is what OnEvent is told.
@@ -216,7 +221,8 @@ func (r *Runner) event(e Event) {
 
 // Runner runs tasks on a bounded pool of workers shared fairly between
 // tenants, keeps their leases alive, takes over the tasks of processes
-// that died, and reaps expired ones.
+// that died, ends the tasks that outlive their TTL, and reaps expired
+// ones.
 type Runner struct {
 	store  *Store
 	owner  string
@@ -247,6 +253,10 @@ type entry struct {
 	running bool
 	cancel  context.CancelCauseFunc // the run's context, once running
 }
+
+// errNotHeld is the cause of a run's context cancelled because its task
+// was ended or taken without it (expired, taken over, deleted).
+var errNotHeld = errors.New("tasks: the task was ended or taken over without this worker")
 
 // NewRunner returns a runner for the store's tasks.
 func NewRunner(s *Store, opts *RunnerOptions) (*Runner, error) {
@@ -454,9 +464,9 @@ func (r *Runner) execute(ctx context.Context, t Task, work Work) {
 		r.log.Warn("could not check a task before running it", "task", t.ID, "tool", t.Tool, "err", err)
 	}
 	out := r.safely(ctx, run, work)
-	if out.Status == 0 {
+	if out.Status == 0 || context.Cause(ctx) == errNotHeld {
 		r.event(Event{Kind: TaskLeft, Tool: t.Tool})
-		return // the work stopped for a shutdown; the lease is released
+		return // the work stopped for a shutdown (the lease is released), or its task was ended without it
 	}
 	// The outcome is recorded even when the process is stopping: the work
 	// is done, and running it again elsewhere would run it twice.
@@ -475,8 +485,8 @@ func (r *Runner) execute(ctx context.Context, t Task, work Work) {
 		r.event(e)
 		return
 	case errors.Is(err, ErrTerminal):
-		// Ended without this worker (cancelled while no worker held it,
-		// say): whoever ended it reported the end.
+		// Ended without this worker (expired, say, or cancelled while no
+		// worker held it): whoever ended it reported the end.
 	case errors.Is(err, ErrLeaseLost):
 		r.log.Warn("a task finished after another worker took it over; its outcome was dropped",
 			"task", t.ID, "tool", t.Tool)
@@ -553,14 +563,72 @@ func (r *Runner) Maintain(ctx context.Context, interval time.Duration, resume Re
 	}
 }
 
-// MaintainOnce is one round of Maintain.
+// MaintainOnce is one round of Maintain: renew this runner's leases, end
+// the tasks (anyone's) still running past their TTL, stop the workers
+// here whose tasks were ended or taken without them, take over the tasks
+// of processes that died, and reap expired finished tasks. Expiry comes
+// before takeover, so that a task past its TTL is never resumed.
 func (r *Runner) MaintainOnce(ctx context.Context, resume Resumer) {
 	if _, err := r.store.Heartbeat(ctx, r.owner); err != nil && ctx.Err() == nil {
 		r.log.Warn("could not renew task leases", "err", err)
 	}
+	r.expire(ctx)
+	r.stopUnheld(ctx)
 	r.takeOver(ctx, resume)
 	if _, err := r.store.Reap(ctx, 1000); err != nil && ctx.Err() == nil {
 		r.log.Warn("could not reap expired tasks", "err", err)
+	}
+}
+
+// expire ends the tasks still running past their TTL, in batches.
+func (r *Runner) expire(ctx context.Context) {
+	for {
+		expired, err := r.store.Expire(ctx, 100)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("could not end tasks past their TTL", "err", err)
+			}
+			return
+		}
+		for _, t := range expired {
+			r.log.Info("a task outlived its TTL and was ended", "task", t.ID, "tool", t.Tool, "ttl", t.TTL, "owner", t.Owner)
+			status := Failed
+			if t.CancelRequested {
+				status = Cancelled
+			}
+			r.event(Event{Kind: TaskExpired, Tool: t.Tool, Status: status})
+		}
+		if len(expired) < 100 {
+			return
+		}
+	}
+}
+
+// stopUnheld cancels the context of every worker here whose task this
+// runner no longer holds: ended without it (by Expire, here or on another
+// replica), taken over after its lease lapsed, or deleted. Its checkpoints
+// already return ErrTerminal or ErrLeaseLost; this stops work that does
+// not reach one, and frees its worker.
+func (r *Runner) stopUnheld(ctx context.Context) {
+	r.mu.Lock()
+	n := r.running
+	r.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	held, err := r.store.Held(ctx, r.owner)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("could not read which tasks this process holds", "err", err)
+		}
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, e := range r.active {
+		if e.running && !held[id] {
+			e.cancel(errNotHeld)
+		}
 	}
 }
 

@@ -3,7 +3,9 @@ package tasks_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -129,7 +131,8 @@ func TestFairShareBetweenTenants(t *testing.T) {
 }
 
 // A task cancelled while it waits for a worker ends cancelled when its
-// turn comes, without its work ever being entered.
+// turn comes, without its work ever being entered; a task ended while
+// queued (expired, say) is not run either.
 func TestCancelledWhileQueuedNeverRuns(t *testing.T) {
 	ctx := context.Background()
 	s, _ := open(t, storetest.SQLite(t), nil)
@@ -173,4 +176,72 @@ func TestCancelledWhileQueuedNeverRuns(t *testing.T) {
 	}
 	close(g.gates["last"])
 	_ = last
+}
+
+// A task still running past its TTL is ended failed by the maintainer,
+// its worker's context is cancelled and its worker freed — whether this
+// runner's maintainer ended it, or another replica's did. The work's late
+// outcome changes nothing.
+func TestExpiredTaskStopsItsWorker(t *testing.T) {
+	for _, where := range []string{"here", "elsewhere"} {
+		t.Run(where, func(t *testing.T) {
+			ctx := context.Background()
+			s, clk := open(t, storetest.SQLite(t), &tasks.Options{Lease: time.Hour, DefaultTTL: time.Minute})
+			events := make(chan tasks.Event, 16)
+			r := runner(t, s, &tasks.RunnerOptions{Owner: "w1", Workers: 1, Queued: 1, OnEvent: func(e tasks.Event) { events <- e }})
+			g := newGated(t)
+			task := submit(t, r, s, "acme", g.work("job"))
+			g.next(t)
+			if _, err := r.Reserve("other"); err != nil { // the queue's one place
+				t.Fatal(err)
+			}
+			if _, err := r.Reserve("other"); !errors.Is(err, tasks.ErrOverloaded) {
+				t.Fatalf("a third task while the first runs: %v, want ErrOverloaded", err)
+			}
+			clk.Advance(time.Minute)
+			if where == "elsewhere" {
+				if expired, err := s.Expire(ctx, 10); err != nil || len(expired) != 1 {
+					t.Fatalf("another replica's Expire = %+v, %v", expired, err)
+				}
+			}
+			r.MaintainOnce(ctx, func(tasks.Task) (tasks.Work, bool) { return nil, false })
+			select {
+			case cause := <-g.stopped:
+				if cause == nil || errors.Is(cause, context.Canceled) || !strings.Contains(cause.Error(), "ended or taken over") {
+					t.Fatalf("the worker stopped with %v", cause)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the worker of an expired task was not stopped")
+			}
+			got, err := s.Get(ctx, "acme", task.ID)
+			if err != nil || got.Status != tasks.Failed || !strings.Contains(got.StatusMessage, "expired") || !strings.Contains(got.StatusMessage, "TTL") {
+				t.Fatalf("the task past its TTL: %+v, %v", got, err)
+			}
+			// Its worker is free: room for a task again.
+			deadline := time.After(10 * time.Second)
+			for {
+				slot, err := r.Reserve("acme")
+				if err == nil {
+					slot.Release()
+					break
+				}
+				select {
+				case <-r.Changed():
+				case <-deadline:
+					t.Fatal("the expired task's worker was not freed")
+				}
+			}
+			kinds := map[tasks.EventKind]int{}
+			for len(events) > 0 {
+				kinds[(<-events).Kind]++
+			}
+			wantExpired := 1
+			if where == "elsewhere" {
+				wantExpired = 0 // the replica that ended it reports it
+			}
+			if kinds[tasks.TaskStarted] != 1 || kinds[tasks.TaskLeft] != 1 || kinds[tasks.TaskEnded] != 0 || kinds[tasks.TaskExpired] != wantExpired {
+				t.Fatalf("events %v; want started, left and %d expired", kinds, wantExpired)
+			}
+		})
+	}
 }
