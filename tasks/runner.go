@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -417,6 +418,79 @@ func (r *Runner) runEntry(ctx context.Context, e *entry) {
 		r.mu.Unlock()
 	}()
 	r.execute(ctx, e.task, e.work)
+}
+
+// CancelQueued ends at once a task of this runner that still waits for a
+// worker and whose cancellation was recorded (Store.RequestCancel): it
+// leaves the queue and ends cancelled without a worker, its handler never
+// entered. It reports whether it did so. A task running here, or queued
+// on another replica, observes the intent at its next checkpoint instead
+// (for a queued one, the runner's own before its work starts).
+func (r *Runner) CancelQueued(ctx context.Context, id string) bool {
+	r.mu.Lock()
+	e := r.active[id]
+	if e == nil || e.running || r.draining {
+		r.mu.Unlock()
+		return false
+	}
+	r.unqueue(e)
+	r.wg.Add(1) // Shutdown waits for this as for a worker
+	r.mu.Unlock()
+	defer r.wg.Done()
+	run := &Run{runner: r, task: e.task, stop: r.stop}
+	err := run.observed(r.store.checkpoint(ctx, id, r.owner, CheckpointUpdate{}))
+	switch {
+	case errors.Is(err, ErrCancelled):
+		// Counted as a run that ended at its first checkpoint, so that
+		// the running gauge and the ended count stay paired.
+		t := e.task
+		r.event(Event{Kind: TaskStarted, Tool: t.Tool})
+		r.event(Event{Kind: TaskEnded, Tool: t.Tool, Status: Cancelled, Duration: time.Since(t.CreatedAt),
+			CancelObserved: true, CancelDelay: time.Duration(run.cancelDelay.Load())})
+	case errors.Is(err, ErrTerminal), errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotFound):
+		// Ended or taken without this runner: nothing of ours to run.
+	default:
+		// No intent recorded, or the store could not be reached: the task
+		// goes back to the head of its queue, to be run (or cancelled by
+		// the check before its work) in its turn.
+		r.mu.Lock()
+		if r.draining {
+			r.mu.Unlock()
+			r.abandonQueued([]*entry{e})
+			return false
+		}
+		r.active[id] = e
+		if len(r.queues[e.tenant]) == 0 {
+			r.ring = append(r.ring, e.tenant)
+		}
+		r.queues[e.tenant] = append([]*entry{e}, r.queues[e.tenant]...)
+		r.dispatch()
+		r.mu.Unlock()
+		return false
+	}
+	r.mu.Lock()
+	r.unreserve(e.tenant)
+	r.wake()
+	r.mu.Unlock()
+	return errors.Is(err, ErrCancelled)
+}
+
+// unqueue takes a waiting task out of its tenant's queue (and the tenant
+// out of the turn when nothing of it waits any more); r.mu is held.
+func (r *Runner) unqueue(e *entry) {
+	delete(r.active, e.task.ID)
+	q := r.queues[e.tenant]
+	if i := slices.Index(q, e); i >= 0 {
+		q = slices.Delete(q, i, i+1)
+	}
+	if len(q) > 0 {
+		r.queues[e.tenant] = q
+		return
+	}
+	delete(r.queues, e.tenant)
+	if i := slices.Index(r.ring, e.tenant); i >= 0 {
+		r.ring = slices.Delete(r.ring, i, i+1)
+	}
 }
 
 // abandonQueued releases tasks that never got a worker (the runner shuts

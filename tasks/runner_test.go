@@ -178,6 +178,60 @@ func TestCancelledWhileQueuedNeverRuns(t *testing.T) {
 	_ = last
 }
 
+// A task cancelled while it waits for a worker here leaves the queue and
+// ends cancelled at once (CancelQueued), its work never entered and its
+// room given back; a running task, or one whose cancellation was not
+// requested, is left alone.
+func TestCancelQueuedEndsItAtOnce(t *testing.T) {
+	ctx := context.Background()
+	s, _ := open(t, storetest.SQLite(t), nil)
+	r := runner(t, s, &tasks.RunnerOptions{Owner: "w1", Workers: 1, Queued: 2, PerTenant: 3})
+	g := newGated(t)
+	running := submit(t, r, s, "acme", g.work("running"))
+	g.next(t)
+	var entered atomic.Int64
+	queued := submit(t, r, s, "acme", func(ctx context.Context, run *tasks.Run) tasks.Outcome {
+		entered.Add(1)
+		return tasks.Outcome{Status: tasks.Completed, Result: json.RawMessage(`{}`)}
+	})
+	submit(t, r, s, "acme", g.work("after"))
+	if _, err := r.Reserve("acme"); !errors.Is(err, tasks.ErrOverloaded) {
+		t.Fatalf("a fourth task: %v, want ErrOverloaded", err)
+	}
+	if r.CancelQueued(ctx, queued.ID) {
+		t.Fatal("CancelQueued ended a task whose cancellation was not requested")
+	}
+	if _, err := s.RequestCancel(ctx, "acme", running.ID); err != nil {
+		t.Fatal(err)
+	}
+	if r.CancelQueued(ctx, running.ID) {
+		t.Fatal("CancelQueued ended a running task")
+	}
+	if _, err := s.RequestCancel(ctx, "acme", queued.ID); err != nil {
+		t.Fatal(err)
+	}
+	if !r.CancelQueued(ctx, queued.ID) {
+		t.Fatal("CancelQueued left a queued, cancel-requested task")
+	}
+	if got, err := s.Get(ctx, "acme", queued.ID); err != nil || got.Status != tasks.Cancelled {
+		t.Fatalf("the queued task after CancelQueued: %+v, %v; want cancelled at once", got, err)
+	}
+	slot, err := r.Reserve("acme") // its room is free
+	if err != nil {
+		t.Fatalf("room after CancelQueued: %v", err)
+	}
+	slot.Release()
+	// The running task goes on to its checkpoint; the next in the queue is
+	// the one after the cancelled task.
+	close(g.gates["running"])
+	if name := g.next(t); name != "after" {
+		t.Fatalf("%s started, want after", name)
+	}
+	if n := entered.Load(); n != 0 {
+		t.Fatalf("the cancelled task's work ran %d times", n)
+	}
+}
+
 // A task still running past its TTL is ended failed by the maintainer,
 // its worker's context is cancelled and its worker freed — whether this
 // runner's maintainer ended it, or another replica's did. The work's late

@@ -454,6 +454,31 @@ func TestTinyTTLIsReadableAtOnce(t *testing.T) {
 	close(e.job.finish)
 }
 
+// A task cancelled while it waits for a worker ends cancelled at once:
+// the 2025-11-25 tasks/cancel answers it cancelled (as that era asks), and
+// its handler is never entered.
+func TestCancelWhileQueued(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t), false, &taskserver.Options{Runner: tasks.RunnerOptions{Workers: 1}})
+	c := mcptest.Stdio(t, e.srv, nil)
+	c.Initialize(mcp.Version20251125)
+	first := decode[mcp.LegacyCreateTaskResult](t, c.Call(1, mcp.MethodToolsCall, map[string]any{"name": "job", "task": map[string]any{}}))
+	if id := wait(t, e.job.started, "the first task"); id != first.Task.TaskID {
+		t.Fatalf("started %q", id)
+	}
+	queued := decode[mcp.LegacyCreateTaskResult](t, c.Call(2, mcp.MethodToolsCall, map[string]any{"name": "job", "task": map[string]any{}}))
+	got := decode[mcp.LegacyTaskResult](t, c.Call(3, mcp.MethodTasksCancel, map[string]any{"taskId": queued.Task.TaskID}))
+	if got.Status != "cancelled" {
+		t.Fatalf("tasks/cancel of a queued task: %+v; want cancelled", got)
+	}
+	ended := e.ts.Runner().Changed()
+	close(e.job.step)
+	close(e.job.finish)
+	wait(t, ended, "the first task to end")
+	if n := e.job.runs.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times; the cancelled task's must never run", n)
+	}
+}
+
 // Task creation is admitted: past the runner's bounds it is refused with
 // the usual retryable overload, and nothing is recorded.
 func TestCreationIsAdmitted(t *testing.T) {
