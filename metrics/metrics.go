@@ -219,6 +219,14 @@ func (m *Observer) TaskTakenOver(tool string, resumed bool) {
 	m.taskTakeovers.WithLabelValues(tool, result).Inc()
 }
 
+// TaskExpired records a task this process ended because it was still
+// running past its TTL, with status "failed" (or "cancelled" when its
+// cancellation was requested): it counts as ended, and the worker that ran
+// it, here or on another replica, counts it no longer running there.
+func (m *Observer) TaskExpired(tool, status string) {
+	m.tasksEnded.WithLabelValues(m.registered(tool), status).Inc()
+}
+
 // registered is name when the server registered such a tool, "unknown"
 // otherwise.
 func (m *Observer) registered(name string) string {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,7 +136,14 @@ type RunnerOptions struct {
 	// Workers bounds the tasks running at once (default 8), Queued the
 	// tasks waiting for a worker (default 64), and PerTenant the tasks of
 	// one tenant running or waiting (default: half of Workers+Queued), so
-	// that one tenant cannot take every slot.
+	// that one tenant cannot take every place in the queue.
+	//
+	// Workers are shared fairly between tenants: each tenant waits in a
+	// queue of its own, and a worker that frees up goes to the waiting
+	// tenant with the fewest tasks running (round robin between equals).
+	// A tenant alone uses every worker; once another tenant has work
+	// waiting, each freed worker goes to it until both run as many, so one
+	// tenant's long tasks delay another's by at most one task's end.
 	Workers, Queued, PerTenant int
 	// Logger receives what goes wrong in the background (heartbeat,
 	// takeover, reaping); nil means slog.Default.
@@ -184,6 +192,11 @@ const (
 	// TaskTakenOver: the runner took the task over from a process whose
 	// lease expired; Status is Failed when it could not be resumed.
 	TaskTakenOver
+	// TaskExpired: the runner ended a task still running past its TTL
+	// (Store.Expire), whichever process ran it, with Status (Failed, or
+	// Cancelled when its cancellation was requested); that process's
+	// worker reports TaskLeft when it stops.
+	TaskExpired
 )
 
 // Event is what OnEvent is told.
@@ -207,26 +220,44 @@ func (r *Runner) event(e Event) {
 	}
 }
 
-// Runner runs tasks on a bounded pool of workers, keeps their leases
-// alive, takes over the tasks of processes that died, and reaps expired
+// Runner runs tasks on a bounded pool of workers shared fairly between
+// tenants, keeps their leases alive, takes over the tasks of processes
+// that died, ends the tasks that outlive their TTL, and reaps expired
 // ones.
 type Runner struct {
 	store  *Store
 	owner  string
 	log    *slog.Logger
 	opts   RunnerOptions
-	slots  chan struct{} // one per running task
 	stop   chan struct{}
 	ctx    context.Context // every task's context
 	cancel context.CancelFunc
 
 	mu        sync.Mutex
-	reserved  int            // running + queued
-	perTenant map[string]int // running + queued, by tenant
+	reserved  int            // running + queued + reserved before creation
+	perTenant map[string]int // the same, by tenant
+	running   int
+	runningBy map[string]int      // running, by tenant
+	queues    map[string][]*entry // waiting for a worker, by tenant, oldest first
+	ring      []string            // the tenants with work waiting, in turn order
+	active    map[string]*entry   // queued and running, by task id
 	draining  bool
 	finished  chan struct{} // closed and replaced when a task of this process ends
 	wg        sync.WaitGroup
 }
+
+// entry is one task of this runner, waiting for a worker or running.
+type entry struct {
+	tenant  string
+	task    Task
+	work    Work
+	running bool
+	cancel  context.CancelCauseFunc // the run's context, once running
+}
+
+// errNotHeld is the cause of a run's context cancelled because its task
+// was ended or taken without it (expired, taken over, deleted).
+var errNotHeld = errors.New("tasks: the task was ended or taken over without this worker")
 
 // NewRunner returns a runner for the store's tasks.
 func NewRunner(s *Store, opts *RunnerOptions) (*Runner, error) {
@@ -255,8 +286,9 @@ func NewRunner(s *Store, opts *RunnerOptions) (*Runner, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Runner{store: s, owner: o.Owner, log: o.Logger, opts: o,
-		slots: make(chan struct{}, o.Workers), stop: make(chan struct{}), ctx: ctx, cancel: cancel,
-		perTenant: map[string]int{}, finished: make(chan struct{})}, nil
+		stop: make(chan struct{}), ctx: ctx, cancel: cancel,
+		perTenant: map[string]int{}, runningBy: map[string]int{}, queues: map[string][]*entry{},
+		active: map[string]*entry{}, finished: make(chan struct{})}, nil
 }
 
 // Owner is the name this runner's leases carry.
@@ -302,6 +334,11 @@ func (s *Slot) Release() {
 func (r *Runner) free(tenant string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.unreserve(tenant)
+}
+
+// unreserve gives back the tenant's room; r.mu is held.
+func (r *Runner) unreserve(tenant string) {
 	r.reserved--
 	if r.perTenant[tenant]--; r.perTenant[tenant] <= 0 {
 		delete(r.perTenant, tenant)
@@ -309,34 +346,167 @@ func (r *Runner) free(tenant string) {
 }
 
 // Start runs work for t, which this runner owns, in the slot: at once if a
-// worker is free, or when one frees up.
+// worker is free, or when one frees up and it is the tenant's turn (see
+// RunnerOptions.Workers).
 func (s *Slot) Start(t Task, work Work) {
 	if s.used {
 		panic("tasks: a slot was used twice")
 	}
 	s.used = true
 	r := s.r
-	r.wg.Go(func() {
-		ctx, cancel := context.WithCancel(r.ctx)
-		defer r.free(s.tenant)
-		defer cancel()
-		select {
-		case r.slots <- struct{}{}:
-		case <-r.stop:
-			// Shutting down before a worker was free: another process
-			// takes the task over now rather than after the lease.
-			r.release(t.ID)
-			r.leave(t.ID)
-			return
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.draining {
+		// Shutting down before a worker was free: another process takes
+		// the task over now rather than after the lease.
+		r.wg.Go(func() { r.abandonQueued([]*entry{{tenant: s.tenant, task: t}}) })
+		return
+	}
+	e := &entry{tenant: s.tenant, task: t, work: work}
+	r.active[t.ID] = e
+	if len(r.queues[s.tenant]) == 0 {
+		r.ring = append(r.ring, s.tenant)
+	}
+	r.queues[s.tenant] = append(r.queues[s.tenant], e)
+	r.dispatch()
+}
+
+// dispatch starts waiting tasks while workers are free, each time for
+// the waiting tenant with the fewest tasks running, the earliest in turn
+// among equals; a tenant served goes to the back of the turn. r.mu is
+// held.
+func (r *Runner) dispatch() {
+	for !r.draining && r.running < r.opts.Workers && len(r.ring) > 0 {
+		next := 0
+		for i, tenant := range r.ring {
+			if r.runningBy[tenant] < r.runningBy[r.ring[next]] {
+				next = i
+			}
 		}
-		defer func() { <-r.slots }()
-		r.execute(ctx, t, work)
-	})
+		tenant := r.ring[next]
+		r.ring = append(r.ring[:next], r.ring[next+1:]...)
+		q := r.queues[tenant]
+		e := q[0]
+		q[0] = nil
+		if q = q[1:]; len(q) == 0 {
+			delete(r.queues, tenant)
+		} else {
+			r.queues[tenant] = q
+			r.ring = append(r.ring, tenant)
+		}
+		r.running++
+		r.runningBy[tenant]++
+		ctx, cancel := context.WithCancelCause(r.ctx)
+		e.running, e.cancel = true, cancel
+		r.wg.Go(func() { r.runEntry(ctx, e) })
+	}
+}
+
+// runEntry runs one task on a worker, then gives the worker to the next.
+func (r *Runner) runEntry(ctx context.Context, e *entry) {
+	defer func() {
+		e.cancel(nil)
+		r.mu.Lock()
+		r.running--
+		if r.runningBy[e.tenant]--; r.runningBy[e.tenant] <= 0 {
+			delete(r.runningBy, e.tenant)
+		}
+		delete(r.active, e.task.ID)
+		r.unreserve(e.tenant)
+		r.dispatch()
+		r.wake() // after the room is given back: a waiter woken finds it
+		r.mu.Unlock()
+	}()
+	r.execute(ctx, e.task, e.work)
+}
+
+// CancelQueued ends at once a task of this runner that still waits for a
+// worker and whose cancellation was recorded (Store.RequestCancel): it
+// leaves the queue and ends cancelled without a worker, its handler never
+// entered. It reports whether it did so. A task running here, or queued
+// on another replica, observes the intent at its next checkpoint instead
+// (for a queued one, the runner's own before its work starts).
+func (r *Runner) CancelQueued(ctx context.Context, id string) bool {
+	r.mu.Lock()
+	e := r.active[id]
+	if e == nil || e.running || r.draining {
+		r.mu.Unlock()
+		return false
+	}
+	r.unqueue(e)
+	r.wg.Add(1) // Shutdown waits for this as for a worker
+	r.mu.Unlock()
+	defer r.wg.Done()
+	run := &Run{runner: r, task: e.task, stop: r.stop}
+	err := run.observed(r.store.checkpoint(ctx, id, r.owner, CheckpointUpdate{}))
+	switch {
+	case errors.Is(err, ErrCancelled):
+		// Counted as a run that ended at its first checkpoint, so that
+		// the running gauge and the ended count stay paired.
+		t := e.task
+		r.event(Event{Kind: TaskStarted, Tool: t.Tool})
+		r.event(Event{Kind: TaskEnded, Tool: t.Tool, Status: Cancelled, Duration: time.Since(t.CreatedAt),
+			CancelObserved: true, CancelDelay: time.Duration(run.cancelDelay.Load())})
+	case errors.Is(err, ErrTerminal), errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotFound):
+		// Ended or taken without this runner: nothing of ours to run.
+	default:
+		// No intent recorded, or the store could not be reached: the task
+		// goes back to the head of its queue, to be run (or cancelled by
+		// the check before its work) in its turn.
+		r.mu.Lock()
+		if r.draining {
+			r.mu.Unlock()
+			r.abandonQueued([]*entry{e})
+			return false
+		}
+		r.active[id] = e
+		if len(r.queues[e.tenant]) == 0 {
+			r.ring = append(r.ring, e.tenant)
+		}
+		r.queues[e.tenant] = append([]*entry{e}, r.queues[e.tenant]...)
+		r.dispatch()
+		r.mu.Unlock()
+		return false
+	}
+	r.mu.Lock()
+	r.unreserve(e.tenant)
+	r.wake()
+	r.mu.Unlock()
+	return errors.Is(err, ErrCancelled)
+}
+
+// unqueue takes a waiting task out of its tenant's queue (and the tenant
+// out of the turn when nothing of it waits any more); r.mu is held.
+func (r *Runner) unqueue(e *entry) {
+	delete(r.active, e.task.ID)
+	q := r.queues[e.tenant]
+	if i := slices.Index(q, e); i >= 0 {
+		q = slices.Delete(q, i, i+1)
+	}
+	if len(q) > 0 {
+		r.queues[e.tenant] = q
+		return
+	}
+	delete(r.queues, e.tenant)
+	if i := slices.Index(r.ring, e.tenant); i >= 0 {
+		r.ring = slices.Delete(r.ring, i, i+1)
+	}
+}
+
+// abandonQueued releases tasks that never got a worker (the runner shuts
+// down): another process takes each over at once.
+func (r *Runner) abandonQueued(entries []*entry) {
+	for _, e := range entries {
+		r.release(e.task.ID)
+		r.mu.Lock()
+		r.unreserve(e.tenant)
+		r.wake()
+		r.mu.Unlock()
+	}
 }
 
 // execute runs work and records its outcome.
 func (r *Runner) execute(ctx context.Context, t Task, work Work) {
-	defer r.leave(t.ID)
 	r.event(Event{Kind: TaskStarted, Tool: t.Tool})
 	for _, o := range r.opts.Observers {
 		ctx = o.RunStarted(ctx, t.Tool, t.ID, t.Attempts)
@@ -348,17 +518,37 @@ func (r *Runner) execute(ctx context.Context, t Task, work Work) {
 		}
 	}()
 	run := &Run{runner: r, task: t, stop: r.stop}
-	out := r.safely(ctx, run, work)
-	if out.Status == 0 {
+	// The runner's own checkpoint before the work starts: a task cancelled
+	// while it waited for a worker ends cancelled here without running a
+	// step, and one ended or taken over meanwhile (expired, say) is not
+	// run at all. The lease is renewed for the work to come.
+	switch err := run.observed(r.store.checkpoint(ctx, t.ID, r.owner, CheckpointUpdate{})); {
+	case errors.Is(err, ErrCancelled):
+		ended = Cancelled.String()
+		r.event(Event{Kind: TaskEnded, Tool: t.Tool, Status: Cancelled, Duration: time.Since(t.CreatedAt),
+			CancelObserved: true, CancelDelay: time.Duration(run.cancelDelay.Load())})
+		return
+	case errors.Is(err, ErrTerminal), errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotFound), ctx.Err() != nil:
 		r.event(Event{Kind: TaskLeft, Tool: t.Tool})
-		return // the work stopped for a shutdown; the lease is released
+		return
+	case err != nil:
+		// The store could not be reached: the work runs, and its own
+		// checkpoints and outcome meet the store later (or the task is
+		// taken over, if this process cannot reach it again).
+		r.log.Warn("could not check a task before running it", "task", t.ID, "tool", t.Tool, "err", err)
+	}
+	out := r.safely(ctx, run, work)
+	if out.Status == 0 || context.Cause(ctx) == errNotHeld {
+		r.event(Event{Kind: TaskLeft, Tool: t.Tool})
+		return // the work stopped for a shutdown (the lease is released), or its task was ended without it
 	}
 	// The outcome is recorded even when the process is stopping: the work
 	// is done, and running it again elsewhere would run it twice.
 	err := r.store.Finish(context.WithoutCancel(ctx), t.ID, r.owner, out.Status, out.Message, out.Result, out.Error)
-	if err == nil || errors.Is(err, ErrTerminal) {
+	switch {
+	case err == nil, errors.Is(err, ErrTerminal) && run.cancelSeen.Load():
 		status := out.Status
-		if errors.Is(err, ErrTerminal) {
+		if err != nil {
 			status = Cancelled // a checkpoint ended it first
 		}
 		ended = status.String()
@@ -367,16 +557,17 @@ func (r *Runner) execute(ctx context.Context, t Task, work Work) {
 			e.CancelObserved, e.CancelDelay = true, time.Duration(run.cancelDelay.Load())
 		}
 		r.event(e)
-	}
-	switch {
-	case err == nil, errors.Is(err, ErrTerminal):
-		// ErrTerminal: a checkpoint ended it cancelled first.
+		return
+	case errors.Is(err, ErrTerminal):
+		// Ended without this worker (expired, say, or cancelled while no
+		// worker held it): whoever ended it reported the end.
 	case errors.Is(err, ErrLeaseLost):
 		r.log.Warn("a task finished after another worker took it over; its outcome was dropped",
 			"task", t.ID, "tool", t.Tool)
 	default:
 		r.log.Error("could not record a task's outcome; it will be taken over", "task", t.ID, "tool", t.Tool, "err", err)
 	}
+	r.event(Event{Kind: TaskLeft, Tool: t.Tool})
 }
 
 // safely runs work, turning a panic into a failed outcome and a shutdown
@@ -404,17 +595,17 @@ func (r *Runner) release(id string) {
 	}
 }
 
-// leave forgets a task that no longer runs here and wakes Wait.
-func (r *Runner) leave(id string) {
-	r.mu.Lock()
+// wake tells the waiters on Changed that a task stopped running here;
+// r.mu is held.
+func (r *Runner) wake() {
 	close(r.finished)
 	r.finished = make(chan struct{})
-	r.mu.Unlock()
 }
 
 // Changed returns a channel closed the next time a task of this runner
-// stops running: a waiter for a task's end (a blocking tasks/result) reads
-// the store again then, rather than poll it.
+// stops running, once its outcome is recorded and its room given back: a
+// waiter for a task's end (a blocking tasks/result) reads the store again
+// then, rather than poll it.
 func (r *Runner) Changed() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -446,14 +637,72 @@ func (r *Runner) Maintain(ctx context.Context, interval time.Duration, resume Re
 	}
 }
 
-// MaintainOnce is one round of Maintain.
+// MaintainOnce is one round of Maintain: renew this runner's leases, end
+// the tasks (anyone's) still running past their TTL, stop the workers
+// here whose tasks were ended or taken without them, take over the tasks
+// of processes that died, and reap expired finished tasks. Expiry comes
+// before takeover, so that a task past its TTL is never resumed.
 func (r *Runner) MaintainOnce(ctx context.Context, resume Resumer) {
 	if _, err := r.store.Heartbeat(ctx, r.owner); err != nil && ctx.Err() == nil {
 		r.log.Warn("could not renew task leases", "err", err)
 	}
+	r.expire(ctx)
+	r.stopUnheld(ctx)
 	r.takeOver(ctx, resume)
 	if _, err := r.store.Reap(ctx, 1000); err != nil && ctx.Err() == nil {
 		r.log.Warn("could not reap expired tasks", "err", err)
+	}
+}
+
+// expire ends the tasks still running past their TTL, in batches.
+func (r *Runner) expire(ctx context.Context) {
+	for {
+		expired, err := r.store.Expire(ctx, 100)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("could not end tasks past their TTL", "err", err)
+			}
+			return
+		}
+		for _, t := range expired {
+			r.log.Info("a task outlived its TTL and was ended", "task", t.ID, "tool", t.Tool, "ttl", t.TTL, "owner", t.Owner)
+			status := Failed
+			if t.CancelRequested {
+				status = Cancelled
+			}
+			r.event(Event{Kind: TaskExpired, Tool: t.Tool, Status: status})
+		}
+		if len(expired) < 100 {
+			return
+		}
+	}
+}
+
+// stopUnheld cancels the context of every worker here whose task this
+// runner no longer holds: ended without it (by Expire, here or on another
+// replica), taken over after its lease lapsed, or deleted. Its checkpoints
+// already return ErrTerminal or ErrLeaseLost; this stops work that does
+// not reach one, and frees its worker.
+func (r *Runner) stopUnheld(ctx context.Context) {
+	r.mu.Lock()
+	n := r.running
+	r.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	held, err := r.store.Held(ctx, r.owner)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("could not read which tasks this process holds", "err", err)
+		}
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, e := range r.active {
+		if e.running && !held[id] {
+			e.cancel(errNotHeld)
+		}
 	}
 }
 
@@ -525,6 +774,18 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 	if !r.draining {
 		r.draining = true
 		close(r.stop)
+		// Tasks still waiting for a worker are released at once.
+		var queued []*entry
+		for _, tenant := range r.ring {
+			for _, e := range r.queues[tenant] {
+				delete(r.active, e.task.ID)
+				queued = append(queued, e)
+			}
+		}
+		r.ring, r.queues = nil, map[string][]*entry{}
+		if len(queued) > 0 {
+			r.wg.Go(func() { r.abandonQueued(queued) })
+		}
 	}
 	r.mu.Unlock()
 	done := make(chan struct{})

@@ -20,6 +20,14 @@
 // data if its tool says it can, and otherwise ends it failed as
 // interrupted. Nothing stays working forever.
 //
+// A task's TTL counts from its creation, as the protocol defines it, and
+// is never shorter than a minimum, so that a task is readable right after
+// its create answer. A task is never deleted or hidden while it has not
+// finished: one still running at its TTL is ended failed (Store.Expire)
+// and its worker stopped; a finished task is kept until its TTL has
+// passed and at least Options.Retain after it finished, then reaped. See
+// Options.DefaultTTL for the rule and the spec text it follows.
+//
 // Task ids are 128 random bits: unguessable. Every read and write is
 // scoped to the tenant that created the task, and another tenant's id
 // reads as unknown. The package knows the store, never the server or a
@@ -102,9 +110,17 @@ type Task struct {
 	StatusMessage string
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
-	// TTL is how long the task is kept after it is created; it is reaped
-	// (and reads as unknown) after that, once it is no longer running.
+	// TTL is how long after CreatedAt the task may be deleted, as the
+	// protocol defines it: the creator's wish within the store's bounds,
+	// and for a finished task the time from creation to ExpiresAt (which
+	// a retention floor may have pushed later), so that what a client is
+	// told is never shorter than what is kept.
 	TTL time.Duration
+	// ExpiresAt is when the task may be deleted: CreatedAt+TTL, and for a
+	// finished task no earlier than Options.Retain after it finished.
+	// A task that has not finished is never deleted; past ExpiresAt it is
+	// ended failed (Store.Expire).
+	ExpiresAt time.Time
 	// PollInterval is how often a client should ask for the task.
 	PollInterval time.Duration
 	// Request is what the task was created to do (for a tool call, its
@@ -151,9 +167,15 @@ var (
 
 // Defaults for Options fields left at zero.
 const (
-	DefaultLease        = 30 * time.Second
-	DefaultTTL          = time.Hour
-	DefaultMaxTTL       = 24 * time.Hour
+	DefaultLease  = 30 * time.Second
+	DefaultTTL    = time.Hour
+	DefaultMaxTTL = 24 * time.Hour
+	// DefaultMinTTL is the shortest TTL a task gets, whatever its creator
+	// asks: a client must be able to read a task it was just told about.
+	DefaultMinTTL = time.Minute
+	// DefaultRetain is how long a finished task is kept at least, so that
+	// a client polling at the poll interval finds its result.
+	DefaultRetain       = time.Minute
 	DefaultPollInterval = time.Second
 	// MaxRequestBytes bounds a task's stored request, result and
 	// checkpoint each.
@@ -172,9 +194,26 @@ type Options struct {
 	// Zero means DefaultLease.
 	Lease time.Duration
 	// DefaultTTL is a task's TTL when its creator asks for none, and
-	// MaxTTL the longest it may ask for. Zero means DefaultTTL and
-	// DefaultMaxTTL.
-	DefaultTTL, MaxTTL time.Duration
+	// MinTTL and MaxTTL bound what it may ask for. Zero means DefaultTTL,
+	// DefaultMinTTL and DefaultMaxTTL.
+	//
+	// The TTL counts from the task's creation, as both protocol eras
+	// define it: 2025-11-25 (tasks page, "TTL and Resource Management"):
+	// "ttl: Time in milliseconds from creation before task may be
+	// deleted", and "After a task's ttl lifetime has elapsed, receivers
+	// MAY delete the task and its results, regardless of the task
+	// status"; 2026-07-28 (the io.modelcontextprotocol/tasks extension,
+	// SEP-2663): "ttlMs may change. After the TTL the server MAY mark the
+	// task failed and delete it". mcprel takes the second reading in both
+	// eras: a task still running at its TTL is ended failed (and its
+	// worker stopped), never deleted or hidden while it runs; only a
+	// finished task is deleted, once past its TTL and Retain.
+	DefaultTTL, MinTTL, MaxTTL time.Duration
+	// Retain is how long a finished task is kept at least after it
+	// finished, whatever its TTL, so that a task that ends just before (or
+	// at) its TTL still lets its client read the result. Zero means
+	// DefaultRetain.
+	Retain time.Duration
 	// PollInterval is what clients are told to poll at. Zero means
 	// DefaultPollInterval.
 	PollInterval time.Duration
@@ -193,7 +232,9 @@ type Store struct {
 	db           *store.DB
 	lease        time.Duration
 	defaultTTL   time.Duration
+	minTTL       time.Duration
 	maxTTL       time.Duration
+	retain       time.Duration
 	pollInterval time.Duration
 	maxTenant    int              // Options.MaxTasksPerTenant
 	maxTotal     int              // Options.MaxTasks
@@ -307,7 +348,7 @@ func Open(ctx context.Context, db *store.DB, opts *Options) (*Store, error) {
 	if opts != nil {
 		o = *opts
 	}
-	if o.Lease < 0 || o.DefaultTTL < 0 || o.MaxTTL < 0 || o.PollInterval < 0 {
+	if o.Lease < 0 || o.DefaultTTL < 0 || o.MinTTL < 0 || o.MaxTTL < 0 || o.Retain < 0 || o.PollInterval < 0 {
 		return nil, errors.New("tasks: Options durations must not be negative")
 	}
 	if o.MaxTasksPerTenant < 0 || o.MaxTasks < 0 {
@@ -323,13 +364,22 @@ func Open(ctx context.Context, db *store.DB, opts *Options) (*Store, error) {
 		o.Lease = DefaultLease
 	}
 	if o.MaxTTL == 0 {
-		o.MaxTTL = DefaultMaxTTL
+		o.MaxTTL = max(DefaultMaxTTL, o.MinTTL, o.DefaultTTL)
+	}
+	if o.MinTTL == 0 {
+		o.MinTTL = min(DefaultMinTTL, o.MaxTTL)
 	}
 	if o.DefaultTTL == 0 {
-		o.DefaultTTL = min(DefaultTTL, o.MaxTTL)
+		o.DefaultTTL = max(min(DefaultTTL, o.MaxTTL), o.MinTTL)
 	}
-	if o.DefaultTTL > o.MaxTTL {
-		return nil, errors.New("tasks: Options.DefaultTTL is longer than MaxTTL")
+	if o.MinTTL > o.MaxTTL {
+		return nil, errors.New("tasks: Options.MinTTL is longer than MaxTTL")
+	}
+	if o.DefaultTTL < o.MinTTL || o.DefaultTTL > o.MaxTTL {
+		return nil, errors.New("tasks: Options.DefaultTTL is outside MinTTL..MaxTTL")
+	}
+	if o.Retain == 0 {
+		o.Retain = DefaultRetain
 	}
 	if o.PollInterval == 0 {
 		o.PollInterval = DefaultPollInterval
@@ -337,8 +387,8 @@ func Open(ctx context.Context, db *store.DB, opts *Options) (*Store, error) {
 	if err := db.Migrate(ctx, "tasks", migrations); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, lease: o.Lease, defaultTTL: o.DefaultTTL, maxTTL: o.MaxTTL,
-		pollInterval: o.PollInterval, maxTenant: o.MaxTasksPerTenant, maxTotal: o.MaxTasks, now: time.Now}, nil
+	return &Store{db: db, lease: o.Lease, defaultTTL: o.DefaultTTL, minTTL: o.MinTTL, maxTTL: o.MaxTTL,
+		retain: o.Retain, pollInterval: o.PollInterval, maxTenant: o.MaxTasksPerTenant, maxTotal: o.MaxTasks, now: time.Now}, nil
 }
 
 // DB returns the database the store lives in.
@@ -348,13 +398,18 @@ func (s *Store) DB() *store.DB { return s.db }
 func (s *Store) Lease() time.Duration { return s.lease }
 
 // TTL returns the TTL a task created with the requested one gets: the
-// default for zero or less, at most MaxTTL.
+// default for zero or less, otherwise the request within MinTTL..MaxTTL
+// (both eras let the receiver override the requested ttl; the answer
+// reports the one it got).
 func (s *Store) TTL(requested time.Duration) time.Duration {
 	if requested <= 0 {
 		return s.defaultTTL
 	}
-	return min(requested, s.maxTTL)
+	return min(max(requested, s.minTTL), s.maxTTL)
 }
+
+// Retain is how long a finished task is kept at least after it finished.
+func (s *Store) Retain() time.Duration { return s.retain }
 
 // NewTask is what Create needs.
 type NewTask struct {
@@ -430,6 +485,7 @@ func (s *Store) CreateTx(ctx context.Context, tx *store.Tx, n NewTask) (Task, er
 		Request: append(json.RawMessage(nil), n.Request...), Owner: n.Owner,
 		LeaseUntil: now.Add(s.lease), Attempts: 1,
 	}
+	t.ExpiresAt = now.Add(t.TTL)
 	// Count the task in, within the bounds, in this transaction: each
 	// guarded increment is one statement that waits for a concurrent
 	// creator's increment to commit (PostgreSQL locks the counted row) and
@@ -447,7 +503,7 @@ func (s *Store) CreateTx(ctx context.Context, tx *store.Tx, n NewTask) (Task, er
 	_, err := tx.Exec(ctx, `INSERT INTO mcprel_tasks
 		(id, tenant, tool, status, created_at, updated_at, ttl_ms, expires_at, poll_ms, request, owner, lease_until, attempts)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`,
-		t.ID, t.Tenant, t.Tool, int(Working), ms(now), ms(now), t.TTL.Milliseconds(), ms(now.Add(t.TTL)),
+		t.ID, t.Tenant, t.Tool, int(Working), ms(now), ms(now), t.TTL.Milliseconds(), ms(t.ExpiresAt),
 		t.PollInterval.Milliseconds(), string(t.Request), t.Owner, ms(t.LeaseUntil))
 	if err != nil {
 		return Task{}, err
@@ -481,7 +537,7 @@ func (e *FullError) Error() string {
 	return fmt.Sprintf("tasks: the tenant has %d stored tasks, the most one tenant may keep (Options.MaxTasksPerTenant)", e.Limit)
 }
 
-const selectTask = `SELECT id, tenant, tool, status, status_message, created_at, updated_at, ttl_ms,
+const selectTask = `SELECT id, tenant, tool, status, status_message, created_at, updated_at, expires_at,
 	poll_ms, request, result, error, cancel_requested, cancel_at, owner, lease_until, attempts,
 	checkpoint, input_requests, input_responses FROM mcprel_tasks `
 
@@ -489,14 +545,14 @@ func scanTask(row interface{ Scan(...any) error }) (Task, error) {
 	var (
 		t                                 Task
 		status                            int
-		created, updated, ttl, poll       int64
+		created, updated, expires, poll   int64
 		request                           string
 		result, errObj, owner, checkpoint sql.NullString
 		inputReq, inputResp               sql.NullString
 		cancelAt, leaseUntil              sql.NullInt64
 		cancelRequested                   bool
 	)
-	err := row.Scan(&t.ID, &t.Tenant, &t.Tool, &status, &t.StatusMessage, &created, &updated, &ttl,
+	err := row.Scan(&t.ID, &t.Tenant, &t.Tool, &status, &t.StatusMessage, &created, &updated, &expires,
 		&poll, &request, &result, &errObj, &cancelRequested, &cancelAt, &owner, &leaseUntil, &t.Attempts,
 		&checkpoint, &inputReq, &inputResp)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -507,7 +563,10 @@ func scanTask(row interface{ Scan(...any) error }) (Task, error) {
 	}
 	t.Status = Status(status)
 	t.CreatedAt, t.UpdatedAt = time.UnixMilli(created), time.UnixMilli(updated)
-	t.TTL, t.PollInterval = time.Duration(ttl)*time.Millisecond, time.Duration(poll)*time.Millisecond
+	// The TTL reported is the effective one: expires_at is created+ttl
+	// until a retention floor or an expiry moves it later.
+	t.ExpiresAt = time.UnixMilli(expires)
+	t.TTL, t.PollInterval = t.ExpiresAt.Sub(t.CreatedAt), time.Duration(poll)*time.Millisecond
 	t.Request = json.RawMessage(request)
 	t.Result, t.Error, t.Checkpoint = raw(result), raw(errObj), raw(checkpoint)
 	t.InputRequests, t.InputResponses = raw(inputReq), raw(inputResp)
@@ -531,13 +590,19 @@ func raw(s sql.NullString) json.RawMessage {
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
-// Get returns the tenant's task. A task of another tenant, and one whose
-// TTL has passed, is ErrNotFound.
+// visible is the condition a task must meet to be seen, with the time as
+// its parameter: a task that has not finished is always visible (past its
+// TTL it is ended failed, never hidden while its worker may run), and a
+// finished one until it expires.
+const visible = `(status < 3 OR expires_at > ?)`
+
+// Get returns the tenant's task. A task of another tenant, and a finished
+// one past its expiry, is ErrNotFound.
 func (s *Store) Get(ctx context.Context, tenant, id string) (Task, error) {
 	if !ValidID(id) {
 		return Task{}, ErrNotFound
 	}
-	t, err := scanTask(s.db.QueryRow(ctx, selectTask+`WHERE id = ? AND tenant = ? AND expires_at > ?`,
+	t, err := scanTask(s.db.QueryRow(ctx, selectTask+`WHERE id = ? AND tenant = ? AND `+visible,
 		id, tenant, ms(s.now())))
 	return t, err
 }
@@ -565,7 +630,7 @@ func (s *Store) List(ctx context.Context, tenant, cursor string, limit int) ([]T
 	}
 	var out []Task
 	err := s.db.ReadTx(ctx, func(tx *store.Tx) error {
-		rows, err := tx.Query(ctx, selectTask+`WHERE tenant = ? AND expires_at > ?
+		rows, err := tx.Query(ctx, selectTask+`WHERE tenant = ? AND `+visible+`
 			AND (created_at > ? OR (created_at = ? AND id > ?)) ORDER BY created_at, id LIMIT ?`,
 			tenant, ms(s.now()), afterCreated, afterCreated, afterID, limit+1)
 		if err != nil {
@@ -609,7 +674,7 @@ func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (Task, err
 	var t Task
 	err := s.transition(ctx, func(tx *store.Tx) error {
 		var err error
-		t, err = scanTask(tx.QueryRow(ctx, selectTask+`WHERE id = ? AND tenant = ? AND expires_at > ?`, id, tenant, ms(s.now())))
+		t, err = scanTask(tx.QueryRow(ctx, selectTask+`WHERE id = ? AND tenant = ? AND `+visible, id, tenant, ms(s.now())))
 		if err != nil {
 			return err
 		}
@@ -826,11 +891,19 @@ func (s *Store) finishTx(ctx context.Context, tx *store.Tx, t *Task, status Stat
 	if !t.Status.canMove(status) {
 		return fmt.Errorf("tasks: a %s task cannot become %s", t.Status, status)
 	}
+	// A finished task is kept at least s.retain from now, past its TTL if
+	// need be, so that its client can still read the result.
+	keep := ms(now.Add(s.retain))
 	err := applied(tx.Exec(ctx, `UPDATE mcprel_tasks SET status = ?, status_message = ?, result = ?, error = ?,
-		updated_at = ?, owner = NULL, lease_until = NULL, input_requests = NULL WHERE id = ?`+leaseHeld,
-		append([]any{int(status), message, nullable(result), nullable(errObj), ms(now), t.ID}, held(*t)...)...))
+		updated_at = ?, owner = NULL, lease_until = NULL, input_requests = NULL,
+		expires_at = CASE WHEN expires_at < ? THEN ? ELSE expires_at END WHERE id = ?`+leaseHeld,
+		append([]any{int(status), message, nullable(result), nullable(errObj), ms(now), keep, keep, t.ID}, held(*t)...)...))
 	if err != nil {
 		return err
+	}
+	if t.ExpiresAt.Before(time.UnixMilli(keep)) {
+		t.ExpiresAt = time.UnixMilli(keep)
+		t.TTL = t.ExpiresAt.Sub(t.CreatedAt)
 	}
 	t.Status, t.StatusMessage, t.Result, t.Error = status, message, result, errObj
 	t.UpdatedAt, t.Owner, t.LeaseUntil, t.InputRequests = time.UnixMilli(ms(now)), "", time.Time{}, nil
@@ -869,7 +942,7 @@ func (s *Store) ProvideInput(ctx context.Context, tenant, id string, responses m
 		return ErrNotFound
 	}
 	return s.transition(ctx, func(tx *store.Tx) error {
-		t, err := scanTask(tx.QueryRow(ctx, selectTask+`WHERE id = ? AND tenant = ? AND expires_at > ?`, id, tenant, ms(s.now())))
+		t, err := scanTask(tx.QueryRow(ctx, selectTask+`WHERE id = ? AND tenant = ? AND `+visible, id, tenant, ms(s.now())))
 		if err != nil {
 			return err
 		}
@@ -1009,16 +1082,109 @@ func (s *Store) Release(ctx context.Context, id, owner string) error {
 	})
 }
 
-// Reap deletes up to batch tasks whose TTL has passed and that no live
-// worker holds, and returns how many it deleted: finished tasks, and
-// unfinished ones whose lease has expired too. It keeps the store
-// bounded.
+// expiredError is the JSON-RPC error a task gets when it is still running
+// at its TTL.
+func expiredError(ttl time.Duration) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"code": -32603,
+		"message": fmt.Sprintf("the task expired: it was still running when its TTL of %v from creation passed, and was stopped", ttl)})
+	return b
+}
+
+// Expire ends up to limit tasks that have not finished and whose TTL has
+// passed, whoever holds them, and returns them as they were before (their
+// Owner says which process's worker must stop). Each ends failed with an
+// error and a status message that say it expired — or cancelled, when
+// its cancellation was requested — and is then kept for Retain like any
+// finished task. The worker still running one loses: its checkpoints
+// return ErrTerminal and its Finish changes nothing.
+//
+// This is the 2026-07-28 rule ("After the TTL the server MAY mark the
+// task failed and delete it"), applied in both eras: a task is never
+// deleted, nor hidden, while a worker may still run it.
+func (s *Store) Expire(ctx context.Context, limit int) ([]Task, error) {
+	var out []Task
+	err := s.db.WriteBatched(ctx, func(tx *store.Tx) error {
+		out = out[:0]
+		now := s.now()
+		rows, err := tx.Query(ctx, selectTask+`WHERE status < 3 AND expires_at <= ? ORDER BY expires_at LIMIT ?`, ms(now), limit)
+		if err != nil {
+			return err
+		}
+		var expired []Task
+		for rows.Next() {
+			t, err := scanTask(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			expired = append(expired, t)
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return err
+		}
+		for _, t := range expired {
+			status, message, errObj := Failed, fmt.Sprintf("expired: still running when its TTL of %v passed; it was stopped", t.TTL), expiredError(t.TTL)
+			if t.CancelRequested {
+				status, message, errObj = Cancelled, "cancelled: its TTL passed before a worker observed the cancellation", nil
+			}
+			// Conditional on the state read: a worker's Finish that
+			// committed meanwhile wins, and this task is skipped.
+			res, err := tx.Exec(ctx, `UPDATE mcprel_tasks SET status = ?, status_message = ?, error = ?, updated_at = ?,
+				owner = NULL, lease_until = NULL, input_requests = NULL, expires_at = ?
+				WHERE id = ? AND status < 3 AND expires_at <= ?`,
+				int(status), message, nullable(errObj), ms(now), ms(now.Add(s.retain)), t.ID, ms(now))
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n != 1 {
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			out = append(out, t)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Held returns the ids of the tasks owner holds: tasks that have not
+// finished and are leased to it. A runner stops the workers of any other
+// task it runs — ended without it (expired, say), taken over by another
+// process, or deleted — so that no worker runs on for a record it no
+// longer holds.
+func (s *Store) Held(ctx context.Context, owner string) (map[string]bool, error) {
+	held := map[string]bool{}
+	err := s.db.ReadTx(ctx, func(tx *store.Tx) error {
+		clear(held)
+		rows, err := tx.Query(ctx, `SELECT id FROM mcprel_tasks WHERE owner = ? AND status < 3`, owner)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			held[id] = true
+		}
+		return rows.Err()
+	})
+	return held, err
+}
+
+// Reap deletes up to batch finished tasks past their expiry and returns
+// how many it deleted. A task that has not finished is never deleted, so
+// that no worker ever runs for a record that is gone: past its TTL it is
+// ended first (Expire), then kept for Retain. It keeps the store bounded.
 func (s *Store) Reap(ctx context.Context, batch int) (int, error) {
 	n := 0
 	err := s.db.WriteTx(ctx, func(tx *store.Tx) error {
 		now := ms(s.now())
 		res, err := tx.Exec(ctx, `DELETE FROM mcprel_tasks WHERE id IN (SELECT id FROM mcprel_tasks
-			WHERE expires_at <= ? AND (status >= 3 OR lease_until <= ?) LIMIT ?)`, now, now, batch)
+			WHERE status >= 3 AND expires_at <= ? LIMIT ?)`, now, batch)
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -267,39 +268,163 @@ func TestCancelWithoutAWorker(t *testing.T) {
 	})
 }
 
-// Tasks past their TTL read as unknown and are reaped once nobody runs
-// them; a running one is kept until its lease lapses.
-func TestTTLAndReaper(t *testing.T) {
+// A task's TTL counts from its creation, within the store's bounds: a
+// TTL below the minimum (ttl=1 ms) gets the minimum, so that the task is
+// readable right after its create answer, and one over the maximum gets
+// the maximum; what the task reports is what it got.
+func TestTTLBounds(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, dsn string) {
 		ctx := context.Background()
-		s, clk := open(t, dsn, &tasks.Options{Lease: time.Minute, DefaultTTL: 10 * time.Minute, MaxTTL: time.Hour})
-		done := create(t, s, "acme", "w1")
-		if err := s.Finish(ctx, done.ID, "w1", tasks.Completed, "", json.RawMessage(`{}`), nil); err != nil {
-			t.Fatal(err)
+		s, clk := open(t, dsn, &tasks.Options{DefaultTTL: 10 * time.Minute, MaxTTL: time.Hour})
+		tiny, err := s.Create(ctx, tasks.NewTask{Tenant: "acme", Tool: "job", Request: json.RawMessage(`{}`), Owner: "w1", TTL: time.Millisecond})
+		if err != nil || tiny.TTL != tasks.DefaultMinTTL {
+			t.Fatalf("ttl=1ms: %+v, %v; want the minimum TTL %v", tiny, err, tasks.DefaultMinTTL)
 		}
-		running := create(t, s, "acme", "w1")
+		clk.Advance(time.Second)
+		if got, err := s.Get(ctx, "acme", tiny.ID); err != nil || got.TTL != tasks.DefaultMinTTL {
+			t.Fatalf("tasks/get right after a ttl=1ms create: %+v, %v", got, err)
+		}
 		long, err := s.Create(ctx, tasks.NewTask{Tenant: "acme", Tool: "job", Request: json.RawMessage(`{}`), Owner: "w1", TTL: 48 * time.Hour})
 		if err != nil || long.TTL != time.Hour {
 			t.Fatalf("a TTL over the maximum: %+v, %v; want it capped at 1h", long, err)
 		}
-		clk.Advance(10 * time.Minute)
-		if _, err := s.Get(ctx, "acme", done.ID); !errors.Is(err, tasks.ErrNotFound) {
-			t.Fatalf("Get past the TTL = %v", err)
+		if def := create(t, s, "acme", "w1"); def.TTL != 10*time.Minute {
+			t.Fatalf("no TTL asked: %v, want the default", def.TTL)
 		}
+		db, err := store.Open(ctx, storetest.SQLite(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		for _, bad := range []tasks.Options{{MinTTL: 2 * time.Hour, MaxTTL: time.Hour}, {DefaultTTL: time.Second, MinTTL: time.Minute},
+			{Retain: -1}, {MinTTL: -1}} {
+			if _, err := tasks.Open(ctx, db, &bad); err == nil {
+				t.Errorf("Open accepted %+v", bad)
+			}
+		}
+	})
+}
+
+// A finished task is kept at least Retain after it finished, even past
+// its TTL, and reports the TTL it now has; after that it reads as unknown
+// and is reaped.
+func TestFinishedTaskIsRetained(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		s, clk := open(t, dsn, &tasks.Options{Lease: time.Hour, DefaultTTL: time.Minute, Retain: 30 * time.Second})
+		task := create(t, s, "acme", "w1")
+		early := create(t, s, "acme", "w1")
+		if err := s.Finish(ctx, early.ID, "w1", tasks.Completed, "", json.RawMessage(`{}`), nil); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(59 * time.Second)
+		if err := s.Finish(ctx, task.ID, "w1", tasks.Completed, "", json.RawMessage(`{"content":[]}`), nil); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(2 * time.Second) // past created+TTL
+		got, err := s.Get(ctx, "acme", task.ID)
+		if err != nil || got.Status != tasks.Completed || got.TTL != 89*time.Second {
+			t.Fatalf("a task finished 1s before its TTL, read 1s after it: %+v, %v; want it kept, ttl 89s", got, err)
+		}
+		// The one that finished early keeps its TTL from creation.
+		if _, err := s.Get(ctx, "acme", early.ID); !errors.Is(err, tasks.ErrNotFound) {
+			t.Fatalf("a task finished long before its TTL, read past it: %v, want ErrNotFound", err)
+		}
+		if n, err := s.Reap(ctx, 100); err != nil || n != 1 {
+			t.Fatalf("Reap = %d, %v; want only the early one", n, err)
+		}
+		clk.Advance(28 * time.Second)
+		if _, err := s.Get(ctx, "acme", task.ID); !errors.Is(err, tasks.ErrNotFound) {
+			t.Fatalf("past its retention: %v, want ErrNotFound", err)
+		}
+		if n, err := s.Reap(ctx, 100); err != nil || n != 1 {
+			t.Fatalf("Reap = %d, %v; want the retained one now", n, err)
+		}
+	})
+}
+
+// A task that has not finished is never hidden nor deleted, however long
+// past its TTL, whether its worker lives or its lease lapsed: it stays
+// readable, listable and cancellable until Expire ends it failed, with a
+// message that says why; its worker then loses (its checkpoint and its
+// outcome change nothing), it is not taken over, and it is kept for
+// Retain before it is reaped. A cancel-requested one ends cancelled.
+func TestExpiryEndsRunningTasks(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		s, clk := open(t, dsn, &tasks.Options{Lease: time.Minute, DefaultTTL: 10 * time.Minute, Retain: time.Minute})
+		running := create(t, s, "acme", "w1")
+		abandoned := create(t, s, "acme", "dead")
+		cancelled := create(t, s, "acme", "w1")
+		fresh, err := s.Create(ctx, tasks.NewTask{Tenant: "acme", Tool: "job", Request: json.RawMessage(`{}`), Owner: "w1", TTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.RequestCancel(ctx, "acme", cancelled.ID); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(10*time.Minute + time.Second)
 		if _, err := s.Heartbeat(ctx, "w1"); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := s.Reap(ctx, 100); err != nil || n != 1 {
-			t.Fatalf("Reap = %d, %v; want only the finished task", n, err)
+		for _, id := range []string{running.ID, abandoned.ID} {
+			if got, err := s.Get(ctx, "acme", id); err != nil || got.Status != tasks.Working {
+				t.Fatalf("an unfinished task past its TTL: %+v, %v; want it visible, working", got, err)
+			}
 		}
-		clk.Advance(2 * time.Minute) // w1 died: its lease lapsed
-		if n, err := s.Reap(ctx, 100); err != nil || n != 1 {
-			t.Fatalf("Reap = %d, %v; want the abandoned task past its TTL", n, err)
+		if list, _, err := s.List(ctx, "acme", "", 10); err != nil || len(list) != 4 {
+			t.Fatalf("List past the TTL: %d tasks, %v; want all 4", len(list), err)
 		}
-		if _, err := s.Get(ctx, "acme", long.ID); err != nil {
-			t.Fatalf("the task within its TTL: %v", err)
+		if n, err := s.Reap(ctx, 100); err != nil || n != 0 {
+			t.Fatalf("Reap = %d, %v; want no unfinished task deleted", n, err)
 		}
-		_ = running
+		expired, err := s.Expire(ctx, 100)
+		if err != nil || len(expired) != 3 {
+			t.Fatalf("Expire = %+v, %v; want the 3 tasks past their TTL", expired, err)
+		}
+		owners := map[string]string{}
+		for _, e := range expired {
+			owners[e.ID] = e.Owner
+		}
+		if owners[running.ID] != "w1" || owners[abandoned.ID] != "dead" {
+			t.Fatalf("Expire reported owners %v; the runner needs them to stop its workers", owners)
+		}
+		got, _ := s.Get(ctx, "acme", running.ID)
+		if got.Status != tasks.Failed || !strings.Contains(got.StatusMessage, "TTL") || !strings.Contains(string(got.Error), "expired") ||
+			got.Owner != "" || got.TTL != 11*time.Minute+time.Second {
+			t.Fatalf("the running task after Expire: %+v (%s)", got, got.Error)
+		}
+		if got, _ := s.Get(ctx, "acme", cancelled.ID); got.Status != tasks.Cancelled {
+			t.Fatalf("the cancel-requested task after Expire: %+v", got)
+		}
+		if got, _ := s.Get(ctx, "acme", fresh.ID); got.Status != tasks.Working {
+			t.Fatalf("a task within its TTL after Expire: %+v", got)
+		}
+		// Its worker loses.
+		if err := s.Checkpoint(ctx, running.ID, "w1", tasks.CheckpointUpdate{}); !errors.Is(err, tasks.ErrTerminal) {
+			t.Fatalf("the worker's checkpoint after Expire = %v, want ErrTerminal", err)
+		}
+		if err := s.Finish(ctx, running.ID, "w1", tasks.Completed, "", json.RawMessage(`{}`), nil); !errors.Is(err, tasks.ErrTerminal) {
+			t.Fatalf("the worker's Finish after Expire = %v, want ErrTerminal", err)
+		}
+		if held, err := s.Held(ctx, "w1"); err != nil || len(held) != 1 || !held[fresh.ID] {
+			t.Fatalf("Held(w1) = %v, %v; want only the fresh task", held, err)
+		}
+		// The abandoned one is not taken over, and Expire has nothing more.
+		clk.Advance(time.Minute)
+		if _, err := s.Heartbeat(ctx, "w1"); err != nil { // the fresh task's worker lives
+			t.Fatal(err)
+		}
+		if taken, err := s.TakeOver(ctx, "w2", 10); err != nil || len(taken) != 0 {
+			t.Fatalf("TakeOver after Expire = %+v, %v", taken, err)
+		}
+		if again, err := s.Expire(ctx, 100); err != nil || len(again) != 0 {
+			t.Fatalf("a second Expire = %+v, %v", again, err)
+		}
+		clk.Advance(time.Second) // past Retain
+		if n, err := s.Reap(ctx, 100); err != nil || n != 3 {
+			t.Fatalf("Reap after Retain = %d, %v; want the 3 ended tasks", n, err)
+		}
 	})
 }
 
@@ -390,14 +515,16 @@ func TestRunnerReportsTheCancelDelay(t *testing.T) {
 		}
 	}
 
-	step := make(chan struct{})
+	entered, step := make(chan struct{}), make(chan struct{})
 	task := start(func(ctx context.Context, run *tasks.Run) tasks.Outcome {
+		close(entered)
 		<-step
 		if err := run.Checkpoint(ctx, "halfway"); !errors.Is(err, tasks.ErrCancelled) {
 			t.Errorf("the checkpoint after the intent = %v, want ErrCancelled", err)
 		}
 		return tasks.Outcome{Status: tasks.Failed, Error: json.RawMessage(`{"code":-32603,"message":"stopped"}`)}
 	})
+	<-entered // running: a cancel before the work starts never lets it start
 	if _, err := s.RequestCancel(ctx, "acme", task.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -118,8 +118,9 @@ func (ts *Server) get(ctx context.Context, req *server.RouteRequest) (mcp.Result
 
 // cancel records the intent to cancel. The 2026-07-28 answer is an empty
 // acknowledgement, the same for a finished task; the 2025-11-25 answer is
-// the task as it now is, and -32602 for a finished one. Either way the
-// task stays working until its worker observes the intent at a checkpoint
+// the task as it now is, and -32602 for a finished one. A task still
+// waiting for a worker in this process ends cancelled at once; a running
+// one stays working until its worker observes the intent at a checkpoint
 // (or finishes first): cancellation in mcprel is cooperative in both eras.
 func (ts *Server) cancel(ctx context.Context, req *server.RouteRequest) (mcp.Result, error) {
 	id, err := taskID(req)
@@ -127,6 +128,12 @@ func (ts *Server) cancel(ctx context.Context, req *server.RouteRequest) (mcp.Res
 		return nil, err
 	}
 	t, err := ts.store.RequestCancel(ctx, req.Tenant, id)
+	if err == nil && !t.Status.Terminal() && ts.runner.CancelQueued(ctx, id) {
+		// It was waiting for a worker here: it ended cancelled at once.
+		if now, gerr := ts.store.Get(ctx, req.Tenant, id); gerr == nil {
+			t = now
+		}
+	}
 	switch {
 	case errors.Is(err, tasks.ErrTerminal):
 		if req.Era == mcp.Modern {

@@ -438,6 +438,54 @@ func TestLegacyEra(t *testing.T) {
 	}
 }
 
+// A 2025-11-25 client that asks for ttl=1 (ms) gets the store's minimum
+// TTL, is told so, and finds its task with tasks/get and tasks/list right
+// after the create answer (a task is durably created, and readable,
+// before its id is returned).
+func TestTinyTTLIsReadableAtOnce(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t), false, nil)
+	c := mcptest.Stdio(t, e.srv, nil)
+	c.Initialize(mcp.Version20251125)
+	created := decode[mcp.LegacyCreateTaskResult](t, c.Call(1, mcp.MethodToolsCall, map[string]any{"name": "job", "task": map[string]any{"ttl": 1}}))
+	if created.Task.TTL == nil || *created.Task.TTL != tasks.DefaultMinTTL.Milliseconds() {
+		t.Fatalf("create with ttl=1: %+v; want the minimum TTL reported", created.Task)
+	}
+	got := c.Call(2, mcp.MethodTasksGet, map[string]any{"taskId": created.Task.TaskID})
+	if got.Error != nil || decode[mcp.LegacyTaskResult](t, got).Status != "working" {
+		t.Fatalf("tasks/get right after a ttl=1 create: %s", got.Raw)
+	}
+	if listed := decode[mcp.ListTasksResult](t, c.Call(3, mcp.MethodTasksList, nil)); len(listed.Tasks) != 1 {
+		t.Fatalf("tasks/list right after a ttl=1 create: %+v", listed)
+	}
+	close(e.job.step)
+	close(e.job.finish)
+}
+
+// A task cancelled while it waits for a worker ends cancelled at once:
+// the 2025-11-25 tasks/cancel answers it cancelled (as that era asks), and
+// its handler is never entered.
+func TestCancelWhileQueued(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t), false, &taskserver.Options{Runner: tasks.RunnerOptions{Workers: 1}})
+	c := mcptest.Stdio(t, e.srv, nil)
+	c.Initialize(mcp.Version20251125)
+	first := decode[mcp.LegacyCreateTaskResult](t, c.Call(1, mcp.MethodToolsCall, map[string]any{"name": "job", "task": map[string]any{}}))
+	if id := wait(t, e.job.started, "the first task"); id != first.Task.TaskID {
+		t.Fatalf("started %q", id)
+	}
+	queued := decode[mcp.LegacyCreateTaskResult](t, c.Call(2, mcp.MethodToolsCall, map[string]any{"name": "job", "task": map[string]any{}}))
+	got := decode[mcp.LegacyTaskResult](t, c.Call(3, mcp.MethodTasksCancel, map[string]any{"taskId": queued.Task.TaskID}))
+	if got.Status != "cancelled" {
+		t.Fatalf("tasks/cancel of a queued task: %+v; want cancelled", got)
+	}
+	ended := e.ts.Runner().Changed()
+	close(e.job.step)
+	close(e.job.finish)
+	wait(t, ended, "the first task to end")
+	if n := e.job.runs.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times; the cancelled task's must never run", n)
+	}
+}
+
 // Task creation is admitted: past the runner's bounds it is refused with
 // the usual retryable overload, and nothing is recorded.
 func TestCreationIsAdmitted(t *testing.T) {

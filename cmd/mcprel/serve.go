@@ -64,7 +64,9 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	lab := fs.Bool("lab", false, "also serve the lab tools that mcprel demo drives to order events with gates (lab_hold, lab_wait, lab_release, lab_tick, lab_flood, lab_task); not for production")
 	otlpEndpoint := fs.String("otlp-endpoint", "", "export a trace span per request over OTLP/HTTP to this collector URL (e.g. http://127.0.0.1:4318); the standard OTEL_EXPORTER_OTLP_* variables work too; off when neither is set")
 	taskLease := fs.Duration("task-lease", tasks.DefaultLease, "how long a task outlives the process running it before another process (or this one, restarted) takes it over")
-	taskWorkers := fs.Int("task-workers", 8, "durable tasks that may run at once (more wait in a queue of 64)")
+	taskWorkers := fs.Int("task-workers", 8, "durable tasks that may run at once, shared fairly between tenants (more wait in a queue of 64)")
+	taskMinTTL := fs.Duration("task-min-ttl", tasks.DefaultMinTTL, "the shortest TTL a task gets, whatever its client asks: a task is always readable this long after its creation")
+	taskRetain := fs.Duration("task-retain", tasks.DefaultRetain, "how long a finished task is kept at least after it finished, past its TTL if need be, for its client to read the result")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -84,7 +86,7 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	for _, c := range []struct {
 		flag  string
 		value time.Duration
-	}{{"--keepalive", *keepAlive}, {"--shutdown-grace", *grace}, {"--task-lease", *taskLease}} {
+	}{{"--keepalive", *keepAlive}, {"--shutdown-grace", *grace}, {"--task-lease", *taskLease}, {"--task-min-ttl", *taskMinTTL}, {"--task-retain", *taskRetain}} {
 		if c.value < 0 {
 			return usagef("serve: %s must not be negative, not %v", c.flag, c.value)
 		}
@@ -206,7 +208,7 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if tracer != nil {
 		taskObservers = append(taskObservers, tracer)
 	}
-	ts, err := addTasks(ctx, srv, l, *taskLease, *taskWorkers, obs, taskObservers)
+	ts, err := addTasks(ctx, srv, l, &tasks.Options{Lease: *taskLease, MinTTL: *taskMinTTL, Retain: *taskRetain}, *taskWorkers, obs, taskObservers)
 	if err != nil {
 		return err
 	}
@@ -299,8 +301,8 @@ func httpOptions(addr, path string, hosts, origins []string, authToken string, t
 // the demo's long job, generate_report.
 // With obs, the runner's task events become metrics; observers follow
 // each run (tracing).
-func addTasks(ctx context.Context, srv *server.Server, l *ledger.Ledger, lease time.Duration, workers int, obs *metrics.Observer, observers []tasks.Observer) (*taskserver.Server, error) {
-	st, err := tasks.Open(ctx, l.DB(), &tasks.Options{Lease: lease})
+func addTasks(ctx context.Context, srv *server.Server, l *ledger.Ledger, opts *tasks.Options, workers int, obs *metrics.Observer, observers []tasks.Observer) (*taskserver.Server, error) {
+	st, err := tasks.Open(ctx, l.DB(), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -319,6 +321,8 @@ func addTasks(ctx context.Context, srv *server.Server, l *ledger.Ledger, lease t
 				}
 			case tasks.TaskTakenOver:
 				obs.TaskTakenOver(e.Tool, e.Status != tasks.Failed)
+			case tasks.TaskExpired:
+				obs.TaskExpired(e.Tool, e.Status.String())
 			}
 		}
 	}
