@@ -581,6 +581,24 @@ func scanTask(row interface{ Scan(...any) error }) (Task, error) {
 	return t, nil
 }
 
+// scanTasks reads every task of a query's rows and closes them, so that a
+// transition has read all its candidates before it writes any of them.
+func scanTasks(rows *sql.Rows, err error) ([]Task, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, errors.Join(rows.Err(), rows.Close())
+}
+
 func raw(s sql.NullString) json.RawMessage {
 	if !s.Valid {
 		return nil
@@ -630,21 +648,11 @@ func (s *Store) List(ctx context.Context, tenant, cursor string, limit int) ([]T
 	}
 	var out []Task
 	err := s.db.ReadTx(ctx, func(tx *store.Tx) error {
-		rows, err := tx.Query(ctx, selectTask+`WHERE tenant = ? AND `+visible+`
+		var err error
+		out, err = scanTasks(tx.Query(ctx, selectTask+`WHERE tenant = ? AND `+visible+`
 			AND (created_at > ? OR (created_at = ? AND id > ?)) ORDER BY created_at, id LIMIT ?`,
-			tenant, ms(s.now()), afterCreated, afterCreated, afterID, limit+1)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			t, err := scanTask(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, t)
-		}
-		return rows.Err()
+			tenant, ms(s.now()), afterCreated, afterCreated, afterID, limit+1))
+		return err
 	})
 	if err != nil {
 		return nil, "", err
@@ -1023,20 +1031,8 @@ func (s *Store) TakeOver(ctx context.Context, owner string, limit int) ([]Task, 
 	err := s.db.WriteBatched(ctx, func(tx *store.Tx) error {
 		out = out[:0]
 		now := s.now()
-		rows, err := tx.Query(ctx, selectTask+`WHERE status < 3 AND lease_until <= ? ORDER BY lease_until LIMIT ?`, ms(now), limit)
+		expired, err := scanTasks(tx.Query(ctx, selectTask+`WHERE status < 3 AND lease_until <= ? ORDER BY lease_until LIMIT ?`, ms(now), limit))
 		if err != nil {
-			return err
-		}
-		var expired []Task
-		for rows.Next() {
-			t, err := scanTask(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			expired = append(expired, t)
-		}
-		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 			return err
 		}
 		s.barrier("takeover")
@@ -1106,20 +1102,8 @@ func (s *Store) Expire(ctx context.Context, limit int) ([]Task, error) {
 	err := s.db.WriteBatched(ctx, func(tx *store.Tx) error {
 		out = out[:0]
 		now := s.now()
-		rows, err := tx.Query(ctx, selectTask+`WHERE status < 3 AND expires_at <= ? ORDER BY expires_at LIMIT ?`, ms(now), limit)
+		expired, err := scanTasks(tx.Query(ctx, selectTask+`WHERE status < 3 AND expires_at <= ? ORDER BY expires_at LIMIT ?`, ms(now), limit))
 		if err != nil {
-			return err
-		}
-		var expired []Task
-		for rows.Next() {
-			t, err := scanTask(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			expired = append(expired, t)
-		}
-		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 			return err
 		}
 		for _, t := range expired {
