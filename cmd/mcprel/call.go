@@ -427,7 +427,9 @@ func callFailure(err error) error {
 		return &exitError{exitCancelled, "call: " + err.Error()}
 	}
 	if why, ok := refusal(err); ok {
-		next := "; call again later (or on another replica)"
+		// Nothing is suggested otherwise: the status says to come back
+		// later, and a task that was created already goes on.
+		next := ""
 		if errors.As(err, &rf) {
 			// The planner kept an unsafe call from being made again on
 			// an untrusted server's word that it did not run.
