@@ -27,10 +27,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/mcprel/mcprel/jsonrpc"
@@ -247,7 +250,7 @@ func newClient(ctx context.Context, t transport, o Options, stats *counters) (*C
 	case mcp.Legacy:
 		err = c.initialize(ctx)
 	case 0:
-		if err = c.discover(ctx); err != nil {
+		if err = c.discover(ctx); err != nil && !isConnectError(err) {
 			c.log.Debug("the server did not answer as a 2026-07-28 server; trying initialize", "err", err)
 			err = c.initialize(ctx)
 		}
@@ -299,7 +302,7 @@ func (c *Client) initialize(ctx context.Context) error {
 		ProtocolVersion: mcp.LatestLegacyVersion, Capabilities: c.opts.Capabilities, ClientInfo: c.opts.Info,
 	}, &CallOptions{Max: c.opts.ProbeTimeout * 2, Idle: c.opts.ProbeTimeout * 2, quiet: true})
 	if err != nil {
-		return fmt.Errorf("client: initialize: %w", err)
+		return &prefixed{"initialize", err}
 	}
 	var res mcp.InitializeResult
 	if err := json.Unmarshal(raw, &res); err != nil {
@@ -352,6 +355,51 @@ func clip(b []byte) string {
 // Whether the server acted on the call is unknown.
 var ErrConnectionLost = errors.New("client: the connection ended before the response")
 
+// ConnectError is a request that never left the client: no connection to
+// the server could be opened (refused, no such host, unreachable). Unlike
+// ErrConnectionLost, the server cannot have acted on it, so it may be sent
+// again whatever the tool's retry class; errors.As finds the network
+// error in Err.
+type ConnectError struct {
+	URL string
+	Err error
+}
+
+func (e *ConnectError) Error() string {
+	reason := e.Err.Error()
+	var op *net.OpError
+	switch {
+	case errors.Is(e.Err, syscall.ECONNREFUSED):
+		reason = "connection refused"
+	case errors.As(e.Err, &op) && op.Err != nil:
+		reason = op.Err.Error()
+	}
+	return "client: could not connect to " + e.URL + ": " + reason
+}
+
+func (e *ConnectError) Unwrap() error { return e.Err }
+
+// isConnectError reports whether err is a connection that could not be
+// opened: no point asking the same address again in another era.
+func isConnectError(err error) bool {
+	var ce *ConnectError
+	return errors.As(err, &ce)
+}
+
+// prefixed is err in context ("client: initialize: …"), naming the
+// package once however many of its errors are wrapped inside.
+type prefixed struct {
+	context string
+	err     error
+}
+
+func (e *prefixed) Error() string { return "client: " + e.context + ": " + bare(e.err) }
+func (e *prefixed) Unwrap() error { return e.err }
+
+// bare is err's text without this package's "client: " prefix, for a
+// message that already carries it.
+func bare(err error) string { return strings.TrimPrefix(err.Error(), "client: ") }
+
 // transport returns the connection's current transport.
 func (c *Client) transport() transport {
 	c.tmu.Lock()
@@ -375,7 +423,7 @@ func (c *Client) restart(ctx context.Context, dead transport) (transport, error)
 	}
 	nt, err := c.redial()
 	if err != nil {
-		return nil, fmt.Errorf("%w: restarting the server: %v", ErrConnectionLost, err)
+		return nil, fmt.Errorf("%w: restarting the server: %s", ErrConnectionLost, bare(err))
 	}
 	c.tmu.Lock()
 	c.t = nt
@@ -384,7 +432,7 @@ func (c *Client) restart(ctx context.Context, dead transport) (transport, error)
 	c.stats.restarts.Add(1)
 	c.log.Warn("the server process died; started it again")
 	if err := c.handshake(ctx); err != nil {
-		return nil, fmt.Errorf("%w: the restarted server: %v", ErrConnectionLost, err)
+		return nil, fmt.Errorf("%w: the restarted server: %s", ErrConnectionLost, bare(err))
 	}
 	c.stats.reconnects.Add(1)
 	return nt, nil

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -293,7 +294,7 @@ func (t *httpTransport) exchange(hreq *http.Request, req outgoing, ex *exchange)
 	resp, err := t.hc.Do(hreq)
 	if err != nil {
 		if hreq.Context().Err() == nil {
-			ex.deliver(reply{err: fmt.Errorf("%w: %v", ErrConnectionLost, err)})
+			ex.deliver(reply{err: t.sendError(err)})
 		}
 		return
 	}
@@ -339,6 +340,17 @@ func (t *httpTransport) exchange(hreq *http.Request, req outgoing, ex *exchange)
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		ex.deliver(reply{err: &StatusError{Status: resp.StatusCode, Body: strings.TrimSpace(clip(body)), RetryAfter: resp.Header.Get("Retry-After")}})
 	}
+}
+
+// sendError is the error of a request the HTTP client failed to make: a
+// *ConnectError when no connection could be opened (the request never
+// left), ErrConnectionLost otherwise (it may have reached the server).
+func (t *httpTransport) sendError(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect") {
+		return &ConnectError{URL: t.url, Err: err}
+	}
+	return fmt.Errorf("%w: %v", ErrConnectionLost, err)
 }
 
 // sseCursor is where a stream stood when it ended: the last event id

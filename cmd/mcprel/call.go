@@ -67,15 +67,24 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	trust := fs.Bool("trust-server", false, "let the server's advertised retry class and annotations decide retries (only for a server you operate)")
 	era := fs.String("era", "auto", `protocol era: "auto" (2026-07-28 if the server speaks it), "2026" or "2025"`)
 	metricsFile := fs.String("metrics-file", "", "write the client's metrics (attempts, retries, late responses, ...) to this file at exit, in the Prometheus text format")
-	// The tool name and its key=value arguments follow the flags.
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{}
+	passStderr := fs.Bool("server-stderr", false, "with --stdio: pass the server's stderr through as it comes; by default only its last lines are shown, when the call fails or the server dies")
+	fs.Usage = func() { callUsage(fs) }
+	// The tool name, its key=value arguments and the flags come in any
+	// order; after "--" everything is the tool's.
+	positional, err := parseArgs(fs, args, `; a tool argument that starts with "-" goes after --`)
+	if err != nil {
+		return err
 	}
 	if (*stdioCmd == "") == (*url == "") {
 		return usagef("call: give exactly one of --stdio and --url")
+	}
+	if *url != "" {
+		if err := checkEndpoint("call", "--url", *url); err != nil {
+			return err
+		}
+	}
+	if *passStderr && *stdioCmd == "" {
+		return usagef("call: --server-stderr applies to --stdio only")
 	}
 	if *key != "" && *autoKey {
 		return usagef("call: choose one of --idempotency-key and --auto-key")
@@ -106,10 +115,10 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	if *asTask {
 		opts.Capabilities.Extensions = map[string]json.RawMessage{mcp.ExtensionTasks: json.RawMessage(`{}`)}
 	}
-	if *list && fs.NArg() > 0 {
-		return usagef("call: --list takes no tool name")
+	if *list && len(positional) > 0 {
+		return usagef("call: --list takes no tool name, not %q", positional[0])
 	}
-	if !*list && fs.NArg() == 0 {
+	if !*list && len(positional) == 0 {
 		return usagef("call: name the tool to call (or --list)")
 	}
 
@@ -136,7 +145,7 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		reg := prometheus.NewRegistry()
 		var tools []string
 		if !*list {
-			tools = []string{fs.Arg(0)} // the one tool the user named
+			tools = []string{positional[0]} // the one tool the user named
 		}
 		if cm, err = metrics.NewClient(reg, &metrics.ClientOptions{Tools: tools}); err != nil {
 			return err
@@ -155,11 +164,28 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 			}
 		}()
 	}
-	c, err := connect(ctx, *stdioCmd, *url, opts, stderr)
+	// A stdio server's stderr is kept, not passed through: its request
+	// log would bury the call's own output. Its end is shown after the
+	// server has exited (Close waits for it), when the call failed or the
+	// server died on the way.
+	var tail *stderrTail
+	serverStderr := stderr
+	if *stdioCmd != "" && !*passStderr {
+		tail = &stderrTail{}
+		serverStderr = tail
+	}
+	var restarted func() bool
+	defer func() {
+		if tail != nil && (showsServerStderr(err) || restarted != nil && restarted()) {
+			tail.show(stderr)
+		}
+	}()
+	c, err := connect(ctx, *stdioCmd, *url, opts, serverStderr)
 	if err != nil {
-		return &exitError{exitConnection, fmt.Sprintf("call: connecting: %v", err)}
+		return connectFailure(err)
 	}
 	defer c.Close()
+	restarted = func() bool { return c.Stats().Restarts > 0 }
 	var observe func(retry.Event)
 	if cm != nil {
 		cm.Watch(c)
@@ -176,8 +202,8 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		}
 		return printJSON(stdout, tools)
 	}
-	name := fs.Arg(0)
-	tool, arguments, err := buildArguments(listCtx, c, name, *argsJSON, fs.Args()[1:])
+	name := positional[0]
+	tool, arguments, err := buildArguments(listCtx, c, name, *argsJSON, positional[1:])
 	if err != nil {
 		return err
 	}
@@ -226,7 +252,7 @@ func connect(ctx context.Context, command, url string, opts *client.Options, std
 	}
 	words, err := splitCommand(command)
 	if err != nil {
-		return nil, err
+		return nil, usagef("call: --stdio: %v", err)
 	}
 	opts.Stderr = stderr
 	// A server that dies is started again; whether the call it died in
@@ -387,9 +413,11 @@ func callFailure(err error) error {
 	var ce *client.CancelledError
 	var re *jsonrpc.Error
 	var se *client.StatusError
+	var cf *client.ConnectError
 	var rf *reconcileError
 	// The clocks and the interruption say most precisely how the call
-	// ended (their message carries any reconcile advice); otherwise an
+	// ended, and so does a server that answered it was shutting down or
+	// overloaded (each message carries any reconcile advice); otherwise an
 	// unknown outcome of an unsafe call comes before the cause.
 	switch {
 	case errors.As(err, &de) && de.Clock == client.IdleClock:
@@ -398,18 +426,114 @@ func callFailure(err error) error {
 		return &exitError{exitMax, "call: " + err.Error()}
 	case errors.As(err, &ce):
 		return &exitError{exitCancelled, "call: " + err.Error()}
+	}
+	if why, ok := refusal(err); ok {
+		// Nothing is suggested otherwise: the status says to come back
+		// later, and a task that was created already goes on.
+		next := ""
+		if errors.As(err, &rf) {
+			// The planner kept an unsafe call from being made again on
+			// an untrusted server's word that it did not run.
+			next = "; the server says the call did not run, which mcprel call takes as proof only with --trust-server: " +
+				"if the tool's effect matters, find out whether it happened before calling it again"
+		}
+		return &exitError{exitOverloaded, "call: " + why + next}
+	}
+	switch {
 	case errors.As(err, &rf):
 		return &exitError{exitReconcile, "call: " + err.Error()}
-	case errors.As(err, &re) && (re.Code == mcp.CodeOverloaded || re.Code == mcp.CodeRateLimited || re.Code == mcp.CodeUnavailable):
-		return &exitError{exitOverloaded, "call: " + err.Error()}
 	case errors.As(err, &re):
 		return &exitError{exitProtocol, "call: " + err.Error()}
-	case errors.As(err, &se) && (se.Status == http.StatusTooManyRequests || se.Status == http.StatusServiceUnavailable):
-		return &exitError{exitOverloaded, "call: " + err.Error()}
-	case errors.Is(err, client.ErrConnectionLost), errors.As(err, &se):
+	case errors.As(err, &cf), errors.Is(err, client.ErrConnectionLost), errors.As(err, &se):
 		return &exitError{exitConnection, "call: " + err.Error()}
 	}
 	return err
+}
+
+// connectFailure maps a failure to connect to its exit status: a mistake
+// in --stdio is the command line's, a server that answered it is shutting
+// down or overloaded says so (15), anything else is no connection (16).
+func connectFailure(err error) error {
+	var ue usageError
+	if errors.As(err, &ue) {
+		return err
+	}
+	if why, ok := refusal(err); ok {
+		return &exitError{exitOverloaded, "call: connecting: " + why + "; try again later (or another replica)"}
+	}
+	return &exitError{exitConnection, "call: connecting: " + err.Error()}
+}
+
+// refusal describes, with the server's own words, an answer that refused
+// the request before running it — shutting down, overloaded, rate
+// limited — and reports false for any other failure.
+func refusal(err error) (string, bool) {
+	var re *jsonrpc.Error
+	var se *client.StatusError
+	switch {
+	case errors.As(err, &re) && re.Code == mcp.CodeUnavailable:
+		return fmt.Sprintf("the server is shutting down and refused the request (it answered %d %q)", re.Code, re.Message), true
+	case errors.As(err, &re) && re.Code == mcp.CodeOverloaded:
+		return fmt.Sprintf("the server is overloaded and refused the request (it answered %d %q)", re.Code, re.Message), true
+	case errors.As(err, &re) && re.Code == mcp.CodeRateLimited:
+		return fmt.Sprintf("a rate limit refused the request (the server answered %d %q)", re.Code, re.Message), true
+	case errors.As(err, &se) && (se.Status == http.StatusTooManyRequests || se.Status == http.StatusServiceUnavailable):
+		why := fmt.Sprintf("the server answered HTTP %d (%s)", se.Status, http.StatusText(se.Status))
+		if se.RetryAfter != "" {
+			why += ", retry after " + se.RetryAfter
+		}
+		if se.Body != "" {
+			why += ": " + se.Body
+		}
+		return why, true
+	}
+	return "", false
+}
+
+// showsServerStderr says whether a call that ended with err shows the end
+// of a stdio server's stderr: when it failed for a reason the server's log
+// may explain, not for a mistake in the command line or a tool's own
+// failure (its result is printed).
+func showsServerStderr(err error) bool {
+	var ue usageError
+	var ee *exitError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp), errors.As(err, &ue):
+		return false
+	case errors.As(err, &ee):
+		return ee.code != exitToolError
+	}
+	return true
+}
+
+// callUsage is "mcprel call -h": the forms, the flags, and what each exit
+// status means.
+func callUsage(fs *flag.FlagSet) {
+	fmt.Fprint(fs.Output(), `Usage: mcprel call --stdio "CMD" | --url URL [flags] TOOL [key=value ...] [-- key=value ...]
+       mcprel call --stdio "CMD" | --url URL --list
+
+Calls one tool on any MCP server, with an idle and a maximum deadline,
+cancellation the transport's way, and retries only where the retry class
+allows. Values are typed by the tool's input schema (or give one JSON
+object with --args). Flags may come before or after the tool and its
+arguments; everything after "--" is a tool argument.
+
+Exit status:
+  0   the tool succeeded
+  1   another failure (the --metrics-file could not be written, ...)
+  2   a mistake in the command line (a flag, a value, the URL)
+  10  the tool reported a failure (isError); the result is printed
+  11  the server refused the request (a JSON-RPC error)
+  12  the idle deadline fired: no increasing progress for --idle
+  13  the maximum deadline fired: the call ran for --max
+  14  interrupted (Ctrl-C); the server was told to cancel
+  15  the server was overloaded, rate limited or shutting down
+  16  the server could not be reached, or the connection was lost
+  17  the outcome is unknown and the call unsafe to retry: reconcile first
+
+Flags:
+`)
+	fs.PrintDefaults()
 }
 
 // progressBar shows a call's progress on stderr: a bar redrawn in place on

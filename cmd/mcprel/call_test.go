@@ -127,8 +127,9 @@ func TestCallInterrupted(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != exitCancelled {
 		t.Fatalf("exit %d, want %d\n%s", code, exitCancelled, all)
 	}
-	// The server's own log (passed through on stderr) says its handler
-	// ended cancelled by the client's notification.
+	// The server's own log (its last lines, shown because the call did not
+	// succeed) says its handler ended cancelled by the client's
+	// notification.
 	if !strings.Contains(all, "outcome=cancelled") || !strings.Contains(all, "cancelled by the client") {
 		t.Fatalf("the server did not record the cancellation:\n%s", all)
 	}

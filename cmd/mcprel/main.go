@@ -94,42 +94,6 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Sprintf(format, args...)}
 }
 
-// parseFlags parses args into fs. -h prints the command's flags and is
-// not an error. A bad flag is named, as the flag package words it, with a
-// pointer to -h rather than the whole flag list, which would bury the
-// one line that matters.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := parseSome(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
-	}
-	return nil
-}
-
-// parseSome is parseFlags for a command that takes arguments between its
-// flags: it parses up to the first argument that is not a flag.
-func parseSome(fs *flag.FlagSet, args []string) error {
-	full := fs.Usage
-	if full == nil {
-		full = func() {
-			fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
-			fs.PrintDefaults()
-		}
-	}
-	fs.Usage = func() {}
-	defer func() { fs.Usage = full }()
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			full()
-			return err
-		}
-		return usagef("run \"mcprel %s -h\" for its flags", fs.Name())
-	}
-	return nil
-}
-
 // isHelp reports whether arg asks for help.
 func isHelp(arg string) bool {
 	switch arg {

@@ -104,7 +104,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--log-format", "xml"}, `--log-format must be text or json, not "xml"`},
 		{[]string{"serve", "--log-level", "loud"}, `--log-level must be debug, info, warn or error, not "loud"`},
 		{[]string{"serve", "extra"}, `serve: unexpected argument "extra"`},
-		{[]string{"serve", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"serve", "--bogus"}, "serve: unknown flag --bogus (mcprel serve -h lists the flags)"},
 		{[]string{"serve", "--max-concurrent", "many"}, `invalid value "many" for flag -max-concurrent`},
 		{[]string{"serve", "--stdio", "--http", "127.0.0.1:0"}, "choose one of --stdio and --http"},
 		{[]string{"serve", "--http", "localhost"}, `--http wants HOST:PORT`},
@@ -156,7 +156,7 @@ func TestHelpAndBadFlags(t *testing.T) {
 		cmd := exec.Command(binary, args...)
 		out, _ := cmd.CombinedOutput()
 		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		want := fmt.Sprintf(`run "mcprel %s -h" for its flags`, strings.Join(args[:len(args)-1], " "))
+		want := fmt.Sprintf(`unknown flag --bogus (mcprel %s -h lists the flags`, strings.Join(args[:len(args)-1], " "))
 		if code := cmd.ProcessState.ExitCode(); code != 2 || len(lines) > 3 || !strings.Contains(string(out), want) {
 			t.Errorf("mcprel %q: exit %d, %d lines, want 2, a few lines and %q:\n%s", args, code, len(lines), want, out)
 		}

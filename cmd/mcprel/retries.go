@@ -74,12 +74,19 @@ func callWithRetries(ctx context.Context, c *client.Client, tool *mcp.Tool, name
 		if !d.Retry {
 			var rec *retry.ReconcileError
 			if errors.As(d.Err, &rec) {
+				if adv, ok := advertisedSafe(tool); ok && p.class == "" {
+					// "Read the state it changes" is no advice for a
+					// tool the server says changes nothing; its word
+					// is a hint, so it is given as the server's.
+					return nil, &reconcileError{msg: fmt.Sprintf("%v. The server advertises tool %q as safe to retry (%s): calling it again does no harm if you trust the server; mcprel call did not, because the server's word counts only with --trust-server",
+						strings.TrimPrefix(err.Error(), "client: "), name, adv), cause: err}
+				}
 				return nil, &reconcileError{msg: rec.Error(), cause: err}
 			}
 			if err == nil {
 				return res, nil // the tool's failure stands
 			}
-			return nil, err
+			return nil, withRetryAdvice(err, name, attempts.Rule().Class, args)
 		}
 		fmt.Fprintf(stderr, "mcprel call: attempt %d failed (%s); retrying in %v with a new request id%s\n",
 			attempts.Count(), f.Kind, d.Delay.Round(time.Millisecond), map[bool]string{true: " and the same idempotency key", false: ""}[d.SameKey])
@@ -93,11 +100,57 @@ func callWithRetries(ctx context.Context, c *client.Client, tool *mcp.Tool, name
 	}
 }
 
+// advertisedSafe reports whether the server lists tool as safe to retry,
+// and by which claim: mcprel's retry class in _meta, or the annotations.
+func advertisedSafe(tool *mcp.Tool) (string, bool) {
+	if tool == nil {
+		return "", false
+	}
+	if c, ok := retry.ServerClass(tool); !ok || c != retry.Safe {
+		return "", false
+	}
+	if s, ok := tool.Meta[mcp.MetaRetryClass].(string); ok {
+		return fmt.Sprintf("%s %q", mcp.MetaRetryClass, s), true
+	}
+	return "readOnlyHint or idempotentHint", true
+}
+
+// withRetryAdvice adds to a call's deadline what may be done next, by the
+// class the call was planned by: a safe call may simply be made again, a
+// conditional one with the same idempotency key. (An unsafe one ends in a
+// reconcileError instead, which says to find out first.)
+func withRetryAdvice(err error, name string, class retry.Class, args map[string]any) error {
+	var de *client.DeadlineError
+	if !errors.As(err, &de) {
+		return err
+	}
+	switch key, _ := args[mcp.ArgIdempotencyKey].(string); {
+	case class == retry.Safe:
+		return &advisedError{err, fmt.Sprintf("tool %q is safe to retry: calling it again does no harm", name)}
+	case class == retry.Conditional && key != "":
+		return &advisedError{err, fmt.Sprintf("calling tool %q again is safe with the same arguments and idempotency key (--idempotency-key %s): the server runs it at most once", name, key)}
+	}
+	return err
+}
+
+// advisedError is a failure with advice on what to do next.
+type advisedError struct {
+	err    error
+	advice string
+}
+
+func (e *advisedError) Error() string { return e.err.Error() + "; " + e.advice }
+func (e *advisedError) Unwrap() error { return e.err }
+
 // failureOf says what a failed attempt was, as far as the client knows.
 func failureOf(err error) retry.Failure {
 	var de *client.DeadlineError
 	var se *client.StatusError
+	var ce *client.ConnectError
 	switch {
+	case errors.As(err, &ce):
+		// No connection could be opened: the request never left.
+		return retry.Failure{Kind: retry.NotSent, Err: err}
 	case errors.As(err, &de) && de.Clock == client.IdleClock:
 		return retry.Failure{Kind: retry.IdleTimeout, Err: err}
 	case errors.As(err, &de):

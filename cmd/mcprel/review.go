@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -31,6 +32,7 @@ func reviewCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var headers listFlag
 	fs.Var(&headers, "header", `with --from-server: an HTTP header to send, "Name: value" (repeatable)`)
 	token := fs.String("token", "", "with --from-server: a bearer token to send (or set MCPREL_TOKEN)")
+	passStderr := fs.Bool("server-stderr", false, "with --stdio: pass the server's stderr through as it comes; by default only its last lines are shown, when the review cannot be made")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: mcprel review POLICY [--json]
        mcprel review --from-server URL [--json]
@@ -46,16 +48,9 @@ is invalid or the server unreachable, 2 a mistake in the command line.
 		fs.PrintDefaults()
 	}
 	// The policy file may come before or after the flags.
-	var positional []string
-	for {
-		if err := parseSome(fs, args); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
+	positional, err := parseArgs(fs, args, "")
+	if err != nil {
+		return err
 	}
 	sources := 0
 	for _, set := range []bool{len(positional) > 0, *fromServer != "", *stdioCmd != ""} {
@@ -70,6 +65,13 @@ is invalid or the server unreachable, 2 a mistake in the command line.
 		return usagef("review: give exactly one of POLICY, --from-server URL and --stdio \"CMD\"")
 	case (len(headers) > 0 || *token != "") && *fromServer == "":
 		return usagef("review: --header and --token apply to --from-server only")
+	case *passStderr && *stdioCmd == "":
+		return usagef("review: --server-stderr applies to --stdio only")
+	}
+	if *fromServer != "" {
+		if err := checkEndpoint("review", "--from-server", *fromServer); err != nil {
+			return err
+		}
 	}
 
 	var policy *review.Policy
@@ -82,8 +84,20 @@ is invalid or the server unreachable, 2 a mistake in the command line.
 			return fmt.Errorf("review: %w", err)
 		}
 	} else {
+		// A stdio server's log is kept, not passed through, and its end
+		// shown only when the server could not be reviewed.
+		var tail *stderrTail
+		serverStderr := stderr
+		if *stdioCmd != "" && !*passStderr {
+			tail = &stderrTail{}
+			serverStderr = tail
+		}
 		var err error
-		if policy, err = policyFromServer(ctx, *fromServer, *stdioCmd, headers, *token, stderr); err != nil {
+		if policy, err = policyFromServer(ctx, *fromServer, *stdioCmd, headers, *token, serverStderr); err != nil {
+			var ue usageError
+			if tail != nil && !errors.As(err, &ue) {
+				tail.show(stderr)
+			}
 			return err
 		}
 	}
