@@ -17,9 +17,9 @@ func SetBeforeWrite(s *Store, f func(op string)) { s.beforeWrite = f }
 // handle on one database must use the same n.
 func SetShards(s *Store, n int) { s.shards = n }
 
-// SetStartShards makes s start counting a new task at the shards f picks
-// rather than at shards drawn from its id.
-func SetStartShards(s *Store, f func(id string) (tenant, total int)) { s.startShards = f }
+// SetStartShards makes s start counting each new task at the shards f
+// picks rather than at the next shards in turn.
+func SetStartShards(s *Store, f func() (tenant, total int)) { s.startShards = f }
 
 // Migrations are the tasks schema's steps.
 var Migrations = migrations

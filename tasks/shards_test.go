@@ -98,7 +98,7 @@ func shardsOf(t *testing.T, db *store.DB, id string) (tenant, total int) {
 
 // startAt makes every creation through s start counting at these shards.
 func startAt(s *tasks.Store, tenant, total int) {
-	tasks.SetStartShards(s, func(string) (int, int) { return tenant, total })
+	tasks.SetStartShards(s, func() (int, int) { return tenant, total })
 }
 
 // A creation whose shard holds its share moves on to the next shard that
@@ -191,7 +191,7 @@ func TestBoundSmallerThanTheShards(t *testing.T) {
 				t.Fatalf("acme's creation %d under a bound of 3 = %v", i+1, err)
 			}
 		}
-		tasks.SetStartShards(s, nil) // shards from the ids
+		tasks.SetStartShards(s, nil) // shards in turn, from a random one
 		for i := range 3 {
 			_, err := tryCreate(s, "globex")
 			if (i < 2) != (err == nil) || i == 2 && (!errors.As(err, &full) || !full.All) {
