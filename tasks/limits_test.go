@@ -26,9 +26,9 @@ func stored(t *testing.T, s *tasks.Store, tenant string) int {
 	err := s.DB().ReadTx(ctx, func(tx *store.Tx) error {
 		return errors.Join(
 			tx.QueryRow(ctx, `SELECT count(*) FROM mcprel_tasks WHERE tenant = ?`, tenant).Scan(&n),
-			tx.QueryRow(ctx, `SELECT COALESCE(MAX(n), 0) FROM mcprel_task_counts WHERE tenant = ?`, tenant).Scan(&counted),
+			tx.QueryRow(ctx, `SELECT COALESCE(SUM(n), 0) FROM mcprel_task_counts WHERE tenant = ?`, tenant).Scan(&counted),
 			tx.QueryRow(ctx, `SELECT count(*) FROM mcprel_tasks`).Scan(&all),
-			tx.QueryRow(ctx, `SELECT n FROM mcprel_task_total`).Scan(&total))
+			tx.QueryRow(ctx, `SELECT COALESCE(SUM(n), 0) FROM mcprel_task_total`).Scan(&total))
 	})
 	if err != nil {
 		t.Fatal(err)

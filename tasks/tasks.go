@@ -42,8 +42,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcprel/mcprel/store"
@@ -222,8 +224,11 @@ type Options struct {
 	// they are reaped: TTLs alone bound the store only in time, and one
 	// tenant could fill it within one. Past either, Create refuses with a
 	// *FullError, which callers answer as a retryable overload. Every
-	// process sharing a store should give the same bounds. Zero means
-	// DefaultMaxTasksPerTenant and DefaultMaxTasks.
+	// process sharing a store should give the same bounds: the counts are
+	// split into shards, each with its share of a bound, so a store whose
+	// bound was lowered, or whose processes disagree, keeps at most the
+	// largest bound until the tasks counted under it are reaped. Zero
+	// means DefaultMaxTasksPerTenant and DefaultMaxTasks.
 	MaxTasksPerTenant, MaxTasks int
 }
 
@@ -238,7 +243,15 @@ type Store struct {
 	pollInterval time.Duration
 	maxTenant    int              // Options.MaxTasksPerTenant
 	maxTotal     int              // Options.MaxTasks
+	shards       int              // countShards for the dialect; tests change it
 	now          func() time.Time // time.Now; tests move it
+
+	// nextShard is the shard the next creation's counts start at
+	// (startAt), from a random one.
+	nextShard atomic.Uint32
+	// startShards, set only by tests, picks the shards a new task's
+	// counts start at instead of nextShard.
+	startShards func() (tenant, total int)
 
 	// beforeWrite, set only by tests, runs inside a transition's write
 	// transaction after the task was read and before it is written: a
@@ -308,33 +321,55 @@ var migrations = []store.Migration{{
 		CREATE INDEX mcprel_tasks_expires ON mcprel_tasks (expires_at)`,
 }, {
 	// Counts of stored tasks, by tenant and in all, for the bounds in
-	// Options. CreateTx counts a task in, in its own transaction; a
-	// trigger counts every deleted task out in the deleting statement's,
-	// so that however tasks are deleted (the reaper, an operator) the
-	// counts stay exact. Existing tasks are counted here.
+	// Options, each split into shards (see countShards): a row per
+	// (tenant, shard) and per shard of the total, and in each task the
+	// shards that counted it. CreateTx counts a task in, in its own
+	// transaction; a trigger counts every deleted task out of its shards in
+	// the deleting statement's, so that however tasks are deleted (the
+	// reaper, an operator) the counts stay exact. Existing tasks are
+	// counted here, dealt round-robin over the shards, so that no shard
+	// holds more than its share of any bound they are within.
 	Version: 2,
-	SQLite: `CREATE TABLE mcprel_task_counts (tenant TEXT PRIMARY KEY, n INTEGER NOT NULL);
-		INSERT INTO mcprel_task_counts (tenant, n) SELECT tenant, count(*) FROM mcprel_tasks GROUP BY tenant;
-		CREATE TABLE mcprel_task_total (id INTEGER PRIMARY KEY CHECK (id = 1), n INTEGER NOT NULL);
-		INSERT INTO mcprel_task_total (id, n) SELECT 1, count(*) FROM mcprel_tasks;
+	SQLite: `ALTER TABLE mcprel_tasks ADD COLUMN tenant_shard INTEGER NOT NULL DEFAULT 0;
+		ALTER TABLE mcprel_tasks ADD COLUMN total_shard INTEGER NOT NULL DEFAULT 0;
+		CREATE TABLE mcprel_task_counts (tenant TEXT NOT NULL, shard INTEGER NOT NULL, n INTEGER NOT NULL,
+			PRIMARY KEY (tenant, shard));
+		INSERT INTO mcprel_task_counts (tenant, shard, n) SELECT tenant, 0, count(*) FROM mcprel_tasks GROUP BY tenant;
+		CREATE TABLE mcprel_task_total (shard INTEGER PRIMARY KEY, n INTEGER NOT NULL);
+		INSERT INTO mcprel_task_total (shard, n) SELECT 0, count(*) FROM mcprel_tasks;
 		CREATE TRIGGER mcprel_tasks_uncount AFTER DELETE ON mcprel_tasks BEGIN
-			UPDATE mcprel_task_counts SET n = n - 1 WHERE tenant = OLD.tenant;
-			UPDATE mcprel_task_total SET n = n - 1 WHERE id = 1;
+			UPDATE mcprel_task_counts SET n = n - 1 WHERE tenant = OLD.tenant AND shard = OLD.tenant_shard;
+			UPDATE mcprel_task_total SET n = n - 1 WHERE shard = OLD.total_shard;
 		END`,
 	// One statement-level trigger per DELETE. It takes the tenants' rows
-	// in one order and the total's last, as CreateTx does, so that
-	// concurrent deletes and creates never deadlock on the counts.
-	Postgres: `CREATE TABLE mcprel_task_counts (tenant TEXT PRIMARY KEY, n BIGINT NOT NULL);
-		INSERT INTO mcprel_task_counts (tenant, n) SELECT tenant, count(*) FROM mcprel_tasks GROUP BY tenant;
-		CREATE TABLE mcprel_task_total (id SMALLINT PRIMARY KEY CHECK (id = 1), n BIGINT NOT NULL);
-		INSERT INTO mcprel_task_total (id, n) SELECT 1, count(*) FROM mcprel_tasks;
+	// in one order and the total's after them in one order. A creator
+	// holds at most one row of each table (it locks only the shard it
+	// counts in, the tenant's before the total's) and waits for nothing
+	// once it holds a total's, so deletes and creates never deadlock on the
+	// counts.
+	Postgres: `ALTER TABLE mcprel_tasks ADD COLUMN tenant_shard INTEGER NOT NULL DEFAULT 0,
+			ADD COLUMN total_shard INTEGER NOT NULL DEFAULT 0;
+		UPDATE mcprel_tasks t SET tenant_shard = r.ts, total_shard = r.tt
+			FROM (SELECT id, (row_number() OVER (PARTITION BY tenant ORDER BY id) - 1) % ` + pgShardsSQL + ` AS ts,
+				(row_number() OVER (ORDER BY id) - 1) % ` + pgShardsSQL + ` AS tt FROM mcprel_tasks) r
+			WHERE t.id = r.id;
+		CREATE TABLE mcprel_task_counts (tenant TEXT NOT NULL, shard INTEGER NOT NULL, n BIGINT NOT NULL,
+			PRIMARY KEY (tenant, shard));
+		INSERT INTO mcprel_task_counts (tenant, shard, n)
+			SELECT tenant, tenant_shard, count(*) FROM mcprel_tasks GROUP BY tenant, tenant_shard;
+		CREATE TABLE mcprel_task_total (shard INTEGER PRIMARY KEY, n BIGINT NOT NULL);
+		INSERT INTO mcprel_task_total (shard, n)
+			SELECT k, (SELECT count(*) FROM mcprel_tasks WHERE total_shard = k) FROM generate_series(0, ` + pgShardsSQL + ` - 1) k;
 		CREATE FUNCTION mcprel_tasks_uncount() RETURNS trigger LANGUAGE plpgsql AS $$
 		DECLARE r RECORD;
 		BEGIN
-			FOR r IN SELECT tenant, count(*) AS k FROM gone GROUP BY tenant ORDER BY tenant LOOP
-				UPDATE mcprel_task_counts SET n = n - r.k WHERE tenant = r.tenant;
+			FOR r IN SELECT tenant, tenant_shard, count(*) AS k FROM gone
+					GROUP BY tenant, tenant_shard ORDER BY tenant, tenant_shard LOOP
+				UPDATE mcprel_task_counts SET n = n - r.k WHERE tenant = r.tenant AND shard = r.tenant_shard;
 			END LOOP;
-			UPDATE mcprel_task_total SET n = n - (SELECT count(*) FROM gone) WHERE id = 1;
+			FOR r IN SELECT total_shard, count(*) AS k FROM gone GROUP BY total_shard ORDER BY total_shard LOOP
+				UPDATE mcprel_task_total SET n = n - r.k WHERE shard = r.total_shard;
+			END LOOP;
 			RETURN NULL;
 		END $$;
 		CREATE TRIGGER mcprel_tasks_uncount AFTER DELETE ON mcprel_tasks
@@ -387,8 +422,11 @@ func Open(ctx context.Context, db *store.DB, opts *Options) (*Store, error) {
 	if err := db.Migrate(ctx, "tasks", migrations); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, lease: o.Lease, defaultTTL: o.DefaultTTL, minTTL: o.MinTTL, maxTTL: o.MaxTTL,
-		retain: o.Retain, pollInterval: o.PollInterval, maxTenant: o.MaxTasksPerTenant, maxTotal: o.MaxTasks, now: time.Now}, nil
+	s := &Store{db: db, lease: o.Lease, defaultTTL: o.DefaultTTL, minTTL: o.MinTTL, maxTTL: o.MaxTTL,
+		retain: o.Retain, pollInterval: o.PollInterval, maxTenant: o.MaxTasksPerTenant, maxTotal: o.MaxTasks,
+		shards: countShards(db.Dialect()), now: time.Now}
+	s.nextShard.Store(mrand.Uint32())
+	return s, nil
 }
 
 // DB returns the database the store lives in.
@@ -486,32 +524,43 @@ func (s *Store) CreateTx(ctx context.Context, tx *store.Tx, n NewTask) (Task, er
 		LeaseUntil: now.Add(s.lease), Attempts: 1,
 	}
 	t.ExpiresAt = now.Add(t.TTL)
-	// Count the task in, within the bounds, in this transaction: each
-	// guarded increment is one statement that waits for a concurrent
-	// creator's increment to commit (PostgreSQL locks the counted row) and
-	// then tests the bound against it, so creators racing at the bound
-	// cannot both pass. The total is counted last, to hold the row every
-	// creator shares for the shortest time.
-	if err := applied(tx.Exec(ctx, `INSERT INTO mcprel_task_counts (tenant, n) VALUES (?, 1)
-		ON CONFLICT (tenant) DO UPDATE SET n = mcprel_task_counts.n + 1 WHERE mcprel_task_counts.n < ?`,
-		t.Tenant, s.maxTenant)); err != nil {
-		if errors.Is(err, errChanged) {
-			return Task{}, &FullError{Tenant: t.Tenant, Limit: s.maxTenant}
-		}
-		return Task{}, err
-	}
-	_, err := tx.Exec(ctx, `INSERT INTO mcprel_tasks
-		(id, tenant, tool, status, created_at, updated_at, ttl_ms, expires_at, poll_ms, request, owner, lease_until, attempts)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`,
-		t.ID, t.Tenant, t.Tool, int(Working), ms(now), ms(now), t.TTL.Milliseconds(), ms(t.ExpiresAt),
-		t.PollInterval.Milliseconds(), string(t.Request), t.Owner, ms(t.LeaseUntil))
+	// Count the task in, within the bounds, in this transaction, before
+	// the task is written: the tenant's count first, then the total, which
+	// every creator shares. Each holds the row of the one shard it
+	// counted in until the transaction ends.
+	tenantStart, totalStart := s.startAt()
+	tenantShard, err := s.countIn(ctx, tx, &tenantCount, t.Tenant, s.maxTenant, tenantStart)
 	if err != nil {
 		return Task{}, err
 	}
-	if err := applied(tx.Exec(ctx, `INSERT INTO mcprel_task_total (id, n) VALUES (1, 1)
-		ON CONFLICT (id) DO UPDATE SET n = mcprel_task_total.n + 1 WHERE mcprel_task_total.n < ?`, s.maxTotal)); err != nil {
-		if errors.Is(err, errChanged) {
-			return Task{}, &FullError{All: true, Limit: s.maxTotal}
+	if tenantShard < 0 {
+		return Task{}, &FullError{Tenant: t.Tenant, Limit: s.maxTenant}
+	}
+	totalShard, err := s.countIn(ctx, tx, &totalCount, nil, s.maxTotal, totalStart)
+	if err == nil && totalShard < 0 {
+		err = &FullError{All: true, Limit: s.maxTotal}
+	}
+	if err == nil {
+		_, err = tx.Exec(ctx, `INSERT INTO mcprel_tasks
+			(id, tenant, tool, status, created_at, updated_at, ttl_ms, expires_at, poll_ms, request, owner, lease_until,
+			attempts, tenant_shard, total_shard)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`,
+			t.ID, t.Tenant, t.Tool, int(Working), ms(now), ms(now), t.TTL.Milliseconds(), ms(t.ExpiresAt),
+			t.PollInterval.Milliseconds(), string(t.Request), t.Owner, ms(t.LeaseUntil), tenantShard, totalShard)
+	}
+	if err != nil {
+		// Leave the transaction as this call found it, so that a caller
+		// that goes on after a refusal keeps no count of a task that does
+		// not exist. (After a failed statement PostgreSQL refuses even
+		// this; the caller must roll back then anyway.)
+		_, uncount := tx.Exec(ctx, tenantCount.uncount, t.Tenant, tenantShard)
+		if totalShard >= 0 {
+			_, err := tx.Exec(ctx, totalCount.uncount, totalShard)
+			uncount = errors.Join(uncount, err)
+		}
+		var full *FullError
+		if errors.As(err, &full) && uncount != nil {
+			return Task{}, uncount
 		}
 		return Task{}, err
 	}
@@ -519,11 +568,149 @@ func (s *Store) CreateTx(ctx context.Context, tx *store.Tx, n NewTask) (Task, er
 	return t, nil
 }
 
+// Each count behind the bounds is split into shards: a tenant's into rows
+// (tenant, shard) and the total into rows (shard), each shard allowed its
+// share of the bound (shareOf; the shares add up to the bound exactly).
+// A creation counts in one shard of each and holds that row's lock until
+// it commits; on PostgreSQL, whose writers commit in parallel, one row per
+// count would make every creator wait for the commit of the one before
+// it. SQLite's writers take turns anyway, so it keeps one shard.
+//
+// pgShards is part of the schema: the existing tasks are dealt over this
+// many shards when the counts are created (migration 2), and every process
+// sharing a store must split the bounds alike. Changing it needs a
+// migration that deals the counts again.
+const pgShards = 16
+
+var pgShardsSQL = strconv.Itoa(pgShards)
+
+// countShards is how many shards a count has in the dialect.
+func countShards(d store.Dialect) int {
+	if d == store.Postgres {
+		return pgShards
+	}
+	return 1
+}
+
+// shareOf is shard's share of limit split over shards: limit/shards, and
+// one more for each of the first limit%shards shards. A shard whose share
+// is 0 (a bound smaller than the shards) never counts a task.
+func shareOf(limit, shard, shards int) int {
+	share := limit / shards
+	if shard < limit%shards {
+		share++
+	}
+	return share
+}
+
+// startAt picks the shards a new task's counts start at. A store's
+// consecutive creations start at consecutive shards, so that those it has
+// in flight at once (fewer than the shards) each count in a shard of its
+// own and none waits for another's commit; each store starts at a random
+// shard, so that replicas spread too. (Shards drawn at random for each
+// creation meet more: 8 concurrent creators over 16 shards find one
+// another's held shard on a third of their creations.)
+func (s *Store) startAt() (tenant, total int) {
+	if s.startShards != nil {
+		tenant, total = s.startShards()
+		return tenant % s.shards, total % s.shards
+	}
+	v := int(s.nextShard.Add(1) % uint32(s.shards))
+	return v, v
+}
+
+// counter is one count's statements; the tenant's take the tenant as
+// their first argument, the total's have none.
+type counter struct {
+	// inc counts a task in the shard if its count is under the share.
+	// A plain UPDATE, not an upsert: PostgreSQL locks the row an upsert
+	// conflicts with even when its guard refuses the update, and a
+	// creator moving on from a full shard must hold no lock on it — two
+	// creators each holding the shard the other moves to would deadlock.
+	// An UPDATE that waits for a concurrent creator's increment tests its
+	// guard again on the committed row, and locks the row only if it
+	// updates it, so creators racing for the last place in a shard cannot
+	// both take it.
+	inc string
+	// rows counts the count's shard rows below a number; add creates
+	// those missing, at zero: a tenant's when its first task is created
+	// (they stay afterwards, as the tenant's single row did). Looking
+	// first keeps add, which waits for creators holding any of the
+	// rows, off the path of a creation that only found its shard full.
+	rows, add string
+	// uncount takes a task back out of a shard.
+	uncount string
+}
+
+var (
+	tenantCount = counter{
+		inc:  `UPDATE mcprel_task_counts SET n = n + 1 WHERE tenant = ? AND shard = ? AND n < ?`,
+		rows: `SELECT count(*) FROM mcprel_task_counts WHERE tenant = ? AND shard < ?`,
+		add: `WITH RECURSIVE s (k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM s WHERE k + 1 < ?)
+			INSERT INTO mcprel_task_counts (tenant, shard, n) SELECT ?, k, 0 FROM s WHERE true ON CONFLICT DO NOTHING`,
+		uncount: `UPDATE mcprel_task_counts SET n = n - 1 WHERE tenant = ? AND shard = ?`,
+	}
+	totalCount = counter{
+		inc:  `UPDATE mcprel_task_total SET n = n + 1 WHERE shard = ? AND n < ?`,
+		rows: `SELECT count(*) FROM mcprel_task_total WHERE shard < ?`,
+		add: `WITH RECURSIVE s (k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM s WHERE k + 1 < ?)
+			INSERT INTO mcprel_task_total (shard, n) SELECT k, 0 FROM s WHERE true ON CONFLICT DO NOTHING`,
+		uncount: `UPDATE mcprel_task_total SET n = n - 1 WHERE shard = ?`,
+	}
+)
+
+// countIn counts a task in one shard of c (the tenant's when tenant is
+// not nil) within limit, trying the shards in turn from start, and
+// returns the shard, or -1 if every shard holds its share: the bound is
+// reached. A shard is passed over only when its committed count is at its
+// share, so the sum of the shards never passes limit.
+func (s *Store) countIn(ctx context.Context, tx *store.Tx, c *counter, tenant any, limit, start int) (int, error) {
+	key := func(more ...any) []any {
+		if tenant == nil {
+			return more
+		}
+		return append([]any{tenant}, more...)
+	}
+	looked := false
+	for i := range s.shards {
+		shard := (start + i) % s.shards
+		share := shareOf(limit, shard, s.shards)
+		if share == 0 {
+			continue
+		}
+		for {
+			if err := applied(tx.Exec(ctx, c.inc, key(shard, share)...)); err == nil {
+				return shard, nil
+			} else if !errors.Is(err, errChanged) {
+				return -1, err
+			}
+			if looked {
+				break
+			}
+			// Full, or the row is missing: the first time, make sure
+			// every shard's row exists, and if one was missing try again.
+			looked = true
+			var have int
+			if err := tx.QueryRow(ctx, c.rows, key(s.shards)...).Scan(&have); err != nil {
+				return -1, err
+			}
+			if have == s.shards {
+				break
+			}
+			if _, err := tx.Exec(ctx, c.add, append([]any{s.shards}, key()...)...); err != nil {
+				return -1, err
+			}
+		}
+		s.barrier("full")
+	}
+	return -1, nil
+}
+
 // FullError is Create's refusal when the store holds as many tasks as it
 // may: the tenant's (Options.MaxTasksPerTenant) or in all (MaxTasks).
-// Nothing was recorded. It is temporary: room comes back as finished
-// tasks pass their TTL and are reaped, so callers answer it as a
-// retryable overload.
+// Nothing was recorded, and CreateTx leaves its transaction as it found
+// it. It is temporary: room comes back as finished tasks pass their TTL
+// and are reaped, so callers answer it as a retryable overload.
 type FullError struct {
 	Tenant string // whose bound was reached, unless All
 	All    bool   // the bound on all tenants' tasks was reached
