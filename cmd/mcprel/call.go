@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/internal/argv"
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/metrics"
@@ -261,41 +262,14 @@ func connect(ctx context.Context, command, url string, opts *client.Options, std
 	return client.DialStdio(ctx, words, opts)
 }
 
-// splitCommand splits a command line on spaces, with single and double
-// quotes grouping words.
+// splitCommand splits a --stdio command line into its argv, without a
+// shell (package argv).
 func splitCommand(s string) ([]string, error) {
-	var words []string
-	var cur strings.Builder
-	inWord, quote := false, rune(0)
-	for _, r := range s {
-		switch {
-		case quote != 0 && r == quote:
-			quote = 0
-		case quote != 0:
-			cur.WriteRune(r)
-		case r == '\'' || r == '"':
-			quote, inWord = r, true
-		case r == ' ' || r == '\t':
-			if inWord {
-				words = append(words, cur.String())
-				cur.Reset()
-				inWord = false
-			}
-		default:
-			cur.WriteRune(r)
-			inWord = true
-		}
+	words, err := argv.Split(s)
+	if err == nil && len(words) == 0 {
+		err = errors.New("--stdio names no command")
 	}
-	if quote != 0 {
-		return nil, fmt.Errorf("unterminated quote in %q", s)
-	}
-	if inWord {
-		words = append(words, cur.String())
-	}
-	if len(words) == 0 {
-		return nil, errors.New("--stdio names no command")
-	}
-	return words, nil
+	return words, err
 }
 
 // buildArguments turns --args or key=value pairs into the call's

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -84,66 +83,6 @@ func TestCallHelpListsExitStatuses(t *testing.T) {
 		if !strings.Contains(errs, flag) {
 			t.Errorf("call -h lacks %q", flag)
 		}
-	}
-}
-
-// readmeCommands returns the README's "mcprel call" and "mcprel review"
-// command lines, as written, with their line numbers.
-func readmeCommands(t *testing.T) (lines []string, numbers []int) {
-	t.Helper()
-	data, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inBlock := false
-	for i, l := range strings.Split(string(data), "\n") {
-		switch {
-		case strings.HasPrefix(l, "```"):
-			inBlock = !inBlock
-		case inBlock && (strings.HasPrefix(l, "bin/mcprel call ") || strings.HasPrefix(l, "bin/mcprel review ")):
-			lines, numbers = append(lines, l), append(numbers, i+1)
-		}
-	}
-	if len(lines) == 0 {
-		t.Fatal("the README shows no mcprel call or mcprel review command line")
-	}
-	return lines, numbers
-}
-
-// Every "mcprel call" and "mcprel review" command line the README shows
-// works as written, in order, against a real "mcprel serve --http" where it
-// names the README's http://127.0.0.1:8080/mcp, from the repository's root,
-// with $PWD a fresh directory: an example that stops working fails here.
-func TestReadmeCallAndReviewLines(t *testing.T) {
-	dir := t.TempDir()
-	url, _ := startHTTP(t, nil, "--db", filepath.Join(dir, "mcprel.db"))
-	lines, numbers := readmeCommands(t)
-	// The README reserves stock it must have created: unless one of its
-	// lines does, the test does (and says so), so that the line is tested
-	// for what it shows.
-	if !strings.Contains(strings.Join(lines, "\n"), " set_stock ") {
-		t.Log("the README creates no stock before reserving it; the test runs set_stock sku=w1 quantity=10 itself")
-		if _, errs, code := mcprelCall(t, "--url", url, "set_stock", "sku=w1", "quantity=10", "expectedVersion=0"); code != 0 {
-			t.Fatalf("set_stock: exit %d\n%s", code, errs)
-		}
-	}
-	for i, line := range lines {
-		cmdline, _, _ := strings.Cut(line, " #") // a trailing comment
-		cmdline = strings.NewReplacer("http://127.0.0.1:8080/mcp", url, "$PWD", dir, "bin/mcprel", binary).Replace(cmdline)
-		words, err := splitCommand(cmdline)
-		if err != nil {
-			t.Fatalf("README.md:%d: %v", numbers[i], err)
-		}
-		cmd := exec.Command(words[0], words[1:]...)
-		cmd.Dir = "../.."
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		cmd.Run()
-		if code := cmd.ProcessState.ExitCode(); code != 0 {
-			t.Errorf("README.md:%d: %s\nexit %d\n%s\n%s", numbers[i], line, code, clipText(out.String()), errb.String())
-			continue
-		}
-		t.Logf("README.md:%d works: %s", numbers[i], line)
 	}
 }
 

@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcprel/mcprel/internal/argv"
 )
 
 // readmeInspector is how the README starts the Inspector; the test runs
@@ -47,7 +48,7 @@ func TestReadmeInspectorLines(t *testing.T) {
 	url := startHTTP(t, ctx, bin)
 	here, _ := os.Getwd()
 	for _, line := range lines {
-		words, err := shellWords(strings.ReplaceAll(strings.TrimPrefix(line, readmeInspector), "$PWD", dir))
+		words, err := argv.Split(strings.ReplaceAll(strings.TrimPrefix(line, readmeInspector), "$PWD", dir))
 		if err != nil {
 			t.Fatalf("%s: %v", line, err)
 		}
@@ -101,34 +102,4 @@ func shellLines(readme, prefix string) []string {
 		}
 	}
 	return found
-}
-
-// shellWords splits a command line the way sh would for the README's
-// lines: words separated by blanks, double quotes grouping, no expansion.
-func shellWords(line string) ([]string, error) {
-	var words []string
-	var word strings.Builder
-	inWord, quoted := false, false
-	for _, r := range line {
-		switch {
-		case r == '"':
-			quoted, inWord = !quoted, true
-		case (r == ' ' || r == '\t') && !quoted:
-			if inWord {
-				words = append(words, word.String())
-				word.Reset()
-				inWord = false
-			}
-		default:
-			word.WriteRune(r)
-			inWord = true
-		}
-	}
-	if quoted {
-		return nil, errors.New("unclosed double quote")
-	}
-	if inWord {
-		words = append(words, word.String())
-	}
-	return words, nil
 }

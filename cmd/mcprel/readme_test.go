@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// readmeLine is a command line of one of the README's sh blocks, with the
+// lines its trailing backslashes continue joined to it, and its trailing
+// comment removed.
+type readmeLine struct {
+	number int // in README.md
+	text   string
+}
+
+// readmeShellLines returns every command line of the README's sh blocks.
+func readmeShellLines(t *testing.T) []readmeLine {
+	t.Helper()
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []readmeLine
+	var cur *readmeLine
+	inBlock := false
+	for i, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, "```") {
+			inBlock = l == "```sh"
+			continue
+		}
+		trimmed := strings.TrimSpace(l)
+		if !inBlock || (cur == nil && (trimmed == "" || strings.HasPrefix(trimmed, "#"))) {
+			continue
+		}
+		if cur == nil {
+			lines = append(lines, readmeLine{number: i + 1})
+			cur = &lines[len(lines)-1]
+		} else {
+			cur.text += " "
+		}
+		cur.text += strings.TrimSpace(strings.TrimSuffix(trimmed, "\\"))
+		if !strings.HasSuffix(trimmed, "\\") {
+			cur.text, _, _ = strings.Cut(cur.text, " #")
+			cur.text = strings.TrimSpace(cur.text)
+			cur = nil
+		}
+	}
+	return lines
+}
+
+// Every command line the README shows is run by a test, as written: here,
+// or by the test named for it. A line no test runs fails, so an example
+// added to the README comes with its test.
+func TestReadmeCommandLinesAreTested(t *testing.T) {
+	runBy := []struct {
+		pattern *regexp.Regexp
+		test    string
+	}{
+		{regexp.MustCompile(`^go run \./cmd/mcprel demo$`), "TestReadmeDemoAndBuildLines"},
+		{regexp.MustCompile(`^go build -o bin/mcprel \./cmd/mcprel$`), "TestReadmeDemoAndBuildLines"},
+		{regexp.MustCompile(`^make check$`), ".ci/run (CI runs exactly this)"},
+		{regexp.MustCompile(`^bin/mcprel serve --http `), "TestReadmeCallAndReviewLines (starts the endpoint the call lines use)"},
+		{regexp.MustCompile(`^bin/mcprel (call|review) `), "TestReadmeCallAndReviewLines"},
+		{regexp.MustCompile(`^npx @modelcontextprotocol/inspector@`), "internal/interop/inspector TestReadmeInspectorLines"},
+		{regexp.MustCompile(`^(git clone <this repository> mcprel|cd your-server && go mod init example\.com/your-server|go work init \. \.\./mcprel)$`), "TestReadmeLibrarySetup"},
+	}
+	lines := readmeShellLines(t)
+	if len(lines) < 10 {
+		t.Fatalf("found %d command lines in the README's sh blocks; the parser is broken", len(lines))
+	}
+	for _, l := range lines {
+		covered := ""
+		for _, r := range runBy {
+			if r.pattern.MatchString(l.text) {
+				covered = r.test
+				break
+			}
+		}
+		if covered == "" {
+			t.Errorf("README.md:%d: no test runs %q: add it to a test and to this list", l.number, l.text)
+		} else {
+			t.Logf("README.md:%d %s: run by %s", l.number, l.text, covered)
+		}
+	}
+}
+
+// readmeLinesWith returns the README's command lines that start with prefix.
+func readmeLinesWith(t *testing.T, prefix string) []readmeLine {
+	var out []readmeLine
+	for _, l := range readmeShellLines(t) {
+		if strings.HasPrefix(l.text, prefix) {
+			out = append(out, l)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("the README shows no %q line", prefix)
+	}
+	return out
+}
+
+// Every "mcprel call" and "mcprel review" command line the README shows
+// works as written, in order, from the repository's root with $PWD a fresh
+// directory, against the endpoint the README's own "mcprel serve --http"
+// line starts where they name http://127.0.0.1:8080/mcp: an example that
+// stops working fails here.
+func TestReadmeCallAndReviewLines(t *testing.T) {
+	dir := t.TempDir()
+	serve := readmeLinesWith(t, "bin/mcprel serve --http ")[0]
+	words, err := splitCommand(serve.text)
+	if err != nil || len(words) < 4 {
+		t.Fatalf("README.md:%d: %q: %v", serve.number, serve.text, err)
+	}
+	url, _, _ := startHTTPAt(t, words[3], nil, words[4:]...)
+	var lines []readmeLine
+	for _, l := range readmeShellLines(t) {
+		if strings.HasPrefix(l.text, "bin/mcprel call ") || strings.HasPrefix(l.text, "bin/mcprel review ") {
+			lines = append(lines, l)
+		}
+	}
+	for _, l := range lines {
+		cmdline := strings.NewReplacer("http://127.0.0.1:8080/mcp", url, "$PWD", dir, "bin/mcprel", binary).Replace(l.text)
+		words, err := splitCommand(cmdline)
+		if err != nil {
+			t.Fatalf("README.md:%d: %v", l.number, err)
+		}
+		cmd := exec.Command(words[0], words[1:]...)
+		cmd.Dir = "../.."
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		cmd.Run()
+		if code := cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("README.md:%d: %s\nexit %d\n%s\n%s", l.number, l.text, code, clipText(out.String()), errb.String())
+			continue
+		}
+		t.Logf("README.md:%d works: %s", l.number, l.text)
+	}
+}
+
+// The README's first commands: the demo, run with go run from the
+// repository's root, and the build of the binary a client is pointed at.
+func TestReadmeDemoAndBuildLines(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the demo")
+	}
+	bin := filepath.Join(t.TempDir(), "bin", "mcprel")
+	for _, l := range []readmeLine{readmeLinesWith(t, "go build -o bin/mcprel ")[0], readmeLinesWith(t, "go run ./cmd/mcprel demo")[0]} {
+		words := strings.Fields(strings.ReplaceAll(l.text, "bin/mcprel", bin))
+		cmd := exec.Command(words[0], words[1:]...)
+		cmd.Dir = "../.."
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("README.md:%d: %s: %v\n%s", l.number, l.text, err, clipText(string(out)))
+		}
+		if strings.Contains(l.text, "demo") && !strings.Contains(string(out), "== lab:") {
+			t.Errorf("README.md:%d: the demo printed no records:\n%s", l.number, clipText(string(out)))
+		}
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Errorf("the README's go build line built nothing: %v", err)
+	}
+}
+
+// The README's library set-up, as written, in a fresh directory beside a
+// copy of this repository (standing in for the clone), builds the README's
+// hello example without reaching the network: every module it needs is
+// mcprel's, already in the module cache.
+func TestReadmeLibrarySetup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a module of its own")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(root, filepath.Join(dir, "mcprel")); err != nil { // git clone <this repository> mcprel
+		t.Fatal(err)
+	}
+	server := filepath.Join(dir, "your-server")
+	if err := os.Mkdir(server, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hello, err := os.ReadFile(filepath.Join(root, "examples", "hello", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(server, "main.go"), hello, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(dir string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	for _, l := range readmeShellLines(t) {
+		switch {
+		case strings.HasPrefix(l.text, "cd your-server && "):
+			run(server, strings.Fields(strings.TrimPrefix(l.text, "cd your-server && "))...)
+		case strings.HasPrefix(l.text, "go work init "):
+			run(server, strings.Fields(l.text)...)
+		}
+	}
+	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "hello"), ".")
+	cmd.Dir = server
+	cmd.Env = append(os.Environ(), "GOPROXY=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build in the README's workspace: %v\n%s", err, out)
+	}
+}
