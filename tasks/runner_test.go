@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -297,5 +299,130 @@ func TestExpiredTaskStopsItsWorker(t *testing.T) {
 				t.Fatalf("events %v; want started, left and %d expired", kinds, wantExpired)
 			}
 		})
+	}
+}
+
+// A task dispatched while the maintainer reads which tasks this runner
+// holds (between Store.Held and its stopping the others' workers) is
+// held, though missing from that read: its work is not stopped, and its
+// outcome is recorded. It used to be stopped as "ended or taken over",
+// its outcome dropped, and the task left working here until its TTL.
+func TestStopUnheldSparesATaskStartedDuringItsRead(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		s, _ := open(t, dsn, &tasks.Options{Lease: time.Hour})
+		r := runner(t, s, &tasks.RunnerOptions{Owner: "w1", Workers: 4})
+		g := newGated(t)
+		submit(t, r, s, "acme", g.work("first")) // one running, so that the maintainer reads Held
+		g.next(t)
+		started, gate, cause := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+		var late tasks.Task
+		var once sync.Once
+		tasks.SetAfterHeld(r, func() {
+			once.Do(func() {
+				late = submit(t, r, s, "other", func(ctx context.Context, run *tasks.Run) tasks.Outcome {
+					close(started)
+					<-gate
+					cause <- context.Cause(ctx)
+					return tasks.Outcome{Status: tasks.Completed, Result: json.RawMessage(`{}`)}
+				})
+				<-started
+			})
+		})
+		r.MaintainOnce(ctx, func(tasks.Task) (tasks.Work, bool) { return nil, false })
+		changed := r.Changed()
+		close(gate) // after MaintainOnce returned: any stop it made is visible now
+		if err := <-cause; err != nil {
+			t.Errorf("the work of a task this runner holds was stopped: %v", err)
+		}
+		<-changed
+		got, err := s.Get(ctx, "other", late.ID)
+		if err != nil || got.Status != tasks.Completed {
+			t.Fatalf("the task started during the read: %v owned by %q (%v); want completed", got.Status, got.Owner, err)
+		}
+	})
+}
+
+// A work that ends "cancelled" because the runner stopped it — not
+// because a client asked — records no cancellation: the task is released
+// for another process to take over.
+func TestStoppedWorkRecordsNoCancellation(t *testing.T) {
+	ctx := context.Background()
+	s, _ := open(t, storetest.SQLite(t), &tasks.Options{Lease: time.Hour})
+	r := runner(t, s, &tasks.RunnerOptions{Owner: "w1", Workers: 1})
+	started := make(chan struct{})
+	task := submit(t, r, s, "acme", func(ctx context.Context, run *tasks.Run) tasks.Outcome {
+		close(started)
+		<-ctx.Done()
+		return tasks.Outcome{Status: tasks.Cancelled, Message: "stopped"}
+	})
+	<-started
+	changed := r.Changed()
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := r.Shutdown(ended); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	<-changed
+	if got, err := s.Get(ctx, "acme", task.ID); err != nil || got.Status != tasks.Working {
+		t.Fatalf("the stopped task: %v (%v); want working, left to be taken over", got.Status, err)
+	}
+	taken, err := s.TakeOver(ctx, "w2", 10)
+	if err != nil || len(taken) != 1 || taken[0].ID != task.ID {
+		t.Fatalf("TakeOver = %+v, %v; want the released task at once", taken, err)
+	}
+}
+
+// A task dispatched just before a shutdown, whose worker reaches the
+// runner's own check before the work after the shutdown began, is left
+// to another process at once: its work is never entered, and its lease
+// is released.
+func TestShutdownBeforeTheWorkStartsLeavesTheTask(t *testing.T) {
+	ctx := context.Background()
+	s, _ := open(t, storetest.SQLite(t), &tasks.Options{Lease: time.Hour})
+	events := make(chan tasks.Event, 16)
+	r := runner(t, s, &tasks.RunnerOptions{Owner: "w1", Workers: 1, OnEvent: func(e tasks.Event) { events <- e }})
+	shutdown := make(chan error, 1)
+	var once sync.Once
+	tasks.SetBeforeWrite(s, func(op string) {
+		if op != "checkpoint" {
+			return
+		}
+		once.Do(func() {
+			go func() { shutdown <- r.Shutdown(ctx) }()
+			for { // until the shutdown has begun: Reserve refuses then
+				slot, err := r.Reserve("probe")
+				if errors.Is(err, tasks.ErrShutdown) {
+					return
+				}
+				if err == nil {
+					slot.Release()
+				}
+				runtime.Gosched()
+			}
+		})
+	})
+	var entered atomic.Int64
+	task := submit(t, r, s, "acme", func(ctx context.Context, run *tasks.Run) tasks.Outcome {
+		entered.Add(1)
+		return tasks.Outcome{Status: tasks.Completed, Result: json.RawMessage(`{}`)}
+	})
+	if err := <-shutdown; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	tasks.SetBeforeWrite(s, nil)
+	if n := entered.Load(); n != 0 {
+		t.Fatalf("the work was entered %d times after the shutdown began", n)
+	}
+	taken, err := s.TakeOver(ctx, "w2", 10)
+	if err != nil || len(taken) != 1 || taken[0].ID != task.ID {
+		t.Fatalf("TakeOver = %+v, %v; want the task, released at once", taken, err)
+	}
+	kinds := map[tasks.EventKind]int{}
+	for len(events) > 0 {
+		kinds[(<-events).Kind]++
+	}
+	if kinds[tasks.TaskStarted] != 1 || kinds[tasks.TaskLeft] != 1 || kinds[tasks.TaskEnded] != 0 {
+		t.Fatalf("events %v; want started and left", kinds)
 	}
 }
