@@ -140,11 +140,24 @@ type RunnerOptions struct {
 	//
 	// Workers are shared fairly between tenants: each tenant waits in a
 	// queue of its own, and a worker that frees up goes to the waiting
-	// tenant with the fewest tasks running (round robin between equals).
-	// A tenant alone uses every worker; once another tenant has work
-	// waiting, each freed worker goes to it until both run as many, so one
-	// tenant's long tasks delay another's by at most one task's end.
+	// tenant with the fewest tasks running (round robin between equals)
+	// among those below MaxRunningPerTenant.
 	Workers, Queued, PerTenant int
+	// MaxRunningPerTenant bounds the tasks of one tenant running at once,
+	// even when no other tenant has work: the workers beyond it are a
+	// reserve no single tenant can fill, so that while one tenant's long
+	// tasks hold all they may, another tenant's task starts at once on a
+	// reserved worker instead of waiting for one of them to end (there
+	// is no preemption). Only when the reserve is taken too — by other
+	// tenants — does a task wait, and then for the first task to end,
+	// whoever's it is: its tenant runs fewest and gets that worker.
+	//
+	// The default keeps a quarter of the workers (at least one) in
+	// reserve: Workers - max(1, Workers/4) when Workers > 1, so 6 of 8;
+	// with one worker there is no reserve. It must be between 1 and
+	// Workers; Workers means no reserve (a tenant alone uses every
+	// worker, and another tenant's first task waits for one to end).
+	MaxRunningPerTenant int
 	// Logger receives what goes wrong in the background (heartbeat,
 	// takeover, reaping); nil means slog.Default.
 	Logger *slog.Logger
@@ -271,11 +284,20 @@ func NewRunner(s *Store, opts *RunnerOptions) (*Runner, error) {
 	if opts != nil {
 		o = *opts
 	}
-	if o.Workers < 0 || o.Queued < 0 || o.PerTenant < 0 {
+	if o.Workers < 0 || o.Queued < 0 || o.PerTenant < 0 || o.MaxRunningPerTenant < 0 {
 		return nil, errors.New("tasks: RunnerOptions bounds must not be negative")
 	}
 	if o.Workers == 0 {
 		o.Workers = 8
+	}
+	if o.MaxRunningPerTenant > o.Workers {
+		return nil, fmt.Errorf("tasks: RunnerOptions.MaxRunningPerTenant (%d) must not exceed Workers (%d)", o.MaxRunningPerTenant, o.Workers)
+	}
+	if o.MaxRunningPerTenant == 0 {
+		o.MaxRunningPerTenant = o.Workers
+		if o.Workers > 1 {
+			o.MaxRunningPerTenant = o.Workers - max(1, o.Workers/4)
+		}
 	}
 	if o.Queued == 0 {
 		o.Queued = 64
@@ -379,15 +401,18 @@ func (s *Slot) Start(t Task, work Work) {
 
 // dispatch starts waiting tasks while workers are free, each time for
 // the waiting tenant with the fewest tasks running, the earliest in turn
-// among equals; a tenant served goes to the back of the turn. r.mu is
-// held.
+// among equals, passing over a tenant that runs its MaxRunningPerTenant;
+// a tenant served goes to the back of the turn. r.mu is held.
 func (r *Runner) dispatch() {
-	for !r.draining && r.running < r.opts.Workers && len(r.ring) > 0 {
-		next := 0
+	for !r.draining && r.running < r.opts.Workers {
+		next := -1
 		for i, tenant := range r.ring {
-			if r.runningBy[tenant] < r.runningBy[r.ring[next]] {
+			if n := r.runningBy[tenant]; n < r.opts.MaxRunningPerTenant && (next < 0 || n < r.runningBy[r.ring[next]]) {
 				next = i
 			}
+		}
+		if next < 0 {
+			return // nothing waits, or only tenants that run all they may
 		}
 		tenant := r.ring[next]
 		r.ring = append(r.ring[:next], r.ring[next+1:]...)

@@ -91,11 +91,12 @@ func submit(t *testing.T, r *tasks.Runner, s *tasks.Store, tenant string, work t
 	return task
 }
 
-// Workers are shared fairly between tenants. Tenant A, alone, takes every
-// worker and queues 28 more tasks; then tenant B submits 5. Each worker
-// that frees up goes to B until both run as many tasks (B's first task
-// waits for one of A's to end, not for A's queue); from then on a worker
-// goes to the tenant running fewer.
+// Workers are shared fairly between tenants. Tenant A, alone, takes
+// the six workers of eight it may (MaxRunningPerTenant's default keeps a
+// quarter in reserve) and queues 30 more tasks; then tenant B submits 5.
+// B's first two start at once on the reserve, without any of A's tasks
+// ending; then each worker that frees up goes to B until both run as
+// many, and from then on to the tenant running fewer.
 func TestFairShareBetweenTenants(t *testing.T) {
 	s, _ := open(t, storetest.SQLite(t), nil)
 	r := runner(t, s, &tasks.RunnerOptions{Owner: "w1", Workers: 8})
@@ -104,31 +105,81 @@ func TestFairShareBetweenTenants(t *testing.T) {
 		submit(t, r, s, "A", g.work(fmt.Sprintf("A%d", i)))
 	}
 	first := map[string]bool{}
-	for range 8 { // work-conserving: A alone gets every worker
+	for range 6 {
 		first[g.next(t)] = true
 	}
-	for i := range 8 {
+	for i := range 6 {
 		if !first[fmt.Sprintf("A%d", i)] {
-			t.Fatalf("A's first 8 tasks did not all start: %v", first)
+			t.Fatalf("A's first 6 tasks did not all start: %v", first)
 		}
 	}
 	for i := range 5 {
 		submit(t, r, s, "B", g.work(fmt.Sprintf("B%d", i)))
 	}
-	// As A's tasks end one by one, B's start until B runs 4 and A 4:
-	// B's first waits for one of A's tasks to end, not for A's queue.
-	for i := range 4 {
-		close(g.gates[fmt.Sprintf("A%d", i)])
+	// The reserve: B0 and B1 start while all of A's six still run.
+	for i := range 2 {
 		if name := g.next(t); name != fmt.Sprintf("B%d", i) {
-			t.Fatalf("after %d of A's tasks ended, %s started; want B%d", i+1, name, i)
+			t.Fatalf("with A's six running, %s started; want B%d", name, i)
+		}
+	}
+	// As A's tasks end one by one, B's start until B runs 4 and A 4.
+	for i := range 2 {
+		close(g.gates[fmt.Sprintf("A%d", i)])
+		if name := g.next(t); name != fmt.Sprintf("B%d", i+2) {
+			t.Fatalf("after %d of A's tasks ended, %s started; want B%d", i+1, name, i+2)
 		}
 	}
 	// From equal shares on, a worker goes to the tenant whose task ended.
-	for _, step := range [][2]string{{"A4", "A8"}, {"B0", "B4"}, {"A5", "A9"}} {
+	for _, step := range [][2]string{{"A2", "A6"}, {"B0", "B4"}, {"A3", "A7"}} {
 		close(g.gates[step[0]])
 		if name := g.next(t); name != step[1] {
 			t.Fatalf("after %s ended, %s started; want %s", step[0], name, step[1])
 		}
+	}
+}
+
+// One tenant's long tasks never hold every worker: with 8 workers and
+// tenant A's many gated tasks running and queued, tenant B's one task,
+// and then tenant C's, start at once — none of A's ending — and A never
+// gets past its six.
+func TestReserveStartsAnotherTenantAtOnce(t *testing.T) {
+	s, _ := open(t, storetest.SQLite(t), nil)
+	r := runner(t, s, &tasks.RunnerOptions{Owner: "w1", Workers: 8})
+	g := newGated(t)
+	for i := range 20 {
+		submit(t, r, s, "A", g.work(fmt.Sprintf("A%d", i)))
+	}
+	for range 6 {
+		if name := g.next(t); !strings.HasPrefix(name, "A") {
+			t.Fatalf("%s started", name)
+		}
+	}
+	submit(t, r, s, "B", g.work("B"))
+	if name := g.next(t); name != "B" {
+		t.Fatalf("%s started; want B's task, on a reserved worker", name)
+	}
+	// The eighth worker is still free (A runs its six): C's task takes it.
+	submit(t, r, s, "C", g.work("C"))
+	if name := g.next(t); name != "C" {
+		t.Fatalf("%s started; want C's task", name)
+	}
+}
+
+// MaxRunningPerTenant is validated, and Workers turns the reserve off.
+func TestMaxRunningPerTenant(t *testing.T) {
+	s, _ := open(t, storetest.SQLite(t), nil)
+	for _, o := range []tasks.RunnerOptions{{MaxRunningPerTenant: -1}, {Workers: 4, MaxRunningPerTenant: 5}, {MaxRunningPerTenant: 9}} {
+		if _, err := tasks.NewRunner(s, &o); err == nil {
+			t.Errorf("NewRunner(%+v) accepted it", o)
+		}
+	}
+	r := runner(t, s, &tasks.RunnerOptions{Owner: "w1", Workers: 3, MaxRunningPerTenant: 3})
+	g := newGated(t)
+	for i := range 3 {
+		submit(t, r, s, "A", g.work(fmt.Sprintf("A%d", i)))
+	}
+	for range 3 {
+		g.next(t)
 	}
 }
 
