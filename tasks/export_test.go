@@ -23,3 +23,8 @@ func SetStartShards(s *Store, f func() (tenant, total int)) { s.startShards = f 
 
 // Migrations are the tasks schema's steps.
 var Migrations = migrations
+
+// SetAfterHeld makes f run in each round of r's maintenance between its
+// read of the tasks it holds (Store.Held) and its stopping the workers of
+// the others: a test starts a task there.
+func SetAfterHeld(r *Runner, f func()) { r.afterHeld = f }

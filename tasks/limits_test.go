@@ -159,3 +159,39 @@ func awaitLockWait(t *testing.T, db *store.DB, application string) {
 		}
 	}
 }
+
+// TRUNCATE fires no DELETE trigger: emptying mcprel_tasks alone on
+// PostgreSQL leaves the counts of the tasks that are gone, and the store
+// refuses creation as full; the statement Options documents clears them
+// together.
+func TestTruncateClearsTheCountsOnlyWithThem(t *testing.T) {
+	// SQLite has no TRUNCATE; its DELETE fires the trigger.
+	dsn := storetest.Postgres(t)
+	ctx := context.Background()
+	s, _ := open(t, dsn, &tasks.Options{MaxTasksPerTenant: 2, MaxTasks: 2})
+	for range 2 {
+		if _, err := tryCreate(s, "acme"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	truncate := func(sql string) {
+		t.Helper()
+		if err := s.DB().WriteTx(ctx, func(tx *store.Tx) error { _, err := tx.Exec(ctx, sql); return err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	truncate(`TRUNCATE mcprel_tasks`)
+	var full *tasks.FullError
+	if _, err := tryCreate(s, "acme"); !errors.As(err, &full) {
+		t.Fatalf("after TRUNCATE mcprel_tasks alone: %v; want the store still counted full", err)
+	}
+	truncate(`TRUNCATE mcprel_tasks, mcprel_task_counts, mcprel_task_total`)
+	for range 2 {
+		if _, err := tryCreate(s, "acme"); err != nil {
+			t.Fatalf("after the documented TRUNCATE: %v", err)
+		}
+	}
+	if n := stored(t, s, "acme"); n != 2 {
+		t.Fatalf("%d stored, want 2", n)
+	}
+}

@@ -140,11 +140,24 @@ type RunnerOptions struct {
 	//
 	// Workers are shared fairly between tenants: each tenant waits in a
 	// queue of its own, and a worker that frees up goes to the waiting
-	// tenant with the fewest tasks running (round robin between equals).
-	// A tenant alone uses every worker; once another tenant has work
-	// waiting, each freed worker goes to it until both run as many, so one
-	// tenant's long tasks delay another's by at most one task's end.
+	// tenant with the fewest tasks running (round robin between equals)
+	// among those below MaxRunningPerTenant.
 	Workers, Queued, PerTenant int
+	// MaxRunningPerTenant bounds the tasks of one tenant running at once,
+	// even when no other tenant has work: the workers beyond it are a
+	// reserve no single tenant can fill, so that while one tenant's long
+	// tasks hold all they may, another tenant's task starts at once on a
+	// reserved worker instead of waiting for one of them to end (there
+	// is no preemption). Only when the reserve is taken too — by other
+	// tenants — does a task wait, and then for the first task to end,
+	// whoever's it is: its tenant runs fewest and gets that worker.
+	//
+	// The default keeps a quarter of the workers (at least one) in
+	// reserve: Workers - max(1, Workers/4) when Workers > 1, so 6 of 8;
+	// with one worker there is no reserve. It must be between 1 and
+	// Workers; Workers means no reserve (a tenant alone uses every
+	// worker, and another tenant's first task waits for one to end).
+	MaxRunningPerTenant int
 	// Logger receives what goes wrong in the background (heartbeat,
 	// takeover, reaping); nil means slog.Default.
 	Logger *slog.Logger
@@ -241,9 +254,14 @@ type Runner struct {
 	queues    map[string][]*entry // waiting for a worker, by tenant, oldest first
 	ring      []string            // the tenants with work waiting, in turn order
 	active    map[string]*entry   // queued and running, by task id
+	started   uint64              // tasks dispatched to a worker so far
 	draining  bool
 	finished  chan struct{} // closed and replaced when a task of this process ends
 	wg        sync.WaitGroup
+
+	// afterHeld, when set, runs in stopUnheld between its read of Held
+	// and its taking r.mu: a test dispatches a task there.
+	afterHeld func()
 }
 
 // entry is one task of this runner, waiting for a worker or running.
@@ -252,6 +270,7 @@ type entry struct {
 	task    Task
 	work    Work
 	running bool
+	started uint64                  // r.started once it was dispatched
 	cancel  context.CancelCauseFunc // the run's context, once running
 }
 
@@ -265,11 +284,20 @@ func NewRunner(s *Store, opts *RunnerOptions) (*Runner, error) {
 	if opts != nil {
 		o = *opts
 	}
-	if o.Workers < 0 || o.Queued < 0 || o.PerTenant < 0 {
+	if o.Workers < 0 || o.Queued < 0 || o.PerTenant < 0 || o.MaxRunningPerTenant < 0 {
 		return nil, errors.New("tasks: RunnerOptions bounds must not be negative")
 	}
 	if o.Workers == 0 {
 		o.Workers = 8
+	}
+	if o.MaxRunningPerTenant > o.Workers {
+		return nil, fmt.Errorf("tasks: RunnerOptions.MaxRunningPerTenant (%d) must not exceed Workers (%d)", o.MaxRunningPerTenant, o.Workers)
+	}
+	if o.MaxRunningPerTenant == 0 {
+		o.MaxRunningPerTenant = o.Workers
+		if o.Workers > 1 {
+			o.MaxRunningPerTenant = o.Workers - max(1, o.Workers/4)
+		}
 	}
 	if o.Queued == 0 {
 		o.Queued = 64
@@ -373,15 +401,18 @@ func (s *Slot) Start(t Task, work Work) {
 
 // dispatch starts waiting tasks while workers are free, each time for
 // the waiting tenant with the fewest tasks running, the earliest in turn
-// among equals; a tenant served goes to the back of the turn. r.mu is
-// held.
+// among equals, passing over a tenant that runs its MaxRunningPerTenant;
+// a tenant served goes to the back of the turn. r.mu is held.
 func (r *Runner) dispatch() {
-	for !r.draining && r.running < r.opts.Workers && len(r.ring) > 0 {
-		next := 0
+	for !r.draining && r.running < r.opts.Workers {
+		next := -1
 		for i, tenant := range r.ring {
-			if r.runningBy[tenant] < r.runningBy[r.ring[next]] {
+			if n := r.runningBy[tenant]; n < r.opts.MaxRunningPerTenant && (next < 0 || n < r.runningBy[r.ring[next]]) {
 				next = i
 			}
+		}
+		if next < 0 {
+			return // nothing waits, or only tenants that run all they may
 		}
 		tenant := r.ring[next]
 		r.ring = append(r.ring[:next], r.ring[next+1:]...)
@@ -396,8 +427,9 @@ func (r *Runner) dispatch() {
 		}
 		r.running++
 		r.runningBy[tenant]++
+		r.started++
 		ctx, cancel := context.WithCancelCause(r.ctx)
-		e.running, e.cancel = true, cancel
+		e.running, e.started, e.cancel = true, r.started, cancel
 		r.wg.Go(func() { r.runEntry(ctx, e) })
 	}
 }
@@ -521,8 +553,23 @@ func (r *Runner) execute(ctx context.Context, t Task, work Work) {
 	// The runner's own checkpoint before the work starts: a task cancelled
 	// while it waited for a worker ends cancelled here without running a
 	// step, and one ended or taken over meanwhile (expired, say) is not
-	// run at all. The lease is renewed for the work to come.
-	switch err := run.observed(r.store.checkpoint(ctx, t.ID, r.owner, CheckpointUpdate{})); {
+	// run at all. The lease is renewed for the work to come — unless the
+	// runner is shutting down: a task dispatched just before Shutdown is
+	// then left at once to another process rather than started here only
+	// to stop at its first checkpoint.
+	err := run.observed(r.store.checkpoint(ctx, t.ID, r.owner, CheckpointUpdate{}))
+	if err == nil {
+		select {
+		case <-r.stop:
+			err = ErrShutdown
+		default:
+		}
+	}
+	switch {
+	case errors.Is(err, ErrShutdown):
+		r.release(t.ID)
+		r.event(Event{Kind: TaskLeft, Tool: t.Tool})
+		return
 	case errors.Is(err, ErrCancelled):
 		ended = Cancelled.String()
 		r.event(Event{Kind: TaskEnded, Tool: t.Tool, Status: Cancelled, Duration: time.Since(t.CreatedAt),
@@ -538,13 +585,27 @@ func (r *Runner) execute(ctx context.Context, t Task, work Work) {
 		r.log.Warn("could not check a task before running it", "task", t.ID, "tool", t.Tool, "err", err)
 	}
 	out := r.safely(ctx, run, work)
-	if out.Status == 0 || context.Cause(ctx) == errNotHeld {
+	if out.Status == 0 {
 		r.event(Event{Kind: TaskLeft, Tool: t.Tool})
-		return // the work stopped for a shutdown (the lease is released), or its task was ended without it
+		return // the work stopped for a shutdown, or its task was ended without it: the lease is released
 	}
-	// The outcome is recorded even when the process is stopping: the work
-	// is done, and running it again elsewhere would run it twice.
-	err := r.store.Finish(context.WithoutCancel(ctx), t.ID, r.owner, out.Status, out.Message, out.Result, out.Error)
+	if out.Status == Cancelled && !run.cancelSeen.Load() && ctx.Err() != nil {
+		// The work ended "cancelled" because the runner stopped it (its
+		// task was ended or taken without it, or the process stops), not
+		// because a client asked: that is no outcome to record. Should
+		// the task in fact still be held here, releasing it lets another
+		// process take it over rather than leave it working until its TTL.
+		r.release(t.ID)
+		r.event(Event{Kind: TaskLeft, Tool: t.Tool})
+		return
+	}
+	// The outcome is recorded even when the process is stopping, and even
+	// when the runner stopped the work because its task looked ended or
+	// taken without it: the work is done, running it again elsewhere
+	// would run it twice, and Finish is guarded — it changes nothing
+	// (ErrTerminal, ErrLeaseLost) when the task is no longer this
+	// runner's, and ends it when it still is.
+	err = r.store.Finish(context.WithoutCancel(ctx), t.ID, r.owner, out.Status, out.Message, out.Result, out.Error)
 	switch {
 	case err == nil, errors.Is(err, ErrTerminal) && run.cancelSeen.Load():
 		status := out.Status
@@ -558,9 +619,9 @@ func (r *Runner) execute(ctx context.Context, t Task, work Work) {
 		}
 		r.event(e)
 		return
-	case errors.Is(err, ErrTerminal):
+	case errors.Is(err, ErrTerminal), errors.Is(err, ErrNotFound):
 		// Ended without this worker (expired, say, or cancelled while no
-		// worker held it): whoever ended it reported the end.
+		// worker held it), or gone: whoever ended it reported the end.
 	case errors.Is(err, ErrLeaseLost):
 		r.log.Warn("a task finished after another worker took it over; its outcome was dropped",
 			"task", t.ID, "tool", t.Tool)
@@ -683,9 +744,15 @@ func (r *Runner) expire(ctx context.Context) {
 // replica), taken over after its lease lapsed, or deleted. Its checkpoints
 // already return ErrTerminal or ErrLeaseLost; this stops work that does
 // not reach one, and frees its worker.
+//
+// Only a worker dispatched before Held was read is judged by it: a task
+// is created (or taken over) with this runner as its owner before it is
+// dispatched, so such a task is in the snapshot if it is still held; one
+// dispatched after the read may be missing from it though held, and is
+// left for the next round.
 func (r *Runner) stopUnheld(ctx context.Context) {
 	r.mu.Lock()
-	n := r.running
+	n, before := r.running, r.started
 	r.mu.Unlock()
 	if n == 0 {
 		return
@@ -697,10 +764,13 @@ func (r *Runner) stopUnheld(ctx context.Context) {
 		}
 		return
 	}
+	if r.afterHeld != nil {
+		r.afterHeld()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for id, e := range r.active {
-		if e.running && !held[id] {
+		if e.running && e.started <= before && !held[id] {
 			e.cancel(errNotHeld)
 		}
 	}

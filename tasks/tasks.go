@@ -229,6 +229,18 @@ type Options struct {
 	// bound was lowered, or whose processes disagree, keeps at most the
 	// largest bound until the tasks counted under it are reaped. Zero
 	// means DefaultMaxTasksPerTenant and DefaultMaxTasks.
+	//
+	// The counts live in mcprel_task_counts and mcprel_task_total, and a
+	// DELETE trigger on mcprel_tasks takes each deleted task back out of
+	// them. TRUNCATE (PostgreSQL) fires no DELETE trigger: an operator who
+	// empties mcprel_tasks that way must clear the counts in the same
+	// statement, or they keep counting the tasks that are gone and
+	// creation is refused as full though the store is empty:
+	//
+	//	TRUNCATE mcprel_tasks, mcprel_task_counts, mcprel_task_total;
+	//
+	// (Empty count tables are rebuilt at zero by the next creations.) A
+	// DELETE FROM mcprel_tasks, on either store, keeps the counts right.
 	MaxTasksPerTenant, MaxTasks int
 }
 
