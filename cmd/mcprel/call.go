@@ -58,7 +58,7 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	token := fs.String("token", "", "a bearer token to send (or set MCPREL_TOKEN)")
 	list := fs.Bool("list", false, "list the server's tools with their input schemas instead of calling one")
 	argsJSON := fs.String("args", "", "the arguments as one JSON object (instead of key=value pairs)")
-	idle := fs.Duration("idle", client.DefaultIdle, "the idle deadline: the longest the call may go without increasing progress;\nwith --task, the longest the task may go without a change of its status or status message")
+	idle := fs.Duration("idle", client.DefaultIdle, "the idle deadline: the longest the call may go without increasing progress;\nwith --task, the longest the task may go without news: its lastUpdatedAt advancing (a checkpoint)\nor its status or status message changing")
 	maxD := fs.Duration("max", client.DefaultMax, "the maximum deadline: the longest the call may run, progress or not (listing the tools first has a --max of its own);\nwith --task, the longest the whole wait may last: the call, every poll and the result.\nWhen a task's clock fires, tasks/cancel is sent and the task may still complete: read it with tasks/get")
 	retries := fs.Int("retries", 2, "retries after the first attempt, for calls the retry rules allow")
 	key := fs.String("idempotency-key", "", "the operation's idempotency key, sent as arguments.idempotencyKey")
