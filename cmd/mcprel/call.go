@@ -32,7 +32,7 @@ const (
 	exitProtocol   = 11 // the server refused the request (a JSON-RPC error)
 	exitIdle       = 12 // the idle deadline fired: no progress for --idle
 	exitMax        = 13 // the maximum deadline fired: the call ran for --max
-	exitCancelled  = 14 // interrupted (Ctrl-C): the server was told to cancel
+	exitCancelled  = 14 // interrupted (Ctrl-C): the message says what became of the request
 	exitOverloaded = 15 // the server was overloaded, rate limited or shutting down
 	exitConnection = 16 // the server could not be reached, or the connection was lost
 	exitReconcile  = 17 // an unsafe call's outcome is unknown: reconcile before retrying
@@ -500,7 +500,7 @@ Exit status:
   11  the server refused the request (a JSON-RPC error)
   12  the idle deadline fired: no increasing progress for --idle
   13  the maximum deadline fired: the call ran for --max
-  14  interrupted (Ctrl-C); the server was told to cancel
+  14  interrupted (Ctrl-C); the message says what became of the request
   15  the server was overloaded, rate limited or shutting down
   16  the server could not be reached, or the connection was lost
   17  the outcome is unknown and the call unsafe to retry: reconcile first
