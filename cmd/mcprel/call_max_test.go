@@ -11,12 +11,17 @@ import (
 )
 
 // slowListingProxy forwards to target, holding every tools/list for
-// delay (or until the client gives up on it) before it forwards it.
-func slowListingProxy(t *testing.T, target string, delay time.Duration) string {
+// delay (or until the client gives up on it) before it forwards it. The
+// first tools/list's arrival is sent on listed.
+func slowListingProxy(t *testing.T, target string, delay time.Duration, listed chan<- time.Time) string {
 	t.Helper()
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if bytes.Contains(body, []byte(`"tools/list"`)) {
+			select {
+			case listed <- time.Now():
+			default:
+			}
 			select {
 			case <-time.After(delay): // the scripted slowness, not a synchronisation
 			case <-r.Context().Done():
@@ -45,12 +50,13 @@ func slowListingProxy(t *testing.T, target string, delay time.Duration) string {
 }
 
 // --max is one clock for listing the tools and the call: a server that
-// lists slowly leaves the call only what is left, so the whole command
-// ends within --max. The slack (startCleanup) covers starting the
-// process, connecting and closing the connection — over 2026-07-28 HTTP
-// the call is cancelled by closing its stream, at once.
+// lists slowly leaves the call only what is left, so the command ends
+// within --max of its listing's start. The slack (cleanup) covers closing
+// the connection and the process's exit — over 2026-07-28 HTTP the call
+// is cancelled by closing its stream, at once; starting the process and
+// connecting come before the clock and are not measured.
 func TestCallMaxBoundsListingAndCall(t *testing.T) {
-	const startCleanup = 900 * time.Millisecond
+	const cleanup = 500 * time.Millisecond
 	target := unsafeSlowServer(t) // tool "wait" answers only when cancelled
 	for _, tc := range []struct {
 		name       string
@@ -63,15 +69,15 @@ func TestCallMaxBoundsListingAndCall(t *testing.T) {
 		{"endless listing", time.Second, time.Hour, "the request was never sent"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			url := slowListingProxy(t, target, tc.delay)
-			start := time.Now()
+			listed := make(chan time.Time, 1)
+			url := slowListingProxy(t, target, tc.delay, listed)
 			out, errs, code := mcprelCall(t, "--url", url, "--max", tc.max.String(), "wait")
-			took := time.Since(start)
+			ended := time.Now()
 			if code != exitMax || !strings.Contains(errs, tc.want) {
 				t.Fatalf("exit %d, want %d; want %q in\n%s\n%s", code, exitMax, tc.want, out, errs)
 			}
-			if took > tc.max+startCleanup {
-				t.Fatalf("mcprel call --max %v took %v; want at most %v (--max and %v to start and clean up)", tc.max, took, tc.max+startCleanup, startCleanup)
+			if took := ended.Sub(<-listed); took > tc.max+cleanup {
+				t.Fatalf("mcprel call --max %v took %v from its listing's start; want at most %v (--max and %v to clean up)", tc.max, took, tc.max+cleanup, cleanup)
 			}
 		})
 	}
