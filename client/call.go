@@ -50,23 +50,70 @@ const (
 	MaxClock  Clock = "max"
 )
 
-// DeadlineError ends a call whose idle or maximum deadline fired. The
-// server was told to cancel; whether it acted on the call is unknown.
+// Cancellation is what the client did about a request it gave up on, as
+// far as it knows: the error that ends the call says it, and no more.
+type Cancellation int
+
+const (
+	// CancelNotRecorded: the error does not speak for one request (a
+	// task's whole wait: TaskAbandonedError says what became of
+	// tasks/cancel).
+	CancelNotRecorded Cancellation = iota
+	// RequestNotSent: the request was withdrawn from the client's write
+	// queue before any of it was written. The server never saw it, and
+	// nothing needed cancelling.
+	RequestNotSent
+	// CancelSent: the request was cancelled the transport's way at once
+	// (2026-07-28 HTTP: its stream was closed).
+	CancelSent
+	// CancelQueued: a notifications/cancelled was queued (stdio, behind
+	// the client's other writes) or its POST begun (2025 HTTP), and not
+	// waited for: whether it reaches the server is unknown.
+	CancelQueued
+	// CancelNotSent: the cancellation could not be sent (the write queue
+	// was full, the connection closing, too many cancellations in
+	// flight).
+	CancelNotSent
+)
+
+// clause is the end of an error message for c.
+func (c Cancellation) clause() string {
+	switch c {
+	case RequestNotSent:
+		return "; the request was never sent, so the server did not act on it"
+	case CancelSent:
+		return "; the server was told to cancel"
+	case CancelQueued:
+		return "; a cancellation was queued for the server, not waited for"
+	case CancelNotSent:
+		return "; the cancellation could not be sent to the server"
+	}
+	return ""
+}
+
+// DeadlineError ends a call whose idle or maximum deadline fired. Cancel
+// says what became of the request; whether the server acted on one it
+// received is unknown.
 type DeadlineError struct {
-	Clock Clock
-	After time.Duration
+	Clock  Clock
+	After  time.Duration
+	Cancel Cancellation
 }
 
 func (e *DeadlineError) Error() string {
-	return fmt.Sprintf("client: the call's %s deadline (%v) fired; the server was told to cancel", e.Clock, e.After)
+	return fmt.Sprintf("client: the call's %s deadline (%v) fired%s", e.Clock, e.After, e.Cancel.clause())
 }
 
 // CancelledError ends a call that the caller cancelled: its context ended.
-// The server was told to cancel; whether it acted on the call is unknown.
-type CancelledError struct{ Cause error }
+// Cancel says what became of the request; whether the server acted on
+// one it received is unknown.
+type CancelledError struct {
+	Cause  error
+	Cancel Cancellation
+}
 
 func (e *CancelledError) Error() string {
-	return fmt.Sprintf("client: the call was cancelled (%v); the server was told to cancel", e.Cause)
+	return fmt.Sprintf("client: the call was cancelled (%v)%s", e.Cause, e.Cancel.clause())
 }
 
 func (e *CancelledError) Unwrap() error { return e.Cause }
@@ -205,7 +252,8 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 	}
 	if err != nil {
 		if maxCtx.Err() != nil {
-			return nil, c.ended(ctx, maxCtx)
+			// The request was withdrawn before it left.
+			return nil, c.ended(ctx, maxCtx, RequestNotSent)
 		}
 		return nil, err
 	}
@@ -263,38 +311,40 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 			c.noticeRefetch(r.m.Result)
 			return r.m.Result, nil
 		case <-maxCtx.Done():
-			err := c.ended(ctx, maxCtx)
 			reason := "maximum deadline"
-			if _, ok := err.(*CancelledError); ok {
+			if _, ok := c.ended(ctx, maxCtx, 0).(*CancelledError); ok {
 				reason = "the caller cancelled: " + context.Cause(ctx).Error()
 			}
-			c.giveUp(ex, id, reason, opts.quiet)
-			return nil, err
+			return nil, c.ended(ctx, maxCtx, c.giveUp(ex, id, reason, opts.quiet))
 		case <-idleC:
-			c.giveUp(ex, id, "idle deadline", opts.quiet)
-			return nil, &DeadlineError{Clock: IdleClock, After: opts.Idle}
+			return nil, &DeadlineError{Clock: IdleClock, After: opts.Idle, Cancel: c.giveUp(ex, id, "idle deadline", opts.quiet)}
 		}
 	}
 }
 
 // ended is the error of a call whose max context ended: its own max
 // clock, a clock the caller set in ctx with a *DeadlineError as its cause
-// (a task's whole wait, a command's listing), or the caller's cancel.
-func (c *Client) ended(ctx, maxCtx context.Context) error {
+// (a task's whole wait, a command's listing), or the caller's cancel —
+// with what became of the request. The cause is copied, not changed: one
+// clock's cause is shared by every request made under it.
+func (c *Client) ended(ctx, maxCtx context.Context, cancel Cancellation) error {
 	var de *DeadlineError
 	if errors.As(context.Cause(maxCtx), &de) {
-		return de
+		d := *de
+		d.Cancel = cancel
+		return &d
 	}
-	return &CancelledError{Cause: context.Cause(ctx)}
+	return &CancelledError{Cause: context.Cause(ctx), Cancel: cancel}
 }
 
 // giveUp tells the server the call is cancelled, as the transport and era
 // say, and stops waiting for it: a late response is counted and dropped.
-func (c *Client) giveUp(ex *exchange, id jsonrpc.ID, reason string, quiet bool) {
+// It reports what became of the cancellation.
+func (c *Client) giveUp(ex *exchange, id jsonrpc.ID, reason string, quiet bool) Cancellation {
 	if !quiet {
 		c.stats.cancelled.Add(1)
 	}
-	ex.cancel(id, reason)
+	return ex.cancel(id, reason)
 }
 
 func mustInt(id jsonrpc.ID) int64 {

@@ -270,17 +270,21 @@ func (t *httpTransport) start(ctx context.Context, req outgoing) (*exchange, err
 	// the end (exchange does), so that the connection is kept for the
 	// next one; only a cancellation cuts it.
 	ex.onFinish = forget
-	ex.onCancel = func(id jsonrpc.ID, reason string) {
+	ex.onCancel = func(id jsonrpc.ID, reason string) Cancellation {
 		forget()
+		defer abort()
 		if req.era != mcp.Modern {
 			// 2025: disconnecting is not cancellation; say it with a POST,
 			// on a goroutine of its own: a server that holds it open must
 			// not hold the caller who gave up.
 			params, _ := json.Marshal(mcp.CancelledParams{RequestID: id, Reason: reason})
-			t.postCancel(jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params), req.era, id)
+			if !t.postCancel(jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params), req.era, id) {
+				return CancelNotSent
+			}
+			return CancelQueued
 		}
 		// 2026: closing the request's stream is the cancellation.
-		abort()
+		return CancelSent
 	}
 	go func() {
 		defer abort()
@@ -504,13 +508,13 @@ func (t *httpTransport) serve(ctx context.Context, m jsonrpc.Message, era mcp.Er
 // postCancel POSTs a 2025 notifications/cancelled without waiting for it:
 // at most maxCancelPosts at a time, each under cancelPostTimeout. Past
 // that bound the cancellation is dropped and logged; the request's stream
-// is closed all the same.
-func (t *httpTransport) postCancel(body []byte, era mcp.Era, id jsonrpc.ID) {
+// is closed all the same. It reports whether the POST was begun.
+func (t *httpTransport) postCancel(body []byte, era mcp.Era, id jsonrpc.ID) bool {
 	select {
 	case t.cancels <- struct{}{}:
 	default:
 		t.opts.Logger.Warn("dropped a cancellation: too many are in flight", "id", id)
-		return
+		return false
 	}
 	go func() {
 		defer func() { <-t.cancels }()
@@ -520,6 +524,7 @@ func (t *httpTransport) postCancel(body []byte, era mcp.Era, id jsonrpc.ID) {
 			t.opts.Logger.Debug("the cancellation POST failed", "id", id, "err", err)
 		}
 	}()
+	return true
 }
 
 // drainWait bounds the read of a stream's rest after its response.

@@ -139,7 +139,7 @@ func (t *stdioTransport) start(ctx context.Context, req outgoing) (*exchange, er
 		t.mu.Unlock()
 	}
 	ex.onFinish = func() { forget(false) }
-	ex.onCancel = func(id jsonrpc.ID, reason string) {
+	ex.onCancel = func(id jsonrpc.ID, reason string) Cancellation {
 		forget(true)
 		// Both eras cancel a stdio request with a notification. It is
 		// queued, never waited for: a server that stops reading must not
@@ -147,7 +147,9 @@ func (t *stdioTransport) start(ctx context.Context, req outgoing) (*exchange, er
 		params, _ := json.Marshal(mcp.CancelledParams{RequestID: id, Reason: reason})
 		if err := t.w.post(jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params), false, nil); err != nil {
 			t.opts.Logger.Warn("could not send the cancellation", "id", id, "err", err)
+			return CancelNotSent
 		}
+		return CancelQueued
 	}
 	// The request is written under ctx (the call's clocks): one that is
 	// still queued when they fire never leaves, and needs no

@@ -26,9 +26,13 @@ const cancelWait = time.Minute
 //
 // The call's clocks (o) apply to the task as a whole. Max bounds the whole
 // wait: the creating call, every poll and the fetch of the result. Idle
-// bounds the time without news of the task: it is reset when the task's
-// status or status message changes (a checkpoint), not by a poll that
-// finds nothing new, and not by progress. When either fires, the client
+// bounds the time without news of the task: it is reset when a poll finds
+// the task's lastUpdatedAt advanced (the spec's Task field, which mcprel's
+// server moves at every checkpoint) or its status or status message
+// changed, not by a poll that finds nothing new. (Progress the server
+// sends for the task after the creating call has answered reaches no
+// request in flight and is dropped, so it cannot reset the clock.) When
+// either fires, the client
 // sends tasks/cancel (under DefaultProbeTimeout's own bound), stops
 // waiting and returns a *TaskAbandonedError that wraps the
 // *DeadlineError: the task may still complete, and tasks/get reads it.
@@ -156,6 +160,21 @@ type polledTask struct {
 	Error          *jsonrpc.Error  `json:"error"`
 	PollIntervalMs *int64          `json:"pollIntervalMs"`
 	PollInterval   *int64          `json:"pollInterval"`
+	// LastUpdatedAt is the spec's RFC 3339 time of the task's last
+	// change: a server reports liveness (a checkpoint with the same
+	// message) through it.
+	LastUpdatedAt string `json:"lastUpdatedAt"`
+}
+
+// updatedAt is LastUpdatedAt parsed; false when absent or not RFC 3339 (a
+// server that does not report it resets the idle clock only by a change
+// of status or message).
+func (p polledTask) updatedAt() (time.Time, bool) {
+	if p.LastUpdatedAt == "" {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, p.LastUpdatedAt)
+	return t, err == nil
 }
 
 func (p polledTask) terminal() bool {
@@ -171,6 +190,7 @@ func (c *Client) followTask(ctx, pollCtx context.Context, id string, poll, idleA
 	idle := time.NewTimer(idleAfter)
 	defer idle.Stop()
 	last := polledTask{Status: "working"}
+	var lastUpdated time.Time // the latest lastUpdatedAt seen
 	abandon := func(err error) error {
 		if cancelled == nil {
 			c.stats.cancelled.Add(1)
@@ -186,7 +206,14 @@ func (c *Client) followTask(ctx, pollCtx context.Context, id string, poll, idleA
 			}
 			return nil, err
 		}
-		if t.Status != last.Status || t.StatusMessage != last.StatusMessage {
+		news := t.Status != last.Status || t.StatusMessage != last.StatusMessage
+		if at, ok := t.updatedAt(); ok && at.After(lastUpdated) {
+			// Only an advance counts: a server that repeats (or moves
+			// back) the time reports nothing new.
+			news = news || !lastUpdated.IsZero()
+			lastUpdated = at
+		}
+		if news && cancelled == nil {
 			// News of the task: a checkpoint, a change of state.
 			idle.Reset(idleAfter)
 		}

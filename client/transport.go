@@ -55,7 +55,7 @@ type exchange struct {
 	notes    func(jsonrpc.Message)
 
 	once     sync.Once
-	onCancel func(id jsonrpc.ID, reason string) // the transport's and era's signal
+	onCancel func(id jsonrpc.ID, reason string) Cancellation // the transport's and era's signal
 	onFinish func()
 
 	ended sync.Once // the response is delivered, or the connection lost, once
@@ -89,13 +89,17 @@ func (ex *exchange) deliverProgress(p Progress) {
 	}
 }
 
-// cancel sends the cancellation signal, once, and releases the exchange.
-func (ex *exchange) cancel(id jsonrpc.ID, reason string) {
+// cancel sends the cancellation signal, once, and releases the exchange;
+// it reports what became of the signal (CancelNotRecorded when the
+// exchange was already released).
+func (ex *exchange) cancel(id jsonrpc.ID, reason string) Cancellation {
+	c := CancelNotRecorded
 	ex.once.Do(func() {
 		if ex.onCancel != nil {
-			ex.onCancel(id, reason)
+			c = ex.onCancel(id, reason)
 		}
 	})
+	return c
 }
 
 // finish releases an exchange whose response arrived.

@@ -32,7 +32,7 @@ const (
 	exitProtocol   = 11 // the server refused the request (a JSON-RPC error)
 	exitIdle       = 12 // the idle deadline fired: no progress for --idle
 	exitMax        = 13 // the maximum deadline fired: the call ran for --max
-	exitCancelled  = 14 // interrupted (Ctrl-C): the server was told to cancel
+	exitCancelled  = 14 // interrupted (Ctrl-C): the message says what became of the request
 	exitOverloaded = 15 // the server was overloaded, rate limited or shutting down
 	exitConnection = 16 // the server could not be reached, or the connection was lost
 	exitReconcile  = 17 // an unsafe call's outcome is unknown: reconcile before retrying
@@ -58,8 +58,8 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	token := fs.String("token", "", "a bearer token to send (or set MCPREL_TOKEN)")
 	list := fs.Bool("list", false, "list the server's tools with their input schemas instead of calling one")
 	argsJSON := fs.String("args", "", "the arguments as one JSON object (instead of key=value pairs)")
-	idle := fs.Duration("idle", client.DefaultIdle, "the idle deadline: the longest the call may go without increasing progress;\nwith --task, the longest the task may go without a change of its status or status message")
-	maxD := fs.Duration("max", client.DefaultMax, "the maximum deadline: the longest the call may run, progress or not (listing the tools first has a --max of its own);\nwith --task, the longest the whole wait may last: the call, every poll and the result.\nWhen a task's clock fires, tasks/cancel is sent and the task may still complete: read it with tasks/get")
+	idle := fs.Duration("idle", client.DefaultIdle, "the idle deadline: the longest the call may go without increasing progress;\nwith --task, the longest the task may go without news: its lastUpdatedAt advancing (a checkpoint)\nor its status or status message changing")
+	maxD := fs.Duration("max", client.DefaultMax, "the maximum deadline: one clock, started once connected, for listing the tools (done first, for the arguments' types)\nand the call together, progress or not: its retries and their waits, or with --task every poll and the result, included.\nWhen it fires the request is cancelled; after it, only cleanup: with --task, tasks/cancel (up to 5s; the task may still\ncomplete: read it with tasks/get), and closing the connection (a stdio server gets up to 2s to exit, then 2s after SIGTERM)")
 	retries := fs.Int("retries", 2, "retries after the first attempt, for calls the retry rules allow")
 	key := fs.String("idempotency-key", "", "the operation's idempotency key, sent as arguments.idempotencyKey")
 	autoKey := fs.Bool("auto-key", false, "generate an idempotency key, reused on every retry of this call")
@@ -192,21 +192,29 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		cm.Watch(c)
 		observe = cm.Observe
 	}
-	// Listing the tools (for --list, or for the arguments' types) is a
-	// request like the call: --max bounds it.
-	listCtx, stopList := context.WithTimeoutCause(ctx, *maxD, &client.DeadlineError{Clock: client.MaxClock, After: *maxD})
-	defer stopList()
+	// One clock bounds listing the tools (for --list, or for the
+	// arguments' types) and the call together: the call has what the
+	// listing left of --max, so that a slow listing cannot double it.
+	deadline := time.Now().Add(*maxD)
+	maxErr := &client.DeadlineError{Clock: client.MaxClock, After: *maxD}
+	maxCtx, stopMax := context.WithDeadlineCause(ctx, deadline, maxErr)
+	defer stopMax()
 	if *list {
-		tools, err := c.ListTools(listCtx)
+		tools, err := c.ListTools(maxCtx)
 		if err != nil {
 			return callFailure(err)
 		}
 		return printJSON(stdout, tools)
 	}
 	name := positional[0]
-	tool, arguments, err := buildArguments(listCtx, c, name, *argsJSON, positional[1:])
+	tool, arguments, err := buildArguments(maxCtx, c, name, *argsJSON, positional[1:])
 	if err != nil {
 		return err
+	}
+	left := time.Until(deadline)
+	if left <= 0 {
+		// The listing took all of --max: the call was never sent.
+		return callFailure(&client.DeadlineError{Clock: client.MaxClock, After: *maxD, Cancel: client.RequestNotSent})
 	}
 	switch {
 	case *key != "":
@@ -215,12 +223,19 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		arguments[mcp.ArgIdempotencyKey] = newKey()
 	}
 	bar := newProgressBar(stderr, *idle)
-	o := &client.CallOptions{Idle: *idle, Max: *maxD, OnProgress: bar.update}
 	var res *mcp.CallToolResult
 	if *asTask {
+		// The task's wait has what is left; ctx, not maxCtx: its end
+		// means the caller's cancel to CallToolTask, which then polls on
+		// for the outcome.
+		o := &client.CallOptions{Idle: *idle, Max: left, OnProgress: bar.update}
 		res, err = c.CallToolTask(ctx, name, arguments, o, bar.task)
+		err = saidAsMax(err, *maxD)
 	} else {
-		res, err = callWithRetries(ctx, c, tool, name, arguments, o, retryPolicy{class: *class, trustServer: *trust, attempts: *retries + 1, observe: observe}, stderr)
+		// maxCtx ends first (Max is the whole --max, more than is
+		// left), so that its cause names --max.
+		o := &client.CallOptions{Idle: *idle, Max: *maxD, OnProgress: bar.update}
+		res, err = callWithRetries(maxCtx, c, tool, name, arguments, o, retryPolicy{class: *class, trustServer: *trust, attempts: *retries + 1, observe: observe}, stderr)
 	}
 	bar.done()
 	if err != nil {
@@ -236,6 +251,17 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 }
 
 var errInterrupted = errors.New("interrupted")
+
+// saidAsMax makes a task call's max deadline read as --max: the client
+// timed what the listing left of it, a figure the user never gave. The
+// error is the call's own, fresh for it.
+func saidAsMax(err error, maxD time.Duration) error {
+	var de *client.DeadlineError
+	if errors.As(err, &de) && de.Clock == client.MaxClock {
+		de.After = maxD
+	}
+	return err
+}
 
 func firstNonEmpty(vs ...string) string {
 	for _, v := range vs {
@@ -500,7 +526,7 @@ Exit status:
   11  the server refused the request (a JSON-RPC error)
   12  the idle deadline fired: no increasing progress for --idle
   13  the maximum deadline fired: the call ran for --max
-  14  interrupted (Ctrl-C); the server was told to cancel
+  14  interrupted (Ctrl-C); the message says what became of the request
   15  the server was overloaded, rate limited or shutting down
   16  the server could not be reached, or the connection was lost
   17  the outcome is unknown and the call unsafe to retry: reconcile first

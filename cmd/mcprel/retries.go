@@ -52,7 +52,11 @@ func callWithRetries(ctx context.Context, c *client.Client, tool *mcp.Tool, name
 		table.Tools = map[string]retry.Rule{name: {Class: retry.Conditional}}
 	}
 	planner := retry.NewPlanner(retry.Options{Table: table, MaxAttempts: p.attempts, Observe: p.observe})
-	attempts := planner.Start(retry.Call{Tool: name, Advertised: tool, HasIdempotencyKey: hasKey, Deadline: time.Now().Add(o.Max)})
+	deadline := time.Now().Add(o.Max)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d // the command's --max, of which listing took a part
+	}
+	attempts := planner.Start(retry.Call{Tool: name, Advertised: tool, HasIdempotencyKey: hasKey, Deadline: deadline})
 	for {
 		res, err := c.CallTool(ctx, name, args, o)
 		var f retry.Failure
@@ -67,9 +71,12 @@ func callWithRetries(ctx context.Context, c *client.Client, tool *mcp.Tool, name
 		default:
 			f = failureOf(err)
 		}
-		if ctx.Err() != nil {
+		var maxFired *client.DeadlineError
+		if ctx.Err() != nil && !errors.As(context.Cause(ctx), &maxFired) {
 			return res, err // the user cancelled: no retry
 		}
+		// When the command's --max (ctx's deadline) fired, the planner
+		// sees the deadline passed: no retry, and its advice stands.
 		d := attempts.Next(f, time.Now())
 		if !d.Retry {
 			var rec *retry.ReconcileError
@@ -94,6 +101,9 @@ func callWithRetries(ctx context.Context, c *client.Client, tool *mcp.Tool, name
 		select {
 		case <-ctx.Done():
 			timer.Stop()
+			if errors.As(context.Cause(ctx), &maxFired) {
+				return nil, maxFired // --max fired between attempts
+			}
 			return nil, &client.CancelledError{Cause: context.Cause(ctx)}
 		case <-timer.C:
 		}
