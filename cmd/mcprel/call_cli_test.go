@@ -209,18 +209,12 @@ func drainingProxy(t *testing.T, target, tool string, serve *exec.Cmd) string {
 				awaitDraining(t, target)
 			})
 		}
-		req, _ := http.NewRequest(r.Method, target, bytes.NewReader(body))
-		req.Header = r.Header.Clone()
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
+		resp := forwardTo(w, r, target, body)
+		if resp == nil {
 			return
 		}
 		defer resp.Body.Close()
-		for k, v := range resp.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(resp.StatusCode)
+		copyHead(w, resp)
 		io.Copy(w, resp.Body)
 	}))
 	t.Cleanup(hs.Close)

@@ -28,18 +28,12 @@ func slowListingProxy(t *testing.T, target string, delay time.Duration, listed c
 				return
 			}
 		}
-		req, _ := http.NewRequestWithContext(r.Context(), r.Method, target, bytes.NewReader(body))
-		req.Header = r.Header.Clone()
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
+		resp := forwardTo(w, r, target, body)
+		if resp == nil {
 			return
 		}
 		defer resp.Body.Close()
-		for k, v := range resp.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(resp.StatusCode)
+		copyHead(w, resp)
 		if f, ok := w.(http.Flusher); ok {
 			f.Flush()
 		}

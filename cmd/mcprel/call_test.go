@@ -139,6 +139,29 @@ func TestCallInterrupted(t *testing.T) {
 	}
 }
 
+// forwardTo sends r, whose body was read into body, on to target and
+// returns the response; when target cannot be reached it answers 502 and
+// returns nil. The test proxies share it, each doing its own mischief
+// around it.
+func forwardTo(w http.ResponseWriter, r *http.Request, target string, body []byte) *http.Response {
+	req, _ := http.NewRequestWithContext(r.Context(), r.Method, target, bytes.NewReader(body))
+	req.Header = r.Header.Clone()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return nil
+	}
+	return resp
+}
+
+// copyHead writes resp's header and status to w.
+func copyHead(w http.ResponseWriter, resp *http.Response) {
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+}
+
 // lossyProxy forwards to target and, for the first tools/call of tool,
 // drops the response after the server produced it: the request took
 // effect, its answer never arrives.
@@ -148,11 +171,8 @@ func lossyProxy(t *testing.T, target, tool string) string {
 	dropped := false
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		req, _ := http.NewRequest(r.Method, target, bytes.NewReader(body))
-		req.Header = r.Header.Clone()
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
+		resp := forwardTo(w, r, target, body)
+		if resp == nil {
 			return
 		}
 		defer resp.Body.Close()
@@ -166,10 +186,7 @@ func lossyProxy(t *testing.T, target, tool string) string {
 		if drop {
 			panic(http.ErrAbortHandler) // the connection closes without an answer
 		}
-		for k, v := range resp.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(resp.StatusCode)
+		copyHead(w, resp)
 		w.Write(answer)
 	}))
 	t.Cleanup(hs.Close)
