@@ -65,6 +65,14 @@ try {
         await sleep(50);
     }
     summary.afterCancel = after;
+
+    // A task asking for a 1 ms TTL: readable right after its create
+    // answer, with the TTL the server gave it (at least its minimum).
+    const tiny = await client.request(
+        { method: 'tools/call', params: { name: 'generate_report', arguments: { rows: 5, stepMs: 20 }, task: { ttl: 1 } } },
+        (await import('@modelcontextprotocol/sdk/types.js')).CreateTaskResultSchema);
+    summary.tinyCreated = tiny.task;
+    summary.tinyGet = await client.experimental.tasks.getTask(tiny.task.taskId);
 } catch (e) {
     summary.errors.push(`${e.name}: ${e.message}`);
 } finally {

@@ -34,6 +34,14 @@ type tasksSummary struct {
 	LongCreated    struct{ TaskID string }
 	Cancel         struct{ TaskID, Status, StatusMessage string }
 	AfterCancel    struct{ Status string }
+	TinyCreated    struct {
+		TaskID string
+		TTL    *int64
+	}
+	TinyGet struct {
+		TaskID, Status string
+		TTL            *int64
+	}
 }
 
 // The official TypeScript SDK's experimental task client (1.32.2, the
@@ -41,7 +49,8 @@ type tasksSummary struct {
 // the tool's task support, streams a task to its result (created, status,
 // result with its related-task _meta), reads it with tasks/get,
 // tasks/result and tasks/list, is refused (-32602) cancelling a finished
-// task, and cancels a long one, which its worker then ends cancelled.
+// task, cancels a long one, which its worker then ends cancelled, and
+// reads a task that asked for a 1 ms TTL right after creating it.
 func TestTypeScriptTaskClient(t *testing.T) {
 	requireNode(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
@@ -80,5 +89,12 @@ func TestTypeScriptTaskClient(t *testing.T) {
 	if s.Cancel.TaskID != s.LongCreated.TaskID || s.Cancel.Status != "working" ||
 		!strings.Contains(s.Cancel.StatusMessage, "cancellation requested") || s.AfterCancel.Status != "cancelled" {
 		t.Errorf("cancel answered %+v, then the task was %q; want working (the intent recorded), then cancelled", s.Cancel, s.AfterCancel.Status)
+	}
+	// The TTL counts from creation with a floor (docs/tasks.md): the task
+	// is there, and both answers report the TTL it really has.
+	const minTTL = 60_000
+	if s.TinyGet.TaskID != s.TinyCreated.TaskID || s.TinyGet.Status == "" ||
+		s.TinyCreated.TTL == nil || *s.TinyCreated.TTL < minTTL || s.TinyGet.TTL == nil || *s.TinyGet.TTL < minTTL {
+		t.Errorf("a task asking for ttl 1: created %+v, then tasks/get %+v; want it found, with a ttl of at least %d ms", s.TinyCreated, s.TinyGet, minTTL)
 	}
 }
