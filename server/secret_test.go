@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/mcprel/mcprel/internal/mcptest"
+	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
 )
@@ -15,7 +16,10 @@ import (
 // and what interceptors did.
 func TestLogLineKeepsSecrets(t *testing.T) {
 	var logs mcptest.LogBuffer
-	srv := mcptest.NewServer(t, &server.Options{Logger: logs.Logger()})
+	// The line is written as the request ends, after its response is
+	// sent: the recorder says when it has been.
+	rec := mcptest.NewRecorder()
+	srv := mcptest.NewServer(t, rec.Hook(&server.Options{Logger: logs.Logger()}))
 	err := srv.AddTool(server.Tool{Name: "login", Policy: server.Policy{Secret: []string{"password"}}},
 		func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
 			req.Annotate("audit", "checked")
@@ -27,6 +31,7 @@ func TestLogLineKeepsSecrets(t *testing.T) {
 	c := mcptest.Stdio(t, srv, nil)
 	c.Call(1, mcp.MethodToolsCall, mcptest.Params(mcp.Modern, map[string]any{"name": "login",
 		"arguments": map[string]any{"user": "alice", "password": "hunter2-is-not-a-password", "note": strings.Repeat("x", 100)}}))
+	rec.WaitRequest(t, jsonrpc.IntID(1))
 	var line map[string]any
 	for _, r := range logs.Records(t) {
 		if r["msg"] == "request" && r["tool"] == "login" {
