@@ -213,7 +213,7 @@ func (t *httpTransport) openStream(ctx context.Context, lastID string) (*http.Re
 	hreq.Header.Del("Content-Type")
 	hreq.Header.Set("Accept", "text/event-stream")
 	if lastID != "" {
-		hreq.Header.Set("Last-Event-ID", lastID)
+		hreq.Header.Set(mcp.HeaderLastEventID, lastID)
 	}
 	resp, err := t.hc.Do(hreq)
 	if err != nil {
@@ -235,10 +235,10 @@ func (t *httpTransport) header(h http.Header, era mcp.Era, version, method, name
 	h.Set("Content-Type", "application/json")
 	h.Set("Accept", "application/json, text/event-stream")
 	if era == mcp.Modern {
-		h.Set("MCP-Protocol-Version", version)
-		h.Set("Mcp-Method", method)
+		h.Set(mcp.HeaderProtocolVersion, version)
+		h.Set(mcp.HeaderMethod, method)
 		if name != "" {
-			h.Set("Mcp-Name", name)
+			h.Set(mcp.HeaderName, name)
 		}
 		return
 	}
@@ -246,10 +246,10 @@ func (t *httpTransport) header(h http.Header, era mcp.Era, version, method, name
 	session, v := t.session, t.version
 	t.mu.Unlock()
 	if session != "" {
-		h.Set("Mcp-Session-Id", session)
+		h.Set(mcp.HeaderSessionID, session)
 	}
 	if v != "" {
-		h.Set("MCP-Protocol-Version", v)
+		h.Set(mcp.HeaderProtocolVersion, v)
 	}
 }
 
@@ -304,7 +304,7 @@ func (t *httpTransport) exchange(hreq *http.Request, req outgoing, ex *exchange)
 	}
 	defer resp.Body.Close()
 	if req.method == mcp.MethodInitialize {
-		if sid := resp.Header.Get("Mcp-Session-Id"); sid != "" {
+		if sid := resp.Header.Get(mcp.HeaderSessionID); sid != "" {
 			t.mu.Lock()
 			t.session = sid
 			t.mu.Unlock()

@@ -345,7 +345,7 @@ func (w *wireLog) RoundTrip(req *http.Request) (*http.Response, error) {
 			json.NewDecoder(body).Decode(&m)
 			method = m.Method
 			w.mu.Lock()
-			w.posts = append(w.posts, postedRequest{m.Method, string(m.ID), req.Header.Get("Last-Event-ID") != ""})
+			w.posts = append(w.posts, postedRequest{m.Method, string(m.ID), req.Header.Get(mcp.HeaderLastEventID) != ""})
 			w.mu.Unlock()
 		}
 	}

@@ -248,9 +248,9 @@ func (h *httpLab) post(ctx context.Context, id, tool, args, token string) (*http
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Protocol-Version", mcp.Version20260728)
-	req.Header.Set("Mcp-Method", "tools/call")
-	req.Header.Set("Mcp-Name", tool)
+	req.Header.Set(mcp.HeaderProtocolVersion, mcp.Version20260728)
+	req.Header.Set(mcp.HeaderMethod, "tools/call")
+	req.Header.Set(mcp.HeaderName, tool)
 	return http.DefaultClient.Do(req)
 }
 

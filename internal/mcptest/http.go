@@ -108,9 +108,9 @@ func (c *HTTPClient) Do(ctx context.Context, method string, body []byte, hdr map
 
 // ModernHeaders are the routing headers a 2026-07-28 request needs.
 func ModernHeaders(method, name string) map[string]string {
-	h := map[string]string{"Mcp-Protocol-Version": mcp.Version20260728, "Mcp-Method": method}
+	h := map[string]string{mcp.HeaderProtocolVersion: mcp.Version20260728, mcp.HeaderMethod: method}
 	if name != "" {
-		h["Mcp-Name"] = name
+		h[mcp.HeaderName] = name
 	}
 	return h
 }
@@ -147,7 +147,7 @@ func (c *HTTPClient) TryInitialize(extraCaps map[string]any) (*http.Response, Fr
 	}})
 	resp := c.Do(context.Background(), http.MethodPost, body, nil)
 	f := ReadJSON(c.t, resp)
-	if sid := resp.Header.Get("Mcp-Session-Id"); resp.StatusCode == http.StatusOK && f.Error == nil && sid != "" {
+	if sid := resp.Header.Get(mcp.HeaderSessionID); resp.StatusCode == http.StatusOK && f.Error == nil && sid != "" {
 		c.SessionID = sid
 		c.LegacyNotify(context.Background(), mcp.NotificationInitialized, nil)
 	}
@@ -156,7 +156,7 @@ func (c *HTTPClient) TryInitialize(extraCaps map[string]any) (*http.Response, Fr
 
 // LegacyHeaders are the headers of a request in the open legacy session.
 func (c *HTTPClient) LegacyHeaders() map[string]string {
-	return map[string]string{"Mcp-Session-Id": c.SessionID, "Mcp-Protocol-Version": mcp.Version20251125}
+	return map[string]string{mcp.HeaderSessionID: c.SessionID, mcp.HeaderProtocolVersion: mcp.Version20251125}
 }
 
 // Legacy POSTs a request in the open legacy session.

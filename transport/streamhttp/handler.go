@@ -21,14 +21,6 @@ import (
 	"github.com/mcprel/mcprel/server"
 )
 
-// Header names.
-const (
-	headerSessionID       = "Mcp-Session-Id"
-	headerProtocolVersion = "Mcp-Protocol-Version"
-	headerMethod          = "Mcp-Method"
-	headerName            = "Mcp-Name"
-)
-
 // ErrSessionEnded is the cause of requests cancelled because their legacy
 // session was deleted or expired.
 var ErrSessionEnded = errors.New("streamhttp: session ended")
@@ -245,8 +237,8 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	if m.Kind == jsonrpc.KindRequest {
 		p.meta, p.raw, p.err = mcp.ParseRequestMeta(m.Params)
 	}
-	headerVersion := r.Header.Get(headerProtocolVersion)
-	sid := r.Header.Get(headerSessionID)
+	headerVersion := r.Header.Get(mcp.HeaderProtocolVersion)
+	sid := r.Header.Get(mcp.HeaderSessionID)
 	switch {
 	case p.err == nil && (p.meta.IsModern() || mcp.IsModernVersion(headerVersion)):
 		h.postModern(w, r, m, &p)
@@ -255,7 +247,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	case m.Kind == jsonrpc.KindRequest && m.Method == mcp.MethodInitialize:
 		h.initialize(w, r, m)
 	case mcp.IsLegacyVersion(headerVersion):
-		writeError(w, http.StatusBadRequest, m.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "missing %s header: send initialize first", headerSessionID))
+		writeError(w, http.StatusBadRequest, m.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "missing %s header: send initialize first", mcp.HeaderSessionID))
 	default:
 		h.postModern(w, r, m, &p)
 	}
@@ -368,23 +360,23 @@ func (h *Handler) checkModernHeaders(r *http.Request, m jsonrpc.Message, p *pars
 		return jsonrpc.NewError(jsonrpc.CodeInvalidParams, "%v", err)
 	}
 	body := *meta.ProtocolVersion
-	switch hv := r.Header.Get(headerProtocolVersion); {
+	switch hv := r.Header.Get(mcp.HeaderProtocolVersion); {
 	case hv == "":
-		return jsonrpc.NewError(mcp.CodeHeaderMismatch, "missing %s header", headerProtocolVersion)
+		return jsonrpc.NewError(mcp.CodeHeaderMismatch, "missing %s header", mcp.HeaderProtocolVersion)
 	case hv != body:
-		return jsonrpc.NewError(mcp.CodeHeaderMismatch, "%s header %q does not match _meta protocolVersion %q", headerProtocolVersion, hv, body)
+		return jsonrpc.NewError(mcp.CodeHeaderMismatch, "%s header %q does not match _meta protocolVersion %q", mcp.HeaderProtocolVersion, hv, body)
 	case !mcp.IsModernVersion(body):
 		return jsonrpc.NewError(mcp.CodeUnsupportedVersion, "unsupported protocol version %q", body).
 			WithData(mcp.UnsupportedVersionData{Supported: mcp.SupportedVersions(), Requested: body})
 	}
-	if hm, ok := headerValue(r, headerMethod); !ok || hm != m.Method {
-		return jsonrpc.NewError(mcp.CodeHeaderMismatch, "%s header must be present and equal the body's method %q", headerMethod, m.Method)
+	if hm, ok := headerValue(r, mcp.HeaderMethod); !ok || hm != m.Method {
+		return jsonrpc.NewError(mcp.CodeHeaderMismatch, "%s header must be present and equal the body's method %q", mcp.HeaderMethod, m.Method)
 	}
 	if member := h.srv.NameMember(m.Method); member != "" {
 		var want string
 		json.Unmarshal(jsonrpc.Member(m.Params, member), &want)
-		if hn, ok := headerValue(r, headerName); !ok || hn != want {
-			return jsonrpc.NewError(mcp.CodeHeaderMismatch, "%s header must be present and equal params.%s", headerName, member)
+		if hn, ok := headerValue(r, mcp.HeaderName); !ok || hn != want {
+			return jsonrpc.NewError(mcp.CodeHeaderMismatch, "%s header must be present and equal params.%s", mcp.HeaderName, member)
 		}
 		if m.Method == mcp.MethodToolsCall {
 			return h.checkParamHeaders(r, want, jsonrpc.Member(m.Params, "arguments"))
@@ -398,7 +390,7 @@ func (h *Handler) checkModernHeaders(r *http.Request, m jsonrpc.Message, p *pars
 // and equal to it after decoding.
 func (h *Handler) checkParamHeaders(r *http.Request, tool string, args json.RawMessage) *jsonrpc.Error {
 	for _, p := range h.srv.HeaderParams(tool) {
-		header := "Mcp-Param-" + p.Name
+		header := mcp.HeaderParamPrefix + p.Name
 		want, has := p.Value(args)
 		if !has {
 			continue // no value: no header expected
@@ -448,7 +440,7 @@ func (h *Handler) postLegacy(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 	}
 	defer h.done(ls)
 	if headerVersion != "" && !mcp.IsLegacyVersion(headerVersion) {
-		writeError(w, http.StatusBadRequest, m.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "unsupported %s %q", headerProtocolVersion, headerVersion))
+		writeError(w, http.StatusBadRequest, m.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "unsupported %s %q", mcp.HeaderProtocolVersion, headerVersion))
 		return
 	}
 	if m.Kind != jsonrpc.KindRequest {

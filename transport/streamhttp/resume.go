@@ -12,8 +12,6 @@ import (
 	"github.com/mcprel/mcprel/server"
 )
 
-const headerLastEventID = "Last-Event-ID"
-
 // Defaults for ResumeOptions fields left at zero.
 const (
 	// DefaultResumeRetry is the SSE retry: value sent on 2025-era streams:
@@ -218,7 +216,7 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request, ls *legacySessi
 		if len(lastID) > 64 {
 			lastID = lastID[:64] + "…"
 		}
-		writeError(w, http.StatusBadRequest, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "%s %q %v", headerLastEventID, lastID, err))
+		writeError(w, http.StatusBadRequest, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "%s %q %v", mcp.HeaderLastEventID, lastID, err))
 		return
 	}
 	rc := http.NewResponseController(w)

@@ -109,7 +109,7 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 		w.Write(f.Data)
 		return
 	}
-	w.Header().Set(headerSessionID, ls.id)
+	w.Header().Set(mcp.HeaderSessionID, ls.id)
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(f.Data)
 }
@@ -189,13 +189,13 @@ func tooManySessions(msg string) *jsonrpc.Error { return overloadedError(msg, 10
 // get opens the session's stream for messages not tied to a request, or,
 // with Last-Event-ID, resumes the stream that event belongs to.
 func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
-	sid := r.Header.Get(headerSessionID)
+	sid := r.Header.Get(mcp.HeaderSessionID)
 	if sid == "" {
 		// Without a session this is the modern era, which has no GET
 		// stream (subscriptions/listen replaces it) and no resumption: a
 		// Last-Event-ID changes nothing.
 		w.Header().Set("Allow", "POST")
-		writeError(w, http.StatusMethodNotAllowed, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "GET needs an %s; protocol version %s has no GET stream", headerSessionID, mcp.Version20260728))
+		writeError(w, http.StatusMethodNotAllowed, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "GET needs an %s; protocol version %s has no GET stream", mcp.HeaderSessionID, mcp.Version20260728))
 		return
 	}
 	if !accepts(r, "text/event-stream") {
@@ -212,7 +212,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 		h.getUnlogged(w, r, ls)
 		return
 	}
-	if last := r.Header.Get(headerLastEventID); last != "" {
+	if last := r.Header.Get(mcp.HeaderLastEventID); last != "" {
 		h.resume(w, r, ls, last)
 		return
 	}
@@ -270,10 +270,10 @@ func (h *Handler) getUnlogged(w http.ResponseWriter, r *http.Request, ls *legacy
 
 // delete ends a session at the client's request.
 func (h *Handler) delete(w http.ResponseWriter, r *http.Request) {
-	sid := r.Header.Get(headerSessionID)
+	sid := r.Header.Get(mcp.HeaderSessionID)
 	if sid == "" {
 		w.Header().Set("Allow", "POST")
-		writeError(w, http.StatusMethodNotAllowed, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "DELETE needs an %s", headerSessionID))
+		writeError(w, http.StatusMethodNotAllowed, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "DELETE needs an %s", mcp.HeaderSessionID))
 		return
 	}
 	ls := h.lookup(sid, server.TenantFrom(r.Context()))

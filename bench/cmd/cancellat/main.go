@@ -314,14 +314,14 @@ func (c *client) request(ctx context.Context, body, method, name string) *http.R
 	h.Set("Accept", "application/json, text/event-stream")
 	switch {
 	case c.modern:
-		h.Set("Mcp-Protocol-Version", mcp.Version20260728)
-		h.Set("Mcp-Method", method)
+		h.Set(mcp.HeaderProtocolVersion, mcp.Version20260728)
+		h.Set(mcp.HeaderMethod, method)
 		if name != "" {
-			h.Set("Mcp-Name", name)
+			h.Set(mcp.HeaderName, name)
 		}
 	case c.session != "":
-		h.Set("Mcp-Session-Id", c.session)
-		h.Set("Mcp-Protocol-Version", mcp.Version20251125)
+		h.Set(mcp.HeaderSessionID, c.session)
+		h.Set(mcp.HeaderProtocolVersion, mcp.Version20251125)
 	}
 	return req
 }
@@ -344,7 +344,7 @@ func (c *client) initialize() error {
 	if err != nil {
 		return err
 	}
-	if c.session = resp.Header.Get("Mcp-Session-Id"); c.session == "" {
+	if c.session = resp.Header.Get(mcp.HeaderSessionID); c.session == "" {
 		return errors.New("initialize: no Mcp-Session-Id")
 	}
 	_, err = post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)

@@ -112,9 +112,9 @@ func post(ctx context.Context, client *http.Client, url string, id int, tool str
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Protocol-Version", mcp.Version20260728)
-	req.Header.Set("Mcp-Method", "tools/call")
-	req.Header.Set("Mcp-Name", tool)
+	req.Header.Set(mcp.HeaderProtocolVersion, mcp.Version20260728)
+	req.Header.Set(mcp.HeaderMethod, "tools/call")
+	req.Header.Set(mcp.HeaderName, tool)
 	return client.Do(req)
 }
 

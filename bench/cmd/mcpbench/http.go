@@ -145,14 +145,14 @@ func (c *httpConn) setHeaders(req *http.Request, method, name string) {
 	h.Set("Accept", "application/json, text/event-stream")
 	switch {
 	case c.modern:
-		h.Set("Mcp-Protocol-Version", mcp.Version20260728)
-		h.Set("Mcp-Method", method)
+		h.Set(mcp.HeaderProtocolVersion, mcp.Version20260728)
+		h.Set(mcp.HeaderMethod, method)
 		if name != "" {
-			h.Set("Mcp-Name", name)
+			h.Set(mcp.HeaderName, name)
 		}
 	case c.session != "":
-		h.Set("Mcp-Session-Id", c.session)
-		h.Set("Mcp-Protocol-Version", mcp.Version20251125)
+		h.Set(mcp.HeaderSessionID, c.session)
+		h.Set(mcp.HeaderProtocolVersion, mcp.Version20251125)
 	}
 }
 
@@ -181,7 +181,7 @@ func (c *httpConn) initialize() error {
 	case m.Result == nil || m.Result.ProtocolVersion != mcp.Version20251125:
 		return fmt.Errorf("initialize: did not settle on %s", mcp.Version20251125)
 	}
-	if c.session = resp.Header.Get("Mcp-Session-Id"); c.session == "" {
+	if c.session = resp.Header.Get(mcp.HeaderSessionID); c.session == "" {
 		return errors.New("initialize: no Mcp-Session-Id header")
 	}
 	resp, err = c.post([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`), "notifications/initialized", "")
