@@ -183,16 +183,8 @@ func (t *httpTransport) listen(ctx context.Context, opened chan<- struct{}) {
 			t.readEvents(ctx, resp.Body, outgoing{era: mcp.Legacy}, nil, &cursor)
 			resp.Body.Close()
 		}
-		wait := cursor.retry
-		if wait == 0 {
-			wait = reconnectBackoff.Delay(attempt, 0)
-		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !waitToReconnect(ctx, attempt, cursor.retry) {
 			return
-		case <-timer.C:
 		}
 	}
 }
@@ -382,17 +374,8 @@ func (t *httpTransport) resume(ctx context.Context, req outgoing, ex *exchange, 
 		return
 	}
 	for attempt := range maxResumes {
-		wait := cursor.retry
-		if wait == 0 {
-			// Full jitter on a doubling base: reconnecting clients spread.
-			wait = reconnectBackoff.Delay(attempt, 0)
-		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !waitToReconnect(ctx, attempt, cursor.retry) {
 			return
-		case <-timer.C:
 		}
 		resp, err := t.openStream(ctx, cursor.lastID)
 		if errors.Is(err, errNoStream) {

@@ -114,13 +114,8 @@ func (s *Subscription) run(ctx context.Context, acked chan<- error) {
 			attempt = 0
 		}
 		first = false
-		wait := reconnectBackoff.Delay(attempt, 0)
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !waitToReconnect(ctx, attempt, 0) {
 			return
-		case <-timer.C:
 		}
 		s.reconnects.Add(1)
 	}
@@ -220,3 +215,21 @@ func subscriptionOf(params json.RawMessage) (jsonrpc.ID, bool) {
 // cap, so that many clients that lost the same server neither come back
 // in step nor crowd the first moments after it returns (herdbench).
 var reconnectBackoff = retry.Backoff{Steady: true}
+
+// waitToReconnect waits before the attempt-th reconnection of a stream:
+// the server's SSE retry delay when it gave one, else reconnectBackoff's.
+// It reports false, at once, when ctx ends first.
+func waitToReconnect(ctx context.Context, attempt int, serverRetry time.Duration) bool {
+	wait := serverRetry
+	if wait == 0 {
+		wait = reconnectBackoff.Delay(attempt, 0)
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}
