@@ -272,21 +272,27 @@ func TestEndlessListIsBounded(t *testing.T) {
 	})
 }
 
-// taskServer scripts a 2026-07-28 server whose tools/call creates a task
-// that stays working; status(n) is the status message of the n-th poll.
-func taskServer(status func(n int) string, polls, cancels *atomic.Int64) func(f *fakeServer, m jsonrpc.Message) {
+// taskServer scripts a 2026-07-28 server whose tools/call creates task
+// t1; poll(n) gives the fields the n-th tasks/get reports of it after its
+// id (its status and whatever goes with it), and tasks/cancel is counted
+// and acknowledged with the task still working.
+func taskServer(poll func(n int) string, polls, cancels *atomic.Int64) func(f *fakeServer, m jsonrpc.Message) {
 	return func(f *fakeServer, m jsonrpc.Message) {
 		switch m.Method {
 		case mcp.MethodToolsCall:
 			f.send(`{"jsonrpc":"2.0","id":%s,"result":{"resultType":"task","taskId":"t1","status":"working","pollIntervalMs":1000}}`, m.ID)
 		case mcp.MethodTasksGet:
-			n := polls.Add(1)
-			f.send(`{"jsonrpc":"2.0","id":%s,"result":{"resultType":"complete","taskId":"t1","status":"working","statusMessage":%q,"pollIntervalMs":1000}}`, m.ID, status(int(n)))
+			f.send(`{"jsonrpc":"2.0","id":%s,"result":{"resultType":"complete","taskId":"t1",%s}}`, m.ID, poll(int(polls.Add(1))))
 		case mcp.MethodTasksCancel:
 			cancels.Add(1)
 			f.send(`{"jsonrpc":"2.0","id":%s,"result":{"resultType":"complete","taskId":"t1","status":"working"}}`, m.ID)
 		}
 	}
+}
+
+// workingWith is a poll of a task still working with status message msg.
+func workingWith(msg string) string {
+	return fmt.Sprintf(`"status":"working","statusMessage":%q,"pollIntervalMs":1000`, msg)
 }
 
 // A task call's max clock bounds the whole wait, polling included: when it
@@ -295,7 +301,7 @@ func taskServer(status func(n int) string, polls, cancels *atomic.Int64) func(f 
 func TestTaskMaxBoundsTheWholeWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var polls, cancels atomic.Int64
-		c, _, _ := dialWith(t, nil, taskServer(func(n int) string { return fmt.Sprint("step ", n) }, &polls, &cancels))
+		c, _, _ := dialWith(t, nil, taskServer(func(n int) string { return workingWith(fmt.Sprint("step ", n)) }, &polls, &cancels))
 		start := time.Now()
 		_, err := c.CallToolTask(context.Background(), "long", nil, &client.CallOptions{Idle: time.Hour, Max: 10 * time.Second}, nil)
 		var de *client.DeadlineError
@@ -316,7 +322,7 @@ func TestTaskIdleResetByStatusChanges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var polls, cancels atomic.Int64
 		// The message changes on each of the first five polls, then never.
-		c, _, _ := dialWith(t, nil, taskServer(func(n int) string { return fmt.Sprint("step ", min(n, 5)) }, &polls, &cancels))
+		c, _, _ := dialWith(t, nil, taskServer(func(n int) string { return workingWith(fmt.Sprint("step ", min(n, 5))) }, &polls, &cancels))
 		_, err := c.CallToolTask(context.Background(), "long", nil, &client.CallOptions{Idle: 3 * time.Second, Max: time.Hour}, nil)
 		var de *client.DeadlineError
 		var ta *client.TaskAbandonedError

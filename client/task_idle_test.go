@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -10,31 +11,20 @@ import (
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/jsonrpc"
-	"github.com/mcprel/mcprel/mcp"
 )
 
 // lastUpdatedServer answers a task call with a task that stays "working"
 // with the message "step" and reports at each poll the lastUpdatedAt that
 // updated gives (now, since the task started), until done is reached.
 func lastUpdatedServer(start time.Time, updated func(now time.Duration) time.Duration, done time.Duration, polls, cancels *atomic.Int64) func(*fakeServer, jsonrpc.Message) {
-	return func(f *fakeServer, m jsonrpc.Message) {
-		switch m.Method {
-		case mcp.MethodToolsCall:
-			f.send(`{"jsonrpc":"2.0","id":%s,"result":{"resultType":"task","taskId":"t1","status":"working","pollIntervalMs":1000}}`, m.ID)
-		case mcp.MethodTasksGet:
-			polls.Add(1)
-			now := time.Since(start)
-			at := start.Add(updated(now)).UTC().Format(time.RFC3339Nano)
-			if now >= done {
-				f.send(`{"jsonrpc":"2.0","id":%s,"result":{"resultType":"complete","taskId":"t1","status":"completed","lastUpdatedAt":%q,"result":{"content":[{"type":"text","text":"done"}]}}}`, m.ID, at)
-				return
-			}
-			f.send(`{"jsonrpc":"2.0","id":%s,"result":{"resultType":"complete","taskId":"t1","status":"working","statusMessage":"step","lastUpdatedAt":%q,"pollIntervalMs":1000}}`, m.ID, at)
-		case mcp.MethodTasksCancel:
-			cancels.Add(1)
-			f.send(`{"jsonrpc":"2.0","id":%s,"result":{"resultType":"complete","taskId":"t1","status":"working"}}`, m.ID)
+	return taskServer(func(int) string {
+		now := time.Since(start)
+		at := start.Add(updated(now)).UTC().Format(time.RFC3339Nano)
+		if now >= done {
+			return fmt.Sprintf(`"status":"completed","lastUpdatedAt":%q,"result":{"content":[{"type":"text","text":"done"}]}`, at)
 		}
-	}
+		return fmt.Sprintf(`%s,"lastUpdatedAt":%q`, workingWith("step"), at)
+	}, polls, cancels)
 }
 
 // A task's idle clock is reset when its lastUpdatedAt advances, which
