@@ -29,6 +29,9 @@ var (
 // which case the client is told the request was cancelled.
 func (q *Request) CallClient(ctx context.Context, method string, params any) (json.RawMessage, error) {
 	r := q.r
+	if r == nil {
+		return nil, ErrDetached
+	}
 	if r.era != mcp.Legacy {
 		return nil, ErrModernEra
 	}

@@ -10,9 +10,11 @@
 // It knows no database, metrics or tracing library. Durable and
 // operational concerns plug in through three seams:
 //
-//   - tool interceptors (ToolInterceptor, Tool.Check) wrap a tool's
-//     handler at registration: package idempotency puts the ledger in
-//     front of a tool this way;
+//   - policies (ToolInterceptor, Tool.Check) wrap a tool's handler at
+//     registration and stack: package idempotency puts the ledger in
+//     front of a tool this way (idempotency.Keyed), package taskserver
+//     runs it as a durable task (taskserver.AsTask). ToolInterceptor's
+//     doc shows how to write one;
 //   - routes and declarations (AddRoute, Declare) add methods and
 //     capabilities from outside, such as the tasks extension;
 //   - observers (Observer) are told when every request starts and ends,
@@ -28,7 +30,8 @@
 // tool's clocks and retry class), errors.go (causes and the errors on the
 // wire), shutdown.go.
 //
-// The seams: interceptor.go, route.go, observer.go and record.go (what an
+// The seams: interceptor.go (policies, and what a call carries for them:
+// Attach, Detached), route.go, observer.go and record.go (what an
 // observer is told).
 //
 // The lifecycle inside: dispatch.go (a decoded request on its way to its

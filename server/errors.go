@@ -47,14 +47,28 @@ type storageFailure interface {
 // unavailable: long enough for a reconnect or a lock to clear.
 const StorageRetryAfter = time.Second
 
+// StorageAdvice is how a policy that runs the handler in a transaction of
+// its own (package idempotency) words what the client is told when the
+// database fails under it: Code and Message replace the retryable
+// storage_unavailable answer. The server still decides, once for every
+// tool, whether Err is a storage failure at all, whether it is retryable,
+// and logs the driver's text, which never reaches the client.
+type StorageAdvice struct {
+	Err     error
+	Code    string
+	Message string
+}
+
+func (a *StorageAdvice) Error() string { return a.Err.Error() }
+func (a *StorageAdvice) Unwrap() error { return a.Err }
+
 // hideStorageFailure logs a storage failure in err and returns, instead,
 // the tool failure the client gets; any other error passes unchanged. A
 // database that was unavailable (a lost connection, a terminated backend,
 // a deadlock, a busy file, a full disk) is a retryable storage_unavailable;
 // a statement the database refused for good (a constraint, a syntax
 // error) is an internal error. An interceptor that runs the handler in a
-// transaction of its own maps failures there first (package idempotency
-// answers ledger_unavailable).
+// transaction of its own may word the retryable answer (StorageAdvice).
 func (s *Server) hideStorageFailure(r *inflight, err error) error {
 	return s.hideStorageFailureOf(err, "id", r.id, "method", r.method, "tool", r.toolName)
 }
@@ -69,6 +83,9 @@ func (s *Server) hideStorageFailureOf(err error, attrs ...any) error {
 	s.log.Warn("a handler's database operation failed", append(attrs, "unavailable", sf.StorageUnavailable(), "err", err)...)
 	if !sf.StorageUnavailable() {
 		return &mcp.ToolError{Code: mcp.FailureInternal, Message: "the database refused an operation of this call; the server log has the details"}
+	}
+	if advice, ok := errors.AsType[*StorageAdvice](err); ok {
+		return &mcp.ToolError{Code: advice.Code, Retryable: true, RetryAfter: StorageRetryAfter, Message: advice.Message}
 	}
 	return &mcp.ToolError{Code: mcp.FailureStorage, Retryable: true, RetryAfter: StorageRetryAfter,
 		Message: "the database was unavailable (a lost connection, a lock or a full disk) and the operation's transaction was rolled back; retrying may succeed"}

@@ -19,18 +19,98 @@ import (
 // author's ToolHandler is adapted to it at registration.
 type CallHandler func(ctx context.Context, call *CallRequest) (mcp.Result, error)
 
-// ToolInterceptor adapts a tool when it is registered, in the manner of
-// connect-go's interceptors: given the tool's declaration and the handler
-// so far (next), it returns the handler to run instead — typically one
-// that does something around a call of next: run it in a transaction,
-// replay a stored result, hand it to a worker. It may also amend the
-// declaration before the server compiles it: add to its _meta, set its
-// retry class, chain a Check. An error refuses the registration.
+// ToolInterceptor is a policy: what a tool's calls get beyond the
+// lifecycle — a ledger, a task, an audit trail — given to AddTool (or
+// AddTypedTool) after the handler, as a value:
 //
-// Interceptors run once per AddTool, never per call. Options.Interceptors
-// apply to every tool and wrap those given to AddTool, so the first of
-// Options.Interceptors is the outermost.
+//	srv.AddTool(t, h, idempotency.Keyed(l, kp), taskserver.AsTask(ts, tp))
+//
+// The handler's signature is the same with any policies or none. Policies
+// stack like net/http middleware: the first given is the outermost, so
+// here the key is claimed around the task's creation. Options.Interceptors
+// wrap every tool, outside its own.
+//
+// A policy runs once per registration, never per call. Given the tool's
+// declaration and the handler inside it (next), it may amend the
+// declaration — its _meta, its retry class, a Check chained in front of
+// the one there — and returns the handler that runs instead of next,
+// which does its work around a call of next. An error refuses the
+// registration. A policy written as a package exports three things:
+//
+//	// Audited records who called the tool before it runs.
+//	func Audited(log *AuditLog) server.ToolInterceptor {
+//		return func(t *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+//			return func(ctx context.Context, call *server.CallRequest) (mcp.Result, error) {
+//				entry := log.Begin(call.Tenant, call.Name)
+//				call.Attach(entryKey{}, entry) // for the accessor below
+//				res, err := next(ctx, call)
+//				entry.End(err)
+//				return res, err
+//			}, nil
+//		}
+//	}
+//
+//	// Entry is the audit entry of the call: the typed accessor a handler
+//	// uses, nil when the tool has no Audited policy.
+//	func Entry(call *server.CallRequest) *AuditEntry {
+//		e, _ := call.Attached(entryKey{}).(*AuditEntry)
+//		return e
+//	}
+//
+//	type entryKey struct{} // unexported: no other policy can collide
+//
+// What a policy gives the handler travels with the call (Attach), never
+// in a context value, so that it also reaches a handler run outside its
+// request (Server.Detached, a task's worker) when the policy attaches it
+// there. Tool.Server gives a policy the server's logger and deadlines at
+// registration.
 type ToolInterceptor func(t *Tool, next CallHandler) (CallHandler, error)
+
+type attachment struct{ key, value any }
+
+// Attach is how a policy gives the handler something of its own — the
+// ledger's transaction, a task's run — for the policy's typed accessor to
+// read back with Attached (idempotency.Tx(call), taskserver.Checkpoint).
+// key is a value of a type the policy does not export, as for
+// context.WithValue, so no two policies collide. A later Attach of the
+// same key replaces the value. A policy attaches from its Check or its
+// handler, before it calls the handler inside it; the call is not safe
+// for concurrent Attach.
+func (c *CallRequest) Attach(key, value any) {
+	for i := range c.attached {
+		if c.attached[i].key == key {
+			c.attached[i].value = value
+			return
+		}
+	}
+	c.attached = append(c.attached, attachment{key, value})
+}
+
+// Attached returns what a policy attached under key, or nil.
+func (c *CallRequest) Attached(key any) any {
+	for _, a := range c.attached {
+		if a.key == key {
+			return a.value
+		}
+	}
+	return nil
+}
+
+// Detached returns a call of one of s's tools that belongs to no request,
+// for a policy that runs the tool's handler after its request has ended:
+// a task's worker, in this process or, after a takeover, in another one.
+// It carries c's exported fields (Name, Arguments, Tenant, Era,
+// InputResponses...) and nothing else. Its progress reports and log
+// messages go nowhere, its annotations are dropped, and asking the client
+// for anything fails with ErrDetached.
+func (s *Server) Detached(c CallRequest) *CallRequest {
+	c.r, c.srv = nil, s
+	c.args, c.supplied, c.attached = nil, nil, nil
+	if c.KnownMeta == nil {
+		c.KnownMeta = &mcp.RequestMeta{}
+	}
+	return &c
+}
 
 // intercept applies the server's interceptors, then the tool's own, to
 // the tool's handler, innermost last, and returns the outermost handler.

@@ -215,3 +215,66 @@ func TestInterceptorAnswersWithItsOwnResult(t *testing.T) {
 		t.Fatalf("result: %s", f.Raw)
 	}
 }
+
+type labelKey struct{}
+
+// A detached call — a task's worker running a handler after its request
+// ended — carries what the handler reads, and everything that would talk
+// to a client is a no-op or a clear error, never a crash.
+func TestDetachedCall(t *testing.T) {
+	srv := mcptest.NewServer(t, nil)
+	call := srv.Detached(server.CallRequest{Name: "job", Arguments: json.RawMessage(`{"n":1}`),
+		Request: server.Request{Tenant: "acme", Era: mcp.Modern}})
+	if call.Server() != srv || call.Tenant != "acme" || call.Name != "job" || call.KnownMeta == nil {
+		t.Fatalf("detached call = %+v", call)
+	}
+	if call.HasProgressToken() {
+		t.Error("a detached call has a progress token")
+	}
+	if err := call.ReportProgress(1, 2, "half"); err != nil {
+		t.Errorf("ReportProgress = %v", err)
+	}
+	if err := call.Log(mcp.LevelInfo, "job", "hello"); err != nil {
+		t.Errorf("Log = %v", err)
+	}
+	call.Annotate("k", "v") // dropped: there is no record
+	if _, err := call.Elicit(context.Background(), mcp.ElicitParams{Message: "name?"}); !errors.Is(err, server.ErrDetached) {
+		t.Errorf("Elicit = %v, want ErrDetached", err)
+	}
+	if call.Attached(labelKey{}) != nil {
+		t.Error("a fresh call has an attachment")
+	}
+	call.Attach(labelKey{}, "first")
+	call.Attach(labelKey{}, "second")
+	if got := call.Attached(labelKey{}); got != "second" {
+		t.Errorf("Attached = %v, want the later value", got)
+	}
+	type other struct{}
+	if call.Attached(other{}) != nil {
+		t.Error("one policy's key found another's value")
+	}
+}
+
+// What a policy attaches to a call in its Check reaches the handler: the
+// Check and the handler see the same call.
+func TestAttachFromCheckReachesTheHandler(t *testing.T) {
+	srv := mcptest.NewServer(t, nil)
+	tag := func(tt *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+		tt.Check = func(ctx context.Context, call *server.CallRequest) (context.Context, error) {
+			call.Attach(labelKey{}, "checked")
+			return ctx, nil
+		}
+		return next, nil
+	}
+	err := srv.AddTool(server.Tool{Name: "t"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		label, _ := req.Attached(labelKey{}).(string)
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text(label)}}, nil
+	}, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcptest.Stdio(t, srv, nil)
+	if f := c.Call(1, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": "t"})); !strings.Contains(string(f.Result), `"checked"`) {
+		t.Fatalf("the handler saw %s", f.Raw)
+	}
+}

@@ -58,6 +58,9 @@ type RequestInfo struct {
 // "task_id") goes under a key of its own.
 func (q *Request) Annotate(key, value string) {
 	r := q.r
+	if r == nil {
+		return // a detached call has no record
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.annotations == nil {

@@ -48,15 +48,22 @@ type Request struct {
 	// verified; nil on a first attempt.
 	RequestState []byte
 
-	r *inflight
+	r   *inflight // nil for a detached call (see Server.Detached)
+	srv *Server
 }
+
+// ErrDetached is returned by the methods of a request that talk to its
+// client (CallClient, Elicit, CreateMessage) when the call is detached
+// from any request: a task running in a worker, whose client is gone or is
+// polling. Ask for input before the task starts instead.
+var ErrDetached = errors.New("server: this call runs outside any request (a task): there is no client to ask")
 
 // Server returns the server serving the request, so a handler can change
 // what the server offers (its tools, prompts, resources) at run time.
-func (q *Request) Server() *Server { return q.r.sess.srv }
+func (q *Request) Server() *Server { return q.srv }
 
 // HasProgressToken reports whether the client asked for progress.
-func (q *Request) HasProgressToken() bool { return q.r.token != nil }
+func (q *Request) HasProgressToken() bool { return q.r != nil && q.r.token != nil }
 
 // ReportProgress sends a progress notification if the client asked for
 // progress; without a progress token it does nothing and returns nil.
@@ -68,6 +75,9 @@ func (q *Request) HasProgressToken() bool { return q.r.token != nil }
 // Reporting never blocks: under pressure a queued older value for the same
 // request is replaced by the newer one.
 func (q *Request) ReportProgress(progress, total float64, message string) error {
+	if q.r == nil {
+		return nil // a detached call has no progress token
+	}
 	return q.r.reportProgress(progress, total, message)
 }
 
@@ -77,6 +87,9 @@ func (q *Request) ReportProgress(progress, total float64, message string) error 
 // asked for none gets none.
 // Messages are dropped, like progress, when the client reads too slowly.
 func (q *Request) Log(level mcp.LoggingLevel, logger string, data any) error {
+	if q.r == nil {
+		return nil // no client asked a detached call for messages
+	}
 	return q.r.log(level, logger, data)
 }
 
@@ -99,6 +112,7 @@ type CallRequest struct {
 	args     map[string]any // Arguments, decoded once when the call arrived (see Argument)
 	supplied map[string]any // arguments a Check supplied for the schema (see SupplyArgument)
 	retry    RetryClass     // the tool's class, as a Check narrowed it
+	attached []attachment   // what policies gave the handler (see Attach)
 }
 
 // ReadRequest is what a resource handler sees of a resources/read.
@@ -156,7 +170,7 @@ func (ss *Session) requestInfo(r *inflight, in *incoming, scope string, args []b
 // baseRequest is what a handler knows of every request: who sent it, in
 // which era, with which capabilities.
 func (ss *Session) baseRequest(r *inflight, in *incoming) Request {
-	q := Request{ID: r.id, Meta: in.rawMeta, KnownMeta: in.meta, Era: r.era, Tenant: TenantFrom(in.ctx), r: r}
+	q := Request{ID: r.id, Meta: in.rawMeta, KnownMeta: in.meta, Era: r.era, Tenant: TenantFrom(in.ctx), r: r, srv: ss.srv}
 	r.tenant = q.Tenant
 	if r.era == mcp.Modern {
 		q.ProtocolVersion = *in.meta.ProtocolVersion

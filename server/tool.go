@@ -54,7 +54,14 @@ type Tool struct {
 	// with CallRequest.DecodedArguments, and may SupplyArgument and
 	// NarrowRetry; interceptors chain their checks here.
 	Check func(ctx context.Context, call *CallRequest) (context.Context, error)
+
+	srv *Server // while AddTool runs its interceptors
 }
+
+// Server returns the server the tool is being registered with, for a
+// policy (a ToolInterceptor) that needs its logger or its deadlines
+// (Server.Deadlines); nil outside AddTool.
+func (t *Tool) Server() *Server { return t.srv }
 
 // Policy is a tool's reliability policy: how its calls are admitted, and
 // (as the runtime grows) its deadlines, idempotency and task support. The
@@ -160,7 +167,9 @@ func (s *Server) AddTool(t Tool, h ToolHandler, interceptors ...ToolInterceptor)
 		return fmt.Errorf("server: tool %q has no handler", t.Name)
 	}
 	t.Meta = maps.Clone(t.Meta) // interceptors may add to it; the caller's map is not theirs
+	t.srv = s
 	handler, err := s.intercept(&t, adapt(h), interceptors)
+	t.srv = nil
 	if err != nil {
 		return err
 	}

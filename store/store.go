@@ -374,6 +374,11 @@ type Tx struct {
 	unprepared []string
 }
 
+// DB is the database the transaction belongs to: a component that writes
+// through a transaction someone else began (a task created in the
+// ledger's transaction) checks it is its own database.
+func (t *Tx) DB() *DB { return t.db }
+
 // prepared returns the transaction's use of a cached statement for query,
 // or nil to run it unprepared (and cache it afterwards).
 func (t *Tx) prepared(ctx context.Context, query string) *sql.Stmt {
