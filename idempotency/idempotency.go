@@ -1,22 +1,33 @@
 // Package idempotency makes a mutating tool run at most once per
 // idempotency key, by putting the durable ledger (package ledger) in front
-// of its handler through the server's tool-interceptor seam.
+// of its handler. It is a policy (server.ToolInterceptor): Keyed(l, p) is
+// given to server.Server.AddTool, alone or stacked with others, and the
+// tool's handler keeps its ordinary signature.
 //
-// A tool registered with AddTool or AddTypedTool gets, from one
-// declaration and one handler:
+// A tool registered with Keyed gets, from one declaration and one handler:
 //
 //   - a Check that finds the call's key — arguments.idempotencyKey or
 //     params._meta["dev.mcprel/idempotencyKey"] — before the arguments are
 //     validated or the call waits for admission, and refuses a call that
 //     lacks a required key or gives a malformed one;
 //   - a handler that runs inside the ledger: the key is claimed, the effect
-//     runs in the same transaction (Call.Tx), and its result is stored, so
-//     a retry replays it and a reused key is refused;
+//     runs in the same transaction (Tx), and its result is stored, so a
+//     retry replays it and a reused key is refused;
 //   - the retry class RetryConditional and its key mode in the tool's
 //     _meta, for clients to plan retries by;
 //   - an annotation on the request's record for observers (AnnotationKey):
 //     executed, replayed, conflict, in_progress, key_missing, unkeyed,
 //     rolled_back or unavailable.
+//
+// The handler reaches what the ledger gives it through Key(call) and
+// Tx(call). A policy stacked inside Keyed (package taskserver's AsTask)
+// writes through the same transaction, may start what it wrote once it
+// commits (AfterTx), and may keep an outcome that is not a tool result
+// (Keep, Replaying).
+//
+// This file is the one keyed core: key discovery and validation, the
+// fingerprint, and the refusal codes of every keyed call, whatever runs
+// behind the key.
 //
 // Package server knows none of this: it imports neither ledger nor store.
 package idempotency
@@ -53,77 +64,101 @@ const (
 	Unavailable = "unavailable" // the ledger's database failed; nothing was stored
 )
 
-// Call is what a keyed tool's handler sees of its call.
-type Call struct {
-	*server.CallRequest
-	// Key is the call's idempotency key; "" for a call of a KeyOptional
-	// tool made without one. Pass it on to any external service the effect
-	// calls, as that service's own idempotency key.
-	Key string
-	// Tx is the transaction the call's effect writes through: it commits
-	// with the idempotency record and the stored result, or rolls back
-	// with them. It is nil in External mode, and valid only until the
-	// handler returns.
-	Tx *store.Tx
+// Keyed is the policy that runs a tool's calls at most once per
+// idempotency key through l (see the package doc and Policy). The tool's
+// retry class becomes RetryConditional unless it declares one. Stacked
+// with other policies, Keyed is given first of those whose work its
+// transaction must hold: srv.AddTool(t, h, idempotency.Keyed(l, p),
+// taskserver.AsTask(ts, tp)) creates each task in the transaction that
+// claims its key.
+func Keyed(l *ledger.Ledger, p Policy) server.ToolInterceptor {
+	return func(t *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+		if l == nil {
+			return nil, fmt.Errorf("idempotency: tool %q has no ledger", t.Name)
+		}
+		k := &keyed{ledger: l, policy: p}
+		return k.intercept(t, next)
+	}
 }
 
-// Handler runs one call of a keyed tool. Its errors map to the wire as
-// server.ToolHandler's do; which of them are stored is Policy's to say.
-type Handler func(ctx context.Context, call *Call) (*mcp.CallToolResult, error)
-
-// AddTool registers a tool whose calls run at most once per idempotency
-// key through l, replacing any tool of the same name (see
-// server.Server.AddTool; interceptors given here run inside this
-// package's). The tool's retry class becomes RetryConditional unless it
-// declares one.
-func AddTool(srv *server.Server, l *ledger.Ledger, t server.Tool, p Policy, h Handler, interceptors ...server.ToolInterceptor) error {
-	if h == nil {
-		return fmt.Errorf("idempotency: tool %q has no handler", t.Name)
-	}
-	if l == nil {
-		return fmt.Errorf("idempotency: tool %q has no ledger", t.Name)
-	}
-	k := &keyed{srv: srv, ledger: l, policy: p, log: srv.Logger()}
-	inner := func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
-		call, _ := ctx.Value(callKey{}).(*Call)
-		if call == nil || call.CallRequest != req {
-			return nil, errors.New("idempotency: the handler was called outside its ledger")
-		}
-		return h(ctx, call)
-	}
-	return srv.AddTool(t, inner, append([]server.ToolInterceptor{k.intercept}, interceptors...)...)
+// scope is what the ledger gives one call: its key, and while its effect
+// runs, the transaction and what a policy inside asked of it. It is
+// attached to the call under scopeKey.
+type scope struct {
+	key         string
+	fingerprint ledger.Fingerprint
+	tx          *store.Tx
+	record      json.RawMessage        // an outcome that is not a tool result (Keep)
+	replay      json.RawMessage        // a stored such outcome, being replayed
+	settled     []func(committed bool) // AfterTx
 }
 
-// AddTypedTool is AddTool for a handler that takes decoded arguments of
-// type In and returns a value of type Out, as server.AddTypedTool.
-func AddTypedTool[In, Out any](srv *server.Server, l *ledger.Ledger, t server.Tool, p Policy, h func(ctx context.Context, call *Call, in In) (Out, error), interceptors ...server.ToolInterceptor) error {
-	if h == nil {
-		return fmt.Errorf("idempotency: tool %q has no handler", t.Name)
-	}
-	t, err := server.TypedTool[In, Out](t)
-	if err != nil {
-		return err
-	}
-	return AddTool(srv, l, t, p, func(ctx context.Context, call *Call) (*mcp.CallToolResult, error) {
-		in, err := server.TypedArguments[In](call.CallRequest)
-		if err != nil {
-			return nil, err
-		}
-		out, err := h(ctx, call, in)
-		if err != nil {
-			return nil, err
-		}
-		return server.TypedResult(out)
-	}, interceptors...)
+type scopeKey struct{}
+
+func scopeOf(call *server.CallRequest) *scope {
+	sc, _ := call.Attached(scopeKey{}).(*scope)
+	return sc
 }
 
-// callKey carries a call's *Call from the ledger's side of the interceptor
-// to the handler adapter inside it.
-type callKey struct{}
+// Key returns the call's idempotency key, as Keyed found it: "" for a call
+// of a KeyOptional tool made without one, or of a tool without Keyed.
+// Pass it on to any external service the effect calls, as that service's
+// own idempotency key.
+func Key(call *server.CallRequest) string {
+	if sc := scopeOf(call); sc != nil {
+		return sc.key
+	}
+	return ""
+}
 
-// keyed is the interceptor of one keyed tool.
+// Tx returns the transaction the call's effect writes through: it commits
+// with the idempotency record and the stored result, or rolls back with
+// them. It is nil in External mode, for a tool without Keyed, and in a
+// detached call (a task's worker), and valid only until the handler
+// returns.
+func Tx(call *server.CallRequest) *store.Tx {
+	if sc := scopeOf(call); sc != nil {
+		return sc.tx
+	}
+	return nil
+}
+
+// AfterTx runs fn once the call's transaction (Tx) has ended, with
+// committed true if it committed: for a policy inside Keyed that must not
+// start what the transaction records (a task's worker) before its rows are
+// visible, and must undo what it reserved if they never will be. Without
+// a transaction fn runs at once, with true.
+func AfterTx(call *server.CallRequest, fn func(committed bool)) {
+	if sc := scopeOf(call); sc != nil && sc.tx != nil {
+		sc.settled = append(sc.settled, fn)
+		return
+	}
+	fn(true)
+}
+
+// Keep is for a policy inside Keyed whose answer is not a tool result (a
+// created task): record is what the ledger stores as the operation's
+// outcome, in place of the answer, and hands back through Replaying when
+// the same key is used again. It must be a JSON object without a
+// "content" member (by which a stored tool result is known).
+func Keep(call *server.CallRequest, record json.RawMessage) {
+	if sc := scopeOf(call); sc != nil {
+		sc.record = record
+	}
+}
+
+// Replaying returns the record a policy inside Keyed kept (Keep) when the
+// call is a retry of that operation: the policy answers it from the
+// record, and runs nothing.
+func Replaying(call *server.CallRequest) (json.RawMessage, bool) {
+	if sc := scopeOf(call); sc != nil && sc.replay != nil {
+		return sc.replay, true
+	}
+	return nil, false
+}
+
+// keyed is the policy of one keyed tool.
 type keyed struct {
-	srv    *server.Server
 	ledger *ledger.Ledger
 	policy Policy
 	class  server.RetryClass // the tool's, once intercepted
@@ -136,8 +171,13 @@ func (k *keyed) intercept(t *server.Tool, next server.CallHandler) (server.CallH
 		t.Policy.Retry = server.RetryConditional
 	}
 	k.class = t.Policy.Retry
-	if err := k.policy.check(t.Name, k.srv.Deadlines(t.Policy).Max, k.ledger.Lease()); err != nil {
+	srv := t.Server()
+	k.log = srv.Logger()
+	if err := k.policy.check(t.Name, srv.Deadlines(t.Policy).Max, k.ledger.Lease()); err != nil {
 		return nil, err
+	}
+	if k.policy.External && t.Meta[mcp.MetaTaskSupport] != nil {
+		return nil, fmt.Errorf("idempotency: tool %q: a task's creation commits with its key in one transaction; External mode has none", t.Name)
 	}
 	if t.Meta == nil {
 		t.Meta = mcp.Meta{}
@@ -152,20 +192,12 @@ func (k *keyed) intercept(t *server.Tool, next server.CallHandler) (server.CallH
 				return ctx, err
 			}
 		}
-		return k.check(ctx, call)
+		return ctx, k.check(call)
 	}
 	return func(ctx context.Context, call *server.CallRequest) (mcp.Result, error) {
 		return k.run(ctx, call, next)
 	}, nil
 }
-
-// found is what a call's check found, handed to its run in the context.
-type found struct {
-	key         string
-	fingerprint ledger.Fingerprint
-}
-
-type foundKey struct{}
 
 // check finds the call's key before anything else is done with the call,
 // so that a call missing it is told so whatever else is wrong with its
@@ -173,30 +205,31 @@ type foundKey struct{}
 // are at hand. A key given only in _meta is supplied to the input schema,
 // for a schema that lists it as required; a call of a KeyOptional tool
 // without a key is unsafe to retry.
-func (k *keyed) check(ctx context.Context, call *server.CallRequest) (context.Context, error) {
+func (k *keyed) check(call *server.CallRequest) error {
 	key, inArgs, te := keyOf(call)
 	switch {
 	case te != nil:
 		call.Annotate(AnnotationKey, KeyMissing)
-		return ctx, te
+		return te
 	case key == "" && k.policy.Key == KeyRequired:
 		call.Annotate(AnnotationKey, KeyMissing)
-		return ctx, errKeyRequired
+		return errKeyRequired
 	case key == "":
 		// Nothing dedupes this call: unless its author declared the tool
 		// safe to retry anyway, a retry may run it twice.
 		if k.class == server.RetryConditional {
 			call.NarrowRetry(server.RetryUnsafe)
 		}
-		return ctx, nil
+		return nil
 	case !inArgs:
 		call.SupplyArgument(mcp.ArgIdempotencyKey, key)
 	}
 	fp, err := ledger.FingerprintOf(call.DecodedArguments(), k.policy.Fields, mcp.ArgIdempotencyKey)
 	if err != nil {
-		return ctx, &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: err.Error()}
+		return &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: err.Error()}
 	}
-	return context.WithValue(ctx, foundKey{}, found{key, fp}), nil
+	call.Attach(scopeKey{}, &scope{key: key, fingerprint: fp})
+	return nil
 }
 
 // keyOf finds a call's key in its arguments or its _meta. A key that is
@@ -244,47 +277,84 @@ var errKeyRequired = &mcp.ToolError{
 
 // run runs one call through the ledger.
 func (k *keyed) run(ctx context.Context, req *server.CallRequest, next server.CallHandler) (mcp.Result, error) {
-	f, ok := ctx.Value(foundKey{}).(found)
-	if !ok {
+	sc := scopeOf(req)
+	if sc == nil || sc.key == "" {
 		return k.runUnkeyed(ctx, req, next)
 	}
-	key := f.key
-	op := ledger.Op{Tenant: req.Tenant, Tool: req.Name, Key: key, Fingerprint: f.fingerprint}
+	op := ledger.Op{Tenant: req.Tenant, Tool: req.Name, Key: sc.key, Fingerprint: sc.fingerprint}
 	var res ledger.Result
-	var ran *mcp.CallToolResult // this call's own result, when it executed
+	var ran mcp.Result // this call's own answer, when it executed
 	var err error
 	if k.policy.External {
-		res, ran, err = k.runExternal(ctx, req, key, op, next)
+		res, ran, err = k.runExternal(ctx, req, sc, op, next)
 	} else {
 		res, err = k.ledger.Do(ctx, op, func(ctx context.Context, tx *store.Tx) (json.RawMessage, error) {
-			out, err := k.kept(next(context.WithValue(ctx, callKey{}, &Call{CallRequest: req, Key: key, Tx: tx}), req))
-			if err != nil {
-				return nil, err
-			}
-			ran = out
-			return encodeKept(out)
+			sc.tx = tx
+			defer func() { sc.tx = nil }() // valid only until the effect returns
+			out, err := next(ctx, req)
+			var data json.RawMessage
+			ran, data, err = k.kept(sc, out, err)
+			return data, err
 		})
+		sc.settle(err == nil && !res.Replayed)
 	}
 	if err != nil {
-		return nil, k.ledgerError(req, key, err)
+		return nil, k.ledgerError(req, sc.key, err)
 	}
-	mark := Executed
 	if res.Replayed {
-		mark = Replayed
-		// Rebuilt from the stored JSON: a copy no one else holds.
-		ran = new(mcp.CallToolResult)
-		if err := json.Unmarshal(res.Data, ran); err != nil {
-			return nil, fmt.Errorf("decoding a stored result: %w", err)
-		}
+		req.Annotate(AnnotationKey, Replayed)
+		return k.replay(ctx, req, sc, res, next)
 	}
-	req.Annotate(AnnotationKey, mark)
-	return withMeta(ran, mcp.Meta{mcp.MetaReplayed: res.Replayed, mcp.MetaExecutedAt: res.ExecutedAt.UTC().Format(time.RFC3339Nano)}), nil
+	req.Annotate(AnnotationKey, Executed)
+	return withMarks(ran, res), nil
+}
+
+// settle tells the policies inside how the call's transaction ended
+// (AfterTx).
+func (sc *scope) settle(committed bool) {
+	fns := sc.settled
+	sc.settled = nil
+	for _, fn := range fns {
+		fn(committed)
+	}
+}
+
+// replay answers a retry from its stored outcome: a tool result is
+// rebuilt from its JSON, a copy no one else holds; an outcome a policy
+// inside kept (Keep) is handed back to it to answer from.
+func (k *keyed) replay(ctx context.Context, req *server.CallRequest, sc *scope, res ledger.Result, next server.CallHandler) (mcp.Result, error) {
+	var probe struct {
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(res.Data, &probe); err != nil {
+		return nil, fmt.Errorf("decoding a stored result: %w", err)
+	}
+	if probe.Content == nil {
+		sc.replay = res.Data
+		return next(ctx, req)
+	}
+	out := new(mcp.CallToolResult)
+	if err := json.Unmarshal(res.Data, out); err != nil {
+		return nil, fmt.Errorf("decoding a stored result: %w", err)
+	}
+	return withMarks(out, res), nil
+}
+
+// withMarks adds the ledger's marks to a tool result's _meta: whether it
+// was replayed, and when the effect ran. Another kind of answer (a
+// created task) carries none.
+func withMarks(out mcp.Result, res ledger.Result) mcp.Result {
+	c, ok := out.(*mcp.CallToolResult)
+	if !ok {
+		return out
+	}
+	return withMeta(c, mcp.Meta{mcp.MetaReplayed: res.Replayed, mcp.MetaExecutedAt: res.ExecutedAt.UTC().Format(time.RFC3339Nano)})
 }
 
 // runExternal runs an External tool in two phases: claim the key, run the
 // handler outside any transaction, store its result. It returns the
-// handler's kept result when this call ran it.
-func (k *keyed) runExternal(ctx context.Context, req *server.CallRequest, key string, op ledger.Op, next server.CallHandler) (ledger.Result, *mcp.CallToolResult, error) {
+// handler's kept answer when this call ran it.
+func (k *keyed) runExternal(ctx context.Context, req *server.CallRequest, sc *scope, op ledger.Op, next server.CallHandler) (ledger.Result, mcp.Result, error) {
 	claim, replayed, err := k.ledger.Claim(ctx, op)
 	if err != nil {
 		return ledger.Result{}, nil, err
@@ -305,11 +375,8 @@ func (k *keyed) runExternal(ctx context.Context, req *server.CallRequest, key st
 				"tool", req.Name, "error", err)
 		}
 	}()
-	out, err := k.kept(next(context.WithValue(ctx, callKey{}, &Call{CallRequest: req, Key: key}), req))
-	if err != nil {
-		return ledger.Result{}, nil, err
-	}
-	data, err := encodeKept(out)
+	out, err := next(ctx, req)
+	out, data, err := k.kept(sc, out, err)
 	if err != nil {
 		return ledger.Result{}, nil, err
 	}
@@ -329,15 +396,20 @@ func (k *keyed) runExternal(ctx context.Context, req *server.CallRequest, key st
 // stop a retry from running it again — which its result says.
 func (k *keyed) runUnkeyed(ctx context.Context, req *server.CallRequest, next server.CallHandler) (mcp.Result, error) {
 	req.Annotate(AnnotationKey, Unkeyed)
-	var out *mcp.CallToolResult
+	sc := &scope{}
+	req.Attach(scopeKey{}, sc)
+	var out mcp.Result
 	var err error
 	if k.policy.External {
-		out, err = k.kept(next(context.WithValue(ctx, callKey{}, &Call{CallRequest: req}), req))
+		out, err = k.unkeyedKept(sc)(next(ctx, req))
 	} else {
 		err = k.ledger.DB().WriteBatched(ctx, func(tx *store.Tx) (err error) {
-			out, err = k.kept(next(context.WithValue(ctx, callKey{}, &Call{CallRequest: req, Tx: tx}), req))
+			sc.tx = tx
+			defer func() { sc.tx = nil }()
+			out, err = k.unkeyedKept(sc)(next(ctx, req))
 			return err
 		})
+		sc.settle(err == nil)
 	}
 	if err != nil {
 		var h handlerFailed
@@ -346,7 +418,22 @@ func (k *keyed) runUnkeyed(ctx context.Context, req *server.CallRequest, next se
 		}
 		return nil, err
 	}
-	return withMeta(out, mcp.Meta{mcp.MetaRetrySafe: false}), nil
+	if c, ok := out.(*mcp.CallToolResult); ok {
+		return withMeta(c, mcp.Meta{mcp.MetaRetrySafe: false}), nil
+	}
+	return out, nil
+}
+
+// unkeyedKept sorts an unkeyed call's answer as kept does, but lets an
+// answer that is not a tool result through: nothing is stored of it.
+func (k *keyed) unkeyedKept(sc *scope) func(mcp.Result, error) (mcp.Result, error) {
+	return func(res mcp.Result, err error) (mcp.Result, error) {
+		if _, isTool := res.(*mcp.CallToolResult); err == nil && res != nil && !isTool {
+			return res, nil
+		}
+		out, _, err := k.kept(sc, res, err)
+		return out, err
+	}
 }
 
 // handlerFailed carries an error the handler returned out of the ledger's
@@ -356,19 +443,20 @@ type handlerFailed struct{ err error }
 func (h handlerFailed) Error() string { return h.err.Error() }
 func (h handlerFailed) Unwrap() error { return h.err }
 
-// kept sorts what a handler returned into a result to keep — a success,
-// or a business failure (a ToolError neither retryable, nor about the
-// arguments, nor an unmet precondition) as its isError result — or an
-// error that must roll back, wrapped in handlerFailed. The kept result is
-// this package's own shallow copy: the handler's value is never written
-// to.
-func (k *keyed) kept(res mcp.Result, err error) (*mcp.CallToolResult, error) {
+// kept sorts what a handler returned into an answer to keep and the
+// JSON the ledger stores of it — a success, or a business failure (a
+// ToolError neither retryable, nor about the arguments, nor an unmet
+// precondition) as its isError result, or the record a policy inside kept
+// of an answer that is not a tool result (Keep) — or an error that must
+// roll back, wrapped in handlerFailed. A kept tool result is this
+// package's own shallow copy: the handler's value is never written to.
+func (k *keyed) kept(sc *scope, res mcp.Result, err error) (mcp.Result, json.RawMessage, error) {
 	if err != nil {
 		var te *mcp.ToolError
 		if !errors.As(err, &te) || te.Retryable || te.Code == mcp.FailureInvalidArguments || slices.Contains(k.policy.Preconditions, te.Code) {
-			return nil, handlerFailed{err}
+			return nil, nil, handlerFailed{err}
 		}
-		return te.Result(), nil
+		res = te.Result()
 	}
 	var kept mcp.CallToolResult
 	switch r := res.(type) {
@@ -378,21 +466,19 @@ func (k *keyed) kept(res mcp.Result, err error) (*mcp.CallToolResult, error) {
 			kept = *r
 		}
 	default:
-		return nil, handlerFailed{fmt.Errorf("idempotency: the tool answered with a %T, which the ledger cannot store", res)}
+		if sc.record == nil {
+			return nil, nil, handlerFailed{fmt.Errorf("idempotency: the tool answered with a %T and kept no record of it, which the ledger cannot store", res)}
+		}
+		return res, sc.record, nil
 	}
 	if kept.Content == nil {
 		kept.Content = []mcp.Content{}
 	}
-	return &kept, nil
-}
-
-// encodeKept encodes a kept result for the ledger to store.
-func encodeKept(res *mcp.CallToolResult) (json.RawMessage, error) {
-	data, err := json.Marshal(res)
+	data, err := json.Marshal(&kept)
 	if err != nil {
-		return nil, handlerFailed{fmt.Errorf("encoding the result to store it: %w", err)}
+		return nil, nil, handlerFailed{fmt.Errorf("encoding the result to store it: %w", err)}
 	}
-	return data, nil
+	return &kept, data, nil
 }
 
 // withMeta returns res with marks added to a copy of its _meta.
@@ -404,32 +490,19 @@ func withMeta(res *mcp.CallToolResult, marks mcp.Meta) *mcp.CallToolResult {
 	return res
 }
 
-// storageFailure is a failure of the database, as package store reports
-// it (store.Error): its text is the driver's, for the log only.
-type storageFailure interface {
-	error
-	StorageUnavailable() bool
-}
-
 // ledgerError maps what the ledger path failed with onto a tool failure,
-// and annotates the call with it.
+// and annotates the call with it. A storage failure is the server's to
+// classify and log (server.StorageAdvice words the retryable answer).
 func (k *keyed) ledgerError(req *server.CallRequest, key string, err error) error {
 	var h handlerFailed
 	if errors.As(err, &h) {
-		var sf storageFailure
-		if !errors.As(h.err, &sf) {
+		if !isStorageFailure(h.err) {
 			req.Annotate(AnnotationKey, RolledBack)
 			return h.err // the handler's own failure, mapped by the server
 		}
-		// The database failed under the handler: its text is the driver's,
-		// for the log only.
+		// The database failed under the handler.
 		req.Annotate(AnnotationKey, Unavailable)
-		k.log.Warn("a keyed call's database operation failed", "id", req.ID, "tool", req.Name,
-			"unavailable", sf.StorageUnavailable(), "err", h.err)
-		if !sf.StorageUnavailable() {
-			return &mcp.ToolError{Code: mcp.FailureInternal, Message: "the database refused an operation of this call; the server log has the details"}
-		}
-		return &mcp.ToolError{Code: mcp.FailureLedger, Retryable: true, RetryAfter: server.StorageRetryAfter,
+		return &server.StorageAdvice{Err: h.err, Code: mcp.FailureLedger,
 			Message: "the database lost or refused this call's transaction; nothing of it was kept, and retrying with the same idempotency key is safe"}
 	}
 	var conflict *ledger.ConflictError
@@ -454,9 +527,19 @@ func (k *keyed) ledgerError(req *server.CallRequest, key string, err error) erro
 		}
 	}
 	req.Annotate(AnnotationKey, Unavailable)
+	const unreachable = "the idempotency ledger could not be reached; retrying with the same key is safe"
+	if isStorageFailure(err) {
+		return &server.StorageAdvice{Err: err, Code: mcp.FailureLedger, Message: unreachable}
+	}
 	k.log.Warn("the idempotency ledger failed", "id", req.ID, "tool", req.Name, "err", err)
-	return &mcp.ToolError{Code: mcp.FailureLedger, Retryable: true, RetryAfter: server.StorageRetryAfter,
-		Message: "the idempotency ledger could not be reached; retrying with the same key is safe"}
+	return &mcp.ToolError{Code: mcp.FailureLedger, Retryable: true, RetryAfter: server.StorageRetryAfter, Message: unreachable}
+}
+
+// isStorageFailure reports whether err is a failure of the database, as
+// package store reports it (store.Error).
+func isStorageFailure(err error) bool {
+	var sf interface{ StorageUnavailable() bool }
+	return errors.As(err, &sf)
 }
 
 // LedgerMeta is what a tool's _meta says of the ledger behind it (see

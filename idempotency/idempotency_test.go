@@ -29,7 +29,7 @@ type keyed struct {
 	l    *ledger.Ledger
 	runs atomic.Int64 // handler starts
 	// hook, if set, runs inside the handler after the business row.
-	hook func(ctx context.Context, call *idempotency.Call) error
+	hook func(ctx context.Context, call *server.CallRequest) error
 }
 
 const reserveSchema = `{"type":"object","properties":{
@@ -42,10 +42,10 @@ func newKeyed(t *testing.T, dsn string, mode idempotency.KeyMode, opts *server.O
 	l := ledgertest.Open(t, dsn, nil, nil, "server-test", store.Migration{Version: 1,
 		SQL: `CREATE TABLE reservations (tenant TEXT NOT NULL, sku TEXT NOT NULL, quantity INTEGER NOT NULL)`})
 	k := &keyed{srv: mcptest.NewServer(t, opts), l: l}
-	err := idempotency.AddTool(k.srv, l, server.Tool{
+	err := k.srv.AddTool(server.Tool{
 		Name:        "reserve",
 		InputSchema: json.RawMessage(reserveSchema),
-	}, idempotency.Policy{Key: mode, Fields: []string{"sku", "quantity"}}, func(ctx context.Context, req *idempotency.Call) (*mcp.CallToolResult, error) {
+	}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
 		k.runs.Add(1)
 		var in struct {
 			SKU      string `json:"sku"`
@@ -55,7 +55,7 @@ func newKeyed(t *testing.T, dsn string, mode idempotency.KeyMode, opts *server.O
 		if in.SKU == "sold-out" {
 			return nil, &mcp.ToolError{Code: "insufficient_stock", Message: "only 0 left"}
 		}
-		if _, err := req.Tx.Exec(ctx, `INSERT INTO reservations (tenant, sku, quantity) VALUES (?, ?, ?)`, req.Tenant, in.SKU, in.Quantity); err != nil {
+		if _, err := idempotency.Tx(req).Exec(ctx, `INSERT INTO reservations (tenant, sku, quantity) VALUES (?, ?, ?)`, req.Tenant, in.SKU, in.Quantity); err != nil {
 			return nil, err
 		}
 		if k.hook != nil {
@@ -67,7 +67,8 @@ func newKeyed(t *testing.T, dsn string, mode idempotency.KeyMode, opts *server.O
 			Content:           []mcp.Content{mcp.Text(fmt.Sprintf("reserved %d %s", in.Quantity, in.SKU))},
 			StructuredContent: map[string]any{"sku": in.SKU, "quantity": in.Quantity, "run": k.runs.Load()},
 		}, nil
-	})
+	}, idempotency.Keyed(l,
+		idempotency.Policy{Key: mode, Fields: []string{"sku", "quantity"}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +244,7 @@ func TestTransientFailuresStoreNothing(t *testing.T) {
 	}
 	args := map[string]any{"sku": "A", "quantity": 1, "idempotencyKey": "k"}
 	for i, fail := range failures {
-		k.hook = func(context.Context, *idempotency.Call) error { return fail() }
+		k.hook = func(context.Context, *server.CallRequest) error { return fail() }
 		if r := call(t, c, int64(i+1), args, nil); !r.IsError {
 			t.Fatalf("failure %d: %+v", i, r)
 		}
@@ -266,7 +267,7 @@ func TestCancelledCallRollsBack(t *testing.T) {
 		rec := mcptest.NewRecorder()
 		k := newKeyed(t, dsn, idempotency.KeyRequired, rec.Hook(nil))
 		entered := make(chan struct{})
-		k.hook = func(ctx context.Context, req *idempotency.Call) error {
+		k.hook = func(ctx context.Context, req *server.CallRequest) error {
 			if req.ID == jsonrpc.IntID(1) {
 				close(entered)
 				<-ctx.Done()
@@ -321,15 +322,15 @@ func TestExternalEffectInProgress(t *testing.T) {
 	entered, release := make(chan string, 4), make(chan struct{})
 	var charges atomic.Int64
 	charge := server.Tool{Name: "charge", Policy: server.Policy{MaxTimeout: 30 * time.Second}}
-	err := idempotency.AddTool(srv, l, charge, idempotency.Policy{External: true}, func(ctx context.Context, req *idempotency.Call) (*mcp.CallToolResult, error) {
-		if req.Tx != nil {
+	err := srv.AddTool(charge, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		if idempotency.Tx(req) != nil {
 			t.Error("an External handler got a transaction")
 		}
-		entered <- req.Key
+		entered <- idempotency.Key(req)
 		<-release
 		charges.Add(1)
 		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("charged")}}, nil
-	})
+	}, idempotency.Keyed(l, idempotency.Policy{External: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,15 +358,13 @@ func TestExternalEffectInProgress(t *testing.T) {
 
 func TestIdempotencyPolicyNeedsALedger(t *testing.T) {
 	srv := mcptest.NewServer(t, nil)
-	err := idempotency.AddTool(srv, nil, server.Tool{Name: "pay"}, idempotency.Policy{},
-		func(context.Context, *idempotency.Call) (*mcp.CallToolResult, error) { return nil, nil })
+	err := srv.AddTool(server.Tool{Name: "pay"}, func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) { return nil, nil }, idempotency.Keyed(nil, idempotency.Policy{}))
 	if err == nil || !strings.Contains(err.Error(), "no ledger") {
 		t.Fatalf("AddTool without a ledger = %v", err)
 	}
 	k := newKeyed(t, storetest.SQLite(t), idempotency.KeyRequired, nil) // default lease 30 s
-	err = idempotency.AddTool(k.srv, k.l, server.Tool{Name: "slow-pay", Policy: server.Policy{MaxTimeout: time.Minute}},
-		idempotency.Policy{External: true},
-		func(context.Context, *idempotency.Call) (*mcp.CallToolResult, error) { return nil, nil })
+	err = k.srv.AddTool(server.Tool{Name: "slow-pay", Policy: server.Policy{MaxTimeout: time.Minute}}, func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) { return nil, nil }, idempotency.Keyed(k.l,
+		idempotency.Policy{External: true}))
 	if err == nil || !strings.Contains(err.Error(), "lease") {
 		t.Fatalf("AddTool with a deadline beyond the lease = %v", err)
 	}
@@ -380,8 +379,7 @@ func TestKeyedResultsAreExactAndTheHandlersOwn(t *testing.T) {
 	srv, l := ledgerServer(t, nil)
 	shared := &mcp.CallToolResult{StructuredContent: map[string]any{"orderId": int64(9007199254740993)}}
 	shared.Meta = mcp.Meta{"own": 1}
-	err := idempotency.AddTool(srv, l, server.Tool{Name: "order"}, idempotency.Policy{},
-		func(context.Context, *idempotency.Call) (*mcp.CallToolResult, error) { return shared, nil })
+	err := srv.AddTool(server.Tool{Name: "order"}, func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) { return shared, nil }, idempotency.Keyed(l, idempotency.Policy{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,14 +401,13 @@ func TestKeyedResultsAreExactAndTheHandlersOwn(t *testing.T) {
 func TestExternalPanicReleasesTheKey(t *testing.T) {
 	srv, l := ledgerServer(t, &ledger.Options{Lease: time.Minute})
 	var calls atomic.Int64
-	err := idempotency.AddTool(srv, l, server.Tool{Name: "charge", Policy: server.Policy{MaxTimeout: 30 * time.Second}},
-		idempotency.Policy{External: true},
-		func(context.Context, *idempotency.Call) (*mcp.CallToolResult, error) {
-			if calls.Add(1) == 1 {
-				panic("provider client bug")
-			}
-			return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("charged")}}, nil
-		})
+	err := srv.AddTool(server.Tool{Name: "charge", Policy: server.Policy{MaxTimeout: 30 * time.Second}}, func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) {
+		if calls.Add(1) == 1 {
+			panic("provider client bug")
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("charged")}}, nil
+	}, idempotency.Keyed(l,
+		idempotency.Policy{External: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,14 +442,15 @@ func TestNonStringKeyIsRefused(t *testing.T) {
 func TestKeyRequiredBySchema(t *testing.T) {
 	srv, l := ledgerServer(t, nil)
 	var runs atomic.Int64
-	err := idempotency.AddTool(srv, l, server.Tool{
+	err := srv.AddTool(server.Tool{
 		Name: "reserve",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"sku":{"type":"string"},
 			"idempotencyKey":{"type":"string","minLength":1}},"required":["sku","idempotencyKey"],"additionalProperties":false}`),
-	}, idempotency.Policy{}, func(ctx context.Context, req *idempotency.Call) (*mcp.CallToolResult, error) {
+	}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
 		runs.Add(1)
-		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("reserved under " + req.Key)}}, nil
-	})
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("reserved under " + idempotency.Key(req))}}, nil
+	}, idempotency.Keyed(l,
+		idempotency.Policy{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,14 +485,13 @@ func TestPreconditionFailureIsNotStored(t *testing.T) {
 	srv, l := ledgerServer(t, nil)
 	var exists atomic.Bool
 	var runs atomic.Int64
-	err := idempotency.AddTool(srv, l, server.Tool{Name: "reserve"}, idempotency.Policy{Preconditions: []string{"unknown_sku"}},
-		func(ctx context.Context, req *idempotency.Call) (*mcp.CallToolResult, error) {
-			runs.Add(1)
-			if !exists.Load() {
-				return nil, &mcp.ToolError{Code: "unknown_sku", Message: "no such SKU yet"}
-			}
-			return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("reserved")}}, nil
-		})
+	err := srv.AddTool(server.Tool{Name: "reserve"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		runs.Add(1)
+		if !exists.Load() {
+			return nil, &mcp.ToolError{Code: "unknown_sku", Message: "no such SKU yet"}
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("reserved")}}, nil
+	}, idempotency.Keyed(l, idempotency.Policy{Preconditions: []string{"unknown_sku"}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,7 +515,7 @@ func TestPreconditionFailureIsNotStored(t *testing.T) {
 // without one the effect may have happened and nothing dedupes it.
 func TestRetryClassOfKeyedTools(t *testing.T) {
 	srv, l := ledgerServer(t, nil)
-	block := func(ctx context.Context, call *idempotency.Call) (*mcp.CallToolResult, error) {
+	block := func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
@@ -532,7 +529,7 @@ func TestRetryClassOfKeyedTools(t *testing.T) {
 		{"optional", quick, idempotency.KeyOptional},
 		{"optional-but-safe", server.Policy{MaxTimeout: 20 * time.Millisecond, Retry: server.RetrySafe}, idempotency.KeyOptional},
 	} {
-		if err := idempotency.AddTool(srv, l, server.Tool{Name: tc.name, Policy: tc.policy}, idempotency.Policy{Key: tc.key}, block); err != nil {
+		if err := srv.AddTool(server.Tool{Name: tc.name, Policy: tc.policy}, block, idempotency.Keyed(l, idempotency.Policy{Key: tc.key})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -594,7 +591,7 @@ func TestRecordsSayWhatTheLedgerDid(t *testing.T) {
 	}
 	for i, s := range steps {
 		if s.want == idempotency.RolledBack {
-			k.hook = func(context.Context, *idempotency.Call) error { return errors.New("boom") }
+			k.hook = func(context.Context, *server.CallRequest) error { return errors.New("boom") }
 		}
 		id := int64(i + 1)
 		call(t, c, id, s.args, s.meta)
@@ -602,5 +599,109 @@ func TestRecordsSayWhatTheLedgerDid(t *testing.T) {
 		if got := r.Annotations[idempotency.AnnotationKey]; got != s.want {
 			t.Errorf("step %d: annotation %q, want %q (record %+v)", id, got, s.want, r)
 		}
+	}
+}
+
+// settleRecorder is a policy inside Keyed that asks to be told how the
+// call's transaction ended, and checks from outside it, when told, that
+// the key's record is already there to read.
+func settleRecorder(t *testing.T, l *ledger.Ledger, told chan<- string) server.ToolInterceptor {
+	return func(_ *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+		return func(ctx context.Context, call *server.CallRequest) (mcp.Result, error) {
+			if idempotency.Tx(call) == nil {
+				t.Error("a policy inside Keyed found no transaction")
+			}
+			key := idempotency.Key(call)
+			idempotency.AfterTx(call, func(committed bool) {
+				_, err := l.Lookup(context.Background(), call.Tenant, call.Name, key)
+				told <- fmt.Sprintf("committed=%v visible=%v", committed, err == nil)
+			})
+			return next(ctx, call)
+		}, nil
+	}
+}
+
+// AfterTx runs after the key's transaction has ended, never inside it: a
+// policy that starts work the transaction records (a task's worker) sees
+// it committed, and is told when it rolled back instead.
+func TestAfterTxRunsOnceTheTransactionEnded(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		srv, l := mcptest.NewServer(t, nil), ledgertest.Open(t, dsn, nil, nil, "")
+		told := make(chan string, 4)
+		var fail atomic.Bool
+		err := srv.AddTool(server.Tool{Name: "op"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+			if fail.Load() {
+				return nil, &mcp.ToolError{Code: "busy", Message: "try again", Retryable: true}
+			}
+			return &mcp.CallToolResult{}, nil
+		}, idempotency.Keyed(l, idempotency.Policy{}), settleRecorder(t, l, told))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := mcptest.Stdio(t, srv, nil)
+		c.Call(1, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": "op", "arguments": map[string]any{"idempotencyKey": "k-1"}}))
+		if got := <-told; got != "committed=true visible=true" {
+			t.Fatalf("after a commit the policy was told %q", got)
+		}
+		fail.Store(true)
+		c.Call(2, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": "op", "arguments": map[string]any{"idempotencyKey": "k-2"}}))
+		if got := <-told; got != "committed=false visible=false" {
+			t.Fatalf("after a rollback the policy was told %q", got)
+		}
+		if len(told) != 0 {
+			t.Fatalf("told more than once per call: %q", <-told)
+		}
+	})
+}
+
+// A policy inside Keyed may answer with something that is not a tool
+// result if it says what to store (Keep); a retry with the same key is
+// handed that record (Replaying) and runs nothing. An answer with no
+// record is refused, and nothing is stored.
+func TestKeepAndReplayAnOutcomeThatIsNoToolResult(t *testing.T) {
+	srv, l := ledgerServer(t, nil)
+	var runs, replays atomic.Int64
+	var replayed atomic.Value
+	ticket := func(keep bool) server.ToolInterceptor {
+		return func(_ *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+			return func(ctx context.Context, call *server.CallRequest) (mcp.Result, error) {
+				if record, ok := idempotency.Replaying(call); ok {
+					replays.Add(1)
+					replayed.Store(string(record))
+					return &mcp.Task{TaskID: "from-record"}, nil
+				}
+				runs.Add(1)
+				if keep {
+					idempotency.Keep(call, json.RawMessage(`{"ticket":"t-1"}`))
+				}
+				return &mcp.Task{TaskID: "t-1"}, nil
+			}, nil
+		}
+	}
+	h := func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) { return nil, nil }
+	if err := srv.AddTool(server.Tool{Name: "kept"}, h, idempotency.Keyed(l, idempotency.Policy{}), ticket(true)); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.AddTool(server.Tool{Name: "unkept"}, h, idempotency.Keyed(l, idempotency.Policy{}), ticket(false)); err != nil {
+		t.Fatal(err)
+	}
+	c := mcptest.Stdio(t, srv, nil)
+	params := func(tool string) map[string]any {
+		return mcptest.ModernParams(map[string]any{"name": tool, "arguments": map[string]any{"idempotencyKey": "k"}})
+	}
+	for id := int64(1); id <= 2; id++ {
+		if f := c.Call(id, mcp.MethodToolsCall, params("kept")); f.Error != nil || !strings.Contains(string(f.Result), `"taskId"`) {
+			t.Fatalf("call %d: %s", id, f.Raw)
+		}
+	}
+	if runs.Load() != 1 || replays.Load() != 1 || replayed.Load() != `{"ticket":"t-1"}` {
+		t.Fatalf("runs %d, replays %d of %v", runs.Load(), replays.Load(), replayed.Load())
+	}
+	f := c.Call(3, mcp.MethodToolsCall, params("unkept"))
+	if fail := mcptest.Failure(t, f.Result); !strings.Contains(fail.Message, "kept no record") {
+		t.Fatalf("an answer without a record: %s", f.Raw)
+	}
+	if _, err := l.Lookup(context.Background(), "", "unkept", "k"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the refused answer's key: %v", err)
 	}
 }

@@ -35,10 +35,9 @@ func TestBusySQLiteIsRetryable(t *testing.T) {
 		_, err := tx.Exec(ctx, `INSERT INTO notes (n) VALUES ('x')`)
 		return err
 	}
-	err := idempotency.AddTool(srv, l, server.Tool{Name: "keyed"}, idempotency.Policy{},
-		func(ctx context.Context, call *idempotency.Call) (*mcp.CallToolResult, error) {
-			return &mcp.CallToolResult{}, write(ctx, call.Tx)
-		})
+	err := srv.AddTool(server.Tool{Name: "keyed"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{}, write(ctx, idempotency.Tx(call))
+	}, idempotency.Keyed(l, idempotency.Policy{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,16 +97,15 @@ func TestTerminatedBackendIsRetryable(t *testing.T) {
 	var logs mcptest.LogBuffer
 	srv := mcptest.NewServer(t, &server.Options{Logger: logs.Logger()})
 	var runs atomic.Int64
-	err := idempotency.AddTool(srv, l, server.Tool{Name: "take"}, idempotency.Policy{},
-		func(ctx context.Context, req *idempotency.Call) (*mcp.CallToolResult, error) {
-			runs.Add(1)
-			var n int
-			if err := req.Tx.QueryRow(ctx, `SELECT n FROM stock WHERE id = 1 FOR UPDATE`).Scan(&n); err != nil {
-				return nil, err
-			}
-			_, err := req.Tx.Exec(ctx, `UPDATE stock SET n = n - 1 WHERE id = 1`)
-			return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text(fmt.Sprint(n - 1))}}, err
-		})
+	err := srv.AddTool(server.Tool{Name: "take"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		runs.Add(1)
+		var n int
+		if err := idempotency.Tx(req).QueryRow(ctx, `SELECT n FROM stock WHERE id = 1 FOR UPDATE`).Scan(&n); err != nil {
+			return nil, err
+		}
+		_, err := idempotency.Tx(req).Exec(ctx, `UPDATE stock SET n = n - 1 WHERE id = 1`)
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text(fmt.Sprint(n - 1))}}, err
+	}, idempotency.Keyed(l, idempotency.Policy{}))
 	if err != nil {
 		t.Fatal(err)
 	}

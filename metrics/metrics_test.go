@@ -127,7 +127,7 @@ func TestScenarioCounters(t *testing.T) {
 			// The task runner's events reach the metrics as serve wires
 			// them; the test learns when a task ended.
 			taskEnded := make(chan tasks.Event, 4)
-			ts, err := taskserver.New(srv, st, &taskserver.Options{Ledger: l, Runner: tasks.RunnerOptions{OnEvent: func(e tasks.Event) {
+			ts, err := taskserver.New(srv, st, &taskserver.Options{Runner: tasks.RunnerOptions{OnEvent: func(e tasks.Event) {
 				switch e.Kind {
 				case tasks.TaskStarted:
 					obs.TaskStarted(e.Tool)
@@ -174,22 +174,20 @@ func TestScenarioCounters(t *testing.T) {
 				return &mcp.CallToolResult{}, nil
 			})
 			jobStarted, jobStep := make(chan string, 1), make(chan struct{})
-			err = ts.AddTool(server.Tool{Name: "job", Policy: server.Policy{Timeout: server.TimeoutLong, MaxTimeout: time.Hour}}, taskserver.Policy{},
-				func(ctx context.Context, call *taskserver.Call) (*mcp.CallToolResult, error) {
-					jobStarted <- call.TaskID()
-					<-jobStep
-					if err := call.Checkpoint(ctx, "halfway"); err != nil {
-						return nil, err
-					}
-					return &mcp.CallToolResult{}, nil
-				})
+			err = ts.Server().AddTool(server.Tool{Name: "job", Policy: server.Policy{Timeout: server.TimeoutLong, MaxTimeout: time.Hour}}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+				jobStarted <- taskserver.TaskID(call)
+				<-jobStep
+				if err := taskserver.Checkpoint(ctx, call, "halfway"); err != nil {
+					return nil, err
+				}
+				return &mcp.CallToolResult{}, nil
+			}, taskserver.AsTask(ts, taskserver.Policy{}))
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = idempotency.AddTool(srv, l, server.Tool{Name: "reserve"}, idempotency.Policy{},
-				func(ctx context.Context, call *idempotency.Call) (*mcp.CallToolResult, error) {
-					return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("reserved")}}, nil
-				})
+			err = srv.AddTool(server.Tool{Name: "reserve"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+				return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("reserved")}}, nil
+			}, idempotency.Keyed(l, idempotency.Policy{}))
 			if err != nil {
 				t.Fatal(err)
 			}

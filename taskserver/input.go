@@ -3,7 +3,6 @@ package taskserver
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -30,16 +29,12 @@ const inputPoll = 250 * time.Millisecond
 // to return, which asks for them (multi round-trip requests). In the
 // 2025-11-25 era it sends each request to the client and waits for its
 // answer (Request.CallClient).
-func (c *Call) Ask(ctx context.Context, requests map[string]mcp.InputRequest, message string) (map[string]json.RawMessage, error) {
+func Ask(ctx context.Context, req *server.CallRequest, requests map[string]mcp.InputRequest, message string) (map[string]json.RawMessage, error) {
 	if len(requests) == 0 {
 		return map[string]json.RawMessage{}, nil
 	}
-	if c.run != nil {
-		return c.askInTask(ctx, requests, message)
-	}
-	req := c.Request
-	if req == nil {
-		return nil, errors.New("taskserver: Ask outside a call")
+	if tr := runOf(req); tr != nil {
+		return tr.askInTask(ctx, requests, message)
 	}
 	if req.Era == mcp.Modern {
 		answers := map[string]json.RawMessage{}
@@ -63,7 +58,7 @@ func (c *Call) Ask(ctx context.Context, requests map[string]mcp.InputRequest, me
 	return answers, nil
 }
 
-func (c *Call) askInTask(ctx context.Context, requests map[string]mcp.InputRequest, message string) (map[string]json.RawMessage, error) {
+func (c *taskRun) askInTask(ctx context.Context, requests map[string]mcp.InputRequest, message string) (map[string]json.RawMessage, error) {
 	b, err := json.Marshal(requests)
 	if err != nil {
 		return nil, fmt.Errorf("taskserver: input requests: %w", err)

@@ -4,15 +4,20 @@
 // (2026-07-28), and a tool interceptor that turns a call of a
 // task-capable tool into a task.
 //
-// A task-capable tool is registered with AddTool or AddTypedTool. A call
+// A tool becomes task-capable through the policy AsTask, given to
+// server.Server.AddTool (or server.AddTypedTool) like any other. A call
 // becomes a task when the client can take one — in the 2026-07-28 era when
 // the request declares the tasks extension, in the 2025-11-25 era when it
 // carries params.task — and otherwise runs as an ordinary call, unless the
 // tool requires a task. The task is recorded durably before its id is
 // returned, runs on the task runner's bounded pool with a context of its
 // own (closing the creating connection neither cancels nor stops it), and
-// observes tasks/cancel at its checkpoints (Call.Checkpoint). A creation
-// that carries an idempotency key and is retried gets the same task back.
+// observes tasks/cancel at its checkpoints (Checkpoint). Its handler is the
+// tool's ordinary one, given a call detached from any request (see
+// server.Server.Detached); Checkpoint, Save, Resumed, TaskID and Ask reach
+// the task through that call. Stacked inside idempotency.Keyed, the task
+// is created in the transaction that claims the call's key, and a retried
+// creation gets the same task back.
 //
 // Package server knows none of this: it imports neither tasks nor store.
 package taskserver
@@ -25,11 +30,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/jsonrpc"
-	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
-	"github.com/mcprel/mcprel/store"
 	"github.com/mcprel/mcprel/tasks"
 )
 
@@ -58,15 +62,15 @@ type Policy struct {
 	Required bool
 	// Resumable: when the process running a task dies, the process that
 	// takes it over runs the tool again with the data of its last
-	// checkpoint (Call.Resumed). Otherwise the task ends failed, as
+	// checkpoint (Resumed). Otherwise the task ends failed, as
 	// interrupted.
 	Resumable bool
 	// Gather, when set, runs before a task is created, synchronously: it
 	// returns a *server.InputRequired for what the call needs from the
 	// client first (2026-07-28 multi round-trip requests), and nil once
 	// the retry carries the answers (Request.InputResponses), which the
-	// task's handler then finds in Call.InputResponses. The task is only
-	// created on that last round.
+	// task's handler then finds in its call's InputResponses. The task is
+	// only created on that last round.
 	Gather func(ctx context.Context, req *server.CallRequest) error
 }
 
@@ -74,12 +78,6 @@ type Policy struct {
 type Options struct {
 	// Runner bounds the workers and queue of the task runner.
 	Runner tasks.RunnerOptions
-	// Ledger, when set, makes task creation idempotent: a creation that
-	// carries an idempotency key (arguments.idempotencyKey or
-	// _meta["dev.mcprel/idempotencyKey"]) is recorded with the task in one
-	// transaction, and its retry gets the same task. The ledger must share
-	// the tasks' store.
-	Ledger *ledger.Ledger
 	// SyncMaxTimeout bounds a synchronous call of a TimeoutLong
 	// task-capable tool that sets no MaxTimeout of its own. Zero means
 	// ten minutes.
@@ -91,7 +89,6 @@ type Server struct {
 	srv     *server.Server
 	store   *tasks.Store
 	runner  *tasks.Runner
-	ledger  *ledger.Ledger
 	syncMax time.Duration
 
 	mu    sync.RWMutex
@@ -102,15 +99,12 @@ type Server struct {
 }
 
 // New adds task support to srv: the tasks/* routes of both eras and their
-// declarations. Tools become task-capable through AddTool; Maintain must
+// declarations. Tools become task-capable through AsTask; Maintain must
 // run for leases to be renewed and dead processes' tasks taken over.
 func New(srv *server.Server, st *tasks.Store, opts *Options) (*Server, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
-	}
-	if o.Ledger != nil && o.Ledger.DB() != st.DB() {
-		return nil, errors.New("taskserver: the ledger must live in the tasks' store, or a task and its key could commit apart")
 	}
 	if o.SyncMaxTimeout < 0 {
 		return nil, errors.New("taskserver: Options.SyncMaxTimeout must not be negative")
@@ -125,7 +119,7 @@ func New(srv *server.Server, st *tasks.Store, opts *Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	ts := &Server{srv: srv, store: st, runner: runner, ledger: o.Ledger, syncMax: o.SyncMaxTimeout,
+	ts := &Server{srv: srv, store: st, runner: runner, syncMax: o.SyncMaxTimeout,
 		tools: map[string]*taskTool{}, inputArrived: make(chan struct{})}
 	if err := ts.addRoutes(); err != nil {
 		return nil, err
@@ -140,6 +134,9 @@ func New(srv *server.Server, st *tasks.Store, opts *Options) (*Server, error) {
 	err = srv.Declare(server.Declaration{Modern: true, Extensions: map[string]map[string]any{mcp.ExtensionTasks: {}}})
 	return ts, err
 }
+
+// Server is the MCP server the tasks are served on.
+func (ts *Server) Server() *server.Server { return ts.srv }
 
 // Runner is the task runner, for its owner name and bounds.
 func (ts *Server) Runner() *tasks.Runner { return ts.runner }
@@ -163,44 +160,38 @@ func (ts *Server) MaintainOnce(ctx context.Context) { ts.runner.MaintainOnce(ctx
 // tasks.Runner.Shutdown.
 func (ts *Server) Shutdown(ctx context.Context) error { return ts.runner.Shutdown(ctx) }
 
-// Handler runs one call of a task-capable tool: as a task (Call.TaskID is
-// set) or synchronously. Its errors map to the wire as
-// server.ToolHandler's do; a task's answer is stored for tasks/get and
-// tasks/result. It returns the error of a Checkpoint that reports
-// cancellation or shutdown as it is.
-type Handler func(ctx context.Context, call *Call) (*mcp.CallToolResult, error)
-
-// Call is what a task-capable tool's handler sees of its call.
-type Call struct {
-	Name      string
-	Arguments json.RawMessage
-	Tenant    string
-	// InputResponses are the answers the call gathered before it became a
-	// task (Policy.Gather), by key.
-	InputResponses map[string]json.RawMessage
-	// Request is the call's request when it runs synchronously; nil in a
-	// task, which outlives its request.
-	Request *server.CallRequest
-	run     *tasks.Run
-	ts      *Server
+// taskRun is what a task's handler is given through its detached call:
+// the run it checkpoints, saves and asks for input through.
+type taskRun struct {
+	run *tasks.Run
+	ts  *Server
 }
 
-// TaskID is the task's id, or "" when the call runs synchronously.
-func (c *Call) TaskID() string {
-	if c.run == nil {
-		return ""
+type runKey struct{}
+
+func runOf(call *server.CallRequest) *taskRun {
+	tr, _ := call.Attached(runKey{}).(*taskRun)
+	return tr
+}
+
+// TaskID is the id of the task the call runs as, or "" when it runs
+// synchronously.
+func TaskID(call *server.CallRequest) string {
+	if tr := runOf(call); tr != nil {
+		return tr.run.Task().ID
 	}
-	return c.run.Task().ID
+	return ""
 }
 
 // Resumed is the data the task saved at its last checkpoint before the
 // process running it stopped (Save), when the tool is Resumable and this
 // is a later attempt; nil otherwise.
-func (c *Call) Resumed() json.RawMessage {
-	if c.run == nil || c.run.Task().Attempts < 2 {
+func Resumed(call *server.CallRequest) json.RawMessage {
+	tr := runOf(call)
+	if tr == nil || tr.run.Task().Attempts < 2 {
 		return nil
 	}
-	return c.run.Task().Checkpoint
+	return tr.run.Task().Checkpoint
 }
 
 // Checkpoint marks a point between two steps of the work where it may
@@ -209,23 +200,23 @@ func (c *Call) Resumed() json.RawMessage {
 // empty, shown to clients as the task's status message. During a shutdown
 // it returns tasks.ErrShutdown: the handler returns it, and another
 // process takes the task over. A synchronous call's checkpoint reports its
-// context's end instead (and reports message as progress if asked).
-func (c *Call) Checkpoint(ctx context.Context, message string) error {
-	if c.run != nil {
-		return c.run.Checkpoint(ctx, message)
+// context's end instead.
+func Checkpoint(ctx context.Context, call *server.CallRequest, message string) error {
+	if tr := runOf(call); tr != nil {
+		return tr.run.Checkpoint(ctx, message)
 	}
-	return c.syncCheckpoint(ctx)
+	return syncCheckpoint(ctx)
 }
 
 // Save is Checkpoint with data that a Resumable tool continues from.
-func (c *Call) Save(ctx context.Context, message string, data any) error {
-	if c.run != nil {
-		return c.run.Save(ctx, message, data)
+func Save(ctx context.Context, call *server.CallRequest, message string, data any) error {
+	if tr := runOf(call); tr != nil {
+		return tr.run.Save(ctx, message, data)
 	}
-	return c.syncCheckpoint(ctx)
+	return syncCheckpoint(ctx)
 }
 
-func (c *Call) syncCheckpoint(ctx context.Context) error {
+func syncCheckpoint(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
@@ -243,65 +234,43 @@ type storedRequest struct {
 
 // taskTool is one task-capable tool.
 type taskTool struct {
-	ts      *Server
-	name    string
-	policy  Policy
-	handler Handler
+	ts     *Server
+	name   string
+	policy Policy
+	next   server.CallHandler // the handler inside AsTask: what a task runs
 }
 
-// AddTool registers a task-capable tool on the server (replacing any tool
-// of the same name); interceptors given here run inside this package's.
-func (ts *Server) AddTool(t server.Tool, p Policy, h Handler, interceptors ...server.ToolInterceptor) error {
-	if h == nil {
-		return fmt.Errorf("taskserver: tool %q has no handler", t.Name)
-	}
-	tt := &taskTool{ts: ts, name: t.Name, policy: p, handler: h}
-	inline := func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
-		return h(ctx, &Call{Name: req.Name, Arguments: req.Arguments, Tenant: req.Tenant, InputResponses: req.InputResponses, Request: req, ts: ts})
-	}
-	if err := ts.srv.AddTool(t, inline, append([]server.ToolInterceptor{tt.intercept}, interceptors...)...); err != nil {
-		return err
-	}
-	ts.mu.Lock()
-	ts.tools[t.Name] = tt
-	ts.mu.Unlock()
-	return nil
-}
-
-// AddTypedTool is AddTool for a handler that takes decoded arguments of
-// type In and returns a value of type Out, as server.AddTypedTool.
-func AddTypedTool[In, Out any](ts *Server, t server.Tool, p Policy, h func(ctx context.Context, call *Call, in In) (Out, error), interceptors ...server.ToolInterceptor) error {
-	if h == nil {
-		return fmt.Errorf("taskserver: tool %q has no handler", t.Name)
-	}
-	t, err := server.TypedTool[In, Out](t)
-	if err != nil {
-		return err
-	}
-	return ts.AddTool(t, p, func(ctx context.Context, call *Call) (*mcp.CallToolResult, error) {
-		in, err := server.TypedArguments[In](&server.CallRequest{Name: call.Name, Arguments: call.Arguments})
+// AsTask is the policy that makes a tool task-capable on ts (see Policy
+// and the package doc). Its handler runs as a task when the client can
+// take one, and otherwise synchronously, as any call. To make task
+// creation idempotent, give idempotency.Keyed before it, with a ledger in
+// ts's store: srv.AddTool(t, h, idempotency.Keyed(l, kp), taskserver.AsTask(ts, tp)).
+// Keyed after it is refused: a task runs outside the request whose key it
+// would claim. Inside Keyed, a call that runs synchronously runs in the
+// ledger's transaction like any keyed call: a tool whose synchronous run
+// is long should require a task (Policy.Required).
+func AsTask(ts *Server, p Policy) server.ToolInterceptor {
+	return func(t *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+		if ts == nil {
+			return nil, fmt.Errorf("taskserver: tool %q has no task server", t.Name)
+		}
+		if _, keyed := t.Meta[mcp.MetaKeyMode]; keyed {
+			return nil, fmt.Errorf("taskserver: tool %q: give idempotency.Keyed before taskserver.AsTask, so that a task's creation is what its key makes idempotent", t.Name)
+		}
+		tt := &taskTool{ts: ts, name: t.Name, policy: p, next: next}
+		h, err := tt.intercept(t)
 		if err != nil {
 			return nil, err
 		}
-		out, err := h(ctx, call, in)
-		if err != nil {
-			return nil, err
-		}
-		return server.TypedResult(out)
-	}, interceptors...)
-}
-
-// keyOf carries a call's idempotency key and fingerprint from the Check to
-// the handler.
-type keyOf struct{}
-
-type keyed struct {
-	key string
-	fp  ledger.Fingerprint
+		ts.mu.Lock()
+		ts.tools[t.Name] = tt
+		ts.mu.Unlock()
+		return h, nil
+	}
 }
 
 // intercept declares the tool's task support and wraps its handler.
-func (tt *taskTool) intercept(t *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+func (tt *taskTool) intercept(t *server.Tool) (server.CallHandler, error) {
 	support := mcp.TaskOptional
 	if tt.policy.Required {
 		support = mcp.TaskRequired
@@ -314,23 +283,10 @@ func (tt *taskTool) intercept(t *server.Tool, next server.CallHandler) (server.C
 	if t.Policy.Timeout == server.TimeoutLong && t.Policy.MaxTimeout == 0 {
 		t.Policy.MaxTimeout = tt.ts.syncMax // a task's life is bounded by its TTL; a synchronous call by this
 	}
-	if tt.ts.ledger != nil {
-		prev := t.Check
-		t.Check = func(ctx context.Context, call *server.CallRequest) (context.Context, error) {
-			if prev != nil {
-				var err error
-				if ctx, err = prev(ctx, call); err != nil {
-					return ctx, err
-				}
-			}
-			k, err := keyFor(call)
-			if err != nil || k == nil {
-				return ctx, err
-			}
-			return context.WithValue(ctx, keyOf{}, k), nil
-		}
-	}
 	return func(ctx context.Context, call *server.CallRequest) (mcp.Result, error) {
+		if record, ok := idempotency.Replaying(call); ok {
+			return tt.replay(ctx, call, record)
+		}
 		asTask, err := tt.wantsTask(call)
 		if err != nil {
 			call.Annotate(AnnotationKey, Refused)
@@ -338,7 +294,7 @@ func (tt *taskTool) intercept(t *server.Tool, next server.CallHandler) (server.C
 		}
 		if !asTask {
 			call.Annotate(AnnotationKey, Inline)
-			return next(ctx, call)
+			return tt.next(ctx, call)
 		}
 		if tt.policy.Gather != nil {
 			if err := tt.policy.Gather(ctx, call); err != nil {
@@ -347,30 +303,6 @@ func (tt *taskTool) intercept(t *server.Tool, next server.CallHandler) (server.C
 		}
 		return tt.create(ctx, call)
 	}, nil
-}
-
-// keyFor finds a call's idempotency key, if it carries one, and the
-// fingerprint of its arguments without it.
-func keyFor(call *server.CallRequest) (*keyed, error) {
-	var key string
-	if v, ok := call.DecodedArguments()[mcp.ArgIdempotencyKey].(string); ok {
-		key = v
-	} else if raw := call.KnownMeta.IdempotencyKey; len(raw) > 0 {
-		if err := json.Unmarshal(raw, &key); err != nil {
-			return nil, &mcp.ToolError{Code: mcp.FailureKeyRequired, Message: "the idempotency key must be a string"}
-		}
-	}
-	if key == "" {
-		return nil, nil
-	}
-	if !ledger.ValidKey(key) {
-		return nil, &mcp.ToolError{Code: mcp.FailureKeyRequired, Message: "the idempotency key must be 1 to 255 printable characters"}
-	}
-	fp, err := ledger.FingerprintOf(call.DecodedArguments(), nil, mcp.ArgIdempotencyKey)
-	if err != nil {
-		return nil, &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: err.Error()}
-	}
-	return &keyed{key: key, fp: fp}, nil
 }
 
 // wantsTask decides whether a call runs as a task: when the client can
@@ -398,7 +330,10 @@ func (tt *taskTool) wantsTask(call *server.CallRequest) (bool, error) {
 	return false, nil
 }
 
-// create records the call's task durably, queues it, and answers with it.
+// create records the call's task durably, queues it once it is
+// committed, and answers with it. Inside idempotency.Keyed the task is
+// created in the transaction that claims the key, the ledger keeps its
+// id, and the worker starts only after that transaction commits.
 func (tt *taskTool) create(ctx context.Context, call *server.CallRequest) (mcp.Result, error) {
 	ts := tt.ts
 	slot, err := ts.runner.Reserve(call.Tenant)
@@ -406,51 +341,67 @@ func (tt *taskTool) create(ctx context.Context, call *server.CallRequest) (mcp.R
 		call.Annotate(AnnotationKey, Refused)
 		return nil, server.OverloadedError(time.Second)
 	}
-	defer slot.Release() // unless started
 	request, err := json.Marshal(storedRequest{Name: tt.name, Arguments: call.Arguments, InputResponses: call.InputResponses, Era: call.Era})
 	if err != nil {
+		slot.Release()
 		return nil, err
 	}
 	n := tasks.NewTask{Tenant: call.Tenant, Tool: tt.name, Request: request, TTL: requestedTTL(call), Owner: ts.runner.Owner()}
 	var t tasks.Task
-	replayed := false
-	if k, _ := ctx.Value(keyOf{}).(*keyed); k != nil {
-		op := ledger.Op{Tenant: call.Tenant, Tool: tt.name, Key: k.key, Fingerprint: k.fp}
-		res, err := ts.ledger.Do(ctx, op, func(ctx context.Context, tx *store.Tx) (json.RawMessage, error) {
-			var err error
-			t, err = ts.store.CreateTx(ctx, tx, n)
-			if err != nil {
-				return nil, err
-			}
-			return json.Marshal(mcp.TaskIDParams{TaskID: t.ID})
-		})
-		if err != nil {
-			return nil, creationError(call, ledgerError(err))
+	if tx := idempotency.Tx(call); tx != nil {
+		if tx.DB() != ts.store.DB() {
+			slot.Release()
+			return nil, fmt.Errorf("taskserver: tool %q: the idempotency ledger must live in the tasks' store, or a task and its key could commit apart", tt.name)
 		}
-		if res.Replayed {
-			replayed = true
-			var id mcp.TaskIDParams
-			if err := json.Unmarshal(res.Data, &id); err != nil {
-				return nil, err
-			}
-			if t, err = ts.store.Get(ctx, call.Tenant, id.TaskID); err != nil {
-				if errors.Is(err, tasks.ErrNotFound) {
-					return nil, &mcp.ToolError{Code: mcp.FailureKeyConflict, Message: "this idempotency key created a task that has since expired; use a new key"}
-				}
-				return nil, err
-			}
-		}
-	} else if t, err = ts.store.Create(ctx, n); err != nil {
+		t, err = ts.store.CreateTx(ctx, tx, n)
+	} else {
+		t, err = ts.store.Create(ctx, n)
+	}
+	if err != nil {
+		slot.Release()
 		return nil, creationError(call, err)
 	}
-	if replayed {
-		call.Annotate(AnnotationKey, Replayed)
-	} else {
-		slot.Start(t, tt.work)
-		call.Annotate(AnnotationKey, Created)
+	record, err := json.Marshal(mcp.TaskIDParams{TaskID: t.ID})
+	if err != nil {
+		slot.Release()
+		return nil, err
 	}
+	idempotency.Keep(call, record)
+	idempotency.AfterTx(call, func(committed bool) {
+		if committed {
+			slot.Start(t, tt.work)
+		} else {
+			slot.Release()
+		}
+	})
+	call.Annotate(AnnotationKey, Created)
 	// For the request's log line and span, never a metric label.
 	call.Annotate(TaskIDAnnotation, t.ID)
+	return createResult(call.Era, t), nil
+}
+
+// replay answers a retried creation with the task it created, as it is
+// now. A client that cannot take a task is told where it is instead.
+func (tt *taskTool) replay(ctx context.Context, call *server.CallRequest, record []byte) (mcp.Result, error) {
+	var id mcp.TaskIDParams
+	if err := json.Unmarshal(record, &id); err != nil || id.TaskID == "" {
+		return nil, fmt.Errorf("taskserver: tool %q: the idempotency record is not a task's", tt.name)
+	}
+	call.Annotate(TaskIDAnnotation, id.TaskID)
+	t, err := tt.ts.store.Get(ctx, call.Tenant, id.TaskID)
+	if errors.Is(err, tasks.ErrNotFound) {
+		call.Annotate(AnnotationKey, Refused)
+		return nil, &mcp.ToolError{Code: mcp.FailureKeyConflict, Message: "this idempotency key created a task that has since expired; use a new key"}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if asTask, _ := tt.wantsTask(call); !asTask {
+		call.Annotate(AnnotationKey, Refused)
+		return nil, &mcp.ToolError{Code: mcp.FailureKeyConflict,
+			Message: fmt.Sprintf("this idempotency key created task %s, which this request cannot receive: read it with tasks/get, or use a new key for a new operation", t.ID)}
+	}
+	call.Annotate(AnnotationKey, Replayed)
 	return createResult(call.Era, t), nil
 }
 
@@ -477,19 +428,6 @@ func creationError(call *server.CallRequest, err error) error {
 	return jsonrpc.NewError(mcp.CodeOverloaded, "%s (retry after %d ms)", msg, fullRetryAfter.Milliseconds()).WithData(te.Failure())
 }
 
-// ledgerError maps the ledger's refusals of a keyed creation.
-func ledgerError(err error) error {
-	var conflict *ledger.ConflictError
-	var busy *ledger.InProgressError
-	switch {
-	case errors.As(err, &conflict):
-		return &mcp.ToolError{Code: mcp.FailureKeyConflict, Message: "this idempotency key was used for a call with other arguments"}
-	case errors.As(err, &busy):
-		return &mcp.ToolError{Code: mcp.FailureInProgress, Message: "a call with this idempotency key is still creating its task", Retryable: true, RetryAfter: busy.RetryAfter}
-	}
-	return err
-}
-
 // requestedTTL is the ttl a 2025-11-25 client asked for.
 func requestedTTL(call *server.CallRequest) time.Duration {
 	if call.Task == nil {
@@ -511,8 +449,10 @@ func (tt *taskTool) work(ctx context.Context, run *tasks.Run) tasks.Outcome {
 		return tasks.Outcome{Status: tasks.Failed, Message: "the task's stored request is unreadable",
 			Error: mustJSON(jsonrpc.NewError(jsonrpc.CodeInternalError, "the task's stored request is unreadable"))}
 	}
-	res, err := tt.handler(ctx, &Call{Name: req.Name, Arguments: req.Arguments, Tenant: t.Tenant,
-		InputResponses: req.InputResponses, run: run, ts: tt.ts})
+	call := tt.ts.srv.Detached(server.CallRequest{Name: req.Name, Arguments: req.Arguments,
+		Request: server.Request{Tenant: t.Tenant, Era: req.Era, InputResponses: req.InputResponses}})
+	call.Attach(runKey{}, &taskRun{run: run, ts: tt.ts})
+	res, err := tt.next(ctx, call)
 	switch {
 	case errors.Is(err, tasks.ErrCancelled):
 		return tasks.Outcome{Status: tasks.Cancelled, Message: "cancelled"}

@@ -4,13 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/mcprel/mcprel/idempotency"
+	"github.com/mcprel/mcprel/internal/ledgertest"
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/internal/storetest"
 	"github.com/mcprel/mcprel/jsonrpc"
@@ -41,17 +45,17 @@ func newJob(checkpoint bool) *job {
 		returned: make(chan error, 16), checkpoint: checkpoint}
 }
 
-func (j *job) handler(ctx context.Context, call *taskserver.Call) (res *mcp.CallToolResult, err error) {
+func (j *job) handler(ctx context.Context, call *server.CallRequest) (res *mcp.CallToolResult, err error) {
 	defer func() { j.returned <- err }()
 	j.runs.Add(1)
-	j.started <- call.TaskID()
+	j.started <- taskserver.TaskID(call)
 	select {
 	case <-j.step:
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
 	if j.checkpoint {
-		if err := call.Checkpoint(ctx, "halfway"); err != nil {
+		if err := taskserver.Checkpoint(ctx, call, "halfway"); err != nil {
 			return nil, err
 		}
 	}
@@ -102,21 +106,13 @@ func newEnvWith(t *testing.T, dsn string, checkpoint bool, opts *taskserver.Opti
 	}
 	rec := mcptest.NewRecorder()
 	srv := mcptest.NewServer(t, rec.Hook(nil))
-	if opts != nil && opts.Ledger == nil && opts.Runner.Workers < 0 {
-		opts = nil
+	// Idempotent creation is on in these tests: the ledger shares the
+	// tasks' store, and its policy comes before the task's.
+	l, err := ledger.Open(context.Background(), db, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var o taskserver.Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Ledger == nil {
-		// Idempotent creation is on in these tests unless a test says
-		// otherwise: it shares the tasks' store.
-		if o.Ledger, err = ledger.Open(context.Background(), db, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ts, err := taskserver.New(srv, st, &o)
+	ts, err := taskserver.New(srv, st, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +122,9 @@ func newEnvWith(t *testing.T, dsn string, checkpoint bool, opts *taskserver.Opti
 		ts.Shutdown(ctx)
 	})
 	j := newJob(checkpoint)
-	if err := ts.AddTool(server.Tool{Name: "job", Policy: server.Policy{Timeout: server.TimeoutLong}}, taskserver.Policy{}, j.handler); err != nil {
+	err = srv.AddTool(server.Tool{Name: "job", Policy: server.Policy{Timeout: server.TimeoutLong}}, j.handler,
+		idempotency.Keyed(l, idempotency.Policy{Key: idempotency.KeyOptional}), taskserver.AsTask(ts, taskserver.Policy{}))
+	if err != nil {
 		t.Fatal(err)
 	}
 	return &env{srv: srv, ts: ts, store: st, job: j, rec: rec}
@@ -357,9 +355,9 @@ func TestBadInputAndTenantIsolation(t *testing.T) {
 // synchronously; a tool that requires a task refuses it with -32021.
 func TestWithoutTheExtension(t *testing.T) {
 	e := newEnv(t, storetest.SQLite(t), false, nil)
-	if err := e.ts.AddTool(server.Tool{Name: "must"}, taskserver.Policy{Required: true}, func(ctx context.Context, call *taskserver.Call) (*mcp.CallToolResult, error) {
+	if err := e.srv.AddTool(server.Tool{Name: "must"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
 		return &mcp.CallToolResult{}, nil
-	}); err != nil {
+	}, taskserver.AsTask(e.ts, taskserver.Policy{Required: true})); err != nil {
 		t.Fatal(err)
 	}
 	c := mcptest.Stdio(t, e.srv, nil)
@@ -664,5 +662,125 @@ func TestShutdownReleasesAtACheckpoint(t *testing.T) {
 	taken, err := e.store.TakeOver(context.Background(), "next", 10)
 	if err != nil || !slices.ContainsFunc(taken, func(t tasks.Task) bool { return t.ID == id }) {
 		t.Fatalf("another process could not take the released task at once: %+v, %v", taken, err)
+	}
+}
+
+// One keyed core: a keyed task tool refuses a bad key exactly as a plain
+// keyed tool does — same code, same message, same field — in the
+// arguments or in _meta.
+func TestABadKeyGetsTheSameAnswerFromEveryKeyedTool(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t), false, nil)
+	l, err := ledger.Open(context.Background(), e.store.DB(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = e.srv.AddTool(server.Tool{Name: "plain"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{}, nil
+	}, idempotency.Keyed(l, idempotency.Policy{Key: idempotency.KeyOptional}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcptest.Stdio(t, e.srv, nil)
+	bad := []struct {
+		name string
+		args map[string]any
+		meta map[string]any
+	}{
+		{"not a string", map[string]any{"idempotencyKey": 42}, nil},
+		{"empty", map[string]any{"idempotencyKey": ""}, nil},
+		{"control characters", map[string]any{"idempotencyKey": "a\x00b"}, nil},
+		{"too long", map[string]any{"idempotencyKey": strings.Repeat("k", 256)}, nil},
+		{"not a string in _meta", nil, map[string]any{mcp.MetaIdempotencyKey: 42}},
+		{"two values", map[string]any{"idempotencyKey": "a"}, map[string]any{mcp.MetaIdempotencyKey: "b"}},
+	}
+	id := int64(0)
+	for _, b := range bad {
+		var answers []mcp.Failure
+		for _, tool := range []string{"plain", "job"} {
+			meta := map[string]any{}
+			maps.Copy(meta, tasksMeta)
+			maps.Copy(meta, b.meta)
+			id++
+			f := c.Call(id, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": tool, "arguments": b.args, "_meta": meta}))
+			if f.Error != nil {
+				t.Fatalf("%s, %s: %s", b.name, tool, f.Raw)
+			}
+			answers = append(answers, mcptest.Failure(t, f.Result))
+		}
+		if answers[0].Code != mcp.FailureInvalidArguments || !reflect.DeepEqual(answers[0], answers[1]) {
+			t.Errorf("%s: the plain keyed tool answered %+v, the keyed task tool %+v", b.name, answers[0], answers[1])
+		}
+	}
+	if n := e.job.runs.Load(); n != 0 {
+		t.Fatalf("a refused call ran the job %d times", n)
+	}
+}
+
+// The order of policies is checked when the tool is registered: the key
+// must be claimed around the task's creation, and an External claim has
+// no transaction to create the task in.
+func TestKeyedAndTaskPoliciesStackOneWay(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t), false, nil)
+	l, err := ledger.Open(context.Background(), e.store.DB(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) { return nil, nil }
+	err = e.srv.AddTool(server.Tool{Name: "inside-out"}, h, taskserver.AsTask(e.ts, taskserver.Policy{}), idempotency.Keyed(l, idempotency.Policy{}))
+	if err == nil || !strings.Contains(err.Error(), "give idempotency.Keyed before taskserver.AsTask") {
+		t.Fatalf("Keyed inside AsTask = %v", err)
+	}
+	err = e.srv.AddTool(server.Tool{Name: "external", Policy: server.Policy{MaxTimeout: time.Second}}, h,
+		idempotency.Keyed(l, idempotency.Policy{External: true}), taskserver.AsTask(e.ts, taskserver.Policy{}))
+	if err == nil || !strings.Contains(err.Error(), "External") {
+		t.Fatalf("an External key around a task = %v", err)
+	}
+	for _, name := range []string{"inside-out", "external"} {
+		if e.srv.HasTool(name) {
+			t.Errorf("refused tool %s was registered", name)
+		}
+	}
+}
+
+// A keyed task's ledger must live in the tasks' store: a task and its key
+// commit together or not at all. One in another database is refused with
+// a message that says so, and nothing is created.
+func TestKeyedTaskNeedsTheLedgerInTheTasksStore(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t), false, nil)
+	elsewhere := ledgertest.Open(t, storetest.SQLite(t), nil, nil, "")
+	err := e.srv.AddTool(server.Tool{Name: "apart"}, e.job.handler,
+		idempotency.Keyed(elsewhere, idempotency.Policy{}), taskserver.AsTask(e.ts, taskserver.Policy{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcptest.Stdio(t, e.srv, nil)
+	f := c.Call(1, mcp.MethodToolsCall, modern(map[string]any{"name": "apart", "arguments": map[string]any{"idempotencyKey": "k"}}))
+	if !strings.Contains(string(f.Raw), "must live in the tasks' store") {
+		t.Fatalf("a keyed task with its ledger elsewhere: %s", f.Raw)
+	}
+	list, _, err := e.store.List(context.Background(), "", "", 10)
+	if err != nil || len(list) != 0 {
+		t.Fatalf("tasks after the refusal: %+v, %v", list, err)
+	}
+}
+
+// A retry that cannot receive a task (no tasks extension) of a creation
+// that made one is told which task its key made, not given a task it
+// cannot read, and nothing runs again.
+func TestATaskKeyRetriedWithoutTaskSupport(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t), false, nil)
+	c := mcptest.Stdio(t, e.srv, nil)
+	args := map[string]any{"idempotencyKey": "k-1"}
+	created := decode[mcp.Task](t, c.Call(1, mcp.MethodToolsCall, modern(map[string]any{"name": "job", "arguments": args})))
+	wait(t, e.job.started, "the task to start")
+	f := c.Call(2, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": "job", "arguments": args}))
+	if fail := mcptest.Failure(t, f.Result); fail.Code != mcp.FailureKeyConflict || !strings.Contains(fail.Message, created.TaskID) {
+		t.Fatalf("the retry without task support: %s", f.Raw)
+	}
+	close(e.job.step)
+	close(e.job.finish)
+	wait(t, e.job.returned, "the handler")
+	if n := e.job.runs.Load(); n != 1 {
+		t.Fatalf("the work ran %d times", n)
 	}
 }

@@ -61,10 +61,9 @@ func newTraced(t *testing.T, opts *tracing.Options) *traced {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = idempotency.AddTool(srv, l, server.Tool{Name: "pay", Policy: server.Policy{Secret: []string{"card"}}}, idempotency.Policy{},
-		func(ctx context.Context, call *idempotency.Call) (*mcp.CallToolResult, error) {
-			return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("paid")}}, nil
-		})
+	err = srv.AddTool(server.Tool{Name: "pay", Policy: server.Policy{Secret: []string{"card"}}}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("paid")}}, nil
+	}, idempotency.Keyed(l, idempotency.Policy{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,15 +253,14 @@ func TestTaskRunSpans(t *testing.T) {
 	}
 	defer ts.Shutdown(ctx)
 	firstDone, cancelled := make(chan struct{}), make(chan struct{})
-	err = ts.AddTool(server.Tool{Name: "job", Policy: server.Policy{Timeout: server.TimeoutLong}}, taskserver.Policy{},
-		func(ctx context.Context, call *taskserver.Call) (*mcp.CallToolResult, error) {
-			if err := call.Checkpoint(ctx, "step 1"); err != nil {
-				return nil, err
-			}
-			close(firstDone)
-			<-cancelled
-			return nil, call.Checkpoint(ctx, "step 2") // observes the intent
-		})
+	err = ts.Server().AddTool(server.Tool{Name: "job", Policy: server.Policy{Timeout: server.TimeoutLong}}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		if err := taskserver.Checkpoint(ctx, call, "step 1"); err != nil {
+			return nil, err
+		}
+		close(firstDone)
+		<-cancelled
+		return nil, taskserver.Checkpoint(ctx, call, "step 2")
+	}, taskserver.AsTask(ts, taskserver.Policy{}))
 	if err != nil {
 		t.Fatal(err)
 	}

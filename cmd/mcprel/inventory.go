@@ -111,7 +111,7 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 	}
 	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: mcp.Bool(true), IdempotentHint: mcp.Bool(true), OpenWorldHint: mcp.Bool(false)}
 
-	err := idempotency.AddTypedTool(srv, l, server.Tool{
+	err := server.AddTypedTool(srv, server.Tool{
 		Name: "charge_account",
 		Description: "Charges cents to an account and writes a receipt. Pass idempotencyKey (a new UUID per charge) and " +
 			"reuse it on every retry: the charge then happens at most once and a retry returns the original receipt " +
@@ -121,20 +121,20 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 			`"account":` + nameSchema + `,"cents":{"type":"integer","minimum":1,"maximum":100000000},` +
 			`"idempotencyKey":` + keySchema + `},"required":["account","cents"],"additionalProperties":false}`),
 		Annotations: mutating(false),
-	}, idempotency.Policy{Key: idempotency.KeyOptional, Fields: []string{"account", "cents"}}, func(ctx context.Context, req *idempotency.Call, in chargeArgs) (chargeResult, error) {
-		id := "rcpt_" + rand.Text()
-		_, err := req.Tx.Exec(ctx, `INSERT INTO demo_receipts (id, tenant, account, cents, idem_key, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
-			id, req.Tenant, in.Account, in.Cents, sql.Null[string]{V: req.Key, Valid: req.Key != ""}, time.Now().UnixMilli())
+	}, func(ctx context.Context, req *server.CallRequest, in chargeArgs) (chargeResult, error) {
+		id, key := "rcpt_"+rand.Text(), idempotency.Key(req)
+		_, err := idempotency.Tx(req).Exec(ctx, `INSERT INTO demo_receipts (id, tenant, account, cents, idem_key, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+			id, req.Tenant, in.Account, in.Cents, sql.Null[string]{V: key, Valid: key != ""}, time.Now().UnixMilli())
 		if err != nil {
 			return chargeResult{}, err
 		}
 		return chargeResult{ReceiptID: id, Account: in.Account, Cents: in.Cents}, nil
-	})
+	}, idempotency.Keyed(l, idempotency.Policy{Key: idempotency.KeyOptional, Fields: []string{"account", "cents"}}))
 	if err != nil {
 		return err
 	}
 
-	err = idempotency.AddTypedTool(srv, l, server.Tool{
+	err = server.AddTypedTool(srv, server.Tool{
 		Name: "reserve_inventory",
 		Description: "Reserves quantity units of a SKU. idempotencyKey is required: use a new UUID per reservation " +
 			"and the same one on every retry. A retry with the same key returns the original reservation without " +
@@ -146,12 +146,8 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 			`"idempotencyKey":` + keySchema + `},"required":["sku","quantity","idempotencyKey"],"additionalProperties":false}`),
 		Annotations: mutating(true),
 	},
-		// insufficient_stock is this reservation's answer and is replayed;
-		// an unknown SKU is a precondition that set_stock may fix, so it
-		// is not stored and a retry with the same key runs again.
-		idempotency.Policy{Key: idempotency.KeyRequired, Fields: []string{"sku", "quantity"}, Preconditions: []string{"unknown_sku"}},
-		func(ctx context.Context, req *idempotency.Call, in reserveArgs) (reserveResult, error) {
-			tx := req.Tx
+		func(ctx context.Context, req *server.CallRequest, in reserveArgs) (reserveResult, error) {
+			tx := idempotency.Tx(req)
 			out := reserveResult{ReservationID: "res_" + rand.Text(), SKU: in.SKU, Quantity: in.Quantity}
 			err := tx.QueryRow(ctx, `UPDATE demo_inventory SET available = available - ?, version = version + 1
 			WHERE tenant = ? AND sku = ? AND available >= ? RETURNING available, version`,
@@ -171,9 +167,13 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 				return reserveResult{}, err
 			}
 			_, err = tx.Exec(ctx, `INSERT INTO demo_reservations (id, tenant, sku, quantity, idem_key, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
-				out.ReservationID, req.Tenant, in.SKU, in.Quantity, req.Key, time.Now().UnixMilli())
+				out.ReservationID, req.Tenant, in.SKU, in.Quantity, idempotency.Key(req), time.Now().UnixMilli())
 			return out, err
-		})
+		},
+		// insufficient_stock is this reservation's answer and is replayed;
+		// an unknown SKU is a precondition that set_stock may fix, so it
+		// is not stored and a retry with the same key runs again.
+		idempotency.Keyed(l, idempotency.Policy{Key: idempotency.KeyRequired, Fields: []string{"sku", "quantity"}, Preconditions: []string{"unknown_sku"}}))
 	if err != nil {
 		return err
 	}

@@ -198,16 +198,16 @@ type labTaskResult struct {
 // intent, if any, is recorded meanwhile) and then reaches a second
 // checkpoint, where a recorded intent is observed and ends it cancelled.
 func addLabTaskTool(ts *taskserver.Server, gates *labGates) error {
-	return taskserver.AddTypedTool(ts, server.Tool{
+	return server.AddTypedTool(ts.Server(), server.Tool{
 		Name:        "lab_task",
 		Description: "Lab: a durable task that checkpoints, waits for lab_release of its gate, and checkpoints again.",
 		InputSchema: json.RawMessage(gateSchema),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: mcp.Bool(true), IdempotentHint: mcp.Bool(true), OpenWorldHint: mcp.Bool(false)},
 		Policy:      server.Policy{Timeout: server.TimeoutLong, MaxTimeout: 2 * time.Minute, Retry: server.RetrySafe},
-	}, taskserver.Policy{}, func(ctx context.Context, call *taskserver.Call, in labGateArgs) (labTaskResult, error) {
+	}, func(ctx context.Context, call *server.CallRequest, in labGateArgs) (labTaskResult, error) {
 		g := gates.gate(in.Gate)
 		defer close(g.returned)
-		if err := call.Checkpoint(ctx, "waiting at gate "+in.Gate); err != nil {
+		if err := taskserver.Checkpoint(ctx, call, "waiting at gate "+in.Gate); err != nil {
 			return labTaskResult{}, err
 		}
 		close(g.entered)
@@ -217,9 +217,9 @@ func addLabTaskTool(ts *taskserver.Server, gates *labGates) error {
 		case <-ctx.Done():
 			return labTaskResult{}, context.Cause(ctx)
 		}
-		if err := call.Checkpoint(ctx, "past gate "+in.Gate); err != nil {
+		if err := taskserver.Checkpoint(ctx, call, "past gate "+in.Gate); err != nil {
 			return labTaskResult{}, err
 		}
 		return labTaskResult{Gate: in.Gate}, nil
-	})
+	}, taskserver.AsTask(ts, taskserver.Policy{}))
 }

@@ -36,8 +36,8 @@ type reportProgress struct {
 
 // addReportTool registers generate_report, the demo's long job: a durable
 // task for clients that can take one, a checkpoint per row.
-func addReportTool(ts *taskserver.Server) error {
-	return taskserver.AddTypedTool(ts, server.Tool{
+func addReportTool(srv *server.Server, ts *taskserver.Server) error {
+	return server.AddTypedTool(srv, server.Tool{
 		Name: "generate_report",
 		Description: "Builds a report of rows, stepMs per row. Long-running: clients that support tasks get a task " +
 			"(poll tasks/get; tasks/cancel stops it at the next row). It survives the connection that started it and, " +
@@ -48,12 +48,12 @@ func addReportTool(ts *taskserver.Server) error {
 			`"required":["rows"],"additionalProperties":false}`),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: mcp.Bool(true), IdempotentHint: mcp.Bool(true), OpenWorldHint: mcp.Bool(false)},
 		Policy:      server.Policy{Timeout: server.TimeoutLong, Retry: server.RetrySafe},
-	}, taskserver.Policy{Resumable: true}, generateReport)
+	}, generateReport, taskserver.AsTask(ts, taskserver.Policy{Resumable: true}))
 }
 
-func generateReport(ctx context.Context, call *taskserver.Call, in reportArgs) (reportResult, error) {
+func generateReport(ctx context.Context, call *server.CallRequest, in reportArgs) (reportResult, error) {
 	var p reportProgress
-	if saved := call.Resumed(); saved != nil {
+	if saved := taskserver.Resumed(call); saved != nil {
 		if err := json.Unmarshal(saved, &p); err != nil {
 			return reportResult{}, fmt.Errorf("generate_report: unreadable checkpoint: %w", err)
 		}
@@ -73,10 +73,8 @@ func generateReport(ctx context.Context, call *taskserver.Call, in reportArgs) (
 		fmt.Fprintf(h, "row %d", p.Done)
 		p.Sum += h.Sum64()
 		p.Done++
-		if call.Request != nil {
-			call.Request.ReportProgress(float64(p.Done), float64(in.Rows), fmt.Sprintf("row %d of %d", p.Done, in.Rows))
-		}
-		if err := call.Save(ctx, fmt.Sprintf("row %d of %d", p.Done, in.Rows), p); err != nil {
+		call.ReportProgress(float64(p.Done), float64(in.Rows), fmt.Sprintf("row %d of %d", p.Done, in.Rows))
+		if err := taskserver.Save(ctx, call, fmt.Sprintf("row %d of %d", p.Done, in.Rows), p); err != nil {
 			return reportResult{}, err
 		}
 	}

@@ -326,11 +326,11 @@ func addTasks(ctx context.Context, srv *server.Server, l *ledger.Ledger, opts *t
 			}
 		}
 	}
-	ts, err := taskserver.New(srv, st, &taskserver.Options{Ledger: l, Runner: runner})
+	ts, err := taskserver.New(srv, st, &taskserver.Options{Runner: runner})
 	if err != nil {
 		return nil, err
 	}
-	return ts, addReportTool(ts)
+	return ts, addReportTool(srv, ts)
 }
 
 // newDemoServer returns the server "mcprel serve" runs: the demo tools,

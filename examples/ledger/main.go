@@ -43,18 +43,19 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	err = idempotency.AddTypedTool(srv, l, server.Tool{
+	err = server.AddTypedTool(srv, server.Tool{
 		Name:        "reserve",
 		Description: "Reserves stock. Retry with the same idempotencyKey: it never reserves twice.",
-	}, idempotency.Policy{
+	}, func(ctx context.Context, call *server.CallRequest, in reserveArgs) (string, error) {
+		// idempotency.Tx(call) is the transaction that also claims the key
+		// and stores this result: the row, the record and the result
+		// commit together.
+		_, err := idempotency.Tx(call).Exec(ctx, `INSERT INTO reservations (sku, quantity) VALUES (?, ?)`, in.SKU, in.Quantity)
+		return "reserved", err
+	}, idempotency.Keyed(l, idempotency.Policy{
 		Key:    idempotency.KeyRequired,
 		Fields: []string{"sku", "quantity"}, // what the key is bound to
-	}, func(ctx context.Context, call *idempotency.Call, in reserveArgs) (string, error) {
-		// call.Tx is the transaction that also claims the key and stores
-		// this result: the row, the record and the result commit together.
-		_, err := call.Tx.Exec(ctx, `INSERT INTO reservations (sku, quantity) VALUES (?, ?)`, in.SKU, in.Quantity)
-		return "reserved", err
-	})
+	}))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -31,8 +31,11 @@ var layer = map[string][]string{
 	"transport/stdio":      {"jsonrpc", "mcp", "server"},
 	"transport/streamhttp": {"jsonrpc", "mcp", "server"},
 
+	// The policies wrap a tool's handler through server's seam. One may use
+	// another's exported accessors (a task is created in the ledger's
+	// transaction: idempotency.Tx), never the other way round.
 	"idempotency": {"jsonrpc", "mcp", "server", "ledger", "store"},
-	"taskserver":  {"jsonrpc", "mcp", "server", "tasks", "ledger", "store"},
+	"taskserver":  {"jsonrpc", "mcp", "server", "tasks", "idempotency"},
 	"metrics":     {"jsonrpc", "mcp", "server", "client", "retry"},
 	"tracing":     {"jsonrpc", "mcp", "server"},
 
@@ -128,15 +131,50 @@ func TestImportsFollowTheLayers(t *testing.T) {
 	}
 }
 
-// The lifecycle's whole dependency graph holds none of the durable layer:
-// a server without a ledger links no database driver.
+// policies are the packages that wrap a tool's handler as a
+// server.ToolInterceptor.
+var policies = []string{"idempotency", "taskserver"}
+
+// Every policy composes through server's seam, and reaches no other
+// policy's unexported internals (an internal/ package under it).
+func TestPoliciesComposeThroughServer(t *testing.T) {
+	byPath := map[string]pkg{}
+	for _, p := range listPackages(t) {
+		byPath[strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")] = p
+	}
+	for _, name := range policies {
+		p, ok := byPath[name]
+		if !ok {
+			t.Fatalf("no policy package %s", name)
+		}
+		if !slices.Contains(p.Imports, module+"/server") {
+			t.Errorf("policy %s does not import server: a policy is a server.ToolInterceptor", name)
+		}
+		for _, imp := range p.Imports {
+			for _, other := range policies {
+				if other != name && strings.HasPrefix(imp, module+"/"+other+"/") {
+					t.Errorf("policy %s imports %s, inside policy %s", name, imp, other)
+				}
+			}
+		}
+	}
+}
+
+// The lifecycle's whole dependency graph holds none of the durable layer,
+// no observability and no policy: a server without a ledger links no
+// database driver, and the policies plug in from above.
 func TestServerLinksNoStorage(t *testing.T) {
 	for _, p := range listPackages(t) {
 		if p.ImportPath != module+"/server" {
 			continue
 		}
+		bad := []string{module + "/ledger", module + "/store", module + "/tasks", module + "/metrics", module + "/tracing",
+			"modernc.org/sqlite", "github.com/jackc/pgx", "github.com/prometheus/", "go.opentelemetry.io/"}
+		for _, name := range policies {
+			bad = append(bad, module+"/"+name)
+		}
 		for _, dep := range p.Deps {
-			for _, bad := range []string{module + "/ledger", module + "/store", module + "/tasks", "modernc.org/sqlite", "github.com/jackc/pgx"} {
+			for _, bad := range bad {
 				if strings.HasPrefix(dep, bad) {
 					t.Errorf("server depends on %s", dep)
 				}
