@@ -346,19 +346,18 @@ func AddTypedTool[In, Out any](s *Server, t Tool, h func(ctx context.Context, re
 	if h == nil {
 		return fmt.Errorf("server: tool %q has no handler", t.Name)
 	}
-	t, err := TypedTool[In, Out](t)
+	t, err := typedTool[In, Out](t)
 	if err != nil {
 		return err
 	}
 	return s.AddTool(t, typedHandler(h), interceptors...)
 }
 
-// TypedTool completes t for a typed handler taking In and returning Out,
+// typedTool completes t for a typed handler taking In and returning Out,
 // as AddTypedTool does: it infers the input schema from In unless
 // t.InputSchema is set, and the output schema from a struct Out unless
-// t.OutputSchema is set. For packages that register typed tools their own
-// way (package idempotency).
-func TypedTool[In, Out any](t Tool) (Tool, error) {
+// t.OutputSchema is set.
+func typedTool[In, Out any](t Tool) (Tool, error) {
 	if t.InputSchema == nil {
 		schema, err := inferSchema(reflect.TypeFor[In]())
 		if err != nil {
@@ -380,7 +379,7 @@ func TypedTool[In, Out any](t Tool) (Tool, error) {
 // typedHandler adapts a typed handler to a ToolHandler.
 func typedHandler[In, Out any](h func(ctx context.Context, req *CallRequest, in In) (Out, error)) ToolHandler {
 	return func(ctx context.Context, req *CallRequest) (*mcp.CallToolResult, error) {
-		in, err := TypedArguments[In](req)
+		in, err := typedArguments[In](req)
 		if err != nil {
 			return nil, err
 		}
@@ -388,13 +387,13 @@ func typedHandler[In, Out any](h func(ctx context.Context, req *CallRequest, in 
 		if err != nil {
 			return nil, err
 		}
-		return TypedResult(out)
+		return typedResult(out)
 	}
 }
 
-// TypedArguments decodes a call's arguments into In, as AddTypedTool does:
+// typedArguments decodes a call's arguments into In, as AddTypedTool does:
 // the call's second and last decode of them, after the server's own.
-func TypedArguments[In any](req *CallRequest) (In, error) {
+func typedArguments[In any](req *CallRequest) (In, error) {
 	var in In
 	if len(req.Arguments) > 0 {
 		if err := json.Unmarshal(req.Arguments, &in); err != nil {
@@ -404,10 +403,10 @@ func TypedArguments[In any](req *CallRequest) (In, error) {
 	return in, nil
 }
 
-// TypedResult turns a typed handler's result into a CallToolResult, as
+// typedResult turns a typed handler's result into a CallToolResult, as
 // AddTypedTool does: structuredContent with its JSON as a text block, or
 // a plain text block for a string.
-func TypedResult[Out any](out Out) (*mcp.CallToolResult, error) {
+func typedResult[Out any](out Out) (*mcp.CallToolResult, error) {
 	if reflect.TypeFor[Out]().Kind() == reflect.String {
 		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text(reflect.ValueOf(out).String())}}, nil
 	}
