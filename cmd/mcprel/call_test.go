@@ -17,7 +17,6 @@ import (
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/mcp"
-	"github.com/mcprel/mcprel/retry"
 )
 
 // serveCommand is the --stdio command line of a fresh mcprel server.
@@ -222,18 +221,6 @@ func TestCallRetriesOnlyWhatIsSafe(t *testing.T) {
 	out, errs, code = mcprelCall(t, "--url", lossyProxy(t, url, "charge_account"), "charge_account", "account=alice", "cents=500")
 	if code != exitReconcile || strings.Contains(errs, "retrying") || !strings.Contains(errs, "reconcile") {
 		t.Fatalf("an unsafe call with a lost response: exit %d\n%s\n%s", code, out, errs)
-	}
-}
-
-// An HTTP 429 or 503 is an overload whose Retry-After the retry rules
-// honour.
-func TestFailureOfHonoursRetryAfter(t *testing.T) {
-	f := failureOf(&client.StatusError{Status: 503, RetryAfter: "2"})
-	if f.Kind != retry.Overloaded || f.RetryAfter != 2*time.Second {
-		t.Fatalf("failure %+v", f)
-	}
-	if f := failureOf(&client.StatusError{Status: 429, RetryAfter: "soon"}); f.Kind != retry.Overloaded || f.RetryAfter != 0 {
-		t.Fatalf("a malformed Retry-After: %+v", f)
 	}
 }
 

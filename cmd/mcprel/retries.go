@@ -32,11 +32,9 @@ type retryPolicy struct {
 	observe     func(retry.Event) // the client metrics, or nil
 }
 
-// callWithRetries makes a call, and makes it again when the retry rules
-// allow: with a new JSON-RPC id, the same arguments (and so the same
-// idempotency key), after a jittered backoff that never outlives the
-// maximum deadline. An unsafe call whose outcome is unknown is never
-// repeated: the error says to reconcile first.
+// callWithRetries makes the call with the client's retry loop
+// (client.CallToolWithRetries), planned by the command's flags, telling
+// stderr of every retry, and adds to a failure what the user may do next.
 func callWithRetries(ctx context.Context, c *client.Client, tool *mcp.Tool, name string, args map[string]any, o *client.CallOptions, p retryPolicy, stderr io.Writer) (*mcp.CallToolResult, error) {
 	table := retry.Table{TrustServer: p.trustServer}
 	_, hasKey := args[mcp.ArgIdempotencyKey]
@@ -51,63 +49,32 @@ func callWithRetries(ctx context.Context, c *client.Client, tool *mcp.Tool, name
 		// The user gave a key: the tool deduplicates by it.
 		table.Tools = map[string]retry.Rule{name: {Class: retry.Conditional}}
 	}
-	planner := retry.NewPlanner(retry.Options{Table: table, MaxAttempts: p.attempts, Observe: p.observe})
-	deadline := time.Now().Add(o.Max)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d // the command's --max, of which listing took a part
-	}
-	attempts := planner.Start(retry.Call{Tool: name, Advertised: tool, HasIdempotencyKey: hasKey, Deadline: deadline})
-	for {
-		res, err := c.CallTool(ctx, name, args, o)
-		var f retry.Failure
-		switch {
-		case err == nil && !res.IsError:
-			return res, nil
-		case err == nil:
-			var ok bool
-			if f, ok = retry.FromResult(res); !ok {
-				return res, nil
-			}
-		default:
-			f = failureOf(err)
+	observe := func(e retry.Event) {
+		if p.observe != nil {
+			p.observe(e)
 		}
-		var maxFired *client.DeadlineError
-		if ctx.Err() != nil && !errors.As(context.Cause(ctx), &maxFired) {
-			return res, err // the user cancelled: no retry
-		}
-		// When the command's --max (ctx's deadline) fired, the planner
-		// sees the deadline passed: no retry, and its advice stands.
-		d := attempts.Next(f, time.Now())
-		if !d.Retry {
-			var rec *retry.ReconcileError
-			if errors.As(d.Err, &rec) {
-				if adv, ok := advertisedSafe(tool); ok && p.class == "" {
-					// "Read the state it changes" is no advice for a
-					// tool the server says changes nothing; its word
-					// is a hint, so it is given as the server's.
-					return nil, &reconcileError{msg: fmt.Sprintf("%v. The server advertises tool %q as safe to retry (%s): calling it again does no harm if you trust the server; mcprel call did not, because the server's word counts only with --trust-server",
-						strings.TrimPrefix(err.Error(), "client: "), name, adv), cause: err}
-				}
-				return nil, &reconcileError{msg: rec.Error(), cause: err}
-			}
-			if err == nil {
-				return res, nil // the tool's failure stands
-			}
-			return nil, withRetryAdvice(err, name, attempts.Rule().Class, args)
-		}
-		fmt.Fprintf(stderr, "mcprel call: attempt %d failed (%s); retrying in %v with a new request id%s\n",
-			attempts.Count(), f.Kind, d.Delay.Round(time.Millisecond), map[bool]string{true: " and the same idempotency key", false: ""}[d.SameKey])
-		timer := time.NewTimer(d.Delay)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			if errors.As(context.Cause(ctx), &maxFired) {
-				return nil, maxFired // --max fired between attempts
-			}
-			return nil, &client.CancelledError{Cause: context.Cause(ctx)}
-		case <-timer.C:
+		if e.Decision.Retry {
+			fmt.Fprintf(stderr, "mcprel call: attempt %d failed (%s); retrying in %v with a new request id%s\n",
+				e.Attempt, e.Failure, e.Decision.Delay.Round(time.Millisecond), map[bool]string{true: " and the same idempotency key", false: ""}[e.Decision.SameKey])
 		}
 	}
+	planner := retry.NewPlanner(retry.Options{Table: table, MaxAttempts: p.attempts, Observe: observe})
+	res, err := c.CallToolWithRetries(ctx, name, args, o, &client.Retries{Planner: planner, Tool: tool})
+	var rec *retry.ReconcileError
+	switch {
+	case errors.As(err, &rec):
+		if adv, ok := advertisedSafe(tool); ok && p.class == "" {
+			// "Read the state it changes" is no advice for a tool the
+			// server says changes nothing; its word is a hint, so it is
+			// given as the server's.
+			return nil, &reconcileError{msg: fmt.Sprintf("%v. The server advertises tool %q as safe to retry (%s): calling it again does no harm if you trust the server; mcprel call did not, because the server's word counts only with --trust-server",
+				strings.TrimPrefix(rec.Cause.Error(), "client: "), name, adv), cause: rec.Cause}
+		}
+		return nil, &reconcileError{msg: rec.Error(), cause: rec.Cause}
+	case err != nil:
+		return nil, withRetryAdvice(err, name, table.Rule(name, tool).Class, args)
+	}
+	return res, nil
 }
 
 // advertisedSafe reports whether the server lists tool as safe to retry,
@@ -151,29 +118,6 @@ type advisedError struct {
 
 func (e *advisedError) Error() string { return e.err.Error() + "; " + e.advice }
 func (e *advisedError) Unwrap() error { return e.err }
-
-// failureOf says what a failed attempt was, as far as the client knows.
-func failureOf(err error) retry.Failure {
-	var de *client.DeadlineError
-	var se *client.StatusError
-	var ce *client.ConnectError
-	switch {
-	case errors.As(err, &ce):
-		// No connection could be opened: the request never left.
-		return retry.Failure{Kind: retry.NotSent, Err: err}
-	case errors.As(err, &de) && de.Clock == client.IdleClock:
-		return retry.Failure{Kind: retry.IdleTimeout, Err: err}
-	case errors.As(err, &de):
-		return retry.Failure{Kind: retry.MaxTimeout, Err: err}
-	case errors.As(err, &se) && (se.Status == 429 || se.Status == 503):
-		f := retry.Failure{Kind: retry.Overloaded, Err: err}
-		if d, ok := retry.ParseRetryAfter(se.RetryAfter, time.Now()); ok {
-			f.RetryAfter = d
-		}
-		return f
-	}
-	return retry.Classify(err)
-}
 
 // reconcileError ends a call whose outcome is unknown and that may not be
 // retried blindly: the server may have acted on it.

@@ -1,0 +1,140 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/retry"
+)
+
+// Retries say how CallToolWithRetries makes a call again. The zero value
+// (or a nil pointer) plans by a Planner of zero retry.Options: every tool
+// is Unsafe, so only a request that provably never left the client is sent
+// again.
+type Retries struct {
+	// Planner decides, from its table, its attempt cap and the target's
+	// retry budget, whether a failed attempt is made again and after what
+	// pause. Share one Planner among all the calls to one server, so that
+	// they spend one budget; nil means a new one per call, of zero
+	// retry.Options.
+	Planner *retry.Planner
+	// Tool is the tool as the server listed it (ListTools), or nil. Its
+	// annotations and advertised retry class count only when the
+	// planner's table trusts the server (retry.Table.TrustServer).
+	Tool *mcp.Tool
+}
+
+// CallToolWithRetries calls a tool as CallTool does and, when an attempt
+// fails, asks r's planner whether to make it again: each new attempt has a
+// new JSON-RPC id and the same arguments, so the same idempotency key
+// (args[mcp.ArgIdempotencyKey]); a Conditional tool called without a key
+// is planned as Unsafe. The planner's pause honours a server's retry-after
+// (retryAfterMs, HTTP Retry-After on a 429 or 503) and never ends after
+// the call's deadline.
+//
+// One maximum deadline bounds the whole call, every attempt and pause
+// included: o.Max (DefaultMax when zero) from now, or ctx's deadline when
+// that is earlier. o's Idle applies to each attempt.
+//
+// It returns the first attempt that succeeds, or a failed tool result
+// that may not be retried (IsError set, nil error), or the last attempt's
+// error as CallTool returned it (a *DeadlineError, a *jsonrpc.Error,
+// ErrConnectionLost, ...). A call that may have taken effect and that
+// nothing deduplicates — an Unsafe call whose request may have reached the
+// server — is never made again: it ends in a *retry.ReconcileError, which
+// says what to find out before calling the tool again and wraps the
+// attempt's error. A caller's cancel (ctx ending with any cause but a
+// *DeadlineError) ends the call at once, with no retry: the attempt's
+// error, or between attempts a *CancelledError.
+//
+// Why the planner stopped (attempts or budget spent, no time left) is
+// reported to its retry.Options.Observe, with every other decision.
+func (c *Client) CallToolWithRetries(ctx context.Context, name string, args map[string]any, o *CallOptions, r *Retries) (*mcp.CallToolResult, error) {
+	var rs Retries
+	if r != nil {
+		rs = *r
+	}
+	if rs.Planner == nil {
+		rs.Planner = retry.NewPlanner(retry.Options{})
+	}
+	limit := DefaultMax
+	if o != nil && o.Max > 0 {
+		limit = o.Max
+	}
+	// A deadline the caller set earlier stays the call's, with its own
+	// cause (WithDeadlineCause is then a plain cancel).
+	ctx, stop := context.WithDeadlineCause(ctx, time.Now().Add(limit), &DeadlineError{Clock: MaxClock, After: limit})
+	defer stop()
+	deadline, _ := ctx.Deadline()
+	_, hasKey := args[mcp.ArgIdempotencyKey]
+	attempts := rs.Planner.Start(retry.Call{Tool: name, Advertised: rs.Tool, HasIdempotencyKey: hasKey, Deadline: deadline})
+	for {
+		res, err := c.CallTool(ctx, name, args, o)
+		var f retry.Failure
+		switch {
+		case err == nil && !res.IsError:
+			return res, nil
+		case err == nil:
+			var ok bool
+			if f, ok = retry.FromResult(res); !ok {
+				return res, nil
+			}
+		default:
+			f = failureOf(err)
+		}
+		var maxFired *DeadlineError
+		if ctx.Err() != nil && !errors.As(context.Cause(ctx), &maxFired) {
+			return res, err // the caller cancelled: no retry
+		}
+		// When the maximum deadline fired, the planner sees it passed:
+		// no retry, and a *ReconcileError for an Unsafe call.
+		d := attempts.Next(f, time.Now())
+		if !d.Retry {
+			if rec, ok := errors.AsType[*retry.ReconcileError](d.Err); ok {
+				return nil, rec
+			}
+			if err == nil {
+				return res, nil // the tool's failure stands
+			}
+			return nil, err
+		}
+		timer := time.NewTimer(d.Delay)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			if errors.As(context.Cause(ctx), &maxFired) {
+				return nil, maxFired // the maximum deadline fired between attempts
+			}
+			return nil, &CancelledError{Cause: context.Cause(ctx)}
+		case <-timer.C:
+		}
+	}
+}
+
+// failureOf says what a failed attempt was, as far as the client knows:
+// what only it can tell (a request that never left, which clock fired, an
+// HTTP refusal with its Retry-After) before what the server's answer says
+// (retry.Classify).
+func failureOf(err error) retry.Failure {
+	var de *DeadlineError
+	var se *StatusError
+	var ce *ConnectError
+	switch {
+	case errors.As(err, &ce):
+		// No connection could be opened: the request never left.
+		return retry.Failure{Kind: retry.NotSent, Err: err}
+	case errors.As(err, &de) && de.Clock == IdleClock:
+		return retry.Failure{Kind: retry.IdleTimeout, Err: err}
+	case errors.As(err, &de):
+		return retry.Failure{Kind: retry.MaxTimeout, Err: err}
+	case errors.As(err, &se) && (se.Status == 429 || se.Status == 503):
+		f := retry.Failure{Kind: retry.Overloaded, Err: err}
+		if d, ok := retry.ParseRetryAfter(se.RetryAfter, time.Now()); ok {
+			f.RetryAfter = d
+		}
+		return f
+	}
+	return retry.Classify(err)
+}
