@@ -554,17 +554,17 @@ func LedgerMeta(l *ledger.Ledger, external bool) mcp.Meta {
 	m := mcp.Meta{
 		mcp.MetaLedgerStore:     d.String(),
 		mcp.MetaLedgerShared:    d == store.Postgres,
-		mcp.MetaReturnedRecords: "defensive-copy",
+		mcp.MetaReturnedRecords: mcp.ReturnedRecordsDefensiveCopy,
 	}
 	if external {
 		// The claim and its fingerprint commit first, the result in a
 		// second commit of the same record; the effect is the provider's,
 		// under the key the handler passes on (Call.Key).
-		m[mcp.MetaLedgerTransaction] = []string{"key_claim", "argument_fingerprint", "result"}
-		m[mcp.MetaEffect] = "upstream_key"
+		m[mcp.MetaLedgerTransaction] = []string{mcp.LedgerKeyClaim, mcp.LedgerArgumentFingerprint, mcp.LedgerResult}
+		m[mcp.MetaEffect] = mcp.EffectUpstreamKey
 	} else {
-		m[mcp.MetaLedgerTransaction] = []string{"key_claim", "argument_fingerprint", "effect_record", "result"}
-		m[mcp.MetaEffect] = "in_transaction"
+		m[mcp.MetaLedgerTransaction] = []string{mcp.LedgerKeyClaim, mcp.LedgerArgumentFingerprint, mcp.LedgerEffectRecord, mcp.LedgerResult}
+		m[mcp.MetaEffect] = mcp.EffectInTransaction
 	}
 	return m
 }

@@ -68,8 +68,8 @@ const (
 // a client (or mcprel review) can plan retries and deadlines. A client acts
 // on them only when it trusts the server: they are the server's word.
 const (
-	// MetaRetryClass is "safe", "conditional" or "unsafe" (see
-	// server.RetryClass).
+	// MetaRetryClass is RetryClassSafe, RetryClassConditional or
+	// RetryClassUnsafe (see server.RetryClass).
 	MetaRetryClass = MetaPrefix + "retryClass"
 	// MetaTimeoutClass is "fast", "standard" or "long" (see
 	// server.TimeoutClass); MetaIdleTimeoutMs and MetaMaxTimeoutMs are the
@@ -77,9 +77,8 @@ const (
 	MetaTimeoutClass  = MetaPrefix + "timeoutClass"
 	MetaIdleTimeoutMs = MetaPrefix + "idleTimeoutMs"
 	MetaMaxTimeoutMs  = MetaPrefix + "maxTimeoutMs"
-	// MetaKeyMode is "required", "optional" or
-	// "none": whether calls carry an idempotency key; "version" for a
-	// versioned write whose expected version refuses to apply twice.
+	// MetaKeyMode is one of the KeyMode… values: whether calls carry an
+	// idempotency key, or a version that refuses to apply twice.
 	MetaKeyMode = MetaPrefix + "idempotencyKeyMode"
 	// MetaTaskSupport is "optional" or "required" for a tool that can run
 	// as a durable task (absent otherwise), in both eras: the 2026-07-28
@@ -90,13 +89,9 @@ const (
 	// idempotency sets them), so that a reviewer need not guess:
 	// MetaLedgerStore is "sqlite" or "postgres"; MetaLedgerShared is true
 	// when replicas share the ledger (PostgreSQL); MetaLedgerTransaction
-	// lists what commits in the ledger's one transaction ("key_claim",
-	// "argument_fingerprint", "effect_record", "result"); MetaEffect is
-	// "in_transaction" (the effect writes through the ledger's
-	// transaction) or "upstream_key" (the effect is outside, and the key
-	// is passed on as the provider's own idempotency key);
-	// MetaReturnedRecords is "defensive-copy" (a replay is rebuilt from
-	// the stored JSON, never the ledger's own value).
+	// lists what commits in the ledger's one transaction (the Ledger…
+	// steps); MetaEffect says where the effect lies (the Effect… values);
+	// MetaReturnedRecords is ReturnedRecordsDefensiveCopy.
 	MetaLedgerStore       = MetaPrefix + "ledgerStore"
 	MetaLedgerShared      = MetaPrefix + "ledgerShared"
 	MetaLedgerTransaction = MetaPrefix + "ledgerTransaction"
@@ -107,8 +102,9 @@ const (
 	// server sets them): MetaProgressIntervalMs is the shortest time
 	// between two progress notifications of one request (reports in
 	// between are coalesced); MetaOutboxCapacity is the messages one
-	// outbound stream may hold (progress beyond it is dropped, oldest
-	// first, and flagged for refetch; a final response never is).
+	// outbound stream of the transport that answered the listing may hold
+	// (progress beyond it is dropped, oldest first, and flagged for
+	// refetch; a final response never is).
 	MetaProgressIntervalMs = MetaPrefix + "progressIntervalMs"
 	MetaOutboxCapacity     = MetaPrefix + "outboxCapacity"
 	// MetaKeepAliveMs is the SSE keepalive cadence of a Streamable HTTP

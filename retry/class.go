@@ -23,26 +23,27 @@ const (
 )
 
 // String returns "unsafe", "conditional" or "safe", the names an mcprel
-// server advertises in a tool's _meta.
+// server advertises in a tool's _meta (mcp.RetryClassUnsafe and the
+// others).
 func (c Class) String() string {
 	switch c {
 	case Safe:
-		return "safe"
+		return mcp.RetryClassSafe
 	case Conditional:
-		return "conditional"
+		return mcp.RetryClassConditional
 	}
-	return "unsafe"
+	return mcp.RetryClassUnsafe
 }
 
 // ParseClass reads a class name as String writes it. It reports false for
 // anything else, which a caller must not read as any class.
 func ParseClass(s string) (Class, bool) {
 	switch s {
-	case "safe":
+	case mcp.RetryClassSafe:
 		return Safe, true
-	case "conditional":
+	case mcp.RetryClassConditional:
 		return Conditional, true
-	case "unsafe":
+	case mcp.RetryClassUnsafe:
 		return Unsafe, true
 	}
 	return Unsafe, false

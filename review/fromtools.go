@@ -147,41 +147,41 @@ func fromTool(s Server, t mcp.Tool) Operation {
 	}
 	// Results go out encoded once per response; a keyed replay is rebuilt
 	// from the stored JSON (and says so in its own _meta).
-	op.Results.ReturnedRecords = ptr("defensive-copy")
+	op.Results.ReturnedRecords = ptr(mcp.ReturnedRecordsDefensiveCopy)
 	if rr, ok := metaString(m, mcp.MetaReturnedRecords); ok {
 		op.Results.ReturnedRecords = ptr(rr)
 	}
 	class, _ := metaString(m, mcp.MetaRetryClass)
 	mode, _ := metaString(m, mcp.MetaKeyMode)
 	switch class {
-	case "safe":
+	case mcp.RetryClassSafe:
 		// The server's own contract (its retry class), not an annotation.
 		op.Semantics.Kind, op.Semantics.ExternalEffect = ptr("read-only"), ptr(false)
 		op.Retry.Policy = ptr("safe_only")
 		return op
-	case "conditional", "unsafe":
+	case mcp.RetryClassConditional, mcp.RetryClassUnsafe:
 		op.Semantics.Kind = ptr("mutation")
 	default:
 		return op
 	}
 	switch mode {
-	case "required", "optional":
+	case mcp.KeyModeRequired, mcp.KeyModeOptional:
 		op.Retry.Policy = ptr("same_key_same_args")
 		op.Idempotency.Key = ptr(mode)
 		op.Retry.ReconcileWith = "lookup_operation"
-	case "version":
+	case mcp.KeyModeVersion:
 		op.Retry.Policy = ptr("same_version")
 		op.Idempotency.Key = ptr(mode)
 	case "":
-		if class == "unsafe" {
+		if class == mcp.RetryClassUnsafe {
 			op.Idempotency.Key, op.Retry.Policy = ptr("none"), ptr("never")
 			op.Idempotency.Store.Kind = ptr("none")
 		}
 	}
 	switch eff, _ := metaString(m, mcp.MetaEffect); eff {
-	case "in_transaction":
+	case mcp.EffectInTransaction:
 		op.Semantics.ExternalEffect = ptr(false)
-	case "upstream_key":
+	case mcp.EffectUpstreamKey:
 		op.Semantics.ExternalEffect = ptr(true)
 		op.Idempotency.ExternalGuard = ptr("upstream_key")
 	}
@@ -196,17 +196,17 @@ func fromTool(s Server, t mcp.Tool) Operation {
 		tx := Transaction{KeyClaim: ptr(false), ArgumentFingerprint: ptr(false), EffectRecord: ptr(false), Result: ptr(false)}
 		for _, part := range parts {
 			switch part {
-			case "key_claim":
+			case mcp.LedgerKeyClaim:
 				tx.KeyClaim = ptr(true)
-			case "argument_fingerprint":
+			case mcp.LedgerArgumentFingerprint:
 				tx.ArgumentFingerprint = ptr(true)
-			case "effect_record":
+			case mcp.LedgerEffectRecord:
 				tx.EffectRecord = ptr(true)
-			case "result":
+			case mcp.LedgerResult:
 				tx.Result = ptr(true)
 			}
 		}
-		if mode == "version" {
+		if mode == mcp.KeyModeVersion {
 			tx.KeyClaim, tx.ArgumentFingerprint, tx.Result = nil, nil, nil
 		}
 		op.Idempotency.Transaction = tx

@@ -159,7 +159,7 @@ func (ss *Session) listTools(r *inflight, in *incoming) {
 	if !noCursor(r, in.params) {
 		return
 	}
-	res := &mcp.ListToolsResult{Tools: ss.srv.listTools(r.era)}
+	res := &mcp.ListToolsResult{Tools: ss.srv.toolsFor(r.era, ss.cfg.OutboxCapacity)}
 	if res.Tools == nil {
 		res.Tools = []mcp.Tool{}
 	}

@@ -34,11 +34,11 @@ const (
 func (c RetryClass) String() string {
 	switch c {
 	case RetrySafe:
-		return "safe"
+		return mcp.RetryClassSafe
 	case RetryConditional:
-		return "conditional"
+		return mcp.RetryClassConditional
 	}
-	return "unsafe"
+	return mcp.RetryClassUnsafe
 }
 
 // rank orders the classes from least to most safe to retry.
@@ -76,4 +76,25 @@ func (s *Server) policyMeta(own mcp.Meta, p Policy) mcp.Meta {
 	meta[mcp.MetaProgressIntervalMs] = s.opts.ProgressInterval.Milliseconds()
 	meta[mcp.MetaOutboxCapacity] = cmp.Or(s.opts.OutboxCapacity, DefaultOutboxCapacity)
 	return meta
+}
+
+// toolsFor is the tool list a session's tools/list shows: the server's,
+// with the outbox capacity of the session's streams (SessionConfig) in
+// place of the server's when its transport sized them otherwise (an HTTP
+// handler's StreamCapacity). The cached list is shared and never changed:
+// a session that differs gets copies of the tools' _meta.
+func (s *Server) toolsFor(era mcp.Era, capacity int) []mcp.Tool {
+	list := s.listTools(era)
+	if capacity <= 0 || capacity == s.opts.OutboxCapacity {
+		return list
+	}
+	out := make([]mcp.Tool, len(list))
+	for i, t := range list {
+		meta := make(mcp.Meta, len(t.Meta))
+		maps.Copy(meta, t.Meta)
+		meta[mcp.MetaOutboxCapacity] = capacity
+		t.Meta = meta
+		out[i] = t
+	}
+	return out
 }

@@ -33,6 +33,12 @@ type SessionConfig struct {
 	Name string
 	// Transport names the transport, for observers: "stdio" or "http".
 	Transport string
+	// OutboxCapacity is the number of messages each of the session's
+	// outbound streams holds, as its transport sized their outboxes:
+	// tools/list advertises it (mcp.MetaOutboxCapacity), so that what a
+	// tool says of its flow control is true on this transport. Zero means
+	// the server's Options.OutboxCapacity, the size of Server.NewOutbox.
+	OutboxCapacity int
 }
 
 // StdioSession returns the configuration of a stdio connection: both eras,

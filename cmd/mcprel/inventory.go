@@ -199,8 +199,8 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 	// What tools/list says of set_stock's deduplication: its expected
 	// version, checked and bumped in the one transaction that writes.
 	versioned := idempotency.LedgerMeta(l, false)
-	versioned[mcp.MetaKeyMode] = "version"
-	versioned[mcp.MetaLedgerTransaction] = []string{"effect_record"}
+	versioned[mcp.MetaKeyMode] = mcp.KeyModeVersion
+	versioned[mcp.MetaLedgerTransaction] = []string{mcp.LedgerEffectRecord}
 	err = server.AddTypedTool(srv, server.Tool{
 		Name: "set_stock",
 		Description: "Sets the stock of a SKU to quantity if its version is still expectedVersion (0 creates a new SKU). " +

@@ -63,7 +63,7 @@ func NewHandler(srv *server.Server, opts *HandlerOptions) (*Handler, error) {
 		}
 		h.events = newEventLog(r, perTenant, srv.Logger())
 	}
-	h.stateless = srv.NewSession(server.SessionConfig{Modern: true, StreamPerRequest: true, Transport: "http"})
+	h.stateless = srv.NewSession(server.SessionConfig{Modern: true, StreamPerRequest: true, Transport: "http", OutboxCapacity: h.opts.StreamCapacity})
 	go h.janitor()
 	return h, nil
 }
