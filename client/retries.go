@@ -69,9 +69,13 @@ func (c *Client) CallToolWithRetries(ctx context.Context, name string, args map[
 	defer stop()
 	deadline, _ := ctx.Deadline()
 	_, hasKey := args[mcp.ArgIdempotencyKey]
+	var arguments any // a nil map is no arguments, not "arguments": null
+	if args != nil {
+		arguments = args
+	}
 	attempts := rs.Planner.Start(retry.Call{Tool: name, Advertised: rs.Tool, HasIdempotencyKey: hasKey, Deadline: deadline})
 	for {
-		res, err := c.CallTool(ctx, name, args, o)
+		res, err := c.CallTool(ctx, name, arguments, o)
 		var f retry.Failure
 		switch {
 		case err == nil && !res.IsError:

@@ -150,6 +150,9 @@ func TestRetriesHonourRetryAfter(t *testing.T) {
 			if err != nil || got.count() != 2 || got.at[1].Sub(got.at[0]) != 3*time.Second {
 				t.Fatalf("%d attempts at %v: %v; want the second 3s after the first", got.count(), got.at, err)
 			}
+			if got.args[0] != "" || got.args[1] != "" {
+				t.Fatalf("nil arguments sent as %q; want none", got.args)
+			}
 		})
 	})
 	for header, want := range map[string]time.Duration{"2": 2 * time.Second, "soon": 0} {
