@@ -38,8 +38,8 @@
 //
 // For transports: session.go (Session, SessionConfig, Prepared: a
 // connection's view of the server, fed one decoded message at a time),
-// outbox.go (Outbox and Frame: what waits to be written, bounded, drained
-// by the transport), headerparams.go (tool arguments mirrored in HTTP
-// headers). Packages transport/stdio and transport/streamhttp are the
-// transports.
+// headerparams.go (tool arguments mirrored in HTTP headers). Package
+// server/outbound is the bounded queue of frames that waits to be
+// written, filled by the lifecycle and drained by the transport. Packages
+// transport/stdio and transport/streamhttp are the transports.
 package server

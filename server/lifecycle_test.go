@@ -17,6 +17,7 @@ import (
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // TestOverload fills the one running slot and the one queue slot; the next
@@ -403,7 +404,7 @@ func TestRequestWithEndedContextNeverRuns(t *testing.T) {
 	srv := mcptest.NewServer(t, rec.Hook(nil))
 	gate := mcptest.NewGate(t, srv, "gate")
 	sess := srv.NewSession(server.StdioSession())
-	out := server.NewOutbox(8)
+	out := outbound.New(8)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	gone := errors.New("stream closed")
 	cancel(gone)

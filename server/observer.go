@@ -120,7 +120,7 @@ const (
 	// dropped or withdrawn, never does).
 	EventProgressSent
 	// EventRefetchFlagged: a response left with the refetch flag
-	// (MetaRefetch): its client missed progress or notifications.
+	// (mcp.MetaRefetch): its client missed progress or notifications.
 	EventRefetchFlagged
 	// EventKeepalive: a transport wrote a keepalive on an idle stream.
 	EventKeepalive

@@ -5,6 +5,7 @@ import (
 	"maps"
 
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // RetryClass is what a client may do when a call of a tool fails without
@@ -74,6 +75,6 @@ func (s *Server) policyMeta(own mcp.Meta, p Policy) mcp.Meta {
 	// same for every tool, advertised with each so that tools/list alone
 	// says it.
 	meta[mcp.MetaProgressIntervalMs] = s.opts.ProgressInterval.Milliseconds()
-	meta[mcp.MetaOutboxCapacity] = cmp.Or(s.opts.OutboxCapacity, DefaultOutboxCapacity)
+	meta[mcp.MetaOutboxCapacity] = cmp.Or(s.opts.OutboxCapacity, outbound.DefaultCapacity)
 	return meta
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // Defaults for Options fields left at zero.
@@ -77,7 +78,7 @@ type Options struct {
 	ProgressInterval time.Duration
 
 	// OutboxCapacity is the number of messages each outbound stream may
-	// hold (see Outbox). Zero means DefaultOutboxCapacity.
+	// hold (see outbound.Queue). Zero means outbound.DefaultCapacity.
 	OutboxCapacity int
 	// MaxSubscriptions bounds the subscriptions/listen streams one tenant
 	// (see WithTenant) may hold open at once, across every connection:
@@ -210,7 +211,7 @@ func New(info mcp.Implementation, opts *Options) (*Server, error) {
 	o.MaxQueuedCalls = cmp.Or(o.MaxQueuedCalls, DefaultMaxQueuedCalls)
 	o.MaxInflightBytes = cmp.Or(o.MaxInflightBytes, DefaultMaxInflightBytes)
 	o.OverloadRetryAfter = cmp.Or(o.OverloadRetryAfter, DefaultOverloadRetryAfter)
-	o.OutboxCapacity = cmp.Or(o.OutboxCapacity, DefaultOutboxCapacity)
+	o.OutboxCapacity = cmp.Or(o.OutboxCapacity, outbound.DefaultCapacity)
 	o.MaxSubscriptions = cmp.Or(o.MaxSubscriptions, DefaultMaxSubscriptions)
 	o.MaxSubscriptionsTotal = cmp.Or(o.MaxSubscriptionsTotal, DefaultMaxSubscriptionsTotal)
 	o.ListTTL = cmp.Or(o.ListTTL, DefaultListTTL)

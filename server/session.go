@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // SessionConfig says what kind of connection a Session serves.
@@ -47,7 +48,7 @@ func StdioSession() SessionConfig {
 // connection is one session; so is a legacy Streamable HTTP session.
 //
 // A transport decodes each inbound frame and passes it to Handle with the
-// Outbox its responses go to, then drains that Outbox.
+// outbound.Queue its responses go to, then drains that queue.
 type Session struct {
 	srv *Server
 	cfg SessionConfig
@@ -64,7 +65,7 @@ type Session struct {
 	clientCaps   mcp.ClientCapabilities
 	clientInfo   *mcp.Implementation
 	logLevel     mcp.LoggingLevel
-	notify       *Outbox
+	notify       *outbound.Queue
 	draining     bool
 	closed       bool
 	handlers     int           // tool handlers running
@@ -91,10 +92,16 @@ func (s *Server) NewSession(cfg SessionConfig) *Session {
 	return ss
 }
 
+// NewOutboundQueue returns a queue sized by Options.OutboxCapacity, for a
+// transport's outbound stream.
+func (s *Server) NewOutboundQueue() *outbound.Queue {
+	return outbound.New(s.opts.OutboxCapacity)
+}
+
 // SetNotifyOutbox sets where notifications not tied to a request go, such
 // as a legacy tools/list_changed: the shared stdout of a stdio connection,
 // or the GET stream of a legacy HTTP session. Nil drops them.
-func (ss *Session) SetNotifyOutbox(out *Outbox) {
+func (ss *Session) SetNotifyOutbox(out *outbound.Queue) {
 	ss.mu.Lock()
 	ss.notify = out
 	ss.mu.Unlock()
@@ -120,7 +127,7 @@ func (ss *Session) Version() string {
 // Handle may block before dispatching a request while out is full of
 // responses the client has not read: that is the backpressure that keeps a
 // client from making the server buffer without bound.
-func (ss *Session) Handle(ctx context.Context, m jsonrpc.Message, out *Outbox) {
+func (ss *Session) Handle(ctx context.Context, m jsonrpc.Message, out *outbound.Queue) {
 	switch m.Kind {
 	case jsonrpc.KindRequest:
 		ss.handleRequest(ctx, m, out, Prepared{})
@@ -136,12 +143,12 @@ func (ss *Session) Handle(ctx context.Context, m jsonrpc.Message, out *Outbox) {
 // Reject answers a frame that failed to decode. A frame that looked like a
 // notification is never answered (notifications get no response, even
 // broken ones); anything else gets err, with its id when one was read.
-func (ss *Session) Reject(ctx context.Context, m jsonrpc.Message, err *jsonrpc.Error, out *Outbox) {
+func (ss *Session) Reject(ctx context.Context, m jsonrpc.Message, err *jsonrpc.Error, out *outbound.Queue) {
 	if m.Kind == jsonrpc.KindNotification || m.Kind == jsonrpc.KindResponse {
 		ss.srv.log.Debug("ignoring a malformed message", "kind", m.Kind.String(), "method", m.Method, "err", err.Message)
 		return
 	}
-	if out.reserve(ctx) != nil {
+	if out.Reserve(ctx) != nil {
 		return
 	}
 	r := ss.newRequest(ctx, m, out, nil)
@@ -151,7 +158,7 @@ func (ss *Session) Reject(ctx context.Context, m jsonrpc.Message, err *jsonrpc.E
 // newRequest starts a request's life: it is known from here on, and the
 // observers are told (their context is the one the request runs in). meta
 // is the request's params._meta when it could be read.
-func (ss *Session) newRequest(ctx context.Context, m jsonrpc.Message, out *Outbox, meta *mcp.RequestMeta) *inflight {
+func (ss *Session) newRequest(ctx context.Context, m jsonrpc.Message, out *outbound.Queue, meta *mcp.RequestMeta) *inflight {
 	r := &inflight{sess: ss, out: out, id: m.ID, method: m.Method, start: time.Now(), tenant: TenantFrom(ctx)}
 	info := RequestInfo{ID: r.id, Method: r.method, Transport: ss.cfg.Transport,
 		Session: ss.cfg.Name, Tenant: r.tenant, Start: r.start}
@@ -188,12 +195,12 @@ type Prepared struct {
 
 // HandleRequest is Handle for a request, with what the transport already
 // knows of it.
-func (ss *Session) HandleRequest(ctx context.Context, m jsonrpc.Message, p Prepared, out *Outbox) {
+func (ss *Session) HandleRequest(ctx context.Context, m jsonrpc.Message, p Prepared, out *outbound.Queue) {
 	ss.handleRequest(ctx, m, out, p)
 }
 
-func (ss *Session) handleRequest(ctx context.Context, m jsonrpc.Message, out *Outbox, p Prepared) {
-	if out.reserve(ctx) != nil {
+func (ss *Session) handleRequest(ctx context.Context, m jsonrpc.Message, out *outbound.Queue, p Prepared) {
+	if out.Reserve(ctx) != nil {
 		return // the stream is gone or the connection is closing
 	}
 	meta, rawMeta := p.Meta, p.RawMeta
@@ -220,7 +227,7 @@ func (ss *Session) handleRequest(ctx context.Context, m jsonrpc.Message, out *Ou
 	ss.mu.Unlock()
 	switch {
 	case closed:
-		out.unreserve()
+		out.Unreserve()
 		return
 	case dup:
 		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "request id %s is already in flight; ids must be unique among a client's outstanding requests", m.ID))
@@ -281,7 +288,7 @@ func (ss *Session) track(ctx context.Context, r *inflight) bool {
 	if ss.closed {
 		ss.mu.Unlock()
 		r.cancel(ErrConnectionClosed)
-		r.out.unreserve()
+		r.out.Unreserve()
 		return false
 	}
 	ss.all[r] = struct{}{}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // A handler goroutine outlives its call to take the session's next one,
@@ -20,10 +21,10 @@ func TestWorkersAreKeptThenLeave(t *testing.T) {
 		}
 		srv.AddTool(Tool{Name: "noop"}, func(context.Context, *CallRequest) (*mcp.CallToolResult, error) { return nil, nil })
 		call := func(ss *Session, id int64) {
-			out := NewOutbox(4)
+			out := outbound.New(4)
 			params := []byte(`{"name":"noop","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}`)
 			ss.Handle(context.Background(), jsonrpc.Message{Kind: jsonrpc.KindRequest, ID: jsonrpc.IntID(id), Method: mcp.MethodToolsCall, Params: params}, out)
-			if f, err := out.Next(context.Background()); err != nil || f.Kind != FrameFinal {
+			if f, err := out.Next(context.Background()); err != nil || f.Kind != outbound.Final {
 				t.Fatalf("call %d: %+v, %v", id, f, err)
 			}
 			synctest.Wait() // the worker is idle again

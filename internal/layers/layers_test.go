@@ -26,10 +26,13 @@ var layer = map[string][]string{
 	"ledger": {"store"},
 	"tasks":  {"store"},
 
-	"server": {"jsonrpc", "mcp"},
+	// The bounded outbound queue sits under the lifecycle that fills it
+	// and beside it for the transports that drain it.
+	"server/outbound": {"mcp"},
+	"server":          {"jsonrpc", "mcp", "server/outbound"},
 
-	"transport/stdio":      {"jsonrpc", "mcp", "server"},
-	"transport/streamhttp": {"jsonrpc", "mcp", "server"},
+	"transport/stdio":      {"jsonrpc", "mcp", "server", "server/outbound"},
+	"transport/streamhttp": {"jsonrpc", "mcp", "server", "server/outbound"},
 
 	"idempotency": {"jsonrpc", "mcp", "server", "ledger", "store"},
 	"taskserver":  {"jsonrpc", "mcp", "server", "tasks", "ledger", "store"},

@@ -22,6 +22,7 @@ import (
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // DefaultCloseGrace is how long Serve waits, after the connection ends,
@@ -59,7 +60,7 @@ type Conn struct {
 	w      io.Writer
 	opts   Options
 	sess   *server.Session
-	outbox *server.Outbox
+	outbox *outbound.Queue
 
 	stopOnce sync.Once
 	stop     chan error // receives the reason Serve must end early
@@ -102,7 +103,7 @@ func NewConn(srv *server.Server, in io.Reader, out io.Writer, opts *Options) *Co
 	c.opts.CloseGrace = cmp.Or(c.opts.CloseGrace, DefaultCloseGrace)
 	c.opts.WriteTimeout = cmp.Or(c.opts.WriteTimeout, DefaultWriteTimeout)
 	c.sess = srv.NewSession(server.StdioSession())
-	c.outbox = srv.NewOutbox()
+	c.outbox = srv.NewOutboundQueue()
 	c.sess.SetNotifyOutbox(c.outbox)
 	return c
 }

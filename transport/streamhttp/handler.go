@@ -19,6 +19,7 @@ import (
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // ErrSessionEnded is the cause of requests cancelled because their legacy
@@ -263,7 +264,7 @@ type parsed struct {
 // handle hands a request to sess, with its _meta when it was read. A
 // request answered with one JSON body runs on this goroutine: it has
 // nothing to write before its final frame.
-func (p *parsed) handle(ctx context.Context, sess *server.Session, m jsonrpc.Message, out *server.Outbox, sse bool) {
+func (p *parsed) handle(ctx context.Context, sess *server.Session, m jsonrpc.Message, out *outbound.Queue, sse bool) {
 	prep := server.Prepared{RunHere: !sse}
 	if p != nil && p.err == nil {
 		prep.Meta, prep.RawMeta = &p.meta, p.raw
@@ -462,7 +463,7 @@ func (h *Handler) postLegacy(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 // modern request with its stream.
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Session, ctx context.Context, m jsonrpc.Message, p *parsed, sse bool, cancel context.CancelCauseFunc, ls *legacySession) streamStats {
 	modern := ls == nil
-	out := server.NewOutbox(h.opts.StreamCapacity)
+	out := outbound.New(h.opts.StreamCapacity)
 	// A 2025-era SSE stream is numbered and kept in the resumption log:
 	// when its connection drops before the response, the source goes on
 	// being drained into the log (and closed when the log is dropped), so
@@ -555,7 +556,7 @@ const (
 
 // writeJSON waits for the request's response and writes it as the body,
 // with a status that reflects a protocol error in the modern era.
-func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, out *server.Outbox, modern bool) streamStats {
+func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, out *outbound.Queue, modern bool) streamStats {
 	for {
 		f, ok := out.TryNext()
 		if !ok {
@@ -569,7 +570,7 @@ func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, rc *http.Res
 				return streamStats{end: endClientClosed}
 			}
 		}
-		if f.Kind != server.FrameFinal {
+		if f.Kind != outbound.Final {
 			continue // nowhere to put it: this response is not a stream
 		}
 		status := http.StatusOK
@@ -593,7 +594,7 @@ func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, rc *http.Res
 // the request ends without one. With sink, each message is numbered and
 // kept in the resumption log before it is written, so that one the client
 // does not receive can be replayed; without, messages carry no ids.
-func (h *Handler) writeSSE(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, out *server.Outbox, sink *resumable) streamStats {
+func (h *Handler) writeSSE(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, out *outbound.Queue, sink *resumable) streamStats {
 	var st streamStats
 	var priming []byte
 	var displaced <-chan struct{}
@@ -657,7 +658,7 @@ func (h *Handler) writeSSE(w http.ResponseWriter, r *http.Request, rc *http.Resp
 		}
 		st.frames++
 		keepalive.Reset(h.opts.KeepAlive)
-		if f.Kind == server.FrameFinal {
+		if f.Kind == outbound.Final {
 			if sink != nil {
 				sink.log.delivered(sink.s)
 			}

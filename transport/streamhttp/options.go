@@ -97,7 +97,7 @@ type HandlerOptions struct {
 	// the retryable overload error. Zero means a quarter of MaxSessions.
 	MaxSessionsPerTenant int
 	// StreamCapacity is the number of messages one response stream may
-	// buffer for a slow reader (see server.Outbox). Zero means
+	// buffer for a slow reader (see outbound.Queue). Zero means
 	// DefaultStreamCapacity.
 	StreamCapacity int
 	// Resume configures 2025-era stream resumption: event ids, and the

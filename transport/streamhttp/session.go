@@ -11,6 +11,7 @@ import (
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // legacySession is one initialize-era session: its server session, the
@@ -93,11 +94,11 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 	}
 	defer h.done(ls)
 
-	out := server.NewOutbox(h.opts.StreamCapacity)
+	out := outbound.New(h.opts.StreamCapacity)
 	defer out.Close()
 	ls.sess.Handle(ctx, m, out)
 	f, _ := out.TryNext() // initialize is answered before Handle returns
-	if f.Kind != server.FrameFinal || f.ErrorCode != 0 {
+	if f.Kind != outbound.Final || f.ErrorCode != 0 {
 		h.end(ls, ErrSessionEnded)
 		status := http.StatusBadRequest
 		if f.Data == nil {
@@ -216,7 +217,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 		h.resume(w, r, ls, last)
 		return
 	}
-	out := server.NewOutbox(h.opts.StreamCapacity)
+	out := outbound.New(h.opts.StreamCapacity)
 	s, c, busy := h.events.openGet(ls.log, out)
 	switch {
 	case busy:
@@ -253,7 +254,7 @@ func (h *Handler) getUnlogged(w http.ResponseWriter, r *http.Request, ls *legacy
 		h.mu.Unlock()
 	}()
 
-	out := server.NewOutbox(h.opts.StreamCapacity)
+	out := outbound.New(h.opts.StreamCapacity)
 	ls.sess.SetNotifyOutbox(out)
 	defer ls.sess.SetNotifyOutbox(nil)
 	go func() { // end the stream when the session ends
