@@ -126,7 +126,7 @@ func (q *Request) Elicit(ctx context.Context, p mcp.ElicitParams) (*mcp.ElicitRe
 }
 
 // deliver routes a client's response to the server request waiting for it.
-func (ss *Session) deliver(m jsonrpc.Message) bool {
+func (ss *session) deliver(m jsonrpc.Message) bool {
 	ss.mu.Lock()
 	reply := ss.pending[m.ID]
 	delete(ss.pending, m.ID)

@@ -20,7 +20,7 @@ import (
 
 // inflight is one request between its arrival and its terminal state.
 type inflight struct {
-	sess      *Session
+	sess      *session
 	out       *outbound.Queue
 	id        jsonrpc.ID
 	method    string

@@ -17,6 +17,7 @@ import (
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/server/conn"
 	"github.com/mcprel/mcprel/server/outbound"
 )
 
@@ -403,7 +404,7 @@ func TestRequestWithEndedContextNeverRuns(t *testing.T) {
 	rec := mcptest.NewRecorder()
 	srv := mcptest.NewServer(t, rec.Hook(nil))
 	gate := mcptest.NewGate(t, srv, "gate")
-	sess := srv.NewSession(server.StdioSession())
+	sess := srv.NewSession(conn.Stdio())
 	out := outbound.New(8)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	gone := errors.New("stream closed")

@@ -161,7 +161,7 @@ type Server struct {
 	templates  []*registeredTemplate // sorted by URI template
 	prompts    map[string]*registeredPrompt
 	completion CompletionHandler
-	sessions   map[*Session]struct{}
+	sessions   map[*session]struct{}
 	routes     map[string]*registeredRoute // methods added from outside (AddRoute)
 
 	declaredLegacy, declaredModern declared // capabilities added from outside (Declare)
@@ -234,7 +234,7 @@ func New(info mcp.Implementation, opts *Options) (*Server, error) {
 		tools:        make(map[string]*registeredTool),
 		resources:    make(map[string]*registeredResource),
 		prompts:      make(map[string]*registeredPrompt),
-		sessions:     make(map[*Session]struct{}),
+		sessions:     make(map[*session]struct{}),
 		down:         shutdown{stopped: make(chan struct{})},
 		resourceLane: newLane(0, 0, 0, 0),
 		promptLane:   newLane(0, 0, 0, 0),
@@ -317,10 +317,10 @@ func (s *Server) rebuildToolListLocked() {
 }
 
 // sessionsSnapshot returns the live sessions.
-func (s *Server) sessionsSnapshot() []*Session {
+func (s *Server) sessionsSnapshot() []*session {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]*Session, 0, len(s.sessions))
+	out := make([]*session, 0, len(s.sessions))
 	for ss := range s.sessions {
 		out = append(out, ss)
 	}

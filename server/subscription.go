@@ -41,7 +41,7 @@ func (s *subscription) end() {
 // and honoured, each tagged with the listen request's id. The stream lasts
 // until the client cancels it (closing the HTTP stream, or
 // notifications/cancelled on stdio) or the server ends it.
-func (ss *Session) listen(r *inflight, in *incoming) {
+func (ss *session) listen(r *inflight, in *incoming) {
 	var p mcp.ListenParams
 	if !decodeInto(r, in.params, &p) {
 		return
@@ -196,7 +196,7 @@ var listMethods = [...]string{
 // notifyListChanged tells this session's clients that a list changed:
 // modern subscribers that asked for it on their listen streams, and an
 // initialized legacy client on the session's notification stream.
-func (ss *Session) notifyListChanged(k listKind) {
+func (ss *session) notifyListChanged(k listKind) {
 	ss.mu.Lock()
 	var targets []*inflight
 	for r := range ss.subs {
@@ -215,7 +215,7 @@ func (ss *Session) notifyListChanged(k listKind) {
 	}
 }
 
-func (ss *Session) notifyResourceUpdated(uri string) {
+func (ss *session) notifyResourceUpdated(uri string) {
 	ss.mu.Lock()
 	var targets []*inflight
 	for r := range ss.subs {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server/conn"
 	"github.com/mcprel/mcprel/server/outbound"
 )
 
@@ -20,7 +21,7 @@ func TestWorkersAreKeptThenLeave(t *testing.T) {
 			t.Fatal(err)
 		}
 		srv.AddTool(Tool{Name: "noop"}, func(context.Context, *CallRequest) (*mcp.CallToolResult, error) { return nil, nil })
-		call := func(ss *Session, id int64) {
+		call := func(ss *session, id int64) {
 			out := outbound.New(4)
 			params := []byte(`{"name":"noop","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}`)
 			ss.Handle(context.Background(), jsonrpc.Message{Kind: jsonrpc.KindRequest, ID: jsonrpc.IntID(id), Method: mcp.MethodToolsCall, Params: params}, out)
@@ -29,7 +30,7 @@ func TestWorkersAreKeptThenLeave(t *testing.T) {
 			}
 			synctest.Wait() // the worker is idle again
 		}
-		ss := srv.NewSession(SessionConfig{Modern: true, TrackIDs: true})
+		ss := srv.newSession(conn.Config{Modern: true, TrackIDs: true})
 		call(ss, 1)
 		call(ss, 2)
 		if n := ss.workers.live.Load(); n != 1 {

@@ -26,13 +26,15 @@ var layer = map[string][]string{
 	"ledger": {"store"},
 	"tasks":  {"store"},
 
-	// The bounded outbound queue sits under the lifecycle that fills it
-	// and beside it for the transports that drain it.
+	// What only transports see of the lifecycle sits under it: the
+	// bounded outbound queue the lifecycle fills and a transport drains,
+	// and the session contract a transport feeds. Neither knows server.
 	"server/outbound": {"mcp"},
-	"server":          {"jsonrpc", "mcp", "server/outbound"},
+	"server/conn":     {"jsonrpc", "mcp", "server/outbound"},
+	"server":          {"jsonrpc", "mcp", "server/outbound", "server/conn"},
 
-	"transport/stdio":      {"jsonrpc", "mcp", "server", "server/outbound"},
-	"transport/streamhttp": {"jsonrpc", "mcp", "server", "server/outbound"},
+	"transport/stdio":      {"jsonrpc", "mcp", "server", "server/outbound", "server/conn"},
+	"transport/streamhttp": {"jsonrpc", "mcp", "server", "server/outbound", "server/conn"},
 
 	"idempotency": {"jsonrpc", "mcp", "server", "ledger", "store"},
 	"taskserver":  {"jsonrpc", "mcp", "server", "tasks", "ledger", "store"},

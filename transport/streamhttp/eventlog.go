@@ -17,7 +17,7 @@ import (
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
-	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/server/conn"
 	"github.com/mcprel/mcprel/server/outbound"
 )
 
@@ -63,9 +63,9 @@ const (
 
 // sessionLog is one legacy session's part of the log.
 type sessionLog struct {
-	name    string // the session's log name, as in server.SessionConfig.Name
+	name    string // the session's log name, as in conn.Config.Name
 	tenant  string
-	notify  *server.Session // where the GET stream's outbox is installed
+	notify  conn.Session // where the GET stream's outbox is installed
 	use     usage
 	streams map[string]*stream // by key
 	get     *stream            // the GET stream, if one is kept
@@ -172,7 +172,7 @@ func (l *eventLog) bound(i int) int64 {
 }
 
 // session starts the log of a legacy session.
-func (l *eventLog) session(name, tenant string, notify *server.Session) *sessionLog {
+func (l *eventLog) session(name, tenant string, notify conn.Session) *sessionLog {
 	return &sessionLog{name: name, tenant: tenant, notify: notify, streams: make(map[string]*stream)}
 }
 
@@ -245,7 +245,7 @@ func (l *eventLog) openGet(sl *sessionLog, out *outbound.Queue) (s *stream, c *a
 	s, c = l.newStreamLocked(sl, out)
 	s.isGet = true
 	sl.get = s
-	sl.notify.SetNotifyOutbox(out)
+	sl.notify.SetNotifyQueue(out)
 	return s, c, false
 }
 
@@ -601,7 +601,7 @@ func (l *eventLog) removeLocked(s *stream) {
 	delete(s.sess.streams, s.key)
 	if s.sess.get == s {
 		s.sess.get = nil
-		s.sess.notify.SetNotifyOutbox(nil)
+		s.sess.notify.SetNotifyQueue(nil)
 	}
 	l.disarmLocked(s)
 	if s.out != nil {

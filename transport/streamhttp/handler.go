@@ -19,6 +19,7 @@ import (
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/server/conn"
 	"github.com/mcprel/mcprel/server/outbound"
 )
 
@@ -30,7 +31,7 @@ var ErrSessionEnded = errors.New("streamhttp: session ended")
 type Handler struct {
 	srv       *server.Server
 	opts      HandlerOptions
-	stateless *server.Session // every modern request, each on its own stream
+	stateless conn.Session // every modern request, each on its own stream
 
 	reading readingBudget // bodies being read and decoded
 	events  *eventLog     // 2025-era streams kept for Last-Event-ID; nil when disabled
@@ -64,7 +65,7 @@ func NewHandler(srv *server.Server, opts *HandlerOptions) (*Handler, error) {
 		}
 		h.events = newEventLog(r, perTenant, srv.Logger())
 	}
-	h.stateless = srv.NewSession(server.SessionConfig{Modern: true, StreamPerRequest: true, Transport: "http"})
+	h.stateless = srv.NewSession(conn.Config{Modern: true, StreamPerRequest: true, Transport: "http"})
 	go h.janitor()
 	return h, nil
 }
@@ -264,8 +265,8 @@ type parsed struct {
 // handle hands a request to sess, with its _meta when it was read. A
 // request answered with one JSON body runs on this goroutine: it has
 // nothing to write before its final frame.
-func (p *parsed) handle(ctx context.Context, sess *server.Session, m jsonrpc.Message, out *outbound.Queue, sse bool) {
-	prep := server.Prepared{RunHere: !sse}
+func (p *parsed) handle(ctx context.Context, sess conn.Session, m jsonrpc.Message, out *outbound.Queue, sse bool) {
+	prep := conn.Prepared{RunHere: !sse}
 	if p != nil && p.err == nil {
 		prep.Meta, prep.RawMeta = &p.meta, p.raw
 	}
@@ -373,7 +374,7 @@ func (h *Handler) checkModernHeaders(r *http.Request, m jsonrpc.Message, p *pars
 	if hm, ok := headerValue(r, mcp.HeaderMethod); !ok || hm != m.Method {
 		return jsonrpc.NewError(mcp.CodeHeaderMismatch, "%s header must be present and equal the body's method %q", mcp.HeaderMethod, m.Method)
 	}
-	if member := h.srv.NameMember(m.Method); member != "" {
+	if member := h.stateless.NameMember(m.Method); member != "" {
 		var want string
 		json.Unmarshal(jsonrpc.Member(m.Params, member), &want)
 		if hn, ok := headerValue(r, mcp.HeaderName); !ok || hn != want {
@@ -390,7 +391,7 @@ func (h *Handler) checkModernHeaders(r *http.Request, m jsonrpc.Message, p *pars
 // the arguments they mirror: present exactly when the argument has a value,
 // and equal to it after decoding.
 func (h *Handler) checkParamHeaders(r *http.Request, tool string, args json.RawMessage) *jsonrpc.Error {
-	for _, p := range h.srv.HeaderParams(tool) {
+	for _, p := range h.stateless.HeaderParams(tool) {
 		header := mcp.HeaderParamPrefix + p.Name
 		want, has := p.Value(args)
 		if !has {
@@ -461,7 +462,7 @@ func (h *Handler) postLegacy(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 // writes its response stream: SSE when sse, otherwise one JSON body. ls is
 // the request's legacy session, nil in the modern era; cancel ends a
 // modern request with its stream.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Session, ctx context.Context, m jsonrpc.Message, p *parsed, sse bool, cancel context.CancelCauseFunc, ls *legacySession) streamStats {
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess conn.Session, ctx context.Context, m jsonrpc.Message, p *parsed, sse bool, cancel context.CancelCauseFunc, ls *legacySession) streamStats {
 	modern := ls == nil
 	out := outbound.New(h.opts.StreamCapacity)
 	// A 2025-era SSE stream is numbered and kept in the resumption log:

@@ -10,6 +10,7 @@ import (
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/server/conn"
 	"github.com/mcprel/mcprel/server/outbound"
 )
 
@@ -150,7 +151,7 @@ type resumable struct {
 // primes reports whether a session's streams open with a priming event
 // (an id and empty data, SEP-1699): from 2025-11-25 on. Clients of earlier
 // revisions may choke on an event without data.
-func primes(ss *server.Session) bool { return ss.Version() >= mcp.Version20251125 }
+func primes(ss conn.Session) bool { return ss.Version() >= mcp.Version20251125 }
 
 // appendEventID appends the id of event seq of the stream with key.
 func appendEventID(b []byte, key string, seq uint64) []byte {

@@ -11,6 +11,7 @@ import (
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/server/conn"
 	"github.com/mcprel/mcprel/server/outbound"
 )
 
@@ -19,7 +20,7 @@ import (
 type legacySession struct {
 	id     string
 	tenant string
-	sess   *server.Session
+	sess   conn.Session
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	log    *sessionLog // its streams' resumption log; nil when disabled
@@ -76,7 +77,7 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 		// The log names the session by the first 8 characters of its id:
 		// enough to tell sessions apart and to find the client's, not
 		// enough to present it.
-		sess:     h.srv.NewSession(server.SessionConfig{Legacy: true, TrackIDs: true, StreamPerRequest: true, Name: id[:8], Transport: "http"}),
+		sess:     h.srv.NewSession(conn.Config{Legacy: true, TrackIDs: true, StreamPerRequest: true, Name: id[:8], Transport: "http"}),
 		ctx:      ctx,
 		cancel:   cancel,
 		lastUsed: time.Now(),
@@ -255,8 +256,8 @@ func (h *Handler) getUnlogged(w http.ResponseWriter, r *http.Request, ls *legacy
 	}()
 
 	out := outbound.New(h.opts.StreamCapacity)
-	ls.sess.SetNotifyOutbox(out)
-	defer ls.sess.SetNotifyOutbox(nil)
+	ls.sess.SetNotifyQueue(out)
+	defer ls.sess.SetNotifyQueue(nil)
 	go func() { // end the stream when the session ends
 		select {
 		case <-ls.ctx.Done():
