@@ -4,12 +4,13 @@
 // writes. It is its own package so that a tool author's view of server
 // holds none of it; only transports (and server) use it.
 //
-// A transport uses New (or server.Server.NewOutboundQueue), Next or TryNext
-// and Ready, Close, and the few inspection methods. The methods that fill
-// the queue (Reserve, Unreserve, PushFinal, PushReserved, PushProgress,
-// PushDroppable, Discard) belong to the request lifecycle in package
-// server: a transport never calls them, since responses are admitted only
-// against the reservation the lifecycle takes before dispatching a request.
+// A transport uses New (or conn.Session.NewQueue), Next or TryNext and
+// Ready, Hold and Release, Close, and the few inspection methods. The
+// methods that fill the queue (Reserve, Unreserve, PushFinal, PushReserved,
+// PushProgress, PushDroppable, Discard) belong to the request lifecycle in
+// package server: a transport never calls them, since responses are
+// admitted only against the reservation the lifecycle takes before
+// dispatching a request.
 package outbound
 
 import (
