@@ -436,13 +436,13 @@ func (c *Client) renewSession(ctx context.Context, err error) bool {
 // result carries the server's refetch flag: notifications or progress
 // were dropped on the way, so what the client followed is incomplete.
 func (c *Client) noticeRefetch(result json.RawMessage) {
-	if !bytes.Contains(result, []byte(refetchKey)) {
+	if !bytes.Contains(result, []byte(mcp.MetaRefetch)) {
 		return
 	}
 	var r struct {
 		Meta map[string]any `json:"_meta"`
 	}
-	if json.Unmarshal(result, &r) != nil || r.Meta[refetchKey] != true {
+	if json.Unmarshal(result, &r) != nil || r.Meta[mcp.MetaRefetch] != true {
 		return
 	}
 	c.stats.refetches.Add(1)
@@ -458,7 +458,3 @@ func (c *Client) noticeRefetch(result json.RawMessage) {
 	}
 	c.subsMu.Unlock()
 }
-
-// refetchKey is the _meta key of mcprel's refetch flag
-// (server.MetaRefetch, which this package cannot import).
-const refetchKey = mcp.MetaPrefix + "refetch"

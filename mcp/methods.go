@@ -112,6 +112,16 @@ const (
 	MetaKeepAliveMs = MetaPrefix + "keepAliveMs"
 )
 
+// MetaRefetch is the _meta key of the refetch flag. When the server had to
+// drop progress or notifications on a stream, or replace a queued progress
+// value with a newer one, because the client read too slowly, the next
+// response written on that stream carries
+// "_meta": {"dev.mcprel/refetch": true}: what the client saw on the stream
+// is incomplete, so it should refetch the state it cares about from the
+// authoritative source (tools/list, resources/read, a lookup tool) rather
+// than trust the notifications it got.
+const MetaRefetch = MetaPrefix + "refetch"
+
 // MetaFailure, in the _meta of a result whose isError is true, is the
 // structured failure body (Failure: code, message, retryable, …), the same
 // body the result's text content holds as JSON. It is where programs read

@@ -79,8 +79,8 @@ var fixtures = []fixtureDef{
 	}, ""},
 	{"a slow consumer overruns the progress buffer (progress dropped and flagged, final response kept)", forAll, []TestRef{
 		{"transport/stdio/slowreader_test.go", "TestSlowReaderGetsTheResult"},
-		{"server/outbox_test.go", "TestOutboxDropsOldestProgressAndKeepsFinals"},
-		{"server/outbox_test.go", "TestOutboxStaysBounded"},
+		{"server/outbound/queue_test.go", "TestQueueDropsOldestProgressAndKeepsFinals"},
+		{"server/outbound/queue_test.go", "TestQueueStaysBounded"},
 		{"transport/streamhttp/resume_test.go", "TestResumeAfterSheddingFlagsRefetch"},
 	}, ""},
 	{"a broken stream: a new subscription (new id, no Last-Event-ID) and a refetch from the authoritative source", forAll, []TestRef{

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // Errors from Request.CallClient.
@@ -67,16 +68,16 @@ func (q *Request) CallClient(ctx context.Context, method string, params any) (js
 		ss.mu.Unlock()
 	}()
 
-	if err := r.out.reserve(ctx); err != nil {
+	if err := r.out.Reserve(ctx); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
 	if r.outcome != 0 {
 		r.mu.Unlock()
-		r.out.unreserve()
+		r.out.Unreserve()
 		return nil, ErrRequestDone
 	}
-	err = r.out.pushReserved(FrameEssential, r, jsonrpc.AppendRequest(nil, id, method, raw))
+	err = r.out.PushReserved(outbound.Essential, r, jsonrpc.AppendRequest(nil, id, method, raw))
 	r.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -94,7 +95,7 @@ func (q *Request) CallClient(ctx context.Context, method string, params any) (js
 		// handler passed a context not derived from it.
 	}
 	cancelled, _ := json.Marshal(mcp.CancelledParams{RequestID: id, Reason: "the server no longer needs the answer"})
-	r.out.pushDroppable(r, jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, cancelled))
+	r.out.PushDroppable(r, jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, cancelled))
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
 	}
@@ -128,7 +129,7 @@ func (q *Request) Elicit(ctx context.Context, p mcp.ElicitParams) (*mcp.ElicitRe
 }
 
 // deliver routes a client's response to the server request waiting for it.
-func (ss *Session) deliver(m jsonrpc.Message) bool {
+func (ss *session) deliver(m jsonrpc.Message) bool {
 	ss.mu.Lock()
 	reply := ss.pending[m.ID]
 	delete(ss.pending, m.ID)

@@ -19,7 +19,7 @@ func (s *Server) SetCompletionHandler(h CompletionHandler) {
 	s.mu.Unlock()
 }
 
-func (ss *Session) complete(r *inflight, in *incoming) {
+func (ss *session) complete(r *inflight, in *incoming) {
 	ss.srv.mu.RLock()
 	h := ss.srv.completion
 	ss.srv.mu.RUnlock()

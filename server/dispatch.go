@@ -15,8 +15,8 @@ type incoming struct {
 	meta    *mcp.RequestMeta
 	rawMeta json.RawMessage
 	retry   *retryMembers // found while the method split its params; nil when not looked for
-	runHere bool          // see Prepared.RunHere
-	begin   func()        // see Prepared.Begin
+	runHere bool          // see conn.Prepared.RunHere
+	begin   func()        // see conn.Prepared.Begin
 }
 
 // removedInModern are the handshake-era methods the 2026-07-28 revision
@@ -26,7 +26,7 @@ var removedInModern = map[string]bool{
 	mcp.MethodSubscribe: true, mcp.MethodUnsubscribe: true,
 }
 
-func (ss *Session) dispatch(r *inflight, in *incoming) {
+func (ss *session) dispatch(r *inflight, in *incoming) {
 	switch r.method {
 	case mcp.MethodToolsList:
 		ss.listTools(r, in)
@@ -55,7 +55,7 @@ func (ss *Session) dispatch(r *inflight, in *incoming) {
 	}
 }
 
-func (ss *Session) dispatchLegacy(r *inflight, in *incoming) {
+func (ss *session) dispatchLegacy(r *inflight, in *incoming) {
 	switch r.method {
 	case mcp.MethodInitialize:
 		ss.initialize(r, in)
@@ -81,7 +81,7 @@ func (ss *Session) dispatchLegacy(r *inflight, in *incoming) {
 	}
 }
 
-func (ss *Session) dispatchModern(r *inflight, in *incoming) {
+func (ss *session) dispatchModern(r *inflight, in *incoming) {
 	switch r.method {
 	case mcp.MethodDiscover:
 		r.succeed(&mcp.DiscoverResult{
@@ -125,7 +125,7 @@ func noCursor(r *inflight, params json.RawMessage) bool {
 	return true
 }
 
-func (ss *Session) initialize(r *inflight, in *incoming) {
+func (ss *session) initialize(r *inflight, in *incoming) {
 	var p mcp.InitializeParams
 	if !decodeInto(r, in.params, &p) {
 		return
@@ -155,7 +155,7 @@ func (ss *Session) initialize(r *inflight, in *incoming) {
 	})
 }
 
-func (ss *Session) listTools(r *inflight, in *incoming) {
+func (ss *session) listTools(r *inflight, in *incoming) {
 	if !noCursor(r, in.params) {
 		return
 	}
@@ -169,7 +169,7 @@ func (ss *Session) listTools(r *inflight, in *incoming) {
 	r.succeed(res)
 }
 
-func (ss *Session) callTool(r *inflight, in *incoming) {
+func (ss *session) callTool(r *inflight, in *incoming) {
 	// The params are split once, without copying; each member is decoded
 	// by what needs it (_meta already was).
 	var nameRaw, args, task json.RawMessage
@@ -261,7 +261,7 @@ func (ss *Session) callTool(r *inflight, in *incoming) {
 }
 
 // refuse answers a call refused before it ran, as its tool's errors are.
-func (ss *Session) refuse(r *inflight, rt *registeredTool, err error) {
+func (ss *session) refuse(r *inflight, rt *registeredTool, err error) {
 	if res, rpcErr := rt.result(nil, err); rpcErr != nil {
 		r.fail(rpcErr)
 	} else {

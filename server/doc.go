@@ -39,10 +39,13 @@
 // state), run.go (running a call's handler), workers.go, admission.go,
 // subscription.go (subscriptions/listen).
 //
-// For transports: session.go (Session, SessionConfig, Prepared: a
+// For transports: session.go (the session behind Server.NewSession: a
 // connection's view of the server, fed one decoded message at a time),
-// outbox.go (Outbox and Frame: what waits to be written, bounded, drained
-// by the transport), headerparams.go (tool arguments mirrored in HTTP
-// headers). Packages transport/stdio and transport/streamhttp are the
+// headerparams.go (tool arguments mirrored in HTTP headers). What a
+// transport sees of them is in packages of their own, out of a tool
+// author's way: server/conn (Session, Config, Prepared, HeaderParam: the
+// contract a transport feeds) and server/outbound (Queue and Frame: what
+// waits to be written, bounded, filled by the lifecycle and drained by the
+// transport). Packages transport/stdio and transport/streamhttp are the
 // transports.
 package server

@@ -3,23 +3,17 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/mcprel/mcprel/server/conn"
 	"strings"
 )
 
-// HeaderParam is a tool argument mirrored into an HTTP header on the
-// Streamable HTTP transport (2026-07-28): its schema carries
-// "x-mcp-header": Name, and a client sends the argument's value as
-// Mcp-Param-{Name} so that intermediaries can route on it without parsing
-// the body. The server checks that the header matches the body.
-type HeaderParam struct {
-	Name string   // the header is Mcp-Param-{Name}
-	Path []string // the chain of properties keys leading to the argument
-	Type string   // "string", "integer" or "boolean"
-}
+// headerParam is a tool argument mirrored into an HTTP header
+// (conn.HeaderParam): its schema carries "x-mcp-header".
+type headerParam = conn.HeaderParam
 
 // HeaderParams returns the header-mirrored arguments of a tool, or nil.
-func (s *Server) HeaderParams(tool string) []HeaderParam {
-	if rt := s.lookupTool(tool); rt != nil {
+func (ss *session) HeaderParams(tool string) []headerParam {
+	if rt := ss.srv.lookupTool(tool); rt != nil {
 		return rt.headers
 	}
 	return nil
@@ -29,12 +23,12 @@ func (s *Server) HeaderParams(tool string) []HeaderParam {
 // and enforces the rules they must follow: a token name, unique among the
 // tool's annotations ignoring case, on a string, integer or boolean
 // property reachable from the root through properties keys only.
-func findHeaderParams(schema json.RawMessage) ([]HeaderParam, error) {
+func findHeaderParams(schema json.RawMessage) ([]headerParam, error) {
 	var root any
 	if err := json.Unmarshal(schema, &root); err != nil {
 		return nil, err
 	}
-	var out []HeaderParam
+	var out []headerParam
 	seen := map[string]bool{}
 	var walk func(node any, path []string, reachable bool) error
 	walk = func(node any, path []string, reachable bool) error {
@@ -54,7 +48,7 @@ func findHeaderParams(schema json.RawMessage) ([]HeaderParam, error) {
 					return fmt.Errorf("x-mcp-header %q: only string, integer and boolean properties may be mirrored", s)
 				}
 				seen[strings.ToLower(s)] = true
-				out = append(out, HeaderParam{Name: s, Path: append([]string(nil), path...), Type: typ})
+				out = append(out, headerParam{Name: s, Path: append([]string(nil), path...), Type: typ})
 			}
 			for k, v := range n {
 				if k == "properties" {
@@ -101,37 +95,4 @@ func isToken(s string) bool {
 		}
 	}
 	return true
-}
-
-// Value returns the argument's value as its header text, and whether the
-// arguments hold a (non-null) value at the parameter's path.
-func (p HeaderParam) Value(args json.RawMessage) (string, bool) {
-	var v any
-	if json.Unmarshal(args, &v) != nil {
-		return "", false
-	}
-	for _, k := range p.Path {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return "", false
-		}
-		if v, ok = m[k]; !ok {
-			return "", false
-		}
-	}
-	switch x := v.(type) {
-	case string:
-		return x, true
-	case bool:
-		if x {
-			return "true", true
-		}
-		return "false", true
-	case float64:
-		if x == float64(int64(x)) {
-			return fmt.Sprintf("%d", int64(x)), true
-		}
-		return fmt.Sprint(x), true
-	}
-	return "", false
 }

@@ -15,12 +15,13 @@ import (
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // inflight is one request between its arrival and its terminal state.
 type inflight struct {
-	sess      *Session
-	out       *Outbox
+	sess      *session
+	out       *outbound.Queue
 	id        jsonrpc.ID
 	method    string
 	toolName  string          // tools/call only
@@ -68,12 +69,12 @@ type inflight struct {
 	flushTimer   *time.Timer         // sends pending when the rate limit allows
 }
 
-func (r *inflight) noteCoalesced() { r.coalesced.Add(1) }
-func (r *inflight) noteDropped()   { r.dropped.Add(1) }
+func (r *inflight) NoteCoalesced() { r.coalesced.Add(1) }
+func (r *inflight) NoteDropped()   { r.dropped.Add(1) }
 
-// frameTaken reports that the transport took a progress notification of
+// FrameTaken reports that the transport took a progress notification of
 // this request to write, or its response carrying the refetch flag.
-func (r *inflight) frameTaken(progress, flagged bool) {
+func (r *inflight) FrameTaken(progress, flagged bool) {
 	tr := r.sess.cfg.Transport
 	if progress {
 		r.sess.srv.ReportEvent(Event{Kind: EventProgressSent, Transport: tr})
@@ -120,7 +121,7 @@ type ending struct {
 // final is a request's last message and what its record says of it.
 type final struct {
 	data []byte
-	kind FrameKind // FrameFinal, or FrameEssential for a notification that ends it
+	kind outbound.Kind // outbound.Final, or outbound.Essential for a notification that ends it
 	rec  RequestRecord
 }
 
@@ -148,23 +149,23 @@ func (r *inflight) end(e ending) bool {
 	r.sess.forget(r)
 	if e.withdraw {
 		r.sess.srv.admit.remove(r)
-		r.out.discard(r)
+		r.out.Discard(r)
 	}
 	switch {
 	case f.data == nil:
-		r.out.unreserve()
+		r.out.Unreserve()
 		if e.outcome == Cancelled && r.sess.cfg.StreamPerRequest {
 			// The stream belongs to this request alone: end it now, with
 			// no response, rather than leave it open until the client
 			// gives up.
 			r.out.Close()
 		}
-	case f.kind == FrameEssential:
-		if r.out.pushReserved(f.kind, r, f.data) != nil {
-			r.out.unreserve()
+	case f.kind == outbound.Essential:
+		if r.out.PushReserved(f.kind, r, f.data) != nil {
+			r.out.Unreserve()
 		}
 	default:
-		if err := r.out.pushFinal(r, f.data, f.rec.ErrorCode); err != nil {
+		if err := r.out.PushFinal(r, f.data, f.rec.ErrorCode); err != nil {
 			r.sess.srv.log.Error("response not queued", "id", r.id, "method", r.method, "err", err)
 		}
 	}
@@ -416,7 +417,7 @@ func (r *inflight) pushProgressLocked(p *mcp.ProgressParams) error {
 	if err != nil {
 		return err
 	}
-	return r.out.pushProgress(r, jsonrpc.AppendNotification(nil, mcp.NotificationProgress, params))
+	return r.out.PushProgress(r, jsonrpc.AppendNotification(nil, mcp.NotificationProgress, params))
 }
 
 // flushProgress sends the progress the rate limit held back.
@@ -453,5 +454,5 @@ func (r *inflight) log(level mcp.LoggingLevel, logger string, data any) error {
 	if r.outcome != 0 {
 		return ErrRequestDone
 	}
-	return r.out.pushDroppable(r, jsonrpc.AppendNotification(nil, mcp.NotificationMessage, params))
+	return r.out.PushDroppable(r, jsonrpc.AppendNotification(nil, mcp.NotificationMessage, params))
 }

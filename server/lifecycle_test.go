@@ -17,6 +17,8 @@ import (
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/server/conn"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // TestOverload fills the one running slot and the one queue slot; the next
@@ -402,8 +404,8 @@ func TestRequestWithEndedContextNeverRuns(t *testing.T) {
 	rec := mcptest.NewRecorder()
 	srv := mcptest.NewServer(t, rec.Hook(nil))
 	gate := mcptest.NewGate(t, srv, "gate")
-	sess := srv.NewSession(server.StdioSession())
-	out := server.NewOutbox(8)
+	sess := srv.NewSession(conn.Stdio())
+	out := outbound.New(8)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	gone := errors.New("stream closed")
 	cancel(gone)

@@ -38,7 +38,7 @@ type RequestInfo struct {
 	ID     jsonrpc.ID
 	Method string
 	// Transport and Session name where the request came from
-	// (SessionConfig.Transport and Name).
+	// (conn.Config.Transport and Name).
 	Transport string
 	Session   string
 	Tenant    string // see WithTenant
@@ -123,7 +123,7 @@ const (
 	// dropped or withdrawn, never does).
 	EventProgressSent
 	// EventRefetchFlagged: a response left with the refetch flag
-	// (MetaRefetch): its client missed progress or notifications.
+	// (mcp.MetaRefetch): its client missed progress or notifications.
 	EventRefetchFlagged
 	// EventKeepalive: a transport wrote a keepalive on an idle stream.
 	EventKeepalive
@@ -157,7 +157,7 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind EventKind
 	// Transport is where it happened: "stdio" or "http"
-	// (SessionConfig.Transport), as in RequestRecord.
+	// (conn.Config.Transport), as in RequestRecord.
 	Transport string
 }
 

@@ -14,6 +14,8 @@ import (
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/server/conn"
+	"github.com/mcprel/mcprel/server/outbound"
 	"github.com/mcprel/mcprel/transport/streamhttp"
 )
 
@@ -143,20 +145,20 @@ func TestEventObservers(t *testing.T) {
 		req.ReportProgress(2, 2, "")
 		return &mcp.CallToolResult{}, nil
 	})
-	sess := srv.NewSession(server.StdioSession())
-	out := srv.NewOutbox() // nobody takes from it until the test does
+	sess := srv.NewSession(conn.Stdio())
+	out := sess.NewQueue() // nobody takes from it until the test does
 	call := jsonrpc.Message{Kind: jsonrpc.KindRequest, ID: jsonrpc.IntID(1), Method: mcp.MethodToolsCall,
 		Params: []byte(`{"name":"twice","_meta":{"progressToken":1,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}`)}
-	sess.HandleRequest(context.Background(), call, server.Prepared{RunHere: true}, out)
+	sess.HandleRequest(context.Background(), call, conn.Prepared{RunHere: true}, out)
 	rec.WaitRequest(t, jsonrpc.IntID(1))
 	if n := countEvents(rec.Events()); len(n) != 0 {
 		t.Fatalf("events before the transport took anything: %v", n)
 	}
-	var frames []server.Frame
+	var frames []outbound.Frame
 	for f, ok := out.TryNext(); ok; f, ok = out.TryNext() {
 		frames = append(frames, f)
 	}
-	if len(frames) != 2 || frames[0].Kind != server.FrameProgress || !strings.Contains(string(frames[1].Data), server.MetaRefetch) {
+	if len(frames) != 2 || frames[0].Kind != outbound.Progress || !strings.Contains(string(frames[1].Data), mcp.MetaRefetch) {
 		t.Fatalf("frames: %+v, want one progress and a flagged response", frames)
 	}
 	if n := countEvents(rec.Events()); len(n) != 2 || n["progress_sent/stdio"] != 1 || n["refetch_flagged/stdio"] != 1 {

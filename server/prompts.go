@@ -43,7 +43,7 @@ func (s *Server) RemovePrompt(name string) bool {
 	return ok
 }
 
-func (ss *Session) listPrompts(r *inflight, in *incoming) {
+func (ss *session) listPrompts(r *inflight, in *incoming) {
 	if !noCursor(r, in.params) {
 		return
 	}
@@ -61,7 +61,7 @@ func (ss *Session) listPrompts(r *inflight, in *incoming) {
 	r.succeed(res)
 }
 
-func (ss *Session) getPrompt(r *inflight, in *incoming) {
+func (ss *session) getPrompt(r *inflight, in *incoming) {
 	var p mcp.GetPromptParams
 	if !decodeInto(r, in.params, &p) {
 		return

@@ -79,7 +79,7 @@ type RequestRecord struct {
 	// end, the progress and log messages of this request that a newer one
 	// replaced before the client read it, and that were dropped because
 	// the client read too slowly (its stream then carries the refetch
-	// flag, MetaRefetch).
+	// flag, mcp.MetaRefetch).
 	ProgressCoalesced uint64
 	ProgressDropped   uint64
 	Start             time.Time

@@ -162,14 +162,14 @@ func TenantFrom(ctx context.Context) string {
 // arguments, too: a state issued for one tenant or one set of arguments
 // is refused for another. It fails the request and returns false when a
 // retry's state does not verify.
-func (ss *Session) requestInfo(r *inflight, in *incoming, scope string, args []byte) (Request, bool) {
+func (ss *session) requestInfo(r *inflight, in *incoming, scope string, args []byte) (Request, bool) {
 	q := ss.baseRequest(r, in)
 	return q, ss.verifyRetry(r, in, &q, scope, args)
 }
 
 // baseRequest is what a handler knows of every request: who sent it, in
 // which era, with which capabilities.
-func (ss *Session) baseRequest(r *inflight, in *incoming) Request {
+func (ss *session) baseRequest(r *inflight, in *incoming) Request {
 	q := Request{ID: r.id, Meta: in.rawMeta, KnownMeta: in.meta, Era: r.era, Tenant: TenantFrom(in.ctx), r: r, srv: ss.srv}
 	r.tenant = q.Tenant
 	if r.era == mcp.Modern {
@@ -192,7 +192,7 @@ func (ss *Session) baseRequest(r *inflight, in *incoming) Request {
 // on a modern retry, reads its input responses and verifies its state
 // (see requestInfo). It fails the request and returns false when the
 // state does not verify.
-func (ss *Session) verifyRetry(r *inflight, in *incoming, q *Request, scope string, args []byte) bool {
+func (ss *session) verifyRetry(r *inflight, in *incoming, q *Request, scope string, args []byte) bool {
 	if scope == "" {
 		return true
 	}

@@ -117,7 +117,7 @@ func NotFound(req *ReadRequest) *jsonrpc.Error {
 	return jsonrpc.NewError(code, "resource not found: %s", req.URI).WithData(map[string]string{"uri": req.URI})
 }
 
-func (ss *Session) listResources(r *inflight, in *incoming) {
+func (ss *session) listResources(r *inflight, in *incoming) {
 	if !noCursor(r, in.params) {
 		return
 	}
@@ -135,7 +135,7 @@ func (ss *Session) listResources(r *inflight, in *incoming) {
 	r.succeed(res)
 }
 
-func (ss *Session) listResourceTemplates(r *inflight, in *incoming) {
+func (ss *session) listResourceTemplates(r *inflight, in *incoming) {
 	if !noCursor(r, in.params) {
 		return
 	}
@@ -172,7 +172,7 @@ func (s *Server) findResource(uri string) (ResourceHandler, map[string]string) {
 	return nil, nil
 }
 
-func (ss *Session) readResource(r *inflight, in *incoming) {
+func (ss *session) readResource(r *inflight, in *incoming) {
 	var p mcp.ReadResourceParams
 	if !decodeInto(r, in.params, &p) {
 		return
@@ -205,7 +205,7 @@ func (ss *Session) readResource(r *inflight, in *incoming) {
 }
 
 // subscribeResource handles the legacy resources/subscribe and unsubscribe.
-func (ss *Session) subscribeResource(r *inflight, in *incoming, subscribe bool) {
+func (ss *session) subscribeResource(r *inflight, in *incoming, subscribe bool) {
 	var p mcp.SubscribeParams
 	if !decodeInto(r, in.params, &p) {
 		return

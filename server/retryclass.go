@@ -5,6 +5,7 @@ import (
 	"maps"
 
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // RetryClass is what a client may do when a call of a tool fails without
@@ -74,12 +75,12 @@ func (s *Server) policyMeta(own mcp.Meta, p Policy) mcp.Meta {
 	// same for every tool, advertised with each so that tools/list alone
 	// says it.
 	meta[mcp.MetaProgressIntervalMs] = s.opts.ProgressInterval.Milliseconds()
-	meta[mcp.MetaOutboxCapacity] = cmp.Or(s.opts.OutboxCapacity, DefaultOutboxCapacity)
+	meta[mcp.MetaOutboxCapacity] = cmp.Or(s.opts.OutboxCapacity, outbound.DefaultCapacity)
 	return meta
 }
 
 // toolsFor is the tool list a session's tools/list shows: the server's,
-// with the outbox capacity of the session's streams (SessionConfig) in
+// with the outbox capacity of the session's streams (conn.Config) in
 // place of the server's when its transport sized them otherwise (an HTTP
 // handler's StreamCapacity). The cached list is shared and never changed:
 // a session that differs gets copies of the tools' _meta.

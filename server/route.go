@@ -102,14 +102,14 @@ func (s *Server) lookupRoute(method string) *registeredRoute {
 // Mcp-Name header must mirror for method, "" when it has none: "name" for
 // tools/call and prompts/get, "uri" for resources/read, and what a route
 // declares. Transports call it to check the header against the body.
-func (s *Server) NameMember(method string) string {
+func (ss *session) NameMember(method string) string {
 	switch method {
 	case mcp.MethodToolsCall, mcp.MethodPromptsGet:
 		return "name"
 	case mcp.MethodResourcesRead:
 		return "uri"
 	}
-	if rt := s.lookupRoute(method); rt != nil && rt.Modern {
+	if rt := ss.srv.lookupRoute(method); rt != nil && rt.Modern {
 		return rt.NameMember
 	}
 	return ""
@@ -117,7 +117,7 @@ func (s *Server) NameMember(method string) string {
 
 // serveRoute serves a routed request, or reports false when method has no
 // route. A route not served in the request's era is method-not-found.
-func (ss *Session) serveRoute(r *inflight, in *incoming) bool {
+func (ss *session) serveRoute(r *inflight, in *incoming) bool {
 	rt := ss.srv.lookupRoute(r.method)
 	if rt == nil {
 		return false

@@ -14,7 +14,7 @@ import (
 // startCall runs a handler as a call: tracked (so it can be cancelled),
 // admitted against the server's and its lane's limits, and run on a
 // handler goroutine. mapErr says how an error from exec reaches the wire.
-func (ss *Session) startCall(r *inflight, in *incoming, ln *lane, d Deadlines, exec func(context.Context) (mcp.Result, error), mapErr func(mcp.Result, error) (mcp.Result, *jsonrpc.Error)) {
+func (ss *session) startCall(r *inflight, in *incoming, ln *lane, d Deadlines, exec func(context.Context) (mcp.Result, error), mapErr func(mcp.Result, error) (mcp.Result, *jsonrpc.Error)) {
 	r.exec = func(ctx context.Context) (mcp.Result, error) {
 		res, err := exec(ctx)
 		return res, ss.srv.hideStorageFailure(r, err)
@@ -46,10 +46,10 @@ func (ss *Session) startCall(r *inflight, in *incoming, ln *lane, d Deadlines, e
 	}
 }
 
-// runHere runs r on the calling goroutine (Prepared.RunHere). A queued
+// runHere runs r on the calling goroutine (conn.Prepared.RunHere). A queued
 // call its slot frees goes to a handler goroutine: this one belongs to
 // r's transport, which is waiting to write r's answer.
-func (ss *Session) runHere(r *inflight) {
+func (ss *session) runHere(r *inflight) {
 	ran := ss.runCall(r)
 	if next := ss.srv.admit.next(r, ran); next != nil {
 		next.sess.run(next)
@@ -67,7 +67,7 @@ func (s *Server) runCalls(r *inflight) {
 
 // runCall runs a call's handler and sends what it returns, unless the call
 // already ended; it returns how long the handler ran.
-func (ss *Session) runCall(r *inflight) time.Duration {
+func (ss *session) runCall(r *inflight) time.Duration {
 	if r.done() { // cancelled while it waited in the queue
 		return 0
 	}
@@ -109,7 +109,7 @@ func (ss *Session) runCall(r *inflight) time.Duration {
 }
 
 // invoke runs the handler, turning a panic into an internal error.
-func (ss *Session) invoke(r *inflight) (res mcp.Result, err error) {
+func (ss *session) invoke(r *inflight) (res mcp.Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			ss.srv.log.Error("handler panicked", "id", r.id, "method", r.method, "tool", r.toolName,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // Defaults for Options fields left at zero.
@@ -77,7 +78,7 @@ type Options struct {
 	ProgressInterval time.Duration
 
 	// OutboxCapacity is the number of messages each outbound stream may
-	// hold (see Outbox). Zero means DefaultOutboxCapacity.
+	// hold (see outbound.Queue). Zero means outbound.DefaultCapacity.
 	OutboxCapacity int
 	// MaxSubscriptions bounds the subscriptions/listen streams one tenant
 	// (see WithTenant) may hold open at once, across every connection:
@@ -160,7 +161,7 @@ type Server struct {
 	templates  []*registeredTemplate // sorted by URI template
 	prompts    map[string]*registeredPrompt
 	completion CompletionHandler
-	sessions   map[*Session]struct{}
+	sessions   map[*session]struct{}
 	routes     map[string]*registeredRoute // methods added from outside (AddRoute)
 
 	declaredLegacy, declaredModern declared // capabilities added from outside (Declare)
@@ -210,7 +211,7 @@ func New(info mcp.Implementation, opts *Options) (*Server, error) {
 	o.MaxQueuedCalls = cmp.Or(o.MaxQueuedCalls, DefaultMaxQueuedCalls)
 	o.MaxInflightBytes = cmp.Or(o.MaxInflightBytes, DefaultMaxInflightBytes)
 	o.OverloadRetryAfter = cmp.Or(o.OverloadRetryAfter, DefaultOverloadRetryAfter)
-	o.OutboxCapacity = cmp.Or(o.OutboxCapacity, DefaultOutboxCapacity)
+	o.OutboxCapacity = cmp.Or(o.OutboxCapacity, outbound.DefaultCapacity)
 	o.MaxSubscriptions = cmp.Or(o.MaxSubscriptions, DefaultMaxSubscriptions)
 	o.MaxSubscriptionsTotal = cmp.Or(o.MaxSubscriptionsTotal, DefaultMaxSubscriptionsTotal)
 	o.ListTTL = cmp.Or(o.ListTTL, DefaultListTTL)
@@ -233,7 +234,7 @@ func New(info mcp.Implementation, opts *Options) (*Server, error) {
 		tools:        make(map[string]*registeredTool),
 		resources:    make(map[string]*registeredResource),
 		prompts:      make(map[string]*registeredPrompt),
-		sessions:     make(map[*Session]struct{}),
+		sessions:     make(map[*session]struct{}),
 		down:         shutdown{stopped: make(chan struct{})},
 		resourceLane: newLane(0, 0, 0, 0),
 		promptLane:   newLane(0, 0, 0, 0),
@@ -316,10 +317,10 @@ func (s *Server) rebuildToolListLocked() {
 }
 
 // sessionsSnapshot returns the live sessions.
-func (s *Server) sessionsSnapshot() []*Session {
+func (s *Server) sessionsSnapshot() []*session {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]*Session, 0, len(s.sessions))
+	out := make([]*session, 0, len(s.sessions))
 	for ss := range s.sessions {
 		out = append(out, ss)
 	}

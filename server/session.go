@@ -9,54 +9,17 @@ import (
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server/conn"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
-// SessionConfig says what kind of connection a Session serves.
-type SessionConfig struct {
-	// Legacy admits the initialize handshake and the 2025 revisions.
-	Legacy bool
-	// Modern admits stateless 2026-07-28 requests.
-	Modern bool
-	// TrackIDs rejects a request whose id is already in flight, and lets
-	// notifications/cancelled find requests by id. Set it for stdio and
-	// legacy HTTP sessions; modern HTTP scopes an id to its own stream.
-	TrackIDs bool
-	// StreamPerRequest is set when every request has its own response
-	// stream (Streamable HTTP). It decides how the server ends a
-	// subscriptions/listen it tears down: with a result on that stream, or,
-	// on a shared channel such as stdio, with notifications/cancelled.
-	StreamPerRequest bool
-	// Name tells this session's requests apart from another session's in
-	// the request log and in RequestRecord.Session, where JSON-RPC ids
-	// repeat: a legacy HTTP session's tag, say. Empty for stdio and the
-	// stateless era. It must not be a secret.
-	Name string
-	// Transport names the transport, for observers: "stdio" or "http".
-	Transport string
-	// OutboxCapacity is the number of messages each of the session's
-	// outbound streams holds, as its transport sized their outboxes:
-	// tools/list advertises it (mcp.MetaOutboxCapacity), so that what a
-	// tool says of its flow control is true on this transport. Zero means
-	// the server's Options.OutboxCapacity, the size of Server.NewOutbox.
-	OutboxCapacity int
-}
-
-// StdioSession returns the configuration of a stdio connection: both eras,
-// ids tracked, one shared channel. (A function, so that no caller can change
-// it for every other.)
-func StdioSession() SessionConfig {
-	return SessionConfig{Legacy: true, Modern: true, TrackIDs: true, Transport: "stdio"}
-}
-
-// Session is one client's view of the server: the legacy handshake state if
-// there is one, the requests in flight, and open subscriptions. A stdio
-// connection is one session; so is a legacy Streamable HTTP session.
-//
-// A transport decodes each inbound frame and passes it to Handle with the
-// Outbox its responses go to, then drains that Outbox.
-type Session struct {
+// session is one client's view of the server, the conn.Session a
+// transport feeds: the legacy handshake state if there is one, the
+// requests in flight, and open subscriptions. Its exported methods are
+// conn.Session's, documented there.
+type session struct {
 	srv *Server
-	cfg SessionConfig
+	cfg conn.Config
 
 	mu           sync.Mutex
 	all          map[*inflight]struct{}
@@ -70,7 +33,7 @@ type Session struct {
 	clientCaps   mcp.ClientCapabilities
 	clientInfo   *mcp.Implementation
 	logLevel     mcp.LoggingLevel
-	notify       *Outbox
+	notify       *outbound.Queue
 	draining     bool
 	closed       bool
 	handlers     int           // tool handlers running
@@ -78,9 +41,13 @@ type Session struct {
 	workers      *workers      // handler goroutines kept between calls
 }
 
-// NewSession starts a session. Close it when its connection ends.
-func (s *Server) NewSession(cfg SessionConfig) *Session {
-	ss := &Session{
+// NewSession starts a session, for a transport: one per stdio connection
+// or legacy HTTP session, one for all stateless requests. Close it when its
+// connection ends.
+func (s *Server) NewSession(cfg conn.Config) conn.Session { return s.newSession(cfg) }
+
+func (s *Server) newSession(cfg conn.Config) *session {
+	ss := &session{
 		srv:          s,
 		cfg:          cfg,
 		all:          make(map[*inflight]struct{}),
@@ -97,39 +64,31 @@ func (s *Server) NewSession(cfg SessionConfig) *Session {
 	return ss
 }
 
-// SetNotifyOutbox sets where notifications not tied to a request go, such
-// as a legacy tools/list_changed: the shared stdout of a stdio connection,
-// or the GET stream of a legacy HTTP session. Nil drops them.
-func (ss *Session) SetNotifyOutbox(out *Outbox) {
+// NewQueue returns a queue sized by Options.OutboxCapacity.
+func (ss *session) NewQueue() *outbound.Queue {
+	return outbound.New(ss.srv.opts.OutboxCapacity)
+}
+
+// SetNotifyQueue sets where notifications not tied to a request go.
+func (ss *session) SetNotifyQueue(out *outbound.Queue) {
 	ss.mu.Lock()
 	ss.notify = out
 	ss.mu.Unlock()
 }
 
-// Version returns the negotiated legacy protocol version, or "" before
-// initialize.
-func (ss *Session) Version() string {
+// Version returns the negotiated legacy protocol version.
+func (ss *session) Version() string {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	return ss.version
 }
 
-// Handle processes one decoded inbound message. Responses and notifications
-// for a request go to out.
-//
-// For a request, ctx bounds its life: when ctx ends the request is
-// cancelled with context.Cause(ctx) as its cause. Pass the connection's
-// context on stdio and for legacy HTTP sessions, where a dropped stream is
-// not a cancellation, and the request's own context for modern HTTP, where
-// it is.
-//
-// Handle may block before dispatching a request while out is full of
-// responses the client has not read: that is the backpressure that keeps a
-// client from making the server buffer without bound.
-func (ss *Session) Handle(ctx context.Context, m jsonrpc.Message, out *Outbox) {
+// Handle processes one decoded inbound message; see conn.Session.Handle
+// for ctx and backpressure.
+func (ss *session) Handle(ctx context.Context, m jsonrpc.Message, out *outbound.Queue) {
 	switch m.Kind {
 	case jsonrpc.KindRequest:
-		ss.handleRequest(ctx, m, out, Prepared{})
+		ss.handleRequest(ctx, m, out, conn.Prepared{})
 	case jsonrpc.KindNotification:
 		ss.handleNotification(m)
 	case jsonrpc.KindResponse:
@@ -139,15 +98,14 @@ func (ss *Session) Handle(ctx context.Context, m jsonrpc.Message, out *Outbox) {
 	}
 }
 
-// Reject answers a frame that failed to decode. A frame that looked like a
-// notification is never answered (notifications get no response, even
-// broken ones); anything else gets err, with its id when one was read.
-func (ss *Session) Reject(ctx context.Context, m jsonrpc.Message, err *jsonrpc.Error, out *Outbox) {
+// Reject answers a frame that failed to decode, unless it looked like a
+// notification.
+func (ss *session) Reject(ctx context.Context, m jsonrpc.Message, err *jsonrpc.Error, out *outbound.Queue) {
 	if m.Kind == jsonrpc.KindNotification || m.Kind == jsonrpc.KindResponse {
 		ss.srv.log.Debug("ignoring a malformed message", "kind", m.Kind.String(), "method", m.Method, "err", err.Message)
 		return
 	}
-	if out.reserve(ctx) != nil {
+	if out.Reserve(ctx) != nil {
 		return
 	}
 	r := ss.newRequest(ctx, m, out, nil)
@@ -157,7 +115,7 @@ func (ss *Session) Reject(ctx context.Context, m jsonrpc.Message, err *jsonrpc.E
 // newRequest starts a request's life: it is known from here on, and the
 // observers are told (their context is the one the request runs in). meta
 // is the request's params._meta when it could be read.
-func (ss *Session) newRequest(ctx context.Context, m jsonrpc.Message, out *Outbox, meta *mcp.RequestMeta) *inflight {
+func (ss *session) newRequest(ctx context.Context, m jsonrpc.Message, out *outbound.Queue, meta *mcp.RequestMeta) *inflight {
 	r := &inflight{sess: ss, out: out, id: m.ID, method: m.Method, start: time.Now(), tenant: TenantFrom(ctx)}
 	info := RequestInfo{ID: r.id, Method: r.method, Transport: ss.cfg.Transport,
 		Session: ss.cfg.Name, Tenant: r.tenant, Start: r.start}
@@ -168,38 +126,14 @@ func (ss *Session) newRequest(ctx context.Context, m jsonrpc.Message, out *Outbo
 	return r
 }
 
-// Prepared is what a transport already knows of a request it hands to
-// HandleRequest.
-type Prepared struct {
-	// Meta and RawMeta are the request's params._meta as
-	// mcp.ParseRequestMeta read it (without error), so that the server
-	// does not parse it again. A nil Meta has the server parse it.
-	Meta    *mcp.RequestMeta
-	RawMeta json.RawMessage
-	// RunHere runs a call admitted at once on the calling goroutine, to
-	// its end, before HandleRequest returns, instead of on a handler
-	// goroutine. It is for a transport that serves each request on a
-	// goroutine of its own and writes nothing before the request's final
-	// frame (a Streamable HTTP request answered with one JSON body): the
-	// call is not handed to another goroutine and its answer handed back.
-	// Cancellation and deadlines work as ever; they come from other
-	// goroutines.
-	RunHere bool
-	// Begin, when set with RunHere, is called on the calling goroutine
-	// just before an admitted call's handler runs there (and never for a
-	// request that does not run a handler here): a transport that must
-	// go on reading meanwhile arms a handoff to another goroutine here.
-	Begin func()
-}
-
 // HandleRequest is Handle for a request, with what the transport already
 // knows of it.
-func (ss *Session) HandleRequest(ctx context.Context, m jsonrpc.Message, p Prepared, out *Outbox) {
+func (ss *session) HandleRequest(ctx context.Context, m jsonrpc.Message, p conn.Prepared, out *outbound.Queue) {
 	ss.handleRequest(ctx, m, out, p)
 }
 
-func (ss *Session) handleRequest(ctx context.Context, m jsonrpc.Message, out *Outbox, p Prepared) {
-	if out.reserve(ctx) != nil {
+func (ss *session) handleRequest(ctx context.Context, m jsonrpc.Message, out *outbound.Queue, p conn.Prepared) {
+	if out.Reserve(ctx) != nil {
 		return // the stream is gone or the connection is closing
 	}
 	meta, rawMeta := p.Meta, p.RawMeta
@@ -226,7 +160,7 @@ func (ss *Session) handleRequest(ctx context.Context, m jsonrpc.Message, out *Ou
 	ss.mu.Unlock()
 	switch {
 	case closed:
-		out.unreserve()
+		out.Unreserve()
 		return
 	case dup:
 		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "request id %s is already in flight; ids must be unique among a client's outstanding requests", m.ID))
@@ -242,7 +176,7 @@ func (ss *Session) handleRequest(ctx context.Context, m jsonrpc.Message, out *Ou
 // selectEra decides, per request, which era serves it: a request that
 // declares a protocol version in _meta is modern and stateless; anything
 // else belongs to the legacy handshake.
-func (ss *Session) selectEra(r *inflight, meta *mcp.RequestMeta, hasMeta bool) *jsonrpc.Error {
+func (ss *session) selectEra(r *inflight, meta *mcp.RequestMeta, hasMeta bool) *jsonrpc.Error {
 	if meta.IsModern() {
 		if !ss.cfg.Modern {
 			return jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "protocol version %s is not served on this connection", *meta.ProtocolVersion)
@@ -277,7 +211,7 @@ func (ss *Session) selectEra(r *inflight, meta *mcp.RequestMeta, hasMeta bool) *
 // track gives the request its context and registers it as in flight, so
 // that a cancellation can find it. It returns false if the session is
 // closed, or if ctx had already ended, which aborts the request.
-func (ss *Session) track(ctx context.Context, r *inflight) bool {
+func (ss *session) track(ctx context.Context, r *inflight) bool {
 	// The handler's context keeps ctx's values but not its cancellation:
 	// it ends only when the request reaches its terminal state (release),
 	// so a handler can never observe an ending that was not recorded first
@@ -287,7 +221,7 @@ func (ss *Session) track(ctx context.Context, r *inflight) bool {
 	if ss.closed {
 		ss.mu.Unlock()
 		r.cancel(ErrConnectionClosed)
-		r.out.unreserve()
+		r.out.Unreserve()
 		return false
 	}
 	ss.all[r] = struct{}{}
@@ -308,7 +242,7 @@ func (ss *Session) track(ctx context.Context, r *inflight) bool {
 }
 
 // forget removes a request that reached its terminal state.
-func (ss *Session) forget(r *inflight) {
+func (ss *session) forget(r *inflight) {
 	ss.mu.Lock()
 	delete(ss.all, r)
 	if ss.byID[r.id] == r {
@@ -322,21 +256,15 @@ func (ss *Session) forget(r *inflight) {
 	}
 }
 
-func (ss *Session) legacyLogLevel() mcp.LoggingLevel {
+func (ss *session) legacyLogLevel() mcp.LoggingLevel {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	return ss.logLevel
 }
 
-// Streams reports whether a request can send messages before its result,
-// so that a transport with per-request streams (Streamable HTTP) knows, before
-// dispatching it, whether to open an event stream or answer with one JSON
-// body. It can when it is a subscription, or a call (tool, resource read,
-// prompt, completion, routed method) that asked for progress, asked for log messages (the
-// request's logLevel in the modern era; logging/setLevel in the legacy
-// one), or — in the legacy era — may be asked for input by its tool,
-// because the client declared sampling, elicitation or roots.
-func (ss *Session) Streams(method string, meta *mcp.RequestMeta) bool {
+// Streams reports whether a request can send messages before its result;
+// conn.Session.Streams says when it can.
+func (ss *session) Streams(method string, meta *mcp.RequestMeta) bool {
 	switch method {
 	case mcp.MethodListen:
 		return true
@@ -358,7 +286,7 @@ func (ss *Session) Streams(method string, meta *mcp.RequestMeta) bool {
 	return ss.logLevel != "" || caps.Sampling != nil || caps.Elicitation != nil || caps.Roots != nil
 }
 
-func (ss *Session) handleNotification(m jsonrpc.Message) {
+func (ss *session) handleNotification(m jsonrpc.Message) {
 	switch m.Method {
 	case mcp.NotificationCancelled:
 		var p mcp.CancelledParams
@@ -386,13 +314,13 @@ func (ss *Session) handleNotification(m jsonrpc.Message) {
 	}
 }
 
-func (ss *Session) handlerStarted() {
+func (ss *session) handlerStarted() {
 	ss.mu.Lock()
 	ss.handlers++
 	ss.mu.Unlock()
 }
 
-func (ss *Session) handlerReturned() {
+func (ss *session) handlerReturned() {
 	ss.mu.Lock()
 	ss.handlers--
 	ss.signalQuietLocked()
@@ -402,20 +330,18 @@ func (ss *Session) handlerReturned() {
 // quietLocked reports whether nothing is in flight: no request waiting,
 // running or streaming, and no handler running (one may outlive its
 // request).
-func (ss *Session) quietLocked() bool { return len(ss.all) == 0 && ss.handlers == 0 }
+func (ss *session) quietLocked() bool { return len(ss.all) == 0 && ss.handlers == 0 }
 
 // signalQuietLocked wakes Wait once the session is quiet.
-func (ss *Session) signalQuietLocked() {
+func (ss *session) signalQuietLocked() {
 	if ss.idle != nil && ss.quietLocked() {
 		close(ss.idle)
 		ss.idle = nil
 	}
 }
 
-// Wait blocks until nothing is in flight in the session — no request
-// waiting for admission, running or streaming, and no handler still
-// running — or ctx ends.
-func (ss *Session) Wait(ctx context.Context) error {
+// Wait blocks until nothing is in flight in the session or ctx ends.
+func (ss *session) Wait(ctx context.Context) error {
 	ss.mu.Lock()
 	if ss.quietLocked() {
 		ss.mu.Unlock()
@@ -434,19 +360,16 @@ func (ss *Session) Wait(ctx context.Context) error {
 	}
 }
 
-// Idle reports whether nothing is in flight in the session: no request
-// waiting, running or streaming. An idle legacy HTTP session can be ended
-// without cutting anything short.
-func (ss *Session) Idle() bool {
+// Idle reports whether nothing is in flight in the session.
+func (ss *session) Idle() bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	return ss.quietLocked()
 }
 
-// Close ends the session: every request still in flight or queued is
-// cancelled with cause (ErrConnectionClosed if nil) and later requests are
-// ignored. It does not wait for handlers to return; Wait does.
-func (ss *Session) Close(cause error) {
+// Close cancels every request still in flight or queued with cause
+// (ErrConnectionClosed if nil) and ignores later requests.
+func (ss *session) Close(cause error) {
 	if cause == nil {
 		cause = ErrConnectionClosed
 	}
@@ -470,13 +393,9 @@ func (ss *Session) Close(cause error) {
 	ss.srv.mu.Unlock()
 }
 
-// Shutdown ends the session gracefully: new requests are refused as
-// unavailable, subscriptions are ended by the server, and calls in flight
-// (running or waiting for admission) may finish until ctx ends; whatever
-// is still in flight then is cancelled with ErrShutdown. It returns ctx's
-// error if calls had to be cancelled. Server.Shutdown does this for every
-// session at once.
-func (ss *Session) Shutdown(ctx context.Context) error {
+// Shutdown ends the session gracefully (drain, Wait until ctx ends, then
+// Close with ErrShutdown).
+func (ss *session) Shutdown(ctx context.Context) error {
 	ss.drain()
 	err := ss.Wait(ctx)
 	ss.Close(ErrShutdown)
@@ -484,7 +403,7 @@ func (ss *Session) Shutdown(ctx context.Context) error {
 }
 
 // drain refuses the session's new requests and ends its subscriptions.
-func (ss *Session) drain() {
+func (ss *session) drain() {
 	ss.mu.Lock()
 	ss.draining = true
 	subs := make([]*inflight, 0, len(ss.subs))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // subscription is the state of one subscriptions/listen stream: the filter
@@ -40,7 +41,7 @@ func (s *subscription) end() {
 // and honoured, each tagged with the listen request's id. The stream lasts
 // until the client cancels it (closing the HTTP stream, or
 // notifications/cancelled on stdio) or the server ends it.
-func (ss *Session) listen(r *inflight, in *incoming) {
+func (ss *session) listen(r *inflight, in *incoming) {
 	var p mcp.ListenParams
 	if !decodeInto(r, in.params, &p) {
 		return
@@ -68,14 +69,14 @@ func (ss *Session) listen(r *inflight, in *incoming) {
 
 	// The request holds one reservation (for its ending); the
 	// acknowledgement needs a second one.
-	if r.out.reserve(in.ctx) != nil {
-		r.out.unreserve()
+	if r.out.Reserve(in.ctx) != nil {
+		r.out.Unreserve()
 		sub.end()
 		return
 	}
 	ack, err := json.Marshal(mcp.SubscriptionAckParams{Meta: mcp.SubscriptionMeta(r.id), Notifications: sub.filter})
 	if err != nil {
-		r.out.unreserve()
+		r.out.Unreserve()
 		sub.end()
 		r.fail(jsonrpc.NewError(jsonrpc.CodeInternalError, "internal error: %v", err))
 		return
@@ -86,7 +87,7 @@ func (ss *Session) listen(r *inflight, in *incoming) {
 	// not even be tracked gives it back now.
 	r.sub = sub
 	if !ss.track(in.ctx, r) {
-		r.out.unreserve() // the acknowledgement's
+		r.out.Unreserve() // the acknowledgement's
 		sub.end()
 		return
 	}
@@ -96,20 +97,20 @@ func (ss *Session) listen(r *inflight, in *incoming) {
 	r.mu.Lock()
 	if r.outcome != 0 { // ended meanwhile
 		r.mu.Unlock()
-		r.out.unreserve()
+		r.out.Unreserve()
 		return
 	}
-	err = r.out.pushReserved(FrameEssential, r, jsonrpc.AppendNotification(nil, mcp.NotificationSubscriptionAck, ack))
+	err = r.out.PushReserved(outbound.Essential, r, jsonrpc.AppendNotification(nil, mcp.NotificationSubscriptionAck, ack))
 	if err == nil {
 		sub.acked = true
 		for _, n := range sub.pending {
-			r.out.pushDroppable(r, n)
+			r.out.PushDroppable(r, n)
 		}
 		sub.pending = nil
 	}
 	r.mu.Unlock()
 	if err != nil {
-		r.out.unreserve()
+		r.out.Unreserve()
 		r.abort(ErrConnectionClosed)
 	}
 }
@@ -167,7 +168,7 @@ func (r *inflight) notifySubscription(method string, params map[string]any) {
 		}
 		return
 	}
-	r.out.pushDroppable(r, msg)
+	r.out.PushDroppable(r, msg)
 }
 
 // endSubscription ends a subscription from the server side. On a stream of
@@ -182,7 +183,7 @@ func (r *inflight) endSubscription(reason string) {
 			return final{data: data}
 		}
 		params, _ := json.Marshal(mcp.CancelledParams{RequestID: r.id, Reason: reason})
-		return final{data: jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params), kind: FrameEssential}
+		return final{data: jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params), kind: outbound.Essential}
 	}})
 }
 
@@ -195,7 +196,7 @@ var listMethods = [...]string{
 // notifyListChanged tells this session's clients that a list changed:
 // modern subscribers that asked for it on their listen streams, and an
 // initialized legacy client on the session's notification stream.
-func (ss *Session) notifyListChanged(k listKind) {
+func (ss *session) notifyListChanged(k listKind) {
 	ss.mu.Lock()
 	var targets []*inflight
 	for r := range ss.subs {
@@ -210,11 +211,11 @@ func (ss *Session) notifyListChanged(k listKind) {
 		r.notifySubscription(listMethods[k], nil)
 	}
 	if legacy && notify != nil {
-		notify.pushDroppable(ss, jsonrpc.AppendNotification(nil, listMethods[k], nil))
+		notify.PushDroppable(ss, jsonrpc.AppendNotification(nil, listMethods[k], nil))
 	}
 }
 
-func (ss *Session) notifyResourceUpdated(uri string) {
+func (ss *session) notifyResourceUpdated(uri string) {
 	ss.mu.Lock()
 	var targets []*inflight
 	for r := range ss.subs {
@@ -230,6 +231,6 @@ func (ss *Session) notifyResourceUpdated(uri string) {
 	}
 	if legacy && notify != nil {
 		params, _ := json.Marshal(mcp.ResourceUpdatedParams{URI: uri})
-		notify.pushDroppable(ss, jsonrpc.AppendNotification(nil, mcp.NotificationResourceUpdated, params))
+		notify.PushDroppable(ss, jsonrpc.AppendNotification(nil, mcp.NotificationResourceUpdated, params))
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server/conn"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // A notification that comes after a listen stream is registered but before
@@ -21,8 +23,8 @@ func TestNotificationBetweenRegisterAndAck(t *testing.T) {
 	}
 	srv.AddTool(Tool{Name: "x"}, func(context.Context, *CallRequest) (*mcp.CallToolResult, error) { return nil, nil })
 	srv.testHooks.listenTracked = func() { srv.listChanged(kindTools) }
-	sess := srv.NewSession(SessionConfig{Modern: true, StreamPerRequest: true})
-	out := NewOutbox(8)
+	sess := srv.newSession(conn.Config{Modern: true, StreamPerRequest: true})
+	out := outbound.New(8)
 	params, _ := json.Marshal(map[string]any{
 		"notifications": map[string]any{"toolsListChanged": true},
 		"_meta":         map[string]any{mcp.MetaProtocolVersion: mcp.Version20260728, mcp.MetaClientCapabilities: map[string]any{}},

@@ -145,7 +145,7 @@ type registeredTool struct {
 	policy  Policy
 	schema  *jsonschema.Resolved
 	output  *jsonschema.Resolved // nil when the tool declares no output schema, or one that does not compile
-	headers []HeaderParam
+	headers []headerParam
 	props   map[string]bool // the arguments the input schema declares
 	check   func(context.Context, *CallRequest) (context.Context, error)
 	handler CallHandler // the tool's handler inside its interceptors

@@ -27,7 +27,7 @@ func newWorkers() *workers {
 }
 
 // run runs r on an idle worker of the session, or on a new one.
-func (ss *Session) run(r *inflight) {
+func (ss *session) run(r *inflight) {
 	select {
 	case ss.workers.hand <- r:
 	default:
@@ -36,7 +36,7 @@ func (ss *Session) run(r *inflight) {
 }
 
 // work runs calls until none comes for workerIdle or the session closes.
-func (ss *Session) work(r *inflight) {
+func (ss *session) work(r *inflight) {
 	ss.workers.live.Add(1)
 	defer ss.workers.live.Add(-1)
 	idle := time.NewTimer(workerIdle)

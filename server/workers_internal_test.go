@@ -8,6 +8,8 @@ import (
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server/conn"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // A handler goroutine outlives its call to take the session's next one,
@@ -19,16 +21,16 @@ func TestWorkersAreKeptThenLeave(t *testing.T) {
 			t.Fatal(err)
 		}
 		srv.AddTool(Tool{Name: "noop"}, func(context.Context, *CallRequest) (*mcp.CallToolResult, error) { return nil, nil })
-		call := func(ss *Session, id int64) {
-			out := NewOutbox(4)
+		call := func(ss *session, id int64) {
+			out := outbound.New(4)
 			params := []byte(`{"name":"noop","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}`)
 			ss.Handle(context.Background(), jsonrpc.Message{Kind: jsonrpc.KindRequest, ID: jsonrpc.IntID(id), Method: mcp.MethodToolsCall, Params: params}, out)
-			if f, err := out.Next(context.Background()); err != nil || f.Kind != FrameFinal {
+			if f, err := out.Next(context.Background()); err != nil || f.Kind != outbound.Final {
 				t.Fatalf("call %d: %+v, %v", id, f, err)
 			}
 			synctest.Wait() // the worker is idle again
 		}
-		ss := srv.NewSession(SessionConfig{Modern: true, TrackIDs: true})
+		ss := srv.newSession(conn.Config{Modern: true, TrackIDs: true})
 		call(ss, 1)
 		call(ss, 2)
 		if n := ss.workers.live.Load(); n != 1 {

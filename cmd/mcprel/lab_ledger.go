@@ -15,7 +15,7 @@ import (
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/retry"
-	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // dialLab connects the client package to a new "mcprel serve --stdio" on
@@ -236,7 +236,7 @@ func overloadRecord(p *labProcess, reports int) (Record, error) {
 		return r, err
 	}
 	response, delivered := framesFor(frames, "F1", "F")
-	r.add("capacity", fmt.Sprintf("%d messages per connection (and bytes bounded by the server's budget)", server.DefaultOutboxCapacity))
+	r.add("capacity", fmt.Sprintf("%d messages per connection (and bytes bounded by the server's budget)", outbound.DefaultCapacity))
 	r.add("reports produced", reports)
 	r.add("reports delivered", delivered)
 	r.add("terminal state", outcomeOf(line))
@@ -246,7 +246,7 @@ func overloadRecord(p *labProcess, reports int) (Record, error) {
 			Meta map[string]any `json:"_meta"`
 		}
 		json.Unmarshal(response.Result, &res)
-		r.add("refetch flag", res.Meta[server.MetaRefetch] == true)
+		r.add("refetch flag", res.Meta[mcp.MetaRefetch] == true)
 	}
 	r.add("client must", "treat the progress it saw as a sample, and refetch the state from its authoritative read when the flag is set")
 	return r, nil

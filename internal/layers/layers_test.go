@@ -26,10 +26,15 @@ var layer = map[string][]string{
 	"ledger": {"store"},
 	"tasks":  {"store"},
 
-	"server": {"jsonrpc", "mcp"},
+	// What only transports see of the lifecycle sits under it: the
+	// bounded outbound queue the lifecycle fills and a transport drains,
+	// and the session contract a transport feeds. Neither knows server.
+	"server/outbound": {"mcp"},
+	"server/conn":     {"jsonrpc", "mcp", "server/outbound"},
+	"server":          {"jsonrpc", "mcp", "server/outbound", "server/conn"},
 
-	"transport/stdio":      {"jsonrpc", "mcp", "server"},
-	"transport/streamhttp": {"jsonrpc", "mcp", "server"},
+	"transport/stdio":      {"jsonrpc", "mcp", "server", "server/outbound", "server/conn"},
+	"transport/streamhttp": {"jsonrpc", "mcp", "server", "server/outbound", "server/conn"},
 
 	// The policies wrap a tool's handler through server's seam. One may use
 	// another's exported accessors (a task is created in the ledger's

@@ -22,6 +22,8 @@ import (
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/server/conn"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // DefaultCloseGrace is how long Serve waits, after the connection ends,
@@ -58,8 +60,8 @@ type Conn struct {
 	in     io.Reader
 	w      io.Writer
 	opts   Options
-	sess   *server.Session
-	outbox *server.Outbox
+	sess   conn.Session
+	outbox *outbound.Queue
 
 	stopOnce sync.Once
 	stop     chan error // receives the reason Serve must end early
@@ -101,9 +103,9 @@ func NewConn(srv *server.Server, in io.Reader, out io.Writer, opts *Options) *Co
 	c.opts.MaxMessageBytes = cmp.Or(c.opts.MaxMessageBytes, jsonrpc.DefaultMaxMessageBytes)
 	c.opts.CloseGrace = cmp.Or(c.opts.CloseGrace, DefaultCloseGrace)
 	c.opts.WriteTimeout = cmp.Or(c.opts.WriteTimeout, DefaultWriteTimeout)
-	c.sess = srv.NewSession(server.StdioSession())
-	c.outbox = srv.NewOutbox()
-	c.sess.SetNotifyOutbox(c.outbox)
+	c.sess = srv.NewSession(conn.Stdio())
+	c.outbox = c.sess.NewQueue()
+	c.sess.SetNotifyQueue(c.outbox)
 	return c
 }
 
@@ -235,7 +237,7 @@ type readerTurn struct {
 }
 
 // begin is called as a call starts on the reading goroutine
-// (server.Prepared.Begin): what it queues waits for this goroutine to write
+// (conn.Prepared.Begin): what it queues waits for this goroutine to write
 // it (Hold), unless the call outlasts inlineBudget; then handOff releases
 // it to the writer and starts a new reader. A timer of its own for each
 // call: once it fired, the new reader's timers are none of this
@@ -261,7 +263,7 @@ func (c *Conn) read() {
 }
 
 // readLoop reads and handles frames. A request is run on this goroutine
-// when the server admits it at once (server.Prepared.RunHere): a call that
+// when the server admits it at once (conn.Prepared.RunHere): a call that
 // ends within inlineBudget costs no other goroutine. One that does not is
 // left running here while the handoff timer starts a new reading
 // goroutine (read); this one then returns, handedOff, when its call does.
@@ -287,7 +289,7 @@ func (c *Conn) readLoop(ctx context.Context) (handedOff bool, err error) {
 			case m.Kind == jsonrpc.KindRequest:
 				turn.handoff = nil
 				c.inflight.start()
-				c.sess.HandleRequest(ctx, m, server.Prepared{RunHere: true, Begin: begin}, c.outbox)
+				c.sess.HandleRequest(ctx, m, conn.Prepared{RunHere: true, Begin: begin}, c.outbox)
 				c.inflight.done()
 				if turn.handoff != nil {
 					if !turn.handoff.Stop() {

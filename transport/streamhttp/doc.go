@@ -57,8 +57,8 @@
 //	id: 9f1c2a7be04d5a31-3
 //	data: {"jsonrpc":"2.0","id":1,"result":{"content":[…]}}
 //
-// The log follows the Outbox's rules and bounds (ResumeOptions gives the
-// defaults): newer progress replaces older, notifications are shed before a
+// The log follows the outbound queue's rules and bounds (ResumeOptions
+// gives the defaults): newer progress replaces older, notifications are shed before a
 // response ever is, a response that cannot be kept is replaced by an error
 // saying so and logged, a resumed response is flagged for refetch when
 // something after the client's cursor was shed, and a log no connection

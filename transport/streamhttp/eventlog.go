@@ -17,7 +17,8 @@ import (
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
-	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/server/conn"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // eventLog keeps what the 2025-era SSE streams of every legacy session
@@ -62,9 +63,9 @@ const (
 
 // sessionLog is one legacy session's part of the log.
 type sessionLog struct {
-	name    string // the session's log name, as in server.SessionConfig.Name
+	name    string // the session's log name, as in conn.Config.Name
 	tenant  string
-	notify  *server.Session // where the GET stream's outbox is installed
+	notify  conn.Session // where the GET stream's outbox is installed
 	use     usage
 	streams map[string]*stream // by key
 	get     *stream            // the GET stream, if one is kept
@@ -91,7 +92,7 @@ type stream struct {
 	reqID  jsonrpc.ID // the POST's request; zero for the GET stream
 	method string
 	isGet  bool
-	out    *server.Outbox // the source, until it ends
+	out    *outbound.Queue // the source, until it ends
 
 	entries   []entry // kept events, by number
 	bytes     int64
@@ -118,12 +119,12 @@ type stream struct {
 // entry is one kept event.
 type entry struct {
 	seq  uint64
-	kind server.FrameKind
+	kind outbound.Kind
 	data []byte
 }
 
 func (e entry) replaceable() bool {
-	return e.kind == server.FrameProgress || e.kind == server.FrameDroppable
+	return e.kind == outbound.Progress || e.kind == outbound.Droppable
 }
 
 // attachment is one connection writing a stream. A newer connection to the
@@ -171,13 +172,13 @@ func (l *eventLog) bound(i int) int64 {
 }
 
 // session starts the log of a legacy session.
-func (l *eventLog) session(name, tenant string, notify *server.Session) *sessionLog {
+func (l *eventLog) session(name, tenant string, notify conn.Session) *sessionLog {
 	return &sessionLog{name: name, tenant: tenant, notify: notify, streams: make(map[string]*stream)}
 }
 
 // newStreamLocked starts the log of a stream of sl and attaches the
 // connection that opens it.
-func (l *eventLog) newStreamLocked(sl *sessionLog, out *server.Outbox) (*stream, *attachment) {
+func (l *eventLog) newStreamLocked(sl *sessionLog, out *outbound.Queue) (*stream, *attachment) {
 	ten := l.tenants[sl.tenant]
 	if ten == nil {
 		ten = new(usage)
@@ -202,7 +203,7 @@ func (l *eventLog) newStreamLocked(sl *sessionLog, out *server.Outbox) (*stream,
 // open starts the log of a POST's response stream, or returns nil when the
 // session holds MaxStreamsPerSession streams none of which is done: the
 // stream is then served without event ids, as one that cannot be resumed.
-func (l *eventLog) open(sl *sessionLog, out *server.Outbox, id jsonrpc.ID, method string) (*stream, *attachment) {
+func (l *eventLog) open(sl *sessionLog, out *outbound.Queue, id jsonrpc.ID, method string) (*stream, *attachment) {
 	l.mu.Lock()
 	defer l.unlock()
 	if sl.closed {
@@ -229,7 +230,7 @@ func (l *eventLog) open(sl *sessionLog, out *server.Outbox, id jsonrpc.ID, metho
 // the connection. A GET stream kept from an earlier connection that no
 // client resumed is replaced. busy reports a GET stream with a connection
 // attached: a session has one GET stream at a time.
-func (l *eventLog) openGet(sl *sessionLog, out *server.Outbox) (s *stream, c *attachment, busy bool) {
+func (l *eventLog) openGet(sl *sessionLog, out *outbound.Queue) (s *stream, c *attachment, busy bool) {
 	l.mu.Lock()
 	defer l.unlock()
 	if sl.closed {
@@ -244,7 +245,7 @@ func (l *eventLog) openGet(sl *sessionLog, out *server.Outbox) (s *stream, c *at
 	s, c = l.newStreamLocked(sl, out)
 	s.isGet = true
 	sl.get = s
-	sl.notify.SetNotifyOutbox(out)
+	sl.notify.SetNotifyQueue(out)
 	return s, c, false
 }
 
@@ -264,7 +265,7 @@ func (l *eventLog) attachLocked(s *stream) *attachment {
 // source, c's writer was draining it; if the source has not ended, a
 // drainer goroutine takes over, so that what the request still sends is
 // kept for a resume.
-func (l *eventLog) detach(s *stream, c *attachment, out *server.Outbox) {
+func (l *eventLog) detach(s *stream, c *attachment, out *outbound.Queue) {
 	l.mu.Lock()
 	defer l.unlock()
 	if s.conn == c {
@@ -282,14 +283,14 @@ func (l *eventLog) detach(s *stream, c *attachment, out *server.Outbox) {
 // drain moves what the source of a stream with no writer still produces
 // into the log, until the source ends or the stream is dropped (which
 // closes the source).
-func (l *eventLog) drain(s *stream, out *server.Outbox) {
+func (l *eventLog) drain(s *stream, out *outbound.Queue) {
 	if l.drained != nil {
 		defer l.drained()
 	}
 	for {
 		if f, ok := out.TryNext(); ok {
 			l.append(s, f)
-			if f.Kind == server.FrameFinal {
+			if f.Kind == outbound.Final {
 				return
 			}
 			continue
@@ -305,12 +306,12 @@ func (l *eventLog) drain(s *stream, out *server.Outbox) {
 // append gives the next message of s its number and keeps it if the rules
 // and bounds allow. The number is returned either way: the message is
 // written on the stream's connection, if one is attached, with that id.
-func (l *eventLog) append(s *stream, f server.Frame) uint64 {
+func (l *eventLog) append(s *stream, f outbound.Frame) uint64 {
 	l.mu.Lock()
 	defer l.unlock()
 	s.next++
 	e := entry{seq: s.next, kind: f.Kind, data: f.Data}
-	if f.Kind == server.FrameFinal {
+	if f.Kind == outbound.Final {
 		s.ended, s.out = true, nil
 	}
 	if s.gone {
@@ -319,7 +320,7 @@ func (l *eventLog) append(s *stream, f server.Frame) uint64 {
 	switch {
 	case e.replaceable():
 		l.keepReplaceableLocked(s, e)
-	case f.Kind == server.FrameFinal:
+	case f.Kind == outbound.Final:
 		l.keepFinalLocked(s, e)
 	default: // FrameEssential: a request to the client, say
 		if !l.keepFixedLocked(s, e) {
@@ -339,8 +340,8 @@ func (l *eventLog) append(s *stream, f server.Frame) uint64 {
 // stream's own oldest replaceable events are shed to make room, and when
 // even that cannot make room the event is not kept.
 func (l *eventLog) keepReplaceableLocked(s *stream, e entry) {
-	if e.kind == server.FrameProgress {
-		if i := slices.IndexFunc(s.entries, func(x entry) bool { return x.kind == server.FrameProgress }); i >= 0 {
+	if e.kind == outbound.Progress {
+		if i := slices.IndexFunc(s.entries, func(x entry) bool { return x.kind == outbound.Progress }); i >= 0 {
 			l.removeEntryLocked(s, i, false)
 			l.stats.Coalesced++
 		}
@@ -371,7 +372,7 @@ func (l *eventLog) keepReplaceableLocked(s *stream, e entry) {
 // Open streams of others are never touched: first come, first kept.
 func (l *eventLog) keepFixedLocked(s *stream, e entry) bool {
 	n := int64(len(e.data))
-	if e.kind != server.FrameFinal && len(s.entries)-s.replCount+1 >= l.opts.MaxEventsPerStream {
+	if e.kind != outbound.Final && len(s.entries)-s.replCount+1 >= l.opts.MaxEventsPerStream {
 		return false // the last slot is the response's
 	}
 	if s.bytes-s.repl+n > l.opts.MaxBytesPerStream {
@@ -382,9 +383,9 @@ func (l *eventLog) keepFixedLocked(s *stream, e entry) bool {
 			return false
 		}
 	}
-	for !l.fitsLocked(s, n, false) || (e.kind != server.FrameFinal && len(s.entries)+1 >= l.opts.MaxEventsPerStream) {
+	for !l.fitsLocked(s, n, false) || (e.kind != outbound.Final && len(s.entries)+1 >= l.opts.MaxEventsPerStream) {
 		if s.replCount > 0 {
-			l.shedLocked(s, e.kind == server.FrameFinal)
+			l.shedLocked(s, e.kind == outbound.Final)
 			continue
 		}
 		evicted := false
@@ -412,7 +413,7 @@ func (l *eventLog) keepFinalLocked(s *stream, e entry) {
 		return
 	}
 	small := notKeptError(s.reqID, len(e.data))
-	if l.keepFixedLocked(s, entry{seq: e.seq, kind: server.FrameFinal, data: small}) {
+	if l.keepFixedLocked(s, entry{seq: e.seq, kind: outbound.Final, data: small}) {
 		l.stats.Replaced++
 		l.noteLocked(slog.LevelWarn, "a response did not fit the resumption log; a client that resumes its stream gets an error in its place",
 			s, "bytes", len(e.data))
@@ -449,11 +450,11 @@ func (l *eventLog) fitsLocked(s *stream, n int64, repl bool) bool {
 // first. forFinal says a response is being made room for: progress it
 // replaces is no gap.
 func (l *eventLog) shedLocked(s *stream, forFinal bool) {
-	i := slices.IndexFunc(s.entries, func(x entry) bool { return x.kind == server.FrameProgress })
+	i := slices.IndexFunc(s.entries, func(x entry) bool { return x.kind == outbound.Progress })
 	if i < 0 {
 		i = slices.IndexFunc(s.entries, entry.replaceable)
 	}
-	gap := !(forFinal && s.entries[i].kind == server.FrameProgress)
+	gap := !(forFinal && s.entries[i].kind == outbound.Progress)
 	l.removeEntryLocked(s, i, gap)
 }
 
@@ -504,8 +505,8 @@ func (l *eventLog) delivered(s *stream) {
 		return
 	}
 	for i := len(s.entries) - 1; i >= 0; i-- {
-		if k := s.entries[i].kind; k != server.FrameFinal {
-			l.removeEntryLocked(s, i, k != server.FrameProgress)
+		if k := s.entries[i].kind; k != outbound.Final {
+			l.removeEntryLocked(s, i, k != outbound.Progress)
 		}
 	}
 	l.doneLocked(s)
@@ -600,7 +601,7 @@ func (l *eventLog) removeLocked(s *stream) {
 	delete(s.sess.streams, s.key)
 	if s.sess.get == s {
 		s.sess.get = nil
-		s.sess.notify.SetNotifyOutbox(nil)
+		s.sess.notify.SetNotifyQueue(nil)
 	}
 	l.disarmLocked(s)
 	if s.out != nil {

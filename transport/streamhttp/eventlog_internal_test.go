@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/jsonrpc"
-	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // TestEventLogBoundsHold drives the log with a long random mix (6000 steps) of what
@@ -55,7 +56,7 @@ func TestEventLogBoundsHold(t *testing.T) {
 		switch op := rng.IntN(100); {
 		case op < 15: // a new stream
 			sl := sessions[rng.IntN(len(sessions))]
-			s, _ := l.open(sl, server.NewOutbox(2), jsonrpc.IntID(int64(step)), "tools/call")
+			s, _ := l.open(sl, outbound.New(2), jsonrpc.IntID(int64(step)), "tools/call")
 			if s != nil {
 				tr := &tracked{s: s}
 				all = append(all, tr)
@@ -66,18 +67,18 @@ func TestEventLogBoundsHold(t *testing.T) {
 			tr := open[i]
 			switch k := rng.IntN(10); {
 			case k < 5:
-				l.append(tr.s, server.Frame{Kind: server.FrameProgress, Data: payload(50 + rng.IntN(1500))})
+				l.append(tr.s, outbound.Frame{Kind: outbound.Progress, Data: payload(50 + rng.IntN(1500))})
 			case k < 8:
-				l.append(tr.s, server.Frame{Kind: server.FrameDroppable, Data: payload(50 + rng.IntN(1500))})
+				l.append(tr.s, outbound.Frame{Kind: outbound.Droppable, Data: payload(50 + rng.IntN(1500))})
 			default:
-				l.append(tr.s, server.Frame{Kind: server.FrameEssential, Data: payload(50 + rng.IntN(600))})
+				l.append(tr.s, outbound.Frame{Kind: outbound.Essential, Data: payload(50 + rng.IntN(600))})
 			}
 		case op < 90 && len(open) > 0: // a response, then maybe its delivery
 			i := rng.IntN(len(open))
 			tr := open[i]
 			open = append(open[:i], open[i+1:]...)
 			tr.final = payload(100 + rng.IntN(5000))
-			l.append(tr.s, server.Frame{Kind: server.FrameFinal, Data: tr.final})
+			l.append(tr.s, outbound.Frame{Kind: outbound.Final, Data: tr.final})
 			if tr.s.gone {
 				tr.lost = true
 				lostSeen++
@@ -114,7 +115,7 @@ func TestEventLogBoundsHold(t *testing.T) {
 			case tr.final == nil || tr.cut || tr.lost:
 			case !s.gone:
 				last := s.entries[len(s.entries)-1]
-				if last.kind != server.FrameFinal || (!bytes.Equal(last.data, tr.final) && !bytes.Contains(last.data, []byte("too large for the resumption log"))) {
+				if last.kind != outbound.Final || (!bytes.Equal(last.data, tr.final) && !bytes.Contains(last.data, []byte("too large for the resumption log"))) {
 					t.Fatalf("step %d: stream %s lost its response", step, s.key)
 				}
 			case !s.done:
@@ -154,15 +155,15 @@ func checkEventLog(l *eventLog, sessions []*sessionLog) error {
 				n := int64(len(e.data))
 				bytes += n
 				switch e.kind {
-				case server.FrameProgress:
+				case outbound.Progress:
 					progress++
-				case server.FrameFinal:
+				case outbound.Final:
 					finals++
 					if i != len(s.entries)-1 {
 						return fmt.Errorf("stream %s: a response is not its last event", s.key)
 					}
 				}
-				if e.kind != server.FrameFinal {
+				if e.kind != outbound.Final {
 					others++
 				}
 				if e.replaceable() {
@@ -240,7 +241,7 @@ func TestWithRefetchFlag(t *testing.T) {
 			t.Errorf("%s: got %s, want it to contain %s", tc.in, got, tc.want)
 		}
 	}
-	if server.MetaRefetch != "dev.mcprel/refetch" {
-		t.Fatalf("server.MetaRefetch is %q; update this test", server.MetaRefetch)
+	if mcp.MetaRefetch != "dev.mcprel/refetch" {
+		t.Fatalf("mcp.MetaRefetch is %q; update this test", mcp.MetaRefetch)
 	}
 }

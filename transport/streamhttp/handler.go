@@ -19,6 +19,8 @@ import (
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/server/conn"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // ErrSessionEnded is the cause of requests cancelled because their legacy
@@ -29,7 +31,7 @@ var ErrSessionEnded = errors.New("streamhttp: session ended")
 type Handler struct {
 	srv       *server.Server
 	opts      HandlerOptions
-	stateless *server.Session // every modern request, each on its own stream
+	stateless conn.Session // every modern request, each on its own stream
 
 	reading readingBudget // bodies being read and decoded
 	events  *eventLog     // 2025-era streams kept for Last-Event-ID; nil when disabled
@@ -63,7 +65,7 @@ func NewHandler(srv *server.Server, opts *HandlerOptions) (*Handler, error) {
 		}
 		h.events = newEventLog(r, perTenant, srv.Logger())
 	}
-	h.stateless = srv.NewSession(server.SessionConfig{Modern: true, StreamPerRequest: true, Transport: "http", OutboxCapacity: h.opts.StreamCapacity})
+	h.stateless = srv.NewSession(conn.Config{Modern: true, StreamPerRequest: true, Transport: "http", OutboxCapacity: h.opts.StreamCapacity})
 	go h.janitor()
 	return h, nil
 }
@@ -263,8 +265,8 @@ type parsed struct {
 // handle hands a request to sess, with its _meta when it was read. A
 // request answered with one JSON body runs on this goroutine: it has
 // nothing to write before its final frame.
-func (p *parsed) handle(ctx context.Context, sess *server.Session, m jsonrpc.Message, out *server.Outbox, sse bool) {
-	prep := server.Prepared{RunHere: !sse}
+func (p *parsed) handle(ctx context.Context, sess conn.Session, m jsonrpc.Message, out *outbound.Queue, sse bool) {
+	prep := conn.Prepared{RunHere: !sse}
 	if p != nil && p.err == nil {
 		prep.Meta, prep.RawMeta = &p.meta, p.raw
 	}
@@ -372,7 +374,7 @@ func (h *Handler) checkModernHeaders(r *http.Request, m jsonrpc.Message, p *pars
 	if hm, ok := headerValue(r, mcp.HeaderMethod); !ok || hm != m.Method {
 		return jsonrpc.NewError(mcp.CodeHeaderMismatch, "%s header must be present and equal the body's method %q", mcp.HeaderMethod, m.Method)
 	}
-	if member := h.srv.NameMember(m.Method); member != "" {
+	if member := h.stateless.NameMember(m.Method); member != "" {
 		var want string
 		json.Unmarshal(jsonrpc.Member(m.Params, member), &want)
 		if hn, ok := headerValue(r, mcp.HeaderName); !ok || hn != want {
@@ -389,7 +391,7 @@ func (h *Handler) checkModernHeaders(r *http.Request, m jsonrpc.Message, p *pars
 // the arguments they mirror: present exactly when the argument has a value,
 // and equal to it after decoding.
 func (h *Handler) checkParamHeaders(r *http.Request, tool string, args json.RawMessage) *jsonrpc.Error {
-	for _, p := range h.srv.HeaderParams(tool) {
+	for _, p := range h.stateless.HeaderParams(tool) {
 		header := mcp.HeaderParamPrefix + p.Name
 		want, has := p.Value(args)
 		if !has {
@@ -460,9 +462,9 @@ func (h *Handler) postLegacy(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 // writes its response stream: SSE when sse, otherwise one JSON body. ls is
 // the request's legacy session, nil in the modern era; cancel ends a
 // modern request with its stream.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess *server.Session, ctx context.Context, m jsonrpc.Message, p *parsed, sse bool, cancel context.CancelCauseFunc, ls *legacySession) streamStats {
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess conn.Session, ctx context.Context, m jsonrpc.Message, p *parsed, sse bool, cancel context.CancelCauseFunc, ls *legacySession) streamStats {
 	modern := ls == nil
-	out := server.NewOutbox(h.opts.StreamCapacity)
+	out := outbound.New(h.opts.StreamCapacity)
 	// A 2025-era SSE stream is numbered and kept in the resumption log:
 	// when its connection drops before the response, the source goes on
 	// being drained into the log (and closed when the log is dropped), so
@@ -555,7 +557,7 @@ const (
 
 // writeJSON waits for the request's response and writes it as the body,
 // with a status that reflects a protocol error in the modern era.
-func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, out *server.Outbox, modern bool) streamStats {
+func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, out *outbound.Queue, modern bool) streamStats {
 	for {
 		f, ok := out.TryNext()
 		if !ok {
@@ -569,7 +571,7 @@ func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, rc *http.Res
 				return streamStats{end: endClientClosed}
 			}
 		}
-		if f.Kind != server.FrameFinal {
+		if f.Kind != outbound.Final {
 			continue // nowhere to put it: this response is not a stream
 		}
 		status := http.StatusOK
@@ -593,7 +595,7 @@ func (h *Handler) writeJSON(w http.ResponseWriter, r *http.Request, rc *http.Res
 // the request ends without one. With sink, each message is numbered and
 // kept in the resumption log before it is written, so that one the client
 // does not receive can be replayed; without, messages carry no ids.
-func (h *Handler) writeSSE(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, out *server.Outbox, sink *resumable) streamStats {
+func (h *Handler) writeSSE(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, out *outbound.Queue, sink *resumable) streamStats {
 	var st streamStats
 	var priming []byte
 	var displaced <-chan struct{}
@@ -657,7 +659,7 @@ func (h *Handler) writeSSE(w http.ResponseWriter, r *http.Request, rc *http.Resp
 		}
 		st.frames++
 		keepalive.Reset(h.opts.KeepAlive)
-		if f.Kind == server.FrameFinal {
+		if f.Kind == outbound.Final {
 			if sink != nil {
 				sink.log.delivered(sink.s)
 			}

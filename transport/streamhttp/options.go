@@ -97,7 +97,7 @@ type HandlerOptions struct {
 	// the retryable overload error. Zero means a quarter of MaxSessions.
 	MaxSessionsPerTenant int
 	// StreamCapacity is the number of messages one response stream may
-	// buffer for a slow reader (see server.Outbox), and what tools/list
+	// buffer for a slow reader (see outbound.Queue), and what tools/list
 	// over this handler advertises (mcp.MetaOutboxCapacity). Zero means
 	// DefaultStreamCapacity.
 	StreamCapacity int

@@ -10,6 +10,8 @@ import (
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/server/conn"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // Defaults for ResumeOptions fields left at zero.
@@ -43,11 +45,11 @@ const (
 // missed. The zero value turns it on with the defaults above. The 2026-07-28
 // era has no resumption and is not affected.
 //
-// What is kept follows the Outbox's rules. A progress notification replaces
-// the stream's older one; progress and other notifications ("replaceable"
+// What is kept follows the outbound queue's rules. A progress notification
+// replaces the stream's older one; progress and other notifications ("replaceable"
 // events) take at most half of each byte bound and are shed, oldest first,
 // when there is no room, which marks the stream so that a resumed response
-// carries the refetch flag (server.MetaRefetch). A response is never shed:
+// carries the refetch flag (mcp.MetaRefetch). A response is never shed:
 // to keep one, the stream's own replaceable events are shed, then done
 // streams (whose response was already written) are evicted, oldest first;
 // other streams' undelivered events are never touched. A response that
@@ -149,7 +151,7 @@ type resumable struct {
 // primes reports whether a session's streams open with a priming event
 // (an id and empty data, SEP-1699): from 2025-11-25 on. Clients of earlier
 // revisions may choke on an event without data.
-func primes(ss *server.Session) bool { return ss.Version() >= mcp.Version20251125 }
+func primes(ss conn.Session) bool { return ss.Version() >= mcp.Version20251125 }
 
 // appendEventID appends the id of event seq of the stream with key.
 func appendEventID(b []byte, key string, seq uint64) []byte {
@@ -247,7 +249,7 @@ func (h *Handler) follow(w http.ResponseWriter, r *http.Request, rc *http.Respon
 		batch, fs = h.events.after(s, cursor, batch[:0])
 		for _, e := range batch {
 			data := e.data
-			if e.kind == server.FrameFinal && fs.gap > from {
+			if e.kind == outbound.Final && fs.gap > from {
 				// Something after the client's cursor is gone: what it
 				// saw of the stream is incomplete.
 				data = h.flagRefetch(data)
@@ -265,7 +267,7 @@ func (h *Handler) follow(w http.ResponseWriter, r *http.Request, rc *http.Respon
 			first, cursor = false, e.seq
 			st.frames++
 			keepalive.Reset(h.opts.KeepAlive)
-			if e.kind == server.FrameFinal {
+			if e.kind == outbound.Final {
 				h.events.delivered(s)
 				st.final, st.end = true, endComplete
 				return st
@@ -298,7 +300,7 @@ func (h *Handler) follow(w http.ResponseWriter, r *http.Request, rc *http.Respon
 // refetchFlagged is the response with the refetch flag, or as it was when
 // it carries no result to flag (ok false).
 func refetchFlagged(data []byte) (flagged []byte, ok bool) {
-	return server.WithRefetchFlag(data)
+	return outbound.WithRefetchFlag(data)
 }
 
 // flagRefetch is refetchFlagged, telling the observers of a flagged

@@ -354,7 +354,7 @@ func TestResumeAfterACutGetsWhatWasMissedOnce(t *testing.T) {
 		got[0].ID != key+"-2" || got[1].ID != key+"-3" || got[0].Retry != "1000" {
 		t.Fatalf("resumed from %s:\n%s\nwant progress 2 (%s-2, with retry:) and the response (%s-3), once each", p1.ID, dump(got), key, key)
 	}
-	if !strings.Contains(string(got[1].Msg.Result), "finished after the cut") || strings.Contains(string(got[1].Msg.Result), server.MetaRefetch) {
+	if !strings.Contains(string(got[1].Msg.Result), "finished after the cut") || strings.Contains(string(got[1].Msg.Result), mcp.MetaRefetch) {
 		t.Fatalf("response %s, want the result, not flagged for refetch (nothing was lost)", got[1].Data)
 	}
 	if st := e.c.Handler.ResumeStats(); st.Resumed != 1 || st.Streams != 1 || st.Events != 1 {
@@ -674,7 +674,7 @@ func TestResumeAfterSheddingFlagsRefetch(t *testing.T) {
 	if len(got) != 4 || !got[3].isResponse(1) || !strings.Contains(got[0].Data, "line 3") {
 		t.Fatalf("resumed:\n%s\nwant the last three lines and the response (4 events)", dump(got))
 	}
-	if !strings.Contains(string(got[3].Msg.Result), server.MetaRefetch) {
+	if !strings.Contains(string(got[3].Msg.Result), mcp.MetaRefetch) {
 		t.Fatalf("response %s, want the refetch flag", got[3].Data)
 	}
 	if st := e.c.Handler.ResumeStats(); st.Shed != 3 {

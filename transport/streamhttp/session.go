@@ -11,6 +11,8 @@ import (
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/server/conn"
+	"github.com/mcprel/mcprel/server/outbound"
 )
 
 // legacySession is one initialize-era session: its server session, the
@@ -18,7 +20,7 @@ import (
 type legacySession struct {
 	id     string
 	tenant string
-	sess   *server.Session
+	sess   conn.Session
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	log    *sessionLog // its streams' resumption log; nil when disabled
@@ -75,7 +77,7 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 		// The log names the session by the first 8 characters of its id:
 		// enough to tell sessions apart and to find the client's, not
 		// enough to present it.
-		sess:     h.srv.NewSession(server.SessionConfig{Legacy: true, TrackIDs: true, StreamPerRequest: true, Name: id[:8], Transport: "http", OutboxCapacity: h.opts.StreamCapacity}),
+		sess:     h.srv.NewSession(conn.Config{Legacy: true, TrackIDs: true, StreamPerRequest: true, Name: id[:8], Transport: "http", OutboxCapacity: h.opts.StreamCapacity}),
 		ctx:      ctx,
 		cancel:   cancel,
 		lastUsed: time.Now(),
@@ -93,11 +95,11 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 	}
 	defer h.done(ls)
 
-	out := server.NewOutbox(h.opts.StreamCapacity)
+	out := outbound.New(h.opts.StreamCapacity)
 	defer out.Close()
 	ls.sess.Handle(ctx, m, out)
 	f, _ := out.TryNext() // initialize is answered before Handle returns
-	if f.Kind != server.FrameFinal || f.ErrorCode != 0 {
+	if f.Kind != outbound.Final || f.ErrorCode != 0 {
 		h.end(ls, ErrSessionEnded)
 		status := http.StatusBadRequest
 		if f.Data == nil {
@@ -216,7 +218,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 		h.resume(w, r, ls, last)
 		return
 	}
-	out := server.NewOutbox(h.opts.StreamCapacity)
+	out := outbound.New(h.opts.StreamCapacity)
 	s, c, busy := h.events.openGet(ls.log, out)
 	switch {
 	case busy:
@@ -253,9 +255,9 @@ func (h *Handler) getUnlogged(w http.ResponseWriter, r *http.Request, ls *legacy
 		h.mu.Unlock()
 	}()
 
-	out := server.NewOutbox(h.opts.StreamCapacity)
-	ls.sess.SetNotifyOutbox(out)
-	defer ls.sess.SetNotifyOutbox(nil)
+	out := outbound.New(h.opts.StreamCapacity)
+	ls.sess.SetNotifyQueue(out)
+	defer ls.sess.SetNotifyQueue(nil)
 	go func() { // end the stream when the session ends
 		select {
 		case <-ls.ctx.Done():

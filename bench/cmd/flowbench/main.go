@@ -214,7 +214,7 @@ func slow(n, reports int, interval time.Duration, capacity, trickle int) {
 				if strings.HasPrefix(line, "data: ") {
 					if strings.Contains(line, `"result"`) {
 						finals.Add(1)
-						if strings.Contains(line, server.MetaRefetch) {
+						if strings.Contains(line, mcp.MetaRefetch) {
 							flagged.Add(1)
 						}
 						return

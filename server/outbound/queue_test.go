@@ -1,4 +1,4 @@
-package server
+package outbound
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-func drain(t *testing.T, o *Outbox) []string {
+func drain(t *testing.T, o *Queue) []string {
 	t.Helper()
 	var out []string
 	for {
@@ -23,20 +23,20 @@ func drain(t *testing.T, o *Outbox) []string {
 	}
 }
 
-func mustReserve(t *testing.T, o *Outbox) {
+func mustReserve(t *testing.T, o *Queue) {
 	t.Helper()
-	if err := o.reserve(context.Background()); err != nil {
+	if err := o.Reserve(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func TestOutboxCoalescesProgressPerRequest(t *testing.T) {
-	o := NewOutbox(8)
+func TestQueueCoalescesProgressPerRequest(t *testing.T) {
+	o := New(8)
 	a, b := new(int), new(int)
-	o.pushProgress(a, []byte("a1"))
-	o.pushProgress(b, []byte("b1"))
-	o.pushProgress(a, []byte("a2")) // replaces a1 in place
-	o.pushProgress(a, []byte("a3"))
+	o.PushProgress(a, []byte("a1"))
+	o.PushProgress(b, []byte("b1"))
+	o.PushProgress(a, []byte("a2")) // replaces a1 in place
+	o.PushProgress(a, []byte("a3"))
 	if got := fmt.Sprint(drain(t, o)); got != "[a3 b1]" {
 		t.Fatalf("queue = %s, want [a3 b1]", got)
 	}
@@ -44,26 +44,26 @@ func TestOutboxCoalescesProgressPerRequest(t *testing.T) {
 		t.Fatalf("dropped %d coalesced %d, want 0 and 2", dropped, coalesced)
 	}
 	// After a frame is written, the next one queues anew.
-	o.pushProgress(a, []byte("a4"))
+	o.PushProgress(a, []byte("a4"))
 	if got := fmt.Sprint(drain(t, o)); got != "[a4]" {
 		t.Fatalf("queue = %s", got)
 	}
 }
 
-func TestOutboxDropsOldestProgressAndKeepsFinals(t *testing.T) {
-	o := NewOutbox(4)
+func TestQueueDropsOldestProgressAndKeepsFinals(t *testing.T) {
+	o := New(4)
 	owners := []*int{new(int), new(int), new(int), new(int), new(int)}
 	mustReserve(t, o)
 	for i := range 3 {
-		o.pushProgress(owners[i], []byte(fmt.Sprintf("p%d", i)))
+		o.PushProgress(owners[i], []byte(fmt.Sprintf("p%d", i)))
 	}
-	// One reservation plus three progress frames fill the outbox: the next
+	// One reservation plus three progress frames fill the queue: the next
 	// progress frame evicts the oldest, p0.
-	o.pushProgress(owners[3], []byte("p3"))
+	o.PushProgress(owners[3], []byte("p3"))
 	if dropped, _, refetch := o.counts(); !refetch || dropped != 1 {
 		t.Fatalf("refetch=%v dropped=%d, want a drop flagged", refetch, dropped)
 	}
-	if err := o.pushReserved(FrameFinal, owners[4], []byte("final")); err != nil {
+	if err := o.PushReserved(Final, owners[4], []byte("final")); err != nil {
 		t.Fatal(err)
 	}
 	if got := fmt.Sprint(drain(t, o)); got != "[p1 p2 p3 final]" {
@@ -71,23 +71,23 @@ func TestOutboxDropsOldestProgressAndKeepsFinals(t *testing.T) {
 	}
 }
 
-func TestOutboxRefusesToDropAFinalForAnother(t *testing.T) {
-	o := NewOutbox(2)
+func TestQueueRefusesToDropAFinalForAnother(t *testing.T) {
+	o := New(2)
 	mustReserve(t, o)
 	mustReserve(t, o)
-	if err := o.pushReserved(FrameFinal, 1, []byte("f1")); err != nil {
+	if err := o.PushReserved(Final, 1, []byte("f1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.pushReserved(FrameFinal, 2, []byte("f2")); err != nil {
+	if err := o.PushReserved(Final, 2, []byte("f2")); err != nil {
 		t.Fatal(err)
 	}
 	// A third response without a reservation could only be kept by dropping
 	// one of the two above: refused, and the two are intact.
-	if err := o.pushReserved(FrameFinal, 3, []byte("f3")); !errors.Is(err, ErrFinalOverflow) {
+	if err := o.PushReserved(Final, 3, []byte("f3")); !errors.Is(err, ErrFinalOverflow) {
 		t.Fatalf("push = %v, want ErrFinalOverflow", err)
 	}
 	// Progress cannot displace them either.
-	o.pushProgress(4, []byte("p"))
+	o.PushProgress(4, []byte("p"))
 	if got := fmt.Sprint(drain(t, o)); got != "[f1 f2]" {
 		t.Fatalf("queue = %s", got)
 	}
@@ -96,34 +96,34 @@ func TestOutboxRefusesToDropAFinalForAnother(t *testing.T) {
 	}
 }
 
-func TestOutboxReservationWaitsForRoom(t *testing.T) {
+func TestQueueReservationWaitsForRoom(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		o := NewOutbox(2)
+		o := New(2)
 		mustReserve(t, o)
 		mustReserve(t, o)
 		got := make(chan error, 1)
-		go func() { got <- o.reserve(context.Background()) }()
+		go func() { got <- o.Reserve(context.Background()) }()
 		synctest.Wait()
 		select {
 		case err := <-got:
-			t.Fatalf("reserve returned %v while the outbox was full", err)
+			t.Fatalf("reserve returned %v while the queue was full", err)
 		default:
 		}
-		o.unreserve()
+		o.Unreserve()
 		if err := <-got; err != nil {
 			t.Fatal(err)
 		}
 	})
 }
 
-func TestOutboxReservationGivesUpWithItsContext(t *testing.T) {
+func TestQueueReservationGivesUpWithItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		o := NewOutbox(2)
+		o := New(2)
 		mustReserve(t, o)
 		mustReserve(t, o)
 		ctx, cancel := context.WithCancelCause(context.Background())
 		got := make(chan error, 1)
-		go func() { got <- o.reserve(ctx) }()
+		go func() { got <- o.Reserve(ctx) }()
 		synctest.Wait()
 		stop := errors.New("connection gone")
 		cancel(stop)
@@ -133,13 +133,13 @@ func TestOutboxReservationGivesUpWithItsContext(t *testing.T) {
 	})
 }
 
-func TestOutboxDiscardWithdrawsAnOwnersFrames(t *testing.T) {
-	o := NewOutbox(8)
+func TestQueueDiscardWithdrawsAnOwnersFrames(t *testing.T) {
+	o := New(8)
 	a, b := new(int), new(int)
-	o.pushProgress(a, []byte("a"))
-	o.pushDroppable(a, []byte("a-log"))
-	o.pushProgress(b, []byte("b"))
-	o.discard(a)
+	o.PushProgress(a, []byte("a"))
+	o.PushDroppable(a, []byte("a-log"))
+	o.PushProgress(b, []byte("b"))
+	o.Discard(a)
 	if got := fmt.Sprint(drain(t, o)); got != "[b]" {
 		t.Fatalf("queue = %s, want only b's frame", got)
 	}
@@ -148,10 +148,10 @@ func TestOutboxDiscardWithdrawsAnOwnersFrames(t *testing.T) {
 	}
 }
 
-func TestOutboxCloseDrainsThenEOF(t *testing.T) {
-	o := NewOutbox(4)
+func TestQueueCloseDrainsThenEOF(t *testing.T) {
+	o := New(4)
 	mustReserve(t, o)
-	o.pushReserved(FrameFinal, 1, []byte("f"))
+	o.PushReserved(Final, 1, []byte("f"))
 	o.Close()
 	if f, err := o.Next(context.Background()); err != nil || string(f.Data) != "f" {
 		t.Fatalf("Next = %q, %v", f.Data, err)
@@ -159,24 +159,24 @@ func TestOutboxCloseDrainsThenEOF(t *testing.T) {
 	if _, err := o.Next(context.Background()); err != io.EOF {
 		t.Fatalf("Next after drain = %v, want io.EOF", err)
 	}
-	if err := o.reserve(context.Background()); !errors.Is(err, ErrOutboxClosed) {
+	if err := o.Reserve(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("reserve after Close = %v", err)
 	}
 }
 
-// TestOutboxStaysBounded pushes a million progress reports from many
-// requests into a small outbox that nobody reads: it never holds more than
+// TestQueueStaysBounded pushes a million progress reports from many
+// requests into a small queue that nobody reads: it never holds more than
 // its capacity.
-func TestOutboxStaysBounded(t *testing.T) {
-	o := NewOutbox(16)
+func TestQueueStaysBounded(t *testing.T) {
+	o := New(16)
 	owners := make([]*int, 100)
 	for i := range owners {
 		owners[i] = new(int)
 	}
 	for i := range 1_000_000 {
-		o.pushProgress(owners[i%len(owners)], []byte("p"))
+		o.PushProgress(owners[i%len(owners)], []byte("p"))
 		if o.Len() > 16 {
-			t.Fatalf("outbox holds %d frames, capacity 16", o.Len())
+			t.Fatalf("queue holds %d frames, capacity 16", o.Len())
 		}
 	}
 	if len(o.queue) > 2*16+1 {
@@ -185,14 +185,14 @@ func TestOutboxStaysBounded(t *testing.T) {
 }
 
 func TestRefetchFlagGoesOnTheNextResult(t *testing.T) {
-	o := NewOutbox(4)
+	o := New(4)
 	mustReserve(t, o)
 	mustReserve(t, o)
-	o.pushProgress(1, []byte("p"))
-	o.pushProgress(2, []byte("q"))
-	o.pushProgress(3, []byte("r")) // no room: dropped
-	o.pushFinal(1, []byte(`{"jsonrpc":"2.0","id":1,"result":{"_meta":{"x":1},"content":[]}}`), 0)
-	o.pushFinal(2, []byte(`{"jsonrpc":"2.0","id":2,"result":{}}`), 0)
+	o.PushProgress(1, []byte("p"))
+	o.PushProgress(2, []byte("q"))
+	o.PushProgress(3, []byte("r")) // no room: dropped
+	o.PushFinal(1, []byte(`{"jsonrpc":"2.0","id":1,"result":{"_meta":{"x":1},"content":[]}}`), 0)
+	o.PushFinal(2, []byte(`{"jsonrpc":"2.0","id":2,"result":{}}`), 0)
 	got := drain(t, o)
 	if len(got) != 4 {
 		t.Fatalf("queue = %v", got)
@@ -210,17 +210,17 @@ func TestRefetchFlagGoesOnTheNextResult(t *testing.T) {
 
 // Discarding an owner's frames sweeps the queue when dead frames pile up;
 // the sweep must not make the discard skip any of them.
-func TestOutboxDiscardAcrossASweep(t *testing.T) {
-	o := NewOutbox(4)
+func TestQueueDiscardAcrossASweep(t *testing.T) {
+	o := New(4)
 	a, b := new(int), new(int)
 	for range 4 {
-		o.pushDroppable(b, []byte("b"))
+		o.PushDroppable(b, []byte("b"))
 	}
-	o.discard(b) // four dead frames stay queued: no sweep yet
+	o.Discard(b) // four dead frames stay queued: no sweep yet
 	for range 3 {
-		o.pushDroppable(a, []byte("a"))
+		o.PushDroppable(a, []byte("a"))
 	}
-	o.discard(a) // the first kill sweeps
+	o.Discard(a) // the first kill sweeps
 	if got := drain(t, o); len(got) != 0 {
 		t.Fatalf("queue after discarding everything = %v", got)
 	}
@@ -229,13 +229,13 @@ func TestOutboxDiscardAcrossASweep(t *testing.T) {
 // The refetch flag waits for a result it can go on: an error response
 // cannot carry it, so the next result does.
 func TestRefetchFlagSkipsAnErrorResponse(t *testing.T) {
-	o := NewOutbox(2)
+	o := New(2)
 	mustReserve(t, o)
-	o.pushProgress(1, []byte("p"))
-	o.pushProgress(2, []byte("q")) // no room: dropped
-	o.pushFinal(1, []byte(`{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"x"}}`), -32603)
+	o.PushProgress(1, []byte("p"))
+	o.PushProgress(2, []byte("q")) // no room: dropped
+	o.PushFinal(1, []byte(`{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"x"}}`), -32603)
 	mustReserve(t, o)
-	o.pushFinal(2, []byte(`{"jsonrpc":"2.0","id":2,"result":{}}`), 0)
+	o.PushFinal(2, []byte(`{"jsonrpc":"2.0","id":2,"result":{}}`), 0)
 	got := drain(t, o)
 	last := got[len(got)-1]
 	if _, _, refetch := o.counts(); !refetch || strings.Contains(got[len(got)-2], "refetch") || !strings.Contains(last, `"id":2`) || !strings.Contains(last, `"dev.mcprel/refetch":true`) {
@@ -243,32 +243,32 @@ func TestRefetchFlagSkipsAnErrorResponse(t *testing.T) {
 	}
 }
 
-// A zero Outbox is usable, as its doc says: room for a response, progress
+// A zero Queue is usable, as its doc says: room for a response, progress
 // kept rather than dropped.
-func TestZeroOutbox(t *testing.T) {
-	var o Outbox
+func TestZeroQueue(t *testing.T) {
+	var o Queue
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := o.reserve(ctx); err != nil {
-		t.Fatalf("reserve on a zero Outbox: %v", err)
+	if err := o.Reserve(ctx); err != nil {
+		t.Fatalf("reserve on a zero Queue: %v", err)
 	}
 	owner := new(int)
-	if err := o.pushProgress(owner, []byte(`{"progress":1}`)); err != nil {
+	if err := o.PushProgress(owner, []byte(`{"progress":1}`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.pushFinal(owner, []byte(`{"result":{}}`), 0); err != nil {
+	if err := o.PushFinal(owner, []byte(`{"result":{}}`), 0); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-o.Ready():
 	default:
-		t.Fatal("a zero Outbox did not signal what it holds")
+		t.Fatal("a zero Queue did not signal what it holds")
 	}
 	var got []string
 	for f, ok := o.TryNext(); ok; f, ok = o.TryNext() {
 		got = append(got, string(f.Data))
 	}
 	if len(got) != 2 || got[0] != `{"progress":1}` {
-		t.Fatalf("a zero Outbox gave %q, want the progress then the response", got)
+		t.Fatalf("a zero Queue gave %q, want the progress then the response", got)
 	}
 }
