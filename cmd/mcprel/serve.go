@@ -168,12 +168,13 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 	rt, err := host.New(ctx, opts)
-	if le := (*host.ListenError)(nil); errors.As(err, &le) && le.Option == "Metrics.Addr" {
+	var le *host.ListenError
+	switch {
+	case errors.As(err, &le) && le.Option == "Metrics.Addr":
 		return fmt.Errorf("serve: --metrics: %w", le.Err)
-	} else if errors.As(err, &le) {
-		return le.Err
-	}
-	if err != nil {
+	case errors.As(err, &le):
+		return le.Err // as the listener said it, naming the address
+	case err != nil:
 		return err
 	}
 	defer rt.Close()
