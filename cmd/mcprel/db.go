@@ -26,10 +26,6 @@ type dbFlags struct {
 	synchronous string
 	retention   time.Duration
 	readOnly    bool // ledger show: inspect, never create or change
-
-	// serve: what observes the ledger and the store's commits.
-	ledgerObservers []ledger.Observer
-	onCommit        func(ops int, d time.Duration)
 }
 
 // register adds the flags to fs. A read-only command gets only --db: how
@@ -68,13 +64,14 @@ func (f *dbFlags) check(fs *flag.FlagSet) error {
 	return nil
 }
 
-// open opens the database and the ledger in it.
+// open opens the database and the ledger in it, for "ledger show"
+// (serve opens its own through package host).
 func (f *dbFlags) open(ctx context.Context) (*ledger.Ledger, func(), error) {
-	db, err := store.Open(ctx, f.dsn, &store.Options{Synchronous: f.synchronous, ReadOnly: f.readOnly, OnCommit: f.onCommit})
+	db, err := store.Open(ctx, f.dsn, &store.Options{Synchronous: f.synchronous, ReadOnly: f.readOnly})
 	if err != nil {
 		return nil, nil, err
 	}
-	l, err := ledger.Open(ctx, db, &ledger.Options{Retention: f.retention, Observers: f.ledgerObservers})
+	l, err := ledger.Open(ctx, db, &ledger.Options{Retention: f.retention})
 	if err != nil {
 		db.Close()
 		return nil, nil, err

@@ -71,6 +71,22 @@ func (c *child) task(id int, taskID string) taskView {
 	return parseTask(c.t, line)
 }
 
+// --max-tasks-per-tenant reaches the task store: past it a task is
+// refused, and the task already kept is unaffected.
+func TestServeMaxTasksPerTenant(t *testing.T) {
+	c := startServe(t, "--max-tasks-per-tenant", "1")
+	c.send(reportCall(1, 100000, 60000))
+	line, _ := c.next()
+	if created := parseTask(t, line); created.Status != "working" {
+		t.Fatalf("the first task: %s", line)
+	}
+	c.send(reportCall(2, 1, 0))
+	line, _ = c.next()
+	if !strings.Contains(line, `"id":2`) || !strings.Contains(line, "MaxTasksPerTenant") {
+		t.Fatalf("a second task past --max-tasks-per-tenant 1: %s, want it refused as overloaded", line)
+	}
+}
+
 // A SIGKILLed process leaves its task working under an expiring lease;
 // the next process on the same SQLite file takes it over and, the tool
 // being resumable, finishes it from its last checkpoint: never stuck

@@ -17,7 +17,7 @@ const module = "github.com/mcprel/mcprel"
 // may import. A package missing here fails the test: place it in a layer
 // first. From the ground up: wire (jsonrpc, mcp), durable (store, ledger,
 // tasks), lifecycle (server), transports, policies (idempotency), client,
-// tools, command.
+// assembly (host), tools, command.
 var layer = map[string][]string{
 	"jsonrpc": {},
 	"mcp":     {"jsonrpc"},
@@ -47,6 +47,12 @@ var layer = map[string][]string{
 	"client": {"jsonrpc", "mcp", "retry"},
 	"retry":  {"jsonrpc", "mcp"},
 
+	// The assembly builds a whole runtime, so it may use every layer
+	// below the tools; only commands, examples and tests import it
+	// (TestHostOnlyAtTheTop).
+	"host": {"jsonrpc", "mcp", "store", "ledger", "tasks", "server", "transport/stdio", "transport/streamhttp",
+		"idempotency", "taskserver", "metrics", "tracing", "client", "retry"},
+
 	// The reviewer is pure: policy in, report out, no network.
 	"review": {"jsonrpc", "mcp", "retry"},
 
@@ -61,9 +67,16 @@ var layer = map[string][]string{
 // and tracing belong in an observer above the server.
 var forbiddenBelowTools = []string{"github.com/prometheus/", "go.opentelemetry.io/"}
 
-// observability are the packages that are that observer: the only ones
-// below the tools that may link Prometheus or OpenTelemetry.
-var observability = map[string]bool{"metrics": true, "tracing": true}
+// observability are the packages that are that observer, and host, which
+// assembles them into a runtime: the only ones below the tools that may
+// link Prometheus or OpenTelemetry.
+var observability = map[string]bool{"metrics": true, "tracing": true, "host": true}
+
+// assemblyUsers are the places that may import host: a library package
+// that assembled a runtime would pull every layer, a database driver and
+// both observability libraries into whoever imports it. Tests may too
+// (their imports are not the package's).
+var assemblyUsers = []string{"cmd/", "examples/", "internal/"}
 
 type pkg struct {
 	ImportPath string
@@ -188,4 +201,17 @@ func TestServerLinksNoStorage(t *testing.T) {
 		return
 	}
 	t.Fatal("no server package found")
+}
+
+// Only commands, examples and test helpers import the assembly.
+func TestHostOnlyAtTheTop(t *testing.T) {
+	for _, p := range listPackages(t) {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		if !slices.Contains(p.Imports, module+"/host") {
+			continue
+		}
+		if !slices.ContainsFunc(assemblyUsers, func(prefix string) bool { return strings.HasPrefix(rel, prefix) }) {
+			t.Errorf("%s imports host: only commands, examples and tests assemble a runtime (%v)", rel, assemblyUsers)
+		}
+	}
 }

@@ -1,0 +1,110 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mcprel/mcprel/transport/streamhttp"
+)
+
+// serveHTTP serves the endpoint on the listener New bound until ctx ends
+// (or the HTTP server fails), then runs the transport's steps of the
+// shutdown: the server drains within the grace, the handler's sessions
+// end, and the listener and idle connections close.
+func (rt *Runtime) serveHTTP(ctx context.Context) error {
+	o := &rt.opts
+	tcp, _ := rt.ln.Addr().(*net.TCPAddr)
+	beyondLoopback := tcp != nil && !tcp.IP.IsLoopback()
+	if beyondLoopback && o.HTTP.AuthToken == "" && len(o.HTTP.Tokens) == 0 {
+		rt.logger.Warn("serving beyond loopback without --auth-token: anyone who can reach this address can call the tools", "addr", rt.ln.Addr().String())
+	}
+	if beyondLoopback {
+		hosts, origins := "localhost, 127.0.0.1, ::1", "http(s)://localhost, 127.0.0.1 or [::1], any port"
+		if len(o.HTTP.AllowedHosts) > 0 {
+			hosts = strings.Join(o.HTTP.AllowedHosts, ", ")
+		}
+		if len(o.HTTP.AllowedOrigins) > 0 {
+			origins = strings.Join(o.HTTP.AllowedOrigins, ", ")
+		}
+		rt.logger.Warn("the Host header must name an allowed host, or the request is refused with 403; add the names clients use with --allowed-host (and browser origins with --allowed-origin)",
+			"allowed_hosts", hosts, "allowed_origins", origins)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(o.Path, rt.handler)
+	if o.Metrics.Path != "" {
+		// Beside the endpoint, behind its Host and Origin checks and, when
+		// there are any, one of the metrics' tokens.
+		mux.Handle(o.Metrics.Path, rt.handler.Guard(rt.metrics.Handler(), o.metricsCredentials()...))
+	}
+	hs := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(rt.logger.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(rt.ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	rt.logger.Info("shutting down", "grace", o.ShutdownGrace)
+	rt.step(stepDrain)
+	gctx, cancel := context.WithTimeout(context.Background(), o.ShutdownGrace)
+	defer cancel()
+	rt.srv.Shutdown(gctx)
+	rt.handler.Shutdown(gctx) // the handler's own sessions and streams, now idle
+	rt.step(stepCloseTransport)
+	// Every stream has ended; close the listener and idle connections.
+	sctx, cancel2 := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel2()
+	if err := hs.Shutdown(sctx); err != nil {
+		hs.Close()
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// serveMetrics serves the metrics at /metrics on their own listener (a
+// stdio server has no other). With credentials, a scrape must carry one
+// of them. Beyond loopback it warns when there are none: anyone who can
+// reach it reads them.
+func (rt *Runtime) serveMetrics() *http.Server {
+	tokens := rt.opts.metricsCredentials()
+	if tcp, ok := rt.metricsLn.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && len(tokens) == 0 {
+		rt.logger.Warn("serving metrics beyond loopback without a token: anyone who can reach this address can read them", "addr", rt.metricsLn.Addr().String())
+	}
+	var handler http.Handler = rt.metrics.Handler()
+	if len(tokens) > 0 {
+		handler = streamhttp.RequireBearer(handler, tokens...)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", handler)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(rt.metricsLn)
+	return hs
+}
+
+// endpointURL is the URL clients reach the endpoint at. An unspecified
+// address (0.0.0.0, which Go listens on as the dual-stack [::]) accepts
+// connections on every interface but is no host to connect to, and a Host
+// header naming it would be refused: loopback stands in.
+func endpointURL(tcp *net.TCPAddr, addr, path string) string {
+	if tcp == nil {
+		return "http://" + addr + path
+	}
+	ip := tcp.IP
+	if ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(tcp.Port)) + path
+}

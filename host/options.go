@@ -1,0 +1,216 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/mcprel/mcprel/ledger"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/store"
+	"github.com/mcprel/mcprel/tasks"
+	"github.com/mcprel/mcprel/transport/stdio"
+	"github.com/mcprel/mcprel/transport/streamhttp"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// DefaultPath is the HTTP endpoint's path when Options.Path is empty.
+const DefaultPath = "/mcp"
+
+// Options configure a Runtime: everything "mcprel serve" has a flag for,
+// grouped by the package it configures. The zero value of every nested
+// struct is that package's default; only Implementation.Name and DB are
+// required. New copies the options, so the caller may reuse them.
+type Options struct {
+	// Implementation names the server in initialize and server/discover
+	// results. Name is required.
+	Implementation mcp.Implementation
+	// Server configures the request lifecycle: limits (server-wide and
+	// per tenant), deadlines, instructions, the logger (nil means
+	// slog.Default()), interceptors and observers. The runtime appends
+	// its own observers (metrics, tracing) after those given, and over
+	// HTTP an interceptor that advertises the SSE keepalive cadence in
+	// every tool's _meta (mcp.MetaKeepAliveMs).
+	Server server.Options
+
+	// DB is the database: the path of a SQLite file (created if missing)
+	// or a postgres:// URL that replicas share. Required: the runtime
+	// never chooses a file for its caller.
+	DB string
+	// Store tunes opening it (SQLite durability, pool size). The runtime
+	// chains its commit metrics after OnCommit.
+	Store store.Options
+	// Ledger configures the idempotency ledger (retention, lease). The
+	// runtime appends its observers (metrics, tracing) to Observers. Its
+	// reaper removes expired records once a minute while Run serves.
+	Ledger ledger.Options
+	// Tasks configure the durable task store: lease, TTLs, Retain,
+	// MaxTasksPerTenant and MaxTasks.
+	Tasks tasks.Options
+	// Runner bounds the task runner: Workers, Queued, PerTenant and
+	// MaxRunningPerTenant. Its Logger defaults to the server's; the
+	// runtime chains its metrics after OnEvent and appends its tracing
+	// observer to Observers.
+	Runner tasks.RunnerOptions
+
+	// Addr, when set, serves Streamable HTTP on this address, HOST:PORT
+	// (port 0 picks a free one; see Runtime.Endpoint). Empty serves
+	// stdio.
+	Addr string
+	// Path is the HTTP endpoint's path; empty means DefaultPath. Set only
+	// with Addr.
+	Path string
+	// HTTP configures the HTTP endpoint: allowed hosts and origins,
+	// AuthToken and Tokens (bearer token → tenant), body, session and
+	// stream limits, keepalive. When AllowedHosts names hosts, the
+	// loopback names stay allowed beside them. Over stdio, AuthToken and
+	// Tokens authenticate nothing but the metrics (see
+	// MetricsOptions.Token).
+	HTTP streamhttp.HandlerOptions
+	// Listener caps the HTTP connections open at once, in all and per
+	// remote address.
+	Listener streamhttp.ListenerOptions
+	// Stdio configures the stdio connection; Stdin and Stdout are its
+	// streams, nil meaning os.Stdin and os.Stdout.
+	Stdio  stdio.Options
+	Stdin  io.Reader
+	Stdout io.Writer
+
+	// Metrics serves Prometheus metrics when it names a listener or a
+	// path.
+	Metrics MetricsOptions
+
+	// TracerProvider, when set, gets a span per request, per run of a
+	// task and per ledger transaction (package tracing), and each
+	// request's log line names its trace and span. Nil means no tracing.
+	TracerProvider trace.TracerProvider
+	// FlushTraces, when set, sends the spans still buffered: the last
+	// step of the shutdown, bounded by five seconds (the shutdown
+	// function tracing.ExportOTLP returns). The runtime owns it once New
+	// is called: it is called even when New fails.
+	FlushTraces func(context.Context) error
+
+	// ShutdownGrace is, when Run's context ends, how long calls in flight
+	// may finish before they are cancelled, and then how long running
+	// tasks have to reach a checkpoint before they are left to be taken
+	// over. Zero means no wait: calls are cancelled at once. Negative is
+	// an error.
+	ShutdownGrace time.Duration
+}
+
+// MetricsOptions say where the Prometheus metrics are served and who may
+// read them. With neither Addr nor Path there are no metrics.
+type MetricsOptions struct {
+	// Addr, when set, serves the metrics at http://Addr/metrics on a
+	// listener of their own: the only way over stdio.
+	Addr string
+	// Path, when set, serves them at this path on the MCP endpoint's
+	// listener, behind its Host and Origin checks. It needs Options.Addr,
+	// must start with "/" and must differ from Options.Path.
+	Path string
+	// Token, when set, is the bearer token a scrape must carry. Without
+	// it a scrape needs one of the endpoint's own tokens
+	// (HTTP.AuthToken, HTTP.Tokens), so that the metrics are never easier
+	// to read than the tools; with none, the metrics are open.
+	Token string
+	// Open serves them without authentication even when the endpoint
+	// requires a token: anyone who can reach the listener reads them.
+	// Not with Token.
+	Open bool
+	// Tenants counts requests per tenant in mcprel_requests_total. Every
+	// tenant's token could then read the names of the others, so with
+	// HTTP.Tokens it needs Token.
+	Tenants bool
+}
+
+// enabled reports whether metrics are served at all.
+func (m *MetricsOptions) enabled() bool { return m.Addr != "" || m.Path != "" }
+
+// ListenError is a listener New could not open: an address taken, or one
+// the process may not bind. Option names the field that gave the address
+// ("Addr" or "Metrics.Addr"), so that a command can name its own flag.
+type ListenError struct {
+	Option string
+	Err    error
+}
+
+func (e *ListenError) Error() string { return "host: Options." + e.Option + ": " + e.Err.Error() }
+func (e *ListenError) Unwrap() error { return e.Err }
+
+// check validates the options New cannot leave to the packages they
+// configure, naming each field.
+func (o *Options) check() error {
+	if o.Implementation.Name == "" {
+		return errors.New("host: Options.Implementation.Name is required")
+	}
+	if o.DB == "" {
+		return errors.New("host: Options.DB is required: the path of a SQLite file or a postgres:// URL")
+	}
+	if err := store.CheckDSN(o.DB); err != nil {
+		return fmt.Errorf("host: Options.DB: %w", err)
+	}
+	if o.ShutdownGrace < 0 {
+		return fmt.Errorf("host: Options.ShutdownGrace must not be negative, not %v", o.ShutdownGrace)
+	}
+	if o.Addr == "" {
+		if o.Path != "" {
+			return errors.New("host: Options.Path applies to HTTP only (Options.Addr)")
+		}
+		if o.Metrics.Path != "" {
+			return errors.New("host: Options.Metrics.Path needs HTTP (Options.Addr)")
+		}
+	} else {
+		if _, port, err := net.SplitHostPort(o.Addr); err != nil || port == "" {
+			return fmt.Errorf("host: Options.Addr wants HOST:PORT, such as 127.0.0.1:8080 (port 0 picks a free one), not %q", o.Addr)
+		}
+		if !strings.HasPrefix(o.Path, "/") || strings.ContainsAny(o.Path, " {}?#") {
+			return fmt.Errorf("host: Options.Path must be a URL path starting with \"/\", such as /mcp, not %q", o.Path)
+		}
+		for _, origin := range o.HTTP.AllowedOrigins {
+			if u, err := url.Parse(origin); origin != "*" && (err != nil || u.Scheme == "" || u.Host == "") {
+				return fmt.Errorf("host: Options.HTTP.AllowedOrigins wants scheme://host[:port], such as https://app.example.com, not %q", origin)
+			}
+		}
+	}
+	for token, tenant := range o.HTTP.Tokens {
+		if token == "" {
+			return fmt.Errorf("host: Options.HTTP.Tokens: tenant %q has an empty token", tenant)
+		}
+		if token == o.HTTP.AuthToken {
+			return fmt.Errorf("host: Options.HTTP.Tokens: the token of tenant %q is also Options.HTTP.AuthToken", tenant)
+		}
+	}
+	m := o.Metrics
+	if m.Path != "" && (!strings.HasPrefix(m.Path, "/") || m.Path == o.Path) {
+		return fmt.Errorf("host: Options.Metrics.Path must start with / and differ from Options.Path, not %q", m.Path)
+	}
+	switch {
+	case m.Token != "" && m.Open:
+		return errors.New("host: Options.Metrics: choose one of Token and Open")
+	case m.Token == "" && m.Tenants && len(o.HTTP.Tokens) > 0:
+		return errors.New("host: Options.Metrics.Tenants names every tenant in the metrics, which each tenant's token could then read: set Options.Metrics.Token")
+	}
+	return nil
+}
+
+// metricsCredentials returns the bearer tokens a metrics scrape needs, on
+// either listener: the metrics token when one is set; otherwise the
+// endpoint's own credentials, so that the metrics are never easier to
+// read than the tools; none when the endpoint has none, or when the
+// caller chose Open. Over stdio the tokens authenticate nothing else, but
+// they are still what the caller meant to require.
+func (o *Options) metricsCredentials() []string {
+	switch {
+	case o.Metrics.Token != "":
+		return []string{o.Metrics.Token}
+	case o.Metrics.Open:
+		return nil
+	}
+	return o.HTTP.Credentials()
+}
