@@ -288,6 +288,10 @@ func (k *keyed) run(ctx context.Context, req *server.CallRequest, next server.Ca
 	if k.policy.External {
 		res, ran, err = k.runExternal(ctx, req, sc, op, next)
 	} else {
+		committed := false
+		// Deferred, so that a panic in the handler, which rolls the
+		// transaction back, tells the policies inside too.
+		defer func() { sc.settle(committed) }()
 		res, err = k.ledger.Do(ctx, op, func(ctx context.Context, tx *store.Tx) (json.RawMessage, error) {
 			sc.tx = tx
 			defer func() { sc.tx = nil }() // valid only until the effect returns
@@ -296,7 +300,8 @@ func (k *keyed) run(ctx context.Context, req *server.CallRequest, next server.Ca
 			ran, data, err = k.kept(sc, out, err)
 			return data, err
 		})
-		sc.settle(err == nil && !res.Replayed)
+		committed = err == nil && !res.Replayed
+		sc.settle(committed)
 	}
 	if err != nil {
 		return nil, k.ledgerError(req, sc.key, err)
@@ -403,13 +408,16 @@ func (k *keyed) runUnkeyed(ctx context.Context, req *server.CallRequest, next se
 	if k.policy.External {
 		out, err = k.unkeyedKept(sc)(next(ctx, req))
 	} else {
+		committed := false
+		defer func() { sc.settle(committed) }() // a panic rolled it back
 		err = k.ledger.DB().WriteBatched(ctx, func(tx *store.Tx) (err error) {
 			sc.tx = tx
 			defer func() { sc.tx = nil }()
 			out, err = k.unkeyedKept(sc)(next(ctx, req))
 			return err
 		})
-		sc.settle(err == nil)
+		committed = err == nil
+		sc.settle(committed)
 	}
 	if err != nil {
 		var h handlerFailed

@@ -784,3 +784,45 @@ func TestATaskKeyRetriedWithoutTaskSupport(t *testing.T) {
 		t.Fatalf("the work ran %d times", n)
 	}
 }
+
+// A policy between Keyed and AsTask that panics once the task was created
+// in the key's transaction rolls the creation back: the slot it reserved
+// on the runner comes back, and the next creation is not refused.
+func TestAPanicAfterCreationGivesTheSlotBack(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t), false, &taskserver.Options{Runner: tasks.RunnerOptions{Workers: 1, Queued: 1, PerTenant: 1}})
+	l, err := ledger.Open(context.Background(), e.store.DB(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var panicky atomic.Bool
+	panicky.Store(true)
+	boom := func(_ *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+		return func(ctx context.Context, call *server.CallRequest) (mcp.Result, error) {
+			res, err := next(ctx, call)
+			if panicky.Load() {
+				panic("after the creation")
+			}
+			return res, err
+		}, nil
+	}
+	err = e.srv.AddTool(server.Tool{Name: "p"}, e.job.handler,
+		idempotency.Keyed(l, idempotency.Policy{}), boom, taskserver.AsTask(e.ts, taskserver.Policy{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcptest.Stdio(t, e.srv, nil)
+	call := func(id int64, key string) mcptest.Frame {
+		return c.Call(id, mcp.MethodToolsCall, modern(map[string]any{"name": "p", "arguments": map[string]any{"idempotencyKey": key}}))
+	}
+	if f := call(1, "k-1"); !strings.Contains(string(f.Raw), "internal_error") {
+		t.Fatalf("the panicking creation: %s", f.Raw)
+	}
+	panicky.Store(false)
+	if f := call(2, "k-2"); f.Error != nil {
+		t.Fatalf("the creation after a rolled-back one: %s", f.Raw)
+	}
+	wait(t, e.job.started, "the task to start")
+	close(e.job.step)
+	close(e.job.finish)
+	wait(t, e.job.returned, "the handler")
+}
