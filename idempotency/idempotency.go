@@ -101,14 +101,27 @@ func scopeOf(call *server.CallRequest) *scope {
 }
 
 // Key returns the call's idempotency key, as Keyed found it: "" for a call
-// of a KeyOptional tool made without one, or of a tool without Keyed.
-// Pass it on to any external service the effect calls, as that service's
+// of a KeyOptional tool made without one, or of a tool without Keyed. A
+// task's handler reads the key of the call that created the task
+// (WithKey). Pass it on to any external service the effect calls, as that service's
 // own idempotency key.
 func Key(call *server.CallRequest) string {
 	if sc := scopeOf(call); sc != nil {
 		return sc.key
 	}
 	return ""
+}
+
+// WithKey gives a call detached from its request (server.Server.Detached:
+// a task's worker, here or after a takeover) the idempotency key its
+// request was made with, so that Key(call) reads it there too: the
+// handler, which runs outside any transaction and may run again after a
+// takeover, passes it on to the external services it calls. The call has
+// no transaction (Tx is nil). An empty key does nothing.
+func WithKey(call *server.CallRequest, key string) {
+	if key != "" {
+		call.Attach(scopeKey{}, &scope{key: key})
+	}
 }
 
 // Tx returns the transaction the call's effect writes through: it commits

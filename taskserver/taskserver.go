@@ -230,6 +230,9 @@ type storedRequest struct {
 	Arguments      json.RawMessage            `json:"arguments,omitempty"`
 	InputResponses map[string]json.RawMessage `json:"inputResponses,omitempty"`
 	Era            mcp.Era                    `json:"era"`
+	// IdempotencyKey is the key the creating call was made with, for the
+	// handler's idempotency.Key: a key sent in _meta is in no arguments.
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 }
 
 // taskTool is one task-capable tool.
@@ -341,7 +344,8 @@ func (tt *taskTool) create(ctx context.Context, call *server.CallRequest) (mcp.R
 		call.Annotate(AnnotationKey, Refused)
 		return nil, server.OverloadedError(time.Second)
 	}
-	request, err := json.Marshal(storedRequest{Name: tt.name, Arguments: call.Arguments, InputResponses: call.InputResponses, Era: call.Era})
+	request, err := json.Marshal(storedRequest{Name: tt.name, Arguments: call.Arguments, InputResponses: call.InputResponses, Era: call.Era,
+		IdempotencyKey: idempotency.Key(call)})
 	if err != nil {
 		slot.Release()
 		return nil, err
@@ -452,6 +456,7 @@ func (tt *taskTool) work(ctx context.Context, run *tasks.Run) tasks.Outcome {
 	call := tt.ts.srv.Detached(server.CallRequest{Name: req.Name, Arguments: req.Arguments,
 		Request: server.Request{Tenant: t.Tenant, Era: req.Era, InputResponses: req.InputResponses}})
 	call.Attach(runKey{}, &taskRun{run: run, ts: tt.ts})
+	idempotency.WithKey(call, req.IdempotencyKey)
 	res, err := tt.next(ctx, call)
 	switch {
 	case errors.Is(err, tasks.ErrCancelled):

@@ -826,3 +826,36 @@ func TestAPanicAfterCreationGivesTheSlotBack(t *testing.T) {
 	close(e.job.finish)
 	wait(t, e.job.returned, "the handler")
 }
+
+// A keyed task's handler reads its call's idempotency key, to pass on to
+// an external service, as a synchronous run does, whether the key came in
+// the arguments or in _meta: the task runs outside any transaction, and
+// may run again after a takeover, so that key is all that dedupes an
+// external effect.
+func TestATaskHandlerReadsItsKey(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t), false, nil)
+	l, err := ledger.Open(context.Background(), e.store.DB(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make(chan string, 4)
+	h := func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		keys <- taskserver.TaskID(call) + "/" + idempotency.Key(call)
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("sent")}}, nil
+	}
+	err = e.srv.AddTool(server.Tool{Name: "send"}, h, idempotency.Keyed(l, idempotency.Policy{}), taskserver.AsTask(e.ts, taskserver.Policy{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcptest.Stdio(t, e.srv, nil)
+	inArgs := modern(map[string]any{"name": "send", "arguments": map[string]any{"idempotencyKey": "in-args"}})
+	inMeta := mcptest.ModernParams(map[string]any{"name": "send",
+		"_meta": map[string]any{mcp.MetaIdempotencyKey: "in-meta", mcp.MetaClientCapabilities: tasksMeta[mcp.MetaClientCapabilities]}})
+	for i, params := range []map[string]any{inArgs, inMeta} {
+		task := decode[mcp.Task](t, c.Call(int64(i+1), mcp.MethodToolsCall, params))
+		want := task.TaskID + "/" + []string{"in-args", "in-meta"}[i]
+		if got := wait(t, keys, "the task"); got != want {
+			t.Errorf("the task's handler read %q, want %q", got, want)
+		}
+	}
+}
