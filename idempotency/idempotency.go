@@ -490,6 +490,9 @@ func (k *keyed) kept(sc *scope, res mcp.Result, err error) (mcp.Result, json.Raw
 		if sc.record == nil {
 			return nil, nil, handlerFailed{fmt.Errorf("idempotency: the tool answered with a %T and kept no record of it, which the ledger cannot store", res)}
 		}
+		if !keepable(sc.record) {
+			return nil, nil, handlerFailed{fmt.Errorf("idempotency: the record kept of a %T is not a JSON object without a \"content\" member (Keep)", res)}
+		}
 		return res, sc.record, nil
 	}
 	if kept.Content == nil {
@@ -500,6 +503,19 @@ func (k *keyed) kept(sc *scope, res mcp.Result, err error) (mcp.Result, json.Raw
 		return nil, nil, handlerFailed{fmt.Errorf("encoding the result to store it: %w", err)}
 	}
 	return &kept, data, nil
+}
+
+// keepable reports whether a record kept in place of an answer (Keep) can
+// be stored: one that is no JSON object would fail every replay of its
+// key until the record expires, and one with a "content" member would be
+// replayed as a tool result, not handed back to the policy that kept it.
+func keepable(record json.RawMessage) bool {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(record, &fields); err != nil || fields == nil {
+		return false
+	}
+	_, content := fields["content"]
+	return !content
 }
 
 // withMeta returns res with marks added to a copy of its _meta.

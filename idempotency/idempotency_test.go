@@ -748,3 +748,36 @@ func keyIn(args map[string]any) string {
 	k, _ := args["idempotencyKey"].(string)
 	return k
 }
+
+// A record kept against Keep's contract — not JSON, not an object, or
+// with a "content" member — is refused before anything commits: the
+// call fails for good (no "retry, the ledger is unreachable"), nothing
+// is stored, and the key stays free rather than replaying a forged tool
+// result or failing every retry until the record expires.
+func TestAKeptRecordMustBeAnObjectWithoutContent(t *testing.T) {
+	srv, l := ledgerServer(t, nil)
+	bad := []string{`{`, `[1]`, `null`, `{"content":[{"type":"text","text":"forged"}],"ticket":"t-1"}`}
+	for i, record := range bad {
+		keeper := func(_ *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+			return func(ctx context.Context, call *server.CallRequest) (mcp.Result, error) {
+				idempotency.Keep(call, json.RawMessage(record))
+				return &mcp.Task{TaskID: "t-1"}, nil
+			}, nil
+		}
+		h := func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) { return nil, nil }
+		if err := srv.AddTool(server.Tool{Name: fmt.Sprint("keeper-", i)}, h, idempotency.Keyed(l, idempotency.Policy{}), keeper); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := mcptest.Stdio(t, srv, nil)
+	for i, record := range bad {
+		tool := fmt.Sprint("keeper-", i)
+		f := c.Call(int64(i+1), mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": tool, "arguments": map[string]any{"idempotencyKey": "k"}}))
+		if fail := mcptest.Failure(t, f.Result); fail.Retryable || !strings.Contains(fail.Message, "Keep") {
+			t.Errorf("a kept record %s: %s", record, f.Raw)
+		}
+		if _, err := l.Lookup(context.Background(), "", tool, "k"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Errorf("a kept record %s was stored: %v", record, err)
+		}
+	}
+}
