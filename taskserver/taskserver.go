@@ -478,7 +478,10 @@ func (ts *Server) resume(t tasks.Task) (tasks.Work, bool) {
 	ts.mu.RLock()
 	tt := ts.tools[t.Tool]
 	ts.mu.RUnlock()
-	if tt == nil || !tt.policy.Resumable {
+	// AsTask records its tool before AddTool has finished: a registration
+	// refused after it (by a policy outside, or an invalid definition)
+	// left it here, but registered nothing on the server.
+	if tt == nil || !tt.policy.Resumable || !ts.srv.HasTool(t.Tool) {
 		return nil, false
 	}
 	return tt.work, true

@@ -859,3 +859,48 @@ func TestATaskHandlerReadsItsKey(t *testing.T) {
 		}
 	}
 }
+
+// A tool whose registration was refused is not registered here: a task of
+// that name taken over from a dead process ends failed as interrupted,
+// and the handler of the refused registration never runs.
+func TestARefusedRegistrationResumesNothing(t *testing.T) {
+	dsn := storetest.SQLite(t)
+	dead := newEnv(t, dsn, true, nil)
+	if err := dead.srv.AddTool(server.Tool{Name: "export"}, dead.job.handler, taskserver.AsTask(dead.ts, taskserver.Policy{Resumable: true})); err != nil {
+		t.Fatal(err)
+	}
+	c := mcptest.Stdio(t, dead.srv, nil)
+	id := decode[mcp.Task](t, c.Call(1, mcp.MethodToolsCall, modern(map[string]any{"name": "export"}))).TaskID
+	wait(t, dead.job.started, "the task")
+	expireLeases(t, dead.store)
+
+	next := newEnv(t, dsn, true, nil)
+	l, err := ledger.Open(context.Background(), next.store.DB(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	h := func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		runs.Add(1)
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("exported")}}, nil
+	}
+	// Refused: an External key cannot commit with a task's creation.
+	err = next.srv.AddTool(server.Tool{Name: "export", Policy: server.Policy{MaxTimeout: time.Second}}, h,
+		idempotency.Keyed(l, idempotency.Policy{External: true}), taskserver.AsTask(next.ts, taskserver.Policy{Resumable: true}))
+	if err == nil {
+		t.Fatal("the registration was accepted")
+	}
+	next.ts.MaintainOnce(context.Background())
+	c2 := mcptest.Stdio(t, next.srv, nil)
+	got := decode[mcp.Task](t, c2.Call(1, mcp.MethodTasksGet, modern(map[string]any{"taskId": id})))
+	if got.Status != "failed" || !strings.Contains(got.StatusMessage, "interrupted") {
+		t.Fatalf("the orphaned task of a refused tool: %+v", got)
+	}
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("the refused registration's handler ran %d times", n)
+	}
+	close(dead.job.step)
+	if err := wait(t, dead.job.returned, "the old worker"); !errors.Is(err, tasks.ErrTerminal) {
+		t.Fatalf("the old worker's checkpoint = %v, want ErrTerminal", err)
+	}
+}
