@@ -68,7 +68,10 @@ func (c *Client) CallToolWithRetries(ctx context.Context, name string, args map[
 	ctx, stop := context.WithDeadlineCause(ctx, time.Now().Add(limit), &DeadlineError{Clock: MaxClock, After: limit})
 	defer stop()
 	deadline, _ := ctx.Deadline()
-	_, hasKey := args[mcp.ArgIdempotencyKey]
+	// A key is a non-empty string: the server runs a call whose key is
+	// null as one without, which nothing dedupes.
+	key, _ := args[mcp.ArgIdempotencyKey].(string)
+	hasKey := key != ""
 	var arguments any // a nil map is no arguments, not "arguments": null
 	if args != nil {
 		arguments = args

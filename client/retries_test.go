@@ -125,6 +125,28 @@ func TestRetriesConditionalOnlyWithAKey(t *testing.T) {
 	}
 }
 
+// An idempotency key given as null (a nil value in args) is no key: the
+// server runs such a call unkeyed, nothing dedupes it, and a Conditional
+// tool called so is as Unsafe as one called without the key.
+func TestRetriesTakeANullKeyForNone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var got calls
+		c, _ := dial(t, false, func(f *fakeServer, m jsonrpc.Message) {
+			if m.Method == mcp.MethodToolsCall && got.add(m) > 1 {
+				result(f, m, "reserved")
+			}
+		})
+		args := map[string]any{"sku": "w1", mcp.ArgIdempotencyKey: nil}
+		_, err := c.CallToolWithRetries(context.Background(), "reserve", args,
+			&client.CallOptions{Idle: time.Second, Max: time.Minute},
+			&client.Retries{Planner: planner("reserve", retry.Conditional, retry.Options{})})
+		synctest.Wait()
+		if rec := (*retry.ReconcileError)(nil); !errors.As(err, &rec) || got.count() != 1 {
+			t.Fatalf("with a null key: %d attempts, %v; want one and a ReconcileError", got.count(), err)
+		}
+	})
+}
+
 // The pause before a retry is what the server asked for: retryAfterMs in
 // an overloaded error's body on stdio, an HTTP 503's Retry-After header,
 // and no pause for a Retry-After that does not parse.

@@ -58,7 +58,9 @@
 //
 // Over stdio, a client that closes stdin ends the connection without
 // step 1 (its calls are cancelled as the connection closes); the steps
-// from 3 on follow. A failure of the HTTP server skips step 1 likewise.
+// from 3 on follow. A failure of the HTTP server (its listener gone) runs
+// every step: the calls on the connections it accepted still run, and
+// drain before the store closes under them.
 //
 // Package host sits above the policies and observers and is imported only
 // by commands, examples and tests.

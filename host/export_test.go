@@ -4,3 +4,7 @@ package host
 // goroutine that runs it: the tests record the order, and check what
 // holds between two steps.
 func SetStepHook(rt *Runtime, f func(step string)) { rt.stepHook = f }
+
+// CloseListener closes the endpoint's listener under the HTTP server, as
+// a failing network would: the server's Serve fails.
+func CloseListener(rt *Runtime) error { return rt.ln.Close() }

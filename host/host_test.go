@@ -235,6 +235,69 @@ func TestRuntimeOverHTTP(t *testing.T) {
 	})
 }
 
+// TestHTTPFailureStillDrains: when the HTTP server fails under Run (its
+// listener gone), the calls it was serving end within the grace before
+// the rest of the shutdown closes the store under them, and Run returns
+// the failure.
+func TestHTTPFailureStillDrains(t *testing.T) {
+	rec := &steps{}
+	opts := options(t, storetest.SQLite(t), rec)
+	opts.Addr = "127.0.0.1:0"
+	rt, err := host.New(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	entered, release, returned := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	let := func() { releaseOnce.Do(func() { close(release) }) }
+	defer let()
+	hold := func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		defer close(returned)
+		close(entered)
+		<-release
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("held")}}, nil
+	}
+	if err := rt.Server().AddTool(server.Tool{Name: "hold", InputSchema: json.RawMessage(`{"type":"object"}`)}, hold); err != nil {
+		t.Fatal(err)
+	}
+	host.SetStepHook(rt, func(step string) {
+		rec.add(step)
+		switch step {
+		case "drain":
+			let() // the call finishes within the grace
+		case "store":
+			select {
+			case <-returned:
+			default:
+				t.Error("the store closes under a call still running")
+				let()
+			}
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- rt.Run(ctx) }()
+	c, err := client.DialHTTP(ctx, rt.Endpoint(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	go c.CallTool(context.Background(), "hold", map[string]any{}, nil)
+	<-entered
+	if err := host.CloseListener(rt); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ran; err == nil {
+		t.Error("Run returned nil after the HTTP server failed")
+	}
+	want := []string{"drain", "close-transport", "tasks", "metrics", "reaper", "store", "traces", "flushed"}
+	if got := rec.list(); !slices.Equal(got, want) {
+		t.Errorf("shutdown:\n got %q\nwant %q", got, want)
+	}
+}
+
 func get(t *testing.T, url, bearer string) int {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)

@@ -14,9 +14,10 @@ import (
 )
 
 // serveHTTP serves the endpoint on the listener New bound until ctx ends
-// (or the HTTP server fails), then runs the transport's steps of the
+// or the HTTP server fails, then runs the transport's steps of the
 // shutdown: the server drains within the grace, the handler's sessions
-// end, and the listener and idle connections close.
+// end, and the listener and idle connections close. It returns the HTTP
+// server's failure, if that ended it.
 func (rt *Runtime) serveHTTP(ctx context.Context) error {
 	o := &rt.opts
 	tcp, _ := rt.ln.Addr().(*net.TCPAddr)
@@ -50,9 +51,12 @@ func (rt *Runtime) serveHTTP(ctx context.Context) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(rt.ln) }()
+	// A failed HTTP server (its listener gone) still has calls running on
+	// the connections it accepted: they drain as in a shutdown, before the
+	// store closes under them.
+	var failed error
 	select {
-	case err := <-served:
-		return err
+	case failed = <-served:
 	case <-ctx.Done():
 	}
 	rt.logger.Info("shutting down", "grace", o.ShutdownGrace)
@@ -67,6 +71,9 @@ func (rt *Runtime) serveHTTP(ctx context.Context) error {
 	defer cancel2()
 	if err := hs.Shutdown(sctx); err != nil {
 		hs.Close()
+	}
+	if failed != nil {
+		return failed
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return err

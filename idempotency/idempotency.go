@@ -101,14 +101,27 @@ func scopeOf(call *server.CallRequest) *scope {
 }
 
 // Key returns the call's idempotency key, as Keyed found it: "" for a call
-// of a KeyOptional tool made without one, or of a tool without Keyed.
-// Pass it on to any external service the effect calls, as that service's
+// of a KeyOptional tool made without one, or of a tool without Keyed. A
+// task's handler reads the key of the call that created the task
+// (WithKey). Pass it on to any external service the effect calls, as that service's
 // own idempotency key.
 func Key(call *server.CallRequest) string {
 	if sc := scopeOf(call); sc != nil {
 		return sc.key
 	}
 	return ""
+}
+
+// WithKey gives a call detached from its request (server.Server.Detached:
+// a task's worker, here or after a takeover) the idempotency key its
+// request was made with, so that Key(call) reads it there too: the
+// handler, which runs outside any transaction and may run again after a
+// takeover, passes it on to the external services it calls. The call has
+// no transaction (Tx is nil). An empty key does nothing.
+func WithKey(call *server.CallRequest, key string) {
+	if key != "" {
+		call.Attach(scopeKey{}, &scope{key: key})
+	}
 }
 
 // Tx returns the transaction the call's effect writes through: it commits
@@ -288,6 +301,10 @@ func (k *keyed) run(ctx context.Context, req *server.CallRequest, next server.Ca
 	if k.policy.External {
 		res, ran, err = k.runExternal(ctx, req, sc, op, next)
 	} else {
+		committed := false
+		// Deferred, so that a panic in the handler, which rolls the
+		// transaction back, tells the policies inside too.
+		defer func() { sc.settle(committed) }()
 		res, err = k.ledger.Do(ctx, op, func(ctx context.Context, tx *store.Tx) (json.RawMessage, error) {
 			sc.tx = tx
 			defer func() { sc.tx = nil }() // valid only until the effect returns
@@ -296,7 +313,8 @@ func (k *keyed) run(ctx context.Context, req *server.CallRequest, next server.Ca
 			ran, data, err = k.kept(sc, out, err)
 			return data, err
 		})
-		sc.settle(err == nil && !res.Replayed)
+		committed = err == nil && !res.Replayed
+		sc.settle(committed)
 	}
 	if err != nil {
 		return nil, k.ledgerError(req, sc.key, err)
@@ -403,13 +421,16 @@ func (k *keyed) runUnkeyed(ctx context.Context, req *server.CallRequest, next se
 	if k.policy.External {
 		out, err = k.unkeyedKept(sc)(next(ctx, req))
 	} else {
+		committed := false
+		defer func() { sc.settle(committed) }() // a panic rolled it back
 		err = k.ledger.DB().WriteBatched(ctx, func(tx *store.Tx) (err error) {
 			sc.tx = tx
 			defer func() { sc.tx = nil }()
 			out, err = k.unkeyedKept(sc)(next(ctx, req))
 			return err
 		})
-		sc.settle(err == nil)
+		committed = err == nil
+		sc.settle(committed)
 	}
 	if err != nil {
 		var h handlerFailed
@@ -469,6 +490,9 @@ func (k *keyed) kept(sc *scope, res mcp.Result, err error) (mcp.Result, json.Raw
 		if sc.record == nil {
 			return nil, nil, handlerFailed{fmt.Errorf("idempotency: the tool answered with a %T and kept no record of it, which the ledger cannot store", res)}
 		}
+		if !keepable(sc.record) {
+			return nil, nil, handlerFailed{fmt.Errorf("idempotency: the record kept of a %T is not a JSON object without a \"content\" member (Keep)", res)}
+		}
 		return res, sc.record, nil
 	}
 	if kept.Content == nil {
@@ -479,6 +503,19 @@ func (k *keyed) kept(sc *scope, res mcp.Result, err error) (mcp.Result, json.Raw
 		return nil, nil, handlerFailed{fmt.Errorf("encoding the result to store it: %w", err)}
 	}
 	return &kept, data, nil
+}
+
+// keepable reports whether a record kept in place of an answer (Keep) can
+// be stored: one that is no JSON object would fail every replay of its
+// key until the record expires, and one with a "content" member would be
+// replayed as a tool result, not handed back to the policy that kept it.
+func keepable(record json.RawMessage) bool {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(record, &fields); err != nil || fields == nil {
+		return false
+	}
+	_, content := fields["content"]
+	return !content
 }
 
 // withMeta returns res with marks added to a copy of its _meta.

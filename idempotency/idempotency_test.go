@@ -705,3 +705,79 @@ func TestKeepAndReplayAnOutcomeThatIsNoToolResult(t *testing.T) {
 		t.Fatalf("the refused answer's key: %v", err)
 	}
 }
+
+// A handler that panics inside the ledger's transaction rolls it back, and
+// a policy inside Keyed that asked to be told (AfterTx) is told so, keyed
+// or not: a task's slot reserved there would otherwise never come back.
+func TestAfterTxIsToldOfAPanic(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		srv, l := mcptest.NewServer(t, nil), ledgertest.Open(t, dsn, nil, nil, "")
+		told := make(chan string, 4)
+		err := srv.AddTool(server.Tool{Name: "op"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+			panic("the handler failed")
+		}, idempotency.Keyed(l, idempotency.Policy{Key: idempotency.KeyOptional}), func(_ *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+			return func(ctx context.Context, call *server.CallRequest) (mcp.Result, error) {
+				key := idempotency.Key(call)
+				idempotency.AfterTx(call, func(committed bool) { told <- fmt.Sprintf("key=%q committed=%v", key, committed) })
+				return next(ctx, call)
+			}, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := mcptest.Stdio(t, srv, nil)
+		for i, args := range []map[string]any{{"idempotencyKey": "k-1"}, nil} {
+			if f := c.Call(int64(i+1), mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": "op", "arguments": args})); !strings.Contains(string(f.Raw), "internal_error") {
+				t.Fatalf("a panicking call: %s", f.Raw)
+			}
+			want := fmt.Sprintf("key=%q committed=false", keyIn(args))
+			select {
+			case got := <-told:
+				if got != want {
+					t.Fatalf("after a panic the policy was told %q, want %q", got, want)
+				}
+			default:
+				t.Fatalf("after a panic rolled back the transaction of a call with arguments %v, the policy was never told", args)
+			}
+		}
+	})
+}
+
+// keyIn is the idempotency key among args, or "".
+func keyIn(args map[string]any) string {
+	k, _ := args["idempotencyKey"].(string)
+	return k
+}
+
+// A record kept against Keep's contract — not JSON, not an object, or
+// with a "content" member — is refused before anything commits: the
+// call fails for good (no "retry, the ledger is unreachable"), nothing
+// is stored, and the key stays free rather than replaying a forged tool
+// result or failing every retry until the record expires.
+func TestAKeptRecordMustBeAnObjectWithoutContent(t *testing.T) {
+	srv, l := ledgerServer(t, nil)
+	bad := []string{`{`, `[1]`, `null`, `{"content":[{"type":"text","text":"forged"}],"ticket":"t-1"}`}
+	for i, record := range bad {
+		keeper := func(_ *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+			return func(ctx context.Context, call *server.CallRequest) (mcp.Result, error) {
+				idempotency.Keep(call, json.RawMessage(record))
+				return &mcp.Task{TaskID: "t-1"}, nil
+			}, nil
+		}
+		h := func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) { return nil, nil }
+		if err := srv.AddTool(server.Tool{Name: fmt.Sprint("keeper-", i)}, h, idempotency.Keyed(l, idempotency.Policy{}), keeper); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := mcptest.Stdio(t, srv, nil)
+	for i, record := range bad {
+		tool := fmt.Sprint("keeper-", i)
+		f := c.Call(int64(i+1), mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": tool, "arguments": map[string]any{"idempotencyKey": "k"}}))
+		if fail := mcptest.Failure(t, f.Result); fail.Retryable || !strings.Contains(fail.Message, "Keep") {
+			t.Errorf("a kept record %s: %s", record, f.Raw)
+		}
+		if _, err := l.Lookup(context.Background(), "", tool, "k"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Errorf("a kept record %s was stored: %v", record, err)
+		}
+	}
+}

@@ -230,6 +230,9 @@ type storedRequest struct {
 	Arguments      json.RawMessage            `json:"arguments,omitempty"`
 	InputResponses map[string]json.RawMessage `json:"inputResponses,omitempty"`
 	Era            mcp.Era                    `json:"era"`
+	// IdempotencyKey is the key the creating call was made with, for the
+	// handler's idempotency.Key: a key sent in _meta is in no arguments.
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 }
 
 // taskTool is one task-capable tool.
@@ -341,7 +344,8 @@ func (tt *taskTool) create(ctx context.Context, call *server.CallRequest) (mcp.R
 		call.Annotate(AnnotationKey, Refused)
 		return nil, server.OverloadedError(time.Second)
 	}
-	request, err := json.Marshal(storedRequest{Name: tt.name, Arguments: call.Arguments, InputResponses: call.InputResponses, Era: call.Era})
+	request, err := json.Marshal(storedRequest{Name: tt.name, Arguments: call.Arguments, InputResponses: call.InputResponses, Era: call.Era,
+		IdempotencyKey: idempotency.Key(call)})
 	if err != nil {
 		slot.Release()
 		return nil, err
@@ -452,6 +456,7 @@ func (tt *taskTool) work(ctx context.Context, run *tasks.Run) tasks.Outcome {
 	call := tt.ts.srv.Detached(server.CallRequest{Name: req.Name, Arguments: req.Arguments,
 		Request: server.Request{Tenant: t.Tenant, Era: req.Era, InputResponses: req.InputResponses}})
 	call.Attach(runKey{}, &taskRun{run: run, ts: tt.ts})
+	idempotency.WithKey(call, req.IdempotencyKey)
 	res, err := tt.next(ctx, call)
 	switch {
 	case errors.Is(err, tasks.ErrCancelled):
@@ -473,7 +478,10 @@ func (ts *Server) resume(t tasks.Task) (tasks.Work, bool) {
 	ts.mu.RLock()
 	tt := ts.tools[t.Tool]
 	ts.mu.RUnlock()
-	if tt == nil || !tt.policy.Resumable {
+	// AsTask records its tool before AddTool has finished: a registration
+	// refused after it (by a policy outside, or an invalid definition)
+	// left it here, but registered nothing on the server.
+	if tt == nil || !tt.policy.Resumable || !ts.srv.HasTool(t.Tool) {
 		return nil, false
 	}
 	return tt.work, true

@@ -784,3 +784,123 @@ func TestATaskKeyRetriedWithoutTaskSupport(t *testing.T) {
 		t.Fatalf("the work ran %d times", n)
 	}
 }
+
+// A policy between Keyed and AsTask that panics once the task was created
+// in the key's transaction rolls the creation back: the slot it reserved
+// on the runner comes back, and the next creation is not refused.
+func TestAPanicAfterCreationGivesTheSlotBack(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t), false, &taskserver.Options{Runner: tasks.RunnerOptions{Workers: 1, Queued: 1, PerTenant: 1}})
+	l, err := ledger.Open(context.Background(), e.store.DB(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var panicky atomic.Bool
+	panicky.Store(true)
+	boom := func(_ *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+		return func(ctx context.Context, call *server.CallRequest) (mcp.Result, error) {
+			res, err := next(ctx, call)
+			if panicky.Load() {
+				panic("after the creation")
+			}
+			return res, err
+		}, nil
+	}
+	err = e.srv.AddTool(server.Tool{Name: "p"}, e.job.handler,
+		idempotency.Keyed(l, idempotency.Policy{}), boom, taskserver.AsTask(e.ts, taskserver.Policy{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcptest.Stdio(t, e.srv, nil)
+	call := func(id int64, key string) mcptest.Frame {
+		return c.Call(id, mcp.MethodToolsCall, modern(map[string]any{"name": "p", "arguments": map[string]any{"idempotencyKey": key}}))
+	}
+	if f := call(1, "k-1"); !strings.Contains(string(f.Raw), "internal_error") {
+		t.Fatalf("the panicking creation: %s", f.Raw)
+	}
+	panicky.Store(false)
+	if f := call(2, "k-2"); f.Error != nil {
+		t.Fatalf("the creation after a rolled-back one: %s", f.Raw)
+	}
+	wait(t, e.job.started, "the task to start")
+	close(e.job.step)
+	close(e.job.finish)
+	wait(t, e.job.returned, "the handler")
+}
+
+// A keyed task's handler reads its call's idempotency key, to pass on to
+// an external service, as a synchronous run does, whether the key came in
+// the arguments or in _meta: the task runs outside any transaction, and
+// may run again after a takeover, so that key is all that dedupes an
+// external effect.
+func TestATaskHandlerReadsItsKey(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t), false, nil)
+	l, err := ledger.Open(context.Background(), e.store.DB(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make(chan string, 4)
+	h := func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		keys <- taskserver.TaskID(call) + "/" + idempotency.Key(call)
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("sent")}}, nil
+	}
+	err = e.srv.AddTool(server.Tool{Name: "send"}, h, idempotency.Keyed(l, idempotency.Policy{}), taskserver.AsTask(e.ts, taskserver.Policy{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcptest.Stdio(t, e.srv, nil)
+	inArgs := modern(map[string]any{"name": "send", "arguments": map[string]any{"idempotencyKey": "in-args"}})
+	inMeta := mcptest.ModernParams(map[string]any{"name": "send",
+		"_meta": map[string]any{mcp.MetaIdempotencyKey: "in-meta", mcp.MetaClientCapabilities: tasksMeta[mcp.MetaClientCapabilities]}})
+	for i, params := range []map[string]any{inArgs, inMeta} {
+		task := decode[mcp.Task](t, c.Call(int64(i+1), mcp.MethodToolsCall, params))
+		want := task.TaskID + "/" + []string{"in-args", "in-meta"}[i]
+		if got := wait(t, keys, "the task"); got != want {
+			t.Errorf("the task's handler read %q, want %q", got, want)
+		}
+	}
+}
+
+// A tool whose registration was refused is not registered here: a task of
+// that name taken over from a dead process ends failed as interrupted,
+// and the handler of the refused registration never runs.
+func TestARefusedRegistrationResumesNothing(t *testing.T) {
+	dsn := storetest.SQLite(t)
+	dead := newEnv(t, dsn, true, nil)
+	if err := dead.srv.AddTool(server.Tool{Name: "export"}, dead.job.handler, taskserver.AsTask(dead.ts, taskserver.Policy{Resumable: true})); err != nil {
+		t.Fatal(err)
+	}
+	c := mcptest.Stdio(t, dead.srv, nil)
+	id := decode[mcp.Task](t, c.Call(1, mcp.MethodToolsCall, modern(map[string]any{"name": "export"}))).TaskID
+	wait(t, dead.job.started, "the task")
+	expireLeases(t, dead.store)
+
+	next := newEnv(t, dsn, true, nil)
+	l, err := ledger.Open(context.Background(), next.store.DB(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	h := func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		runs.Add(1)
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("exported")}}, nil
+	}
+	// Refused: an External key cannot commit with a task's creation.
+	err = next.srv.AddTool(server.Tool{Name: "export", Policy: server.Policy{MaxTimeout: time.Second}}, h,
+		idempotency.Keyed(l, idempotency.Policy{External: true}), taskserver.AsTask(next.ts, taskserver.Policy{Resumable: true}))
+	if err == nil {
+		t.Fatal("the registration was accepted")
+	}
+	next.ts.MaintainOnce(context.Background())
+	c2 := mcptest.Stdio(t, next.srv, nil)
+	got := decode[mcp.Task](t, c2.Call(1, mcp.MethodTasksGet, modern(map[string]any{"taskId": id})))
+	if got.Status != "failed" || !strings.Contains(got.StatusMessage, "interrupted") {
+		t.Fatalf("the orphaned task of a refused tool: %+v", got)
+	}
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("the refused registration's handler ran %d times", n)
+	}
+	close(dead.job.step)
+	if err := wait(t, dead.job.returned, "the old worker"); !errors.Is(err, tasks.ErrTerminal) {
+		t.Fatalf("the old worker's checkpoint = %v, want ErrTerminal", err)
+	}
+}
