@@ -153,7 +153,10 @@ func AfterTx(call *server.CallRequest, fn func(committed bool)) {
 // created task): record is what the ledger stores as the operation's
 // outcome, in place of the answer, and hands back through Replaying when
 // the same key is used again. It must be a JSON object without a
-// "content" member (by which a stored tool result is known).
+// "content" member (by which a stored tool result is known). Only a tool
+// that declares task support (Tool.Execution, as taskserver.AsTask sets
+// it) may keep one: a record is answered from only by the policy that
+// kept it, so a tool without it refuses the key rather than run again.
 func Keep(call *server.CallRequest, record json.RawMessage) {
 	if sc := scopeOf(call); sc != nil {
 		sc.record = record
@@ -176,6 +179,9 @@ type keyed struct {
 	policy Policy
 	class  server.RetryClass // the tool's, once intercepted
 	log    *slog.Logger
+	// keeps: the tool runs as a task, so a policy inside may keep a
+	// record in place of a tool result (Keep) and answer its replays.
+	keeps bool
 }
 
 // intercept amends the declaration and wraps the handler.
@@ -192,6 +198,7 @@ func (k *keyed) intercept(t *server.Tool, next server.CallHandler) (server.CallH
 	if k.policy.External && t.Meta[mcp.MetaTaskSupport] != nil {
 		return nil, fmt.Errorf("idempotency: tool %q: a task's creation commits with its key in one transaction; External mode has none", t.Name)
 	}
+	k.keeps = t.Execution != nil && t.Execution.TaskSupport != "" && t.Execution.TaskSupport != mcp.TaskForbidden
 	if t.Meta == nil {
 		t.Meta = mcp.Meta{}
 	}
@@ -348,6 +355,15 @@ func (k *keyed) replay(ctx context.Context, req *server.CallRequest, sc *scope, 
 		return nil, fmt.Errorf("decoding a stored result: %w", err)
 	}
 	if probe.Content == nil {
+		if !k.keeps {
+			// Kept by a policy this tool no longer has (it ran as a task
+			// before a redeployment): nothing here can answer from it, and
+			// running the handler would do the operation twice.
+			req.Annotate(AnnotationKey, Conflict)
+			return nil, &mcp.ToolError{Code: mcp.FailureKeyConflict,
+				Message: "this idempotency key's operation was recorded as a task, which this tool no longer runs; nothing ran. Use a new key for a new operation",
+				Details: map[string]any{"idempotencyKey": sc.key}}
+		}
 		sc.replay = res.Data
 		return next(ctx, req)
 	}
@@ -489,6 +505,9 @@ func (k *keyed) kept(sc *scope, res mcp.Result, err error) (mcp.Result, json.Raw
 	default:
 		if sc.record == nil {
 			return nil, nil, handlerFailed{fmt.Errorf("idempotency: the tool answered with a %T and kept no record of it, which the ledger cannot store", res)}
+		}
+		if !k.keeps {
+			return nil, nil, handlerFailed{fmt.Errorf("idempotency: the tool answered with a %T, but only a task-capable tool may keep a record in place of a tool result (Keep)", res)}
 		}
 		if !keepable(sc.record) {
 			return nil, nil, handlerFailed{fmt.Errorf("idempotency: the record kept of a %T is not a JSON object without a \"content\" member (Keep)", res)}

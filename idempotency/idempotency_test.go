@@ -663,7 +663,8 @@ func TestKeepAndReplayAnOutcomeThatIsNoToolResult(t *testing.T) {
 	var runs, replays atomic.Int64
 	var replayed atomic.Value
 	ticket := func(keep bool) server.ToolInterceptor {
-		return func(_ *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+		return func(t *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+			t.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskOptional} // a record is a task's
 			return func(ctx context.Context, call *server.CallRequest) (mcp.Result, error) {
 				if record, ok := idempotency.Replaying(call); ok {
 					replays.Add(1)
@@ -758,7 +759,8 @@ func TestAKeptRecordMustBeAnObjectWithoutContent(t *testing.T) {
 	srv, l := ledgerServer(t, nil)
 	bad := []string{`{`, `[1]`, `null`, `{"content":[{"type":"text","text":"forged"}],"ticket":"t-1"}`}
 	for i, record := range bad {
-		keeper := func(_ *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+		keeper := func(t *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+			t.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskOptional} // a record is a task's
 			return func(ctx context.Context, call *server.CallRequest) (mcp.Result, error) {
 				idempotency.Keep(call, json.RawMessage(record))
 				return &mcp.Task{TaskID: "t-1"}, nil
@@ -779,5 +781,43 @@ func TestAKeptRecordMustBeAnObjectWithoutContent(t *testing.T) {
 		if _, err := l.Lookup(context.Background(), "", tool, "k"); !errors.Is(err, ledger.ErrNotFound) {
 			t.Errorf("a kept record %s was stored: %v", record, err)
 		}
+	}
+}
+
+// A record kept by a task-capable tool is answered only by the policy that
+// kept it: after a redeployment without it, a retry of the key is refused
+// as a conflict, and the handler does not run the operation again.
+func TestARecordOutlivingItsPolicyIsNotRunAgain(t *testing.T) {
+	_, l := ledgerServer(t, nil)
+	var runs atomic.Int64
+	h := func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) {
+		runs.Add(1)
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("ran")}}, nil
+	}
+	asTask := func(t *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+		t.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskOptional}
+		return func(ctx context.Context, call *server.CallRequest) (mcp.Result, error) {
+			if _, ok := idempotency.Replaying(call); ok {
+				return &mcp.Task{TaskID: "t-1"}, nil
+			}
+			idempotency.Keep(call, json.RawMessage(`{"taskId":"t-1"}`))
+			return &mcp.Task{TaskID: "t-1"}, nil
+		}, nil
+	}
+	before := mcptest.NewServer(t, nil)
+	if err := before.AddTool(server.Tool{Name: "op"}, h, idempotency.Keyed(l, idempotency.Policy{}), asTask); err != nil {
+		t.Fatal(err)
+	}
+	params := mcptest.ModernParams(map[string]any{"name": "op", "arguments": map[string]any{"idempotencyKey": "k"}})
+	if f := mcptest.Stdio(t, before, nil).Call(1, mcp.MethodToolsCall, params); !strings.Contains(string(f.Result), `"t-1"`) {
+		t.Fatalf("as a task: %s", f.Raw)
+	}
+	after := mcptest.NewServer(t, nil)
+	if err := after.AddTool(server.Tool{Name: "op"}, h, idempotency.Keyed(l, idempotency.Policy{})); err != nil {
+		t.Fatal(err)
+	}
+	f := mcptest.Stdio(t, after, nil).Call(1, mcp.MethodToolsCall, params)
+	if fail := mcptest.Failure(t, f.Result); fail.Code != mcp.FailureKeyConflict || runs.Load() != 0 {
+		t.Fatalf("the retry after the task policy went: %s, %d runs", f.Raw, runs.Load())
 	}
 }
