@@ -315,7 +315,7 @@ func (k *keyed) run(ctx context.Context, req *server.CallRequest, next server.Ca
 		res, err = k.ledger.Do(ctx, op, func(ctx context.Context, tx *store.Tx) (json.RawMessage, error) {
 			sc.tx = tx
 			defer func() { sc.tx = nil }() // valid only until the effect returns
-			out, err := next(ctx, req)
+			out, err := next(tx.Within(ctx), req)
 			var data json.RawMessage
 			ran, data, err = k.kept(sc, out, err)
 			return data, err
@@ -442,7 +442,7 @@ func (k *keyed) runUnkeyed(ctx context.Context, req *server.CallRequest, next se
 		err = k.ledger.DB().WriteBatched(ctx, func(tx *store.Tx) (err error) {
 			sc.tx = tx
 			defer func() { sc.tx = nil }()
-			out, err = k.unkeyedKept(sc)(next(ctx, req))
+			out, err = k.unkeyedKept(sc)(next(tx.Within(ctx), req))
 			return err
 		})
 		committed = err == nil

@@ -821,3 +821,27 @@ func TestARecordOutlivingItsPolicyIsNotRunAgain(t *testing.T) {
 		t.Fatalf("the retry after the task policy went: %s, %d runs", f.Raw, runs.Load())
 	}
 }
+
+// A handler that writes with a transaction of its own while the ledger
+// holds SQLite's one writer for it is told at once, and nothing is kept:
+// it does not wait for itself until its deadline, stalling every writer.
+func TestAHandlersOwnWriteTxFailsAtOnce(t *testing.T) {
+	srv, l := ledgerServer(t, nil)
+	err := srv.AddTool(server.Tool{Name: "op", Policy: server.Policy{MaxTimeout: time.Hour, IdleTimeout: time.Hour}},
+		func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, l.DB().WriteTx(ctx, func(*store.Tx) error { return nil })
+		}, idempotency.Keyed(l, idempotency.Policy{Key: idempotency.KeyOptional}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcptest.Stdio(t, srv, nil)
+	for id, args := range map[int64]map[string]any{1: {"idempotencyKey": "k"}, 2: nil} {
+		f := c.Call(id, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": "op", "arguments": args}))
+		if fail := mcptest.Failure(t, f.Result); !strings.Contains(fail.Message, "would wait for itself") {
+			t.Fatalf("call %d: %s", id, f.Raw)
+		}
+	}
+	if _, err := l.Lookup(context.Background(), "", "op", "k"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the failed call's key: %v", err)
+	}
+}

@@ -73,6 +73,9 @@ func (db *DB) WriteBatched(ctx context.Context, fn func(*Tx) error) error {
 	if db.writers == nil {
 		return db.WriteTx(ctx, fn)
 	}
+	if db.nestedWrite(ctx) {
+		return ErrNestedWrite
+	}
 	j := &batchJob{ctx: ctx, fn: fn, done: make(chan struct{})}
 	db.batch.mu.Lock()
 	db.batch.pending = append(db.batch.pending, j)

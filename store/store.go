@@ -80,6 +80,12 @@ type Options struct {
 // Options.ReadOnly.
 var ErrReadOnly = errors.New("store: the database was opened read-only")
 
+// ErrNestedWrite is returned by WriteTx and WriteBatched on SQLite when
+// ctx was marked (Tx.Within) as running inside a write transaction of the
+// same database: SQLite has one writer, which that transaction holds, so
+// the new one would wait for itself until ctx ends.
+var ErrNestedWrite = errors.New("store: a write transaction begun inside another on the same SQLite database would wait for itself; write through the transaction held (idempotency.Tx)")
+
 // DB is an open store.
 type DB struct {
 	dialect  Dialect
@@ -374,6 +380,24 @@ type Tx struct {
 	unprepared []string
 }
 
+type withinKey struct{}
+
+// Within returns ctx marked as running inside t, for code that runs
+// someone else's function inside a transaction it holds (the ledger runs a
+// tool's handler so): on SQLite, a write transaction begun with the
+// marked context on t's database fails at once with ErrNestedWrite,
+// instead of waiting for the writer its own caller holds.
+func (t *Tx) Within(ctx context.Context) context.Context {
+	return context.WithValue(ctx, withinKey{}, t)
+}
+
+// nestedWrite reports whether ctx runs inside a write transaction of db
+// that a new one would wait for.
+func (db *DB) nestedWrite(ctx context.Context) bool {
+	t, _ := ctx.Value(withinKey{}).(*Tx)
+	return t != nil && t.db == db && db.writers != nil
+}
+
 // DB is the database the transaction belongs to: a component that writes
 // through a transaction someone else began (a task created in the
 // ledger's transaction) checks it is its own database.
@@ -459,6 +483,9 @@ func (t *Tx) Query(ctx context.Context, query string, args ...any) (*sql.Rows, e
 func (db *DB) WriteTx(ctx context.Context, fn func(*Tx) error) error {
 	if db.ro {
 		return ErrReadOnly
+	}
+	if db.nestedWrite(ctx) {
+		return ErrNestedWrite
 	}
 	if db.writers != nil {
 		turn := db.writers.join()

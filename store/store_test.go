@@ -256,3 +256,46 @@ func TestConcurrentMigrations(t *testing.T) {
 		}
 	}
 }
+
+// A write transaction begun inside another on the same SQLite database —
+// a tool's handler calling WriteTx while the ledger holds the writer for
+// it — fails at once, naming the mistake, instead of waiting for itself
+// until its context ends. Another database, and a context not marked,
+// are unaffected.
+func TestNestedWriteFailsAtOnceOnSQLite(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, storetest.SQLite(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	other, err := Open(ctx, storetest.SQLite(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	// Bounded only so that the old behaviour (waiting for itself) ends
+	// the test as a failure rather than a hang.
+	bounded, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	noop := func(*Tx) error { return nil }
+	err = db.WriteTx(ctx, func(tx *Tx) error {
+		inner := tx.Within(bounded)
+		if err := db.WriteTx(inner, noop); !errors.Is(err, ErrNestedWrite) {
+			t.Errorf("WriteTx inside a write transaction = %v, want ErrNestedWrite", err)
+		}
+		if err := db.WriteBatched(inner, noop); !errors.Is(err, ErrNestedWrite) {
+			t.Errorf("WriteBatched inside a write transaction = %v, want ErrNestedWrite", err)
+		}
+		if err := other.WriteTx(inner, noop); err != nil {
+			t.Errorf("WriteTx on another database = %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.WriteTx(ctx, noop); err != nil {
+		t.Fatalf("after the transaction: %v", err)
+	}
+}
