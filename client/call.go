@@ -122,14 +122,22 @@ func (e *CancelledError) Unwrap() error { return e.Cause }
 // encodes as a JSON object (json.RawMessage included), or nil. A tool's
 // failure is a result whose IsError is set, not an error; errors are
 // protocol errors (*jsonrpc.Error), deadlines (*DeadlineError),
-// cancellation (*CancelledError) and lost connections
-// (ErrConnectionLost).
+// cancellation (*CancelledError), lost connections (ErrConnectionLost)
+// and input the server asked for that the client did not give
+// (*InputError, *InputRoundsError).
+//
+// A 2026-07-28 server may answer with an input_required result instead:
+// the client answers its requests through Options.OnRequest and calls
+// again with the answers (a new JSON-RPC id each round, at most
+// Options.MaxInputRounds rounds), so the caller sees only the final
+// result. Max bounds the whole call, answers included; Idle bounds each
+// wait for the server, not the time OnRequest takes to answer.
 func (c *Client) CallTool(ctx context.Context, name string, args any, o *CallOptions) (*mcp.CallToolResult, error) {
 	params := map[string]any{"name": name}
 	if args != nil {
 		params["arguments"] = args
 	}
-	raw, err := c.roundTrip(ctx, mcp.MethodToolsCall, name, params, o)
+	raw, err := c.call(ctx, mcp.MethodToolsCall, name, params, o)
 	if err != nil {
 		return nil, err
 	}
@@ -201,9 +209,10 @@ func (e *ListLimitError) Error() string {
 
 // Request sends any request and returns its raw result: for methods this
 // package has no helper for. name is what the method's Mcp-Name header
-// carries over 2026-07-28 HTTP ("" for none).
+// carries over 2026-07-28 HTTP ("" for none). An input_required result
+// is answered and the request sent again, as CallTool does.
 func (c *Client) Request(ctx context.Context, method, name string, params any, o *CallOptions) (json.RawMessage, error) {
-	return c.roundTrip(ctx, method, name, params, o)
+	return c.call(ctx, method, name, params, o)
 }
 
 // roundTrip sends one request and waits for its response under the two

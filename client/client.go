@@ -98,8 +98,15 @@ type Options struct {
 	// OnRequest answers the requests a server sends the client on stdio
 	// and in the 2025 era over HTTP: elicitation/create, sampling, roots
 	// (declare the matching Capabilities). ping is answered without it;
-	// with none, the others get method-not-found.
+	// with none, the others get method-not-found. It also answers the
+	// input a 2026-07-28 server asks for in an input_required result
+	// (the same methods and params), so one handler serves both eras;
+	// with none, such a call fails with an *InputError.
 	OnRequest RequestHandler
+	// MaxInputRounds bounds the input_required results one call answers
+	// before it fails with an *InputRoundsError; zero means
+	// DefaultMaxInputRounds.
+	MaxInputRounds int
 }
 
 // RequestHandler answers one request from the server: its result, or an

@@ -30,10 +30,13 @@ func run(scenario, url string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	opts := &client.Options{Info: mcp.Implementation{Name: "mcprel-conformance-client", Version: "1.0.0"}}
+	var requestState requestStateScenario
 	switch scenario {
 	case "elicitation-sep1034-client-defaults":
 		opts.Capabilities.Elicitation = json.RawMessage(`{}`)
 		opts.OnRequest = acceptWithDefaults
+	case "sep-2322-client-request-state":
+		requestState.options(opts)
 	}
 	c, err := client.DialHTTP(ctx, url, opts)
 	if err != nil {
@@ -54,6 +57,8 @@ func run(scenario, url string) error {
 		res, err = c.CallTool(ctx, "test_client_elicitation_defaults", map[string]any{}, nil)
 	case "sse-retry":
 		res, err = c.CallTool(ctx, "test_reconnection", map[string]any{}, nil)
+	case "sep-2322-client-request-state":
+		return requestState.run(ctx, c)
 	default:
 		// An unknown scenario: call the first tool, as a generic client would.
 		if len(tools) == 0 {

@@ -1,0 +1,226 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// DefaultMaxInputRounds is how many input_required results one call
+// answers when Options.MaxInputRounds is zero: enough for a tool that
+// asks, then asks again about the answer, with room to spare; few enough
+// that a server asking for ever is stopped long before the max clock.
+const DefaultMaxInputRounds = 10
+
+// maxInputRequests bounds the input requests of one input_required
+// result: each may be a person's form or a model's sampling, and a server
+// that asks for hundreds at once is not asking a client.
+const maxInputRequests = 32
+
+// ErrNoRequestHandler is the Err of an *InputError when the server asked
+// for input and Options.OnRequest is not set: the client has nobody to
+// ask.
+var ErrNoRequestHandler = errors.New("client: the server asked for input and Options.OnRequest is not set")
+
+// InputError ends a call for which a 2026-07-28 server asked for input
+// (an input_required result) that the client did not give: no
+// Options.OnRequest (Err is ErrNoRequestHandler), OnRequest failed (Err
+// is its error, errors.As finds it), or its answer was not a JSON object.
+// The server keeps nothing for the call between rounds (its state
+// travels in the request), so there is nothing to cancel; the call may be
+// made again from the start.
+type InputError struct {
+	Method  string // the call's method: tools/call, prompts/get, …
+	Round   int    // the input_required result that asked, from 1
+	Key     string // the input request's key
+	Request string // the input request's method: elicitation/create, …
+	Err     error
+}
+
+func (e *InputError) Error() string {
+	return fmt.Sprintf("client: %s asked for input (round %d, %s %q) the client did not give: %s",
+		e.Method, e.Round, e.Request, e.Key, bare(e.Err))
+}
+
+func (e *InputError) Unwrap() error { return e.Err }
+
+// InputRoundsError ends a call whose server asked for input more times
+// than the client answers (Options.MaxInputRounds): a server that keeps
+// asking is stopped, not followed for ever.
+type InputRoundsError struct {
+	Method string
+	Limit  int
+}
+
+func (e *InputRoundsError) Error() string {
+	return fmt.Sprintf("client: %s asked for input again after %d rounds (the client's limit, Options.MaxInputRounds); the call was given up",
+		e.Method, e.Limit)
+}
+
+// inputRequired is an input_required result as the client reads it.
+type inputRequired struct {
+	ResultType    string `json:"resultType"`
+	InputRequests map[string]struct {
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
+	} `json:"inputRequests"`
+	// RequestState is kept exactly as the server sent it: a string the
+	// client must echo unchanged, never read.
+	RequestState json.RawMessage `json:"requestState"`
+}
+
+// asksForInput decodes raw when it is an input_required result of the
+// 2026-07-28 era. A result without resultType is complete.
+func (c *Client) asksForInput(raw json.RawMessage) (*inputRequired, bool) {
+	if c.era != mcp.Modern || !bytes.Contains(raw, []byte(mcp.ResultInputRequired)) {
+		return nil, false
+	}
+	var ir inputRequired
+	if json.Unmarshal(raw, &ir) != nil || ir.ResultType != mcp.ResultInputRequired {
+		return nil, false
+	}
+	return &ir, true
+}
+
+func (c *Client) maxInputRounds() int {
+	if c.opts.MaxInputRounds > 0 {
+		return c.opts.MaxInputRounds
+	}
+	return DefaultMaxInputRounds
+}
+
+// call sends a request and, in the 2026-07-28 era, follows its
+// multi-round-trip exchange: each input_required result is answered
+// through Options.OnRequest and the request is sent again — under a new
+// JSON-RPC id, with the answers (inputResponses) and the server's
+// requestState echoed unchanged (left out when the server gave none) —
+// until the result is complete, at most Options.MaxInputRounds times.
+//
+// The call's max clock covers every round and every answer; the idle
+// clock runs while the client waits for the server, round by round, and
+// not while OnRequest answers (a person filling a form is not a server
+// gone quiet). Everything a round carries lives in this call alone: two
+// calls in flight never see each other's state, and the caller's params
+// are never changed.
+func (c *Client) call(ctx context.Context, method, name string, params any, o *CallOptions) (json.RawMessage, error) {
+	maxAfter := DefaultMax
+	if o != nil && o.Max > 0 {
+		maxAfter = o.Max
+	}
+	// One max clock for the whole call: every round's roundTrip reads its
+	// cause, so the call ends with the same *DeadlineError whichever
+	// round (or answer) it fires in.
+	ctx, stop := context.WithTimeoutCause(ctx, maxAfter, &DeadlineError{Clock: MaxClock, After: maxAfter})
+	defer stop()
+	raw, err := c.roundTrip(ctx, method, name, params, o)
+	var base map[string]any
+	for round := 1; err == nil; round++ {
+		ir, ok := c.asksForInput(raw)
+		if !ok {
+			return raw, nil
+		}
+		if round > c.maxInputRounds() {
+			return nil, &InputRoundsError{Method: method, Limit: c.maxInputRounds()}
+		}
+		answers, err := c.answerInput(ctx, method, round, ir)
+		if err != nil {
+			return nil, err
+		}
+		if base == nil {
+			if base, err = paramsObject(params); err != nil {
+				return nil, err
+			}
+		}
+		retry := make(map[string]any, len(base)+2)
+		for k, v := range base {
+			retry[k] = v
+		}
+		retry["inputResponses"] = answers
+		delete(retry, "requestState")
+		if len(ir.RequestState) > 0 && string(ir.RequestState) != "null" {
+			retry["requestState"] = ir.RequestState
+		}
+		raw, err = c.roundTrip(ctx, method, name, retry, o)
+	}
+	return nil, err
+}
+
+// answerInput answers one input_required result's requests through
+// OnRequest, one after another in key order (a person answers one form
+// at a time), under the call's max clock.
+func (c *Client) answerInput(ctx context.Context, method string, round int, ir *inputRequired) (map[string]json.RawMessage, error) {
+	if len(ir.InputRequests) > maxInputRequests {
+		return nil, &InputError{Method: method, Round: round, Request: "input requests",
+			Err: fmt.Errorf("the server asked for %d inputs at once; this client answers at most %d", len(ir.InputRequests), maxInputRequests)}
+	}
+	answers := make(map[string]json.RawMessage, len(ir.InputRequests))
+	keys := make([]string, 0, len(ir.InputRequests))
+	for k := range ir.InputRequests {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		req := ir.InputRequests[k]
+		fail := func(err error) error {
+			return &InputError{Method: method, Round: round, Key: k, Request: req.Method, Err: err}
+		}
+		if c.opts.OnRequest == nil {
+			return nil, fail(ErrNoRequestHandler)
+		}
+		params := req.Params
+		if len(params) == 0 || string(params) == "null" {
+			params = json.RawMessage(`{}`)
+		}
+		res, err := c.opts.OnRequest(ctx, req.Method, params)
+		if err != nil {
+			if ctx.Err() != nil {
+				// The max clock or the caller ended the call while it
+				// was being answered: that, not the handler, ended it.
+				return nil, c.ended(ctx, ctx, CancelNotRecorded)
+			}
+			return nil, fail(err)
+		}
+		b, err := json.Marshal(res)
+		if err != nil {
+			return nil, fail(fmt.Errorf("its answer could not be encoded: %w", err))
+		}
+		if b = bytes.TrimSpace(b); len(b) == 0 || b[0] != '{' {
+			return nil, fail(fmt.Errorf("its answer %s is not a JSON object", clip(b)))
+		}
+		answers[k] = b
+	}
+	if ctx.Err() != nil {
+		return nil, c.ended(ctx, ctx, CancelNotRecorded)
+	}
+	return answers, nil
+}
+
+// paramsObject is a request's params as an object whose members are sent
+// again unchanged on every round: a copy, never the caller's own map.
+func paramsObject(params any) (map[string]any, error) {
+	if p, ok := params.(map[string]any); ok || params == nil {
+		out := make(map[string]any, len(p)+2)
+		for k, v := range p {
+			out[k] = v
+		}
+		return out, nil
+	}
+	b, err := json.Marshal(params)
+	if err != nil {
+		return nil, fmt.Errorf("client: params: %w", err)
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return nil, fmt.Errorf("client: params must be a JSON object: %w", err)
+	}
+	out := make(map[string]any, len(obj)+2)
+	for k, v := range obj {
+		out[k] = v
+	}
+	return out, nil
+}
