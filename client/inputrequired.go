@@ -127,13 +127,13 @@ func (c *Client) call(ctx context.Context, method, name string, params any, o *C
 		if round > c.maxInputRounds() {
 			return nil, &InputRoundsError{Method: method, Limit: c.maxInputRounds()}
 		}
-		answers, err := c.answerInput(ctx, method, round, ir)
-		if err != nil {
-			return nil, err
+		answers, aerr := c.answerInput(ctx, method, round, ir)
+		if aerr != nil {
+			return nil, aerr
 		}
 		if base == nil {
-			if base, err = paramsObject(params); err != nil {
-				return nil, err
+			if base, aerr = paramsObject(params); aerr != nil {
+				return nil, aerr
 			}
 		}
 		retry := make(map[string]any, len(base)+2)
