@@ -224,3 +224,55 @@ func paramsObject(params any) (map[string]any, error) {
 	}
 	return out, nil
 }
+
+// taskInput answers the input a 2026-07-28 task asks for while it runs
+// (status input_required, its requests in tasks/get) through OnRequest,
+// and gives the answers with tasks/update: each key once, at most
+// Options.MaxInputRounds times in the task's life.
+type taskInput struct {
+	c        *Client
+	rounds   int
+	answered map[string]bool
+}
+
+// answer answers the requests in raw that were not answered yet; it
+// reports whether it gave any. OnRequest runs under pollCtx (the task's
+// max clock) and ends when ctx (the caller's) does; tasks/update is sent
+// under pollCtx alone.
+func (ti *taskInput) answer(ctx, pollCtx context.Context, id string, raw json.RawMessage) (bool, error) {
+	if ti.c.era != mcp.Modern || len(raw) == 0 || string(raw) == "null" {
+		return false, nil
+	}
+	var ir inputRequired
+	if err := json.Unmarshal(raw, &ir.InputRequests); err != nil {
+		return false, fmt.Errorf("client: task %s asks for input this client cannot read: %s", id, clip(raw))
+	}
+	for k := range ir.InputRequests {
+		if ti.answered[k] {
+			delete(ir.InputRequests, k) // answered; the server has not caught up yet
+		}
+	}
+	if len(ir.InputRequests) == 0 {
+		return false, nil
+	}
+	if ti.rounds++; ti.rounds > ti.c.maxInputRounds() {
+		return false, &InputRoundsError{Method: mcp.MethodToolsCall, Limit: ti.c.maxInputRounds()}
+	}
+	actx, stop := context.WithCancelCause(pollCtx)
+	defer stop(nil)
+	defer context.AfterFunc(ctx, func() { stop(context.Cause(ctx)) })()
+	answers, err := ti.c.answerInput(actx, mcp.MethodToolsCall, ti.rounds, &ir)
+	if err != nil {
+		return false, err
+	}
+	if _, err := ti.c.roundTrip(pollCtx, mcp.MethodTasksUpdate, id, map[string]any{"taskId": id, "inputResponses": answers}, nil); err != nil {
+		return false, err
+	}
+	if ti.answered == nil {
+		ti.answered = map[string]bool{}
+	}
+	for k := range answers {
+		ti.answered[k] = true
+	}
+	return true, nil
+}

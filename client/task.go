@@ -42,6 +42,15 @@ const cancelWait = time.Minute
 // minute, and never past Max): a task that completed before its worker
 // saw the intent returns its result.
 //
+// A task that asks for input while it runs (2026-07-28: status
+// input_required, its requests in tasks/get) is answered through
+// Options.OnRequest, and the answers given with tasks/update; the time
+// OnRequest takes does not count against Idle. Input the client cannot
+// give cancels the task and ends the wait with a *TaskAbandonedError
+// that wraps the *InputError. Input asked before the task is created
+// (an input_required result to the call itself) is answered as CallTool
+// answers it.
+//
 // In the 2026-07-28 era the client must declare the tasks extension
 // (Options.Capabilities.Extensions[mcp.ExtensionTasks]); in the
 // 2025-11-25 era the request carries params.task. onStatus, if not nil,
@@ -68,7 +77,7 @@ func (c *Client) CallToolTask(ctx context.Context, name string, args any, o *Cal
 	maxErr := &DeadlineError{Clock: MaxClock, After: opts.Max}
 	callCtx, stop := context.WithDeadlineCause(ctx, deadline, maxErr)
 	defer stop()
-	raw, err := c.roundTrip(callCtx, mcp.MethodToolsCall, name, params, &opts)
+	raw, err := c.call(callCtx, mcp.MethodToolsCall, name, params, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -103,9 +112,10 @@ type TaskAbandonedError struct {
 	// was (an acknowledgement records the intent, it does not end the
 	// task).
 	CancelErr error
-	// Err is what ended the wait: a *DeadlineError, or a *CancelledError
+	// Err is what ended the wait: a *DeadlineError, a *CancelledError
 	// when the caller cancelled and the max clock fired before the task
-	// ended.
+	// ended, or the *InputError (*InputRoundsError) of input the task
+	// asked for and the client did not give.
 	Err error
 }
 
@@ -164,6 +174,9 @@ type polledTask struct {
 	// change: a server reports liveness (a checkpoint with the same
 	// message) through it.
 	LastUpdatedAt string `json:"lastUpdatedAt"`
+	// InputRequests are an input_required task's outstanding requests
+	// (2026-07-28), answered with tasks/update.
+	InputRequests json.RawMessage `json:"inputRequests"`
 }
 
 // updatedAt is LastUpdatedAt parsed; false when absent or not RFC 3339 (a
@@ -191,6 +204,7 @@ func (c *Client) followTask(ctx, pollCtx context.Context, id string, poll, idleA
 	defer idle.Stop()
 	last := polledTask{Status: "working"}
 	var lastUpdated time.Time // the latest lastUpdatedAt seen
+	input := taskInput{c: c}
 	abandon := func(err error) error {
 		if cancelled == nil {
 			c.stats.cancelled.Add(1)
@@ -227,6 +241,21 @@ func (c *Client) followTask(ctx, pollCtx context.Context, id string, poll, idleA
 				return nil, abandon(waitEnded(pollCtx, cancelled))
 			}
 			return res, err
+		}
+		if t.Status == mcp.ResultInputRequired && cancelled == nil {
+			gave, err := input.answer(ctx, pollCtx, id, t.InputRequests)
+			switch {
+			case err != nil && ctx.Err() != nil:
+				// The caller cancelled while it was being answered: the
+				// select below cancels the task.
+			case err != nil && pollCtx.Err() != nil:
+				return nil, abandon(waitEnded(pollCtx, cancelled))
+			case err != nil:
+				return nil, abandon(err)
+			case gave:
+				// The time OnRequest took is not the task going quiet.
+				idle.Reset(idleAfter)
+			}
 		}
 		if ms := firstSet(t.PollIntervalMs, t.PollInterval); ms > 0 {
 			poll = time.Duration(ms) * time.Millisecond
