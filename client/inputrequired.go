@@ -43,8 +43,12 @@ type InputError struct {
 }
 
 func (e *InputError) Error() string {
-	return fmt.Sprintf("client: %s asked for input (round %d, %s %q) the client did not give: %s",
-		e.Method, e.Round, e.Request, e.Key, bare(e.Err))
+	what := e.Request
+	if e.Key != "" {
+		what = fmt.Sprintf("%s %q", e.Request, e.Key)
+	}
+	return fmt.Sprintf("client: %s asked for input (round %d: %s) that the client did not give: %s",
+		e.Method, e.Round, what, bare(e.Err))
 }
 
 func (e *InputError) Unwrap() error { return e.Err }
@@ -127,6 +131,7 @@ func (c *Client) call(ctx context.Context, method, name string, params any, o *C
 		if round > c.maxInputRounds() {
 			return nil, &InputRoundsError{Method: method, Limit: c.maxInputRounds()}
 		}
+		c.log.Debug("the server asked for input", "method", method, "round", round, "requests", len(ir.InputRequests))
 		answers, aerr := c.answerInput(ctx, method, round, ir)
 		if aerr != nil {
 			return nil, aerr
@@ -155,7 +160,7 @@ func (c *Client) call(ctx context.Context, method, name string, params any, o *C
 // at a time), under the call's max clock.
 func (c *Client) answerInput(ctx context.Context, method string, round int, ir *inputRequired) (map[string]json.RawMessage, error) {
 	if len(ir.InputRequests) > maxInputRequests {
-		return nil, &InputError{Method: method, Round: round, Request: "input requests",
+		return nil, &InputError{Method: method, Round: round, Request: fmt.Sprintf("%d requests", len(ir.InputRequests)),
 			Err: fmt.Errorf("the server asked for %d inputs at once; this client answers at most %d", len(ir.InputRequests), maxInputRequests)}
 	}
 	answers := make(map[string]json.RawMessage, len(ir.InputRequests))

@@ -439,3 +439,56 @@ func TestInputRequiredClocks(t *testing.T) {
 		})
 	})
 }
+
+// On the wire: each retry has an id of its own, carries only its round's
+// answers, and echoes requestState exactly as it came (or leaves it out
+// when the server gave none).
+func TestInputRequiredWire(t *testing.T) {
+	var asked []string
+	c, f, _ := dialWith(t, &client.Options{OnRequest: answerWith(nil, &asked)}, func(f *fakeServer, m jsonrpc.Message) {
+		var p struct {
+			InputResponses map[string]json.RawMessage `json:"inputResponses"`
+			RequestState   *string                    `json:"requestState"`
+		}
+		json.Unmarshal(m.Params, &p)
+		switch {
+		case p.InputResponses == nil: // round 1: a state with characters worth escaping
+			f.send(`{"jsonrpc":"2.0","id":%s,"result":{"resultType":"input_required","inputRequests":{"a":{"method":"roots/list"}},"requestState":"s\u00e9 \"1\""}}`, m.ID)
+		case p.RequestState != nil && *p.RequestState == `sé "1"` && p.InputResponses["a"] != nil: // round 2: no state this time
+			f.send(`{"jsonrpc":"2.0","id":%s,"result":{"resultType":"input_required","inputRequests":{"b":{"method":"roots/list","params":{}}}}}`, m.ID)
+		case p.RequestState == nil && p.InputResponses["b"] != nil && p.InputResponses["a"] == nil:
+			result(f, m, "done")
+		default:
+			f.send(`{"jsonrpc":"2.0","id":%s,"error":{"code":-32602,"message":%q}}`, m.ID, "unexpected "+string(m.Params))
+		}
+	})
+	res, err := c.CallTool(context.Background(), "wire", nil, nil)
+	if err != nil || firstText(res) != "done" {
+		t.Fatalf("wire = %+v, %v", res, err)
+	}
+	calls := f.sent(mcp.MethodToolsCall)
+	if len(calls) != 3 || calls[0].ID == calls[1].ID || calls[1].ID == calls[2].ID || calls[0].ID == calls[2].ID {
+		t.Fatalf("tools/call sent %d times, ids %v; want 3 ids of their own", len(calls), calls)
+	}
+	if len(asked) != 2 {
+		t.Fatalf("OnRequest was asked %v", asked)
+	}
+}
+
+// A server that asks for more at once than a client answers is refused
+// before any is answered.
+func TestInputRequiredTooManyAtOnce(t *testing.T) {
+	var asked []string
+	c, f, _ := dialWith(t, &client.Options{OnRequest: answerWith(nil, &asked)}, func(f *fakeServer, m jsonrpc.Message) {
+		var reqs []string
+		for i := range 1000 {
+			reqs = append(reqs, fmt.Sprintf(`"k%d":{"method":"roots/list"}`, i))
+		}
+		f.send(`{"jsonrpc":"2.0","id":%s,"result":{"resultType":"input_required","inputRequests":{%s}}}`, m.ID, strings.Join(reqs, ","))
+	})
+	_, err := c.CallTool(context.Background(), "greedy", nil, nil)
+	var ie *client.InputError
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "1000") || len(asked) != 0 || len(f.sent(mcp.MethodToolsCall)) != 1 {
+		t.Fatalf("err = %v, %d asked; want an *InputError naming the 1000 requests, none answered", err, len(asked))
+	}
+}
