@@ -7,10 +7,12 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/internal/mcptest"
+	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/store"
@@ -108,4 +110,43 @@ func TestTaskInputUnanswered(t *testing.T) {
 	if calls.Load() != 1 {
 		t.Fatalf("OnRequest was asked %d times; want once", calls.Load())
 	}
+}
+
+// The time OnRequest takes to answer a task's input is not the task
+// going quiet: with Idle at 2 s, an answer that takes 5 s is given, and
+// the task completes.
+func TestTaskInputIdleDoesNotRunWhileAnswering(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var updated atomic.Bool
+		var updates atomic.Int64
+		c, _, _ := dialWith(t, &client.Options{Capabilities: tasksExtension,
+			OnRequest: func(ctx context.Context, method string, _ json.RawMessage) (any, error) {
+				time.Sleep(5 * time.Second) // a person, thinking
+				return map[string]any{"roots": []any{}}, nil
+			}}, func(f *fakeServer, m jsonrpc.Message) {
+			switch m.Method {
+			case mcp.MethodToolsCall:
+				f.send(`{"jsonrpc":"2.0","id":%s,"result":{"resultType":"task","taskId":"t1","status":"working","pollIntervalMs":1000}}`, m.ID)
+			case mcp.MethodTasksGet:
+				if updated.Load() {
+					f.send(`{"jsonrpc":"2.0","id":%s,"result":{"resultType":"complete","taskId":"t1","status":"completed","result":{"content":[{"type":"text","text":"done"}]}}}`, m.ID)
+					return
+				}
+				f.send(`{"jsonrpc":"2.0","id":%s,"result":{"resultType":"complete","taskId":"t1","status":"input_required","inputRequests":{"r":{"method":"roots/list"}}}}`, m.ID)
+			case mcp.MethodTasksUpdate:
+				updates.Add(1)
+				updated.Store(containsMember(m.Params, "inputResponses"))
+				f.send(`{"jsonrpc":"2.0","id":%s,"result":{"resultType":"complete"}}`, m.ID)
+			}
+		})
+		res, err := c.CallToolTask(context.Background(), "ask", nil, &client.CallOptions{Idle: 2 * time.Second, Max: time.Minute}, nil)
+		if err != nil || firstText(res) != "done" || updates.Load() != 1 {
+			t.Fatalf("ask = %+v, %v after %d tasks/update; want done after one", res, err, updates.Load())
+		}
+	})
+}
+
+func containsMember(params json.RawMessage, member string) bool {
+	var obj map[string]json.RawMessage
+	return json.Unmarshal(params, &obj) == nil && obj[member] != nil
 }
