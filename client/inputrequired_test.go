@@ -17,6 +17,7 @@ import (
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/retry"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/transport/stdio"
 	"github.com/mcprel/mcprel/transport/streamhttp"
@@ -490,5 +491,26 @@ func TestInputRequiredTooManyAtOnce(t *testing.T) {
 	var ie *client.InputError
 	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "1000") || len(asked) != 0 || len(f.sent(mcp.MethodToolsCall)) != 1 {
 		t.Fatalf("err = %v, %d asked; want an *InputError naming the 1000 requests, none answered", err, len(asked))
+	}
+}
+
+// Input the client did not give is not a lost answer: CallToolWithRetries
+// neither asks again (the server would ask for the same input) nor, for
+// an unsafe tool, calls for reconciliation.
+func TestInputErrorIsNotRetried(t *testing.T) {
+	for _, class := range []retry.Class{retry.Safe, retry.Unsafe} {
+		t.Run(class.String(), func(t *testing.T) {
+			srv := mcptest.NewServer(t, nil)
+			var runs atomic.Int64
+			srv.AddTool(server.Tool{Name: "ask"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+				runs.Add(1)
+				return nil, &server.InputRequired{Requests: map[string]mcp.InputRequest{"name": elicitName("name?")}}
+			})
+			c := dialModern(t, srv, "stdio", client.Options{})
+			_, err := c.CallToolWithRetries(context.Background(), "ask", nil, nil, &client.Retries{Planner: planner("ask", class, retry.Options{})})
+			if !errors.Is(err, client.ErrNoRequestHandler) || errors.As(err, new(*retry.ReconcileError)) || runs.Load() != 1 {
+				t.Fatalf("err = %v after %d runs; want the *InputError after one", err, runs.Load())
+			}
+		})
 	}
 }

@@ -128,7 +128,14 @@ func failureOf(err error) retry.Failure {
 	var de *DeadlineError
 	var se *StatusError
 	var ce *ConnectError
+	var ie *InputError
+	var re *InputRoundsError
 	switch {
+	case errors.As(err, &ie) || errors.As(err, &re):
+		// The server answered that it needs input, and the client did not
+		// give it: no round ran to completion, and asking again would ask
+		// for the same input.
+		return retry.Failure{Kind: retry.Rejected, Err: err}
 	case errors.As(err, &ce):
 		// No connection could be opened: the request never left.
 		return retry.Failure{Kind: retry.NotSent, Err: err}
