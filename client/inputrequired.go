@@ -40,6 +40,11 @@ type InputError struct {
 	Key     string // the input request's key
 	Request string // the input request's method: elicitation/create, …
 	Err     error
+	// Result is the input_required result as the server sent it
+	// (inputRequests, requestState): what a caller that answers on its
+	// own terms, or relays the question to its own client (a gateway),
+	// needs. Nil for a task's input, which tasks/get still shows.
+	Result json.RawMessage
 }
 
 func (e *InputError) Error() string {
@@ -133,6 +138,9 @@ func (c *Client) call(ctx context.Context, method, name string, params any, o *C
 		}
 		c.log.Debug("the server asked for input", "method", method, "round", round, "requests", len(ir.InputRequests))
 		answers, aerr := c.answerInput(ctx, method, round, ir)
+		if ie, ok := aerr.(*InputError); ok {
+			ie.Result = raw
+		}
 		if aerr != nil {
 			return nil, aerr
 		}

@@ -327,6 +327,12 @@ func TestInputRequiredUnanswered(t *testing.T) {
 			if (tc.is != nil && !errors.Is(err, tc.is)) || !strings.Contains(err.Error(), tc.says) {
 				t.Fatalf("err = %v; want it to be %v and say %q", err, tc.is, tc.says)
 			}
+			// The question as the server asked it, for a caller that
+			// answers (or relays) it on its own.
+			var ir mcp.InputRequiredResult
+			if json.Unmarshal(ie.Result, &ir) != nil || ir.RequestState == "" || ir.InputRequests["name"].Method != mcp.MethodElicit {
+				t.Fatalf("InputError.Result = %s; want the input_required result", ie.Result)
+			}
 			if runs.Load() != 1 {
 				t.Fatalf("the tool ran %d times; want once", runs.Load())
 			}
