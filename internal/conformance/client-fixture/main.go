@@ -34,6 +34,8 @@ func run(scenario, url string) error {
 	case "elicitation-sep1034-client-defaults":
 		opts.Capabilities.Elicitation = json.RawMessage(`{}`)
 		opts.OnRequest = acceptWithDefaults
+	case "request-metadata":
+		requestMetadata(opts)
 	}
 	c, err := client.DialHTTP(ctx, url, opts)
 	if err != nil {
@@ -48,6 +50,8 @@ func run(scenario, url string) error {
 	switch scenario {
 	case "initialize":
 		return nil
+	case "http-standard-headers":
+		return standardHeaders(ctx, c, tools)
 	case "tools_call":
 		res, err = c.CallTool(ctx, "add_numbers", map[string]any{"a": 5, "b": 3}, nil)
 	case "elicitation-sep1034-client-defaults":
