@@ -6,7 +6,11 @@
 // Connecting tries the 2026-07-28 era first (server/discover) and falls
 // back to the 2025-11-25 handshake (initialize) on any answer that is not a
 // modern one — an error of any code, an HTTP status, silence — and keeps
-// the era it found for the connection.
+// the era it found for the connection. A server that refuses the version
+// (UnsupportedProtocolVersion) is asked once more in the newest version it
+// lists that the client speaks; one that lists none is a *VersionError.
+// Every 2026-07-28 request carries the version, the client's capabilities
+// and its info in _meta, and over HTTP the version in MCP-Protocol-Version.
 //
 // Every call runs under two real clocks: an idle deadline that only
 // increasing progress resets, and a maximum deadline that fires whatever
@@ -257,7 +261,8 @@ func newClient(ctx context.Context, t transport, o Options, stats *counters) (*C
 	case mcp.Legacy:
 		err = c.initialize(ctx)
 	case 0:
-		if err = c.discover(ctx); err != nil && !isConnectError(err) {
+		var ve *VersionError
+		if err = c.discover(ctx); err != nil && !isConnectError(err) && !errors.As(err, &ve) {
 			c.log.Debug("the server did not answer as a 2026-07-28 server; trying initialize", "err", err)
 			err = c.initialize(ctx)
 		}
@@ -271,14 +276,52 @@ func newClient(ctx context.Context, t transport, o Options, stats *counters) (*C
 	return c, nil
 }
 
-// discover probes for the modern era. Anything but a modern answer that
-// names 2026-07-28 among the supported versions is an error.
+// VersionError ends a connection to a server that speaks none of the
+// protocol versions this client does: it refused the client's choice
+// (CodeUnsupportedVersion) and listed the versions it serves, none of them
+// one the client speaks in the era asked for — or it refused again the
+// version it had listed. Asking again, or in the other era, would not help.
+type VersionError struct {
+	Requested string   // the version the server refused last
+	Supported []string // the versions the server listed
+}
+
+func (e *VersionError) Error() string {
+	if slices.Contains(e.Supported, e.Requested) {
+		return fmt.Sprintf("client: the server refused protocol version %s, which it lists as supported %q", e.Requested, e.Supported)
+	}
+	return fmt.Sprintf("client: the server refused protocol version %s and lists %q, none of which this client speaks", e.Requested, e.Supported)
+}
+
+// discover probes for the modern era with server/discover, in the newest
+// version the client speaks. A server that refuses that version
+// (CodeUnsupportedVersion, SEP-2575) is asked once more in the newest
+// modern version it lists and the client speaks; one that lists only
+// handshake versions is an error that lets newClient try initialize, and
+// one that lists nothing the client speaks is a *VersionError. Anything
+// but a modern answer that names the version asked is an error.
 func (c *Client) discover(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.ProbeTimeout)
 	defer cancel()
-	c.era, c.version = mcp.Modern, mcp.Version20260728
-	raw, err := c.roundTrip(ctx, mcp.MethodDiscover, "", nil, &CallOptions{Max: c.opts.ProbeTimeout, Idle: c.opts.ProbeTimeout, quiet: true})
-	c.era, c.version = 0, ""
+	version := mcp.Version20260728
+	raw, err := c.discoverAs(ctx, version)
+	if listed, refused := refusedVersions(err); refused {
+		next := c.chooseVersion(listed)
+		switch {
+		case mcp.IsModernVersion(next):
+			c.log.Debug("the server refused the protocol version; asking again in one it lists", "refused", version, "version", next)
+			version = next
+			raw, err = c.discoverAs(ctx, version)
+			if again, refused := refusedVersions(err); refused {
+				return &VersionError{Requested: version, Supported: again}
+			}
+		case next != "":
+			// Only handshake versions in common: newClient tries initialize.
+			return fmt.Errorf("client: server/discover: the server refused %s and speaks only %q of this client's versions through initialize", version, listed)
+		default:
+			return &VersionError{Requested: version, Supported: listed}
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -286,20 +329,56 @@ func (c *Client) discover(ctx context.Context) error {
 	if err := json.Unmarshal(raw, &res); err != nil {
 		return fmt.Errorf("client: server/discover answered %s", clip(raw))
 	}
-	for _, v := range res.SupportedVersions {
-		if v == mcp.Version20260728 {
-			c.era, c.version, c.caps = mcp.Modern, v, res.Capabilities
-			if info, ok := res.Meta[mcp.MetaServerInfo]; ok {
-				b, _ := json.Marshal(info)
-				var impl mcp.Implementation
-				if json.Unmarshal(b, &impl) == nil {
-					c.server = &impl
-				}
-			}
-			return nil
+	if !slices.Contains(res.SupportedVersions, version) {
+		return fmt.Errorf("client: server/discover lists %v, not %s", res.SupportedVersions, version)
+	}
+	c.era, c.version, c.caps = mcp.Modern, version, res.Capabilities
+	if info, ok := res.Meta[mcp.MetaServerInfo]; ok {
+		b, _ := json.Marshal(info)
+		var impl mcp.Implementation
+		if json.Unmarshal(b, &impl) == nil {
+			c.server = &impl
 		}
 	}
-	return fmt.Errorf("client: server/discover lists %v, not %s", res.SupportedVersions, mcp.Version20260728)
+	return nil
+}
+
+// discoverAs sends server/discover in version: its MCP-Protocol-Version
+// header and _meta say it, as on every modern request. Only the opening
+// of a connection calls it, before any call can read the era.
+func (c *Client) discoverAs(ctx context.Context, version string) (json.RawMessage, error) {
+	c.era, c.version = mcp.Modern, version
+	defer func() { c.era, c.version = 0, "" }()
+	return c.roundTrip(ctx, mcp.MethodDiscover, "", nil, &CallOptions{Max: c.opts.ProbeTimeout, Idle: c.opts.ProbeTimeout, quiet: true})
+}
+
+// refusedVersions reports whether err is the server's refusal of the
+// request's protocol version, and the versions the refusal lists (none
+// when its data is missing or malformed).
+func refusedVersions(err error) ([]string, bool) {
+	var re *jsonrpc.Error
+	if !errors.As(err, &re) || re.Code != mcp.CodeUnsupportedVersion {
+		return nil, false
+	}
+	var d mcp.UnsupportedVersionData
+	if len(re.Data) > 0 && json.Unmarshal(re.Data, &d) != nil {
+		return nil, true
+	}
+	return d.Supported, true
+}
+
+// chooseVersion is the newest of listed the client speaks, in the era
+// Options.Era allows (any when it is zero); "" when there is none.
+func (c *Client) chooseVersion(listed []string) string {
+	for _, v := range mcp.SupportedVersions() { // newest first
+		if c.opts.Era == mcp.Modern && !mcp.IsModernVersion(v) {
+			continue
+		}
+		if slices.Contains(listed, v) {
+			return v
+		}
+	}
+	return ""
 }
 
 // initialize runs the 2025 handshake.

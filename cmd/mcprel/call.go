@@ -48,7 +48,7 @@ func (e *exitError) Error() string { return e.msg }
 
 // callCmd is "mcprel call": one tool call on any MCP server, with the
 // client runtime's clocks, cancellation and retries.
-func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+func callCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("call", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	stdioCmd := fs.String("stdio", "", `the server to start and speak to over stdio, as one command line ("mcprel serve --stdio")`)
@@ -68,6 +68,10 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	trust := fs.Bool("trust-server", false, "let the server's advertised retry class and annotations decide retries (only for a server you operate)")
 	era := fs.String("era", "auto", `protocol era: "auto" (2026-07-28 if the server speaks it), "2026" or "2025"`)
 	metricsFile := fs.String("metrics-file", "", "write the client's metrics (attempts, retries, late responses, ...) to this file at exit, in the Prometheus text format")
+	answersFile := fs.String("answers", "", `a JSON file of answers to what the server may ask during the call, by method:
+{"elicitation/create": {"action": "accept", "content": {...}}, "sampling/createMessage": {...}, "roots/list": {...}};
+without it, on a terminal the questions are asked there, and otherwise declined`)
+	offerRoots := fs.Bool("roots", false, "offer the working directory as the client's one root (roots/list)")
 	passStderr := fs.Bool("server-stderr", false, "with --stdio: pass the server's stderr through as it comes; by default only its last lines are shown, when the call fails or the server dies")
 	fs.Usage = func() { callUsage(fs) }
 	// The tool name, its key=value arguments and the flags come in any
@@ -113,6 +117,21 @@ func callCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	if t := firstNonEmpty(*token, os.Getenv("MCPREL_TOKEN")); t != "" {
 		opts.Header.Set("Authorization", "Bearer "+t)
 	}
+	answers := &answerer{term: openTerminal(stdin), out: stderr}
+	if *answersFile != "" {
+		if answers.file, err = readAnswers(*answersFile); err != nil {
+			return usagef("call: --answers: %v", err)
+		}
+	}
+	if *offerRoots {
+		dir, err := os.Getwd()
+		if err != nil {
+			return fmt.Errorf("call: --roots: %w", err)
+		}
+		answers.rootURI = rootOf(dir)
+	}
+	answers.capabilities(&opts.Capabilities)
+	opts.OnRequest = answers.answer
 	if *asTask {
 		opts.Capabilities.Extensions = map[string]json.RawMessage{mcp.ExtensionTasks: json.RawMessage(`{}`)}
 	}

@@ -42,7 +42,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "ledger":
 		err = ledgerCmd(ctx, args[1:], stdout, stderr)
 	case "call":
-		err = callCmd(ctx, args[1:], stdout, stderr)
+		err = callCmd(ctx, args[1:], stdin, stdout, stderr)
 	case "review":
 		err = reviewCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v", "-version":

@@ -37,6 +37,8 @@ func run(scenario, url string) error {
 		opts.OnRequest = acceptWithDefaults
 	case "sep-2322-client-request-state":
 		requestState.options(opts)
+	case "request-metadata":
+		requestMetadata(opts)
 	}
 	c, err := client.DialHTTP(ctx, url, opts)
 	if err != nil {
@@ -51,6 +53,8 @@ func run(scenario, url string) error {
 	switch scenario {
 	case "initialize":
 		return nil
+	case "http-standard-headers":
+		return standardHeaders(ctx, c, tools)
 	case "tools_call":
 		res, err = c.CallTool(ctx, "add_numbers", map[string]any{"a": 5, "b": 3}, nil)
 	case "elicitation-sep1034-client-defaults":
