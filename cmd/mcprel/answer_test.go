@@ -51,6 +51,16 @@ func askingServer(t *testing.T) string {
 			return reply(req.CreateMessage(ctx, mcp.CreateMessageParams{MaxTokens: 50,
 				Messages: []mcp.SamplingMessage{{Role: "user", Content: mcp.Text("Name a colour.")}}}))
 		},
+		// The 2026-07-28 way: the call answers input_required, and the
+		// client calls again with the answer.
+		"signup2026": func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+			if answer, ok := req.InputResponses["form"]; ok {
+				return reply(answer, nil)
+			}
+			return nil, &server.InputRequired{Requests: map[string]mcp.InputRequest{
+				"form": server.ElicitRequest(mcp.ElicitParams{Message: "Sign up for the newsletter", RequestedSchema: json.RawMessage(signupSchema)}),
+			}}
+		},
 		"where": func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
 			raw, err := req.CallClient(ctx, mcp.MethodListRoots, struct{}{})
 			return reply(json.RawMessage(raw), err)
@@ -169,6 +179,28 @@ func TestCallAsksOnATerminal(t *testing.T) {
 	want := `{\"action\":\"accept\",\"content\":{\"age\":36,\"color\":\"blue\",\"name\":\"Ada\",\"subscribe\":true}}`
 	if !strings.Contains(out, want) {
 		t.Fatalf("the tool got %s, want the content %s", out, want)
+	}
+}
+
+// In the 2026-07-28 era the same form is asked for an input_required
+// result, and its answer sent with the call made again; without a
+// terminal it is declined the same way.
+func TestCallAsksOnATerminalIn2026(t *testing.T) {
+	url := askingServer(t)
+	out, code, shown := callOnTerminal(t, [][2]string{
+		{"Your name (string, required): ", "Ada"},
+		{"[\"green\"]: ", ""},
+		{"age (integer, required): ", "36"},
+		{"subscribe (boolean): ", ""},
+		{"Send these answers? [Y/n/c] ", "y"},
+	}, "--url", url, "--era", "2026", "signup2026")
+	want := `{\"action\":\"accept\",\"content\":{\"age\":36,\"color\":\"green\",\"name\":\"Ada\"}}`
+	if code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("exit %d, stdout %s, want the content %s; the screen:\n%s", code, out, want, shown)
+	}
+	out, errOut, code := mcprelCall(t, "--url", url, "--era", "2026", "signup2026")
+	if code != 0 || !strings.Contains(out, `{\"action\":\"decline\"}`) || !strings.Contains(errOut, "no terminal to ask on") {
+		t.Fatalf("without a terminal: exit %d, stdout %s, stderr %s", code, out, errOut)
 	}
 }
 
