@@ -15,7 +15,6 @@ package conn
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
@@ -170,45 +169,6 @@ type Prepared struct {
 }
 
 // HeaderParam is a tool argument mirrored into an HTTP header on the
-// Streamable HTTP transport (2026-07-28): its schema carries
-// "x-mcp-header": Name, and a client sends the argument's value as
-// Mcp-Param-{Name} so that intermediaries can route on it without parsing
-// the body. The server checks that the header matches the body.
-type HeaderParam struct {
-	Name string   // the header is Mcp-Param-{Name}
-	Path []string // the chain of properties keys leading to the argument
-	Type string   // "string", "integer" or "boolean"
-}
-
-// Value returns the argument's value as its header text, and whether the
-// arguments hold a (non-null) value at the parameter's path.
-func (p HeaderParam) Value(args json.RawMessage) (string, bool) {
-	var v any
-	if json.Unmarshal(args, &v) != nil {
-		return "", false
-	}
-	for _, k := range p.Path {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return "", false
-		}
-		if v, ok = m[k]; !ok {
-			return "", false
-		}
-	}
-	switch x := v.(type) {
-	case string:
-		return x, true
-	case bool:
-		if x {
-			return "true", true
-		}
-		return "false", true
-	case float64:
-		if x == float64(int64(x)) {
-			return fmt.Sprintf("%d", int64(x)), true
-		}
-		return fmt.Sprint(x), true
-	}
-	return "", false
-}
+// Streamable HTTP transport (2026-07-28); package mcp defines it, so that
+// the client mirrors exactly what the server checks.
+type HeaderParam = mcp.HeaderParam

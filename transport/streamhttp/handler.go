@@ -3,7 +3,6 @@ package streamhttp
 import (
 	"context"
 	"crypto/subtle"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -418,20 +417,7 @@ func headerValue(r *http.Request, name string) (string, bool) {
 	if len(vals) != 1 {
 		return "", false
 	}
-	v := vals[0]
-	if strings.HasPrefix(v, "=?base64?") && strings.HasSuffix(v, "?=") && len(v) >= len("=?base64??=") {
-		dec, err := base64.StdEncoding.Strict().DecodeString(v[len("=?base64?") : len(v)-2])
-		if err != nil {
-			return "", false
-		}
-		return string(dec), true
-	}
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c != '\t' && (c < 0x20 || c > 0x7e) {
-			return "", false
-		}
-	}
-	return v, true
+	return mcp.DecodeHeaderValue(vals[0])
 }
 
 func (h *Handler) postLegacy(w http.ResponseWriter, r *http.Request, m jsonrpc.Message, p *parsed, sid, headerVersion string) {
