@@ -31,7 +31,8 @@ type CallOptions struct {
 	// Meta is added to the request's params._meta (an idempotency key).
 	Meta map[string]any
 
-	quiet bool // a probe: its failure is expected and not counted
+	quiet   bool        // a probe: its failure is expected and not counted
+	headers [][2]string // Mcp-Param-* headers (2026-07-28 HTTP tools/call)
 }
 
 // Progress is one progress report of a call.
@@ -132,12 +133,24 @@ func (e *CancelledError) Unwrap() error { return e.Cause }
 // Options.MaxInputRounds rounds), so the caller sees only the final
 // result. Max bounds the whole call, answers included; Idle bounds each
 // wait for the server, not the time OnRequest takes to answer.
+//
+// Over 2026-07-28 HTTP the arguments the tool's schema marks with
+// x-mcp-header go in Mcp-Param-* headers too, as the last tools/list
+// described them; a tool that listing left out for malformed annotations
+// is refused (*ExcludedToolError).
 func (c *Client) CallTool(ctx context.Context, name string, args any, o *CallOptions) (*mcp.CallToolResult, error) {
-	params := map[string]any{"name": name}
-	if args != nil {
-		params["arguments"] = args
+	var opts CallOptions
+	if o != nil {
+		opts = *o
 	}
-	raw, err := c.call(ctx, mcp.MethodToolsCall, name, params, o)
+	raw, err := c.withParamHeaders(ctx, name, args, func(args any, headers [][2]string) (json.RawMessage, error) {
+		params := map[string]any{"name": name}
+		if args != nil {
+			params["arguments"] = args
+		}
+		opts.headers = headers
+		return c.call(ctx, mcp.MethodToolsCall, name, params, &opts)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +196,7 @@ func (c *Client) ListTools(ctx context.Context) ([]mcp.Tool, error) {
 		}
 		tools = append(tools, res.Tools...)
 		if res.NextCursor == "" {
-			return tools, nil
+			return c.keepTools(tools), nil
 		}
 		cursor = res.NextCursor
 	}
@@ -240,7 +253,7 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 	if err != nil {
 		return nil, err
 	}
-	out := outgoing{id: id, method: method, name: name, params: body, era: c.era, version: c.version, token: token}
+	out := outgoing{id: id, method: method, name: name, params: body, era: c.era, version: c.version, token: token, headers: opts.headers}
 	// The max clock runs from before the request is sent: a server that
 	// does not read it holds the caller no longer than one that does not
 	// answer it.

@@ -156,6 +156,7 @@ type Client struct {
 	server  *mcp.Implementation
 	caps    mcp.ServerCapabilities
 	nextID  atomic.Int64
+	tools   toolHeaders // x-mcp-header annotations of the last listing
 	stats   *counters
 	closeMu sync.Once
 	closed  error

@@ -257,6 +257,11 @@ func (t *httpTransport) start(ctx context.Context, req outgoing) (*exchange, err
 		return nil, err
 	}
 	t.header(hreq.Header, req.era, req.version, req.method, req.name)
+	if req.era == mcp.Modern {
+		for _, h := range req.headers {
+			hreq.Header.Set(h[0], h[1])
+		}
+	}
 	forget := t.track(req, ex)
 	// A finished exchange releases its request once its body is read to
 	// the end (exchange does), so that the connection is kept for the

@@ -66,18 +66,21 @@ func (c *Client) CallToolTask(ctx context.Context, name string, args any, o *Cal
 	if opts.Max <= 0 {
 		opts.Max = DefaultMax
 	}
-	params := map[string]any{"name": name}
-	if args != nil {
-		params["arguments"] = args
-	}
-	if c.era == mcp.Legacy {
-		params["task"] = map[string]any{}
-	}
 	deadline := time.Now().Add(opts.Max)
 	maxErr := &DeadlineError{Clock: MaxClock, After: opts.Max}
 	callCtx, stop := context.WithDeadlineCause(ctx, deadline, maxErr)
 	defer stop()
-	raw, err := c.call(callCtx, mcp.MethodToolsCall, name, params, &opts)
+	raw, err := c.withParamHeaders(callCtx, name, args, func(args any, headers [][2]string) (json.RawMessage, error) {
+		params := map[string]any{"name": name}
+		if args != nil {
+			params["arguments"] = args
+		}
+		if c.era == mcp.Legacy {
+			params["task"] = map[string]any{}
+		}
+		opts.headers = headers
+		return c.call(callCtx, mcp.MethodToolsCall, name, params, &opts)
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,9 @@ type outgoing struct {
 	era     mcp.Era
 	version string
 	token   string // its progress token
+	// headers are the Mcp-Param-* headers of a 2026-07-28 HTTP
+	// tools/call: name and encoded value.
+	headers [][2]string
 	// notes, when set, receives the request's other notifications (a
 	// listen stream's); it must not block.
 	notes func(jsonrpc.Message)
