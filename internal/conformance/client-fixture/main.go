@@ -63,6 +63,16 @@ func run(scenario, url string) error {
 		res, err = c.CallTool(ctx, "test_reconnection", map[string]any{}, nil)
 	case "sep-2322-client-request-state":
 		return requestState.run(ctx, c)
+	case "http-custom-headers":
+		return callFromContext(ctx, c)
+	case "http-invalid-tool-headers":
+		return callEveryTool(ctx, c, tools)
+	case "json-schema-2020-12-preservation":
+		res, err = echoSchema(ctx, c, tools)
+	case "json-schema-ref-no-deref":
+		// Listing is the whole action: the client must not fetch the
+		// network $ref the listed schema holds.
+		return nil
 	default:
 		// An unknown scenario: call the first tool, as a generic client would.
 		if len(tools) == 0 {
