@@ -96,15 +96,16 @@ client_suite() {
     done
     # The scenarios expected to pass run one at a time (sse-retry judges
     # timing); the baselined ones, judged only for staleness, four at once.
-    n=0
+    # (wait names its jobs: the fixture server is a child of this shell too.)
+    jobs=
     for s in $scenarios; do
         if grep -q "^$s " "results/client-$name/expected"; then
             client_run "$name" "$dir" "$s" &
-            n=$((n + 1))
-            if [ $n -ge 4 ]; then wait; n=0; fi
+            jobs="$jobs $!"
+            if [ $(echo $jobs | wc -w) -ge 4 ]; then wait $jobs; jobs=; fi
         fi
     done
-    wait
+    [ -z "$jobs" ] || wait $jobs
     for s in $scenarios; do
         reason=$(sed -n "s|^$s ||p" "results/client-$name/expected")
         if [ -n "$reason" ]; then
