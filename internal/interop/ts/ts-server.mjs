@@ -29,6 +29,15 @@ server.registerTool('progress', { inputSchema: { steps: z.number(), intervalMs: 
         }
         return { content: [{ type: 'text', text: `${steps} steps` }] };
     });
+// ask elicits a name from the client in the middle of the call, and says
+// what it got back.
+server.registerTool('ask', {}, async () => {
+    const answer = await server.server.elicitInput({
+        message: 'What is your name?',
+        requestedSchema: { type: 'object', properties: { name: { type: 'string' } }, required: ['name'] },
+    });
+    return { content: [{ type: 'text', text: JSON.stringify(answer) }] };
+});
 server.registerTool('wait', {}, async (extra) => {
     console.error('handler-started wait');
     await new Promise((resolve) => extra.signal.addEventListener('abort', resolve));

@@ -2,8 +2,11 @@ package ts_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,7 +54,7 @@ func againstTSServer(t *testing.T, c *client.Client, log *mcptest.Lines) {
 		t.Fatalf("era %v, server %+v", c.Era(), c.ServerInfo())
 	}
 	tools, err := c.ListTools(ctx)
-	if err != nil || len(tools) != 3 {
+	if err != nil || len(tools) != 4 {
 		t.Fatalf("tools/list: %d, %v", len(tools), err)
 	}
 	res, err := c.CallTool(ctx, "echo", map[string]any{"text": "hello"}, nil)
@@ -85,5 +88,42 @@ func againstTSServer(t *testing.T, c *client.Client, log *mcptest.Lines) {
 	}
 	if _, err := c.CallTool(ctx, "echo", map[string]any{"text": "still here"}, nil); err != nil {
 		t.Fatalf("after the deadlines: %v", err)
+	}
+}
+
+// A server built with the TypeScript SDK asks mcprel's client for input in
+// the middle of a call (elicitation/create, the 2025 era's way, since the
+// SDK does not serve 2026-07-28): the client's OnRequest answers, and the
+// SDK's handler gets the answer, over stdio and HTTP.
+func TestClientAnswersTypeScriptServersElicitation(t *testing.T) {
+	requireNode(t)
+	answer := func(ctx context.Context, method string, params json.RawMessage) (any, error) {
+		if method != mcp.MethodElicit || !strings.Contains(string(params), "What is your name?") {
+			return nil, fmt.Errorf("unexpected %s %s", method, params)
+		}
+		return map[string]any{"action": "accept", "content": map[string]any{"name": "Ada"}}, nil
+	}
+	for _, transport := range []string{"stdio", "http"} {
+		t.Run(transport, func(t *testing.T) {
+			opts := &client.Options{OnRequest: answer, Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`)}}
+			var c *client.Client
+			var err error
+			if transport == "stdio" {
+				c, err = client.DialStdio(context.Background(), []string{"node", "ts-server.mjs"}, opts)
+			} else {
+				c, err = client.DialHTTP(context.Background(), startTSServer(t, mcptest.NewLines()), opts)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			res, err := c.CallTool(context.Background(), "ask", nil, nil)
+			if err != nil || res.IsError || len(res.Content) != 1 {
+				t.Fatalf("ask: %+v, %v", res, err)
+			}
+			if text := res.Content[0].(*mcp.TextContent).Text; !strings.Contains(text, `"action":"accept"`) || !strings.Contains(text, `"name":"Ada"`) {
+				t.Fatalf("the SDK's handler got %s", text)
+			}
+		})
 	}
 }
