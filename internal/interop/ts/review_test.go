@@ -31,7 +31,7 @@ func TestReviewOfANonMcprelServer(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatalf("review: %v\n%s\n%s", err, out.String(), errb.String())
 	}
-	if code := cmd.ProcessState.ExitCode(); code != 20 || r.Verdict != review.Refused || len(r.Operations) != 3 {
+	if code := cmd.ProcessState.ExitCode(); code != 20 || r.Verdict != review.Refused || len(r.Operations) != 4 {
 		t.Fatalf("exit %d, verdict %s, %d operations; stderr:\n%s", code, r.Verdict, len(r.Operations), errb.String())
 	}
 	for _, op := range r.Operations {
