@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -360,7 +361,8 @@ func parseField(s fieldSchema, line string, values []string) (any, string) {
 		return n, ""
 	case s.Type == "number":
 		f, err := strconv.ParseFloat(line, 64)
-		if err != nil {
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			// NaN and infinities parse but have no JSON form.
 			return nil, "a number, please"
 		}
 		return f, ""
