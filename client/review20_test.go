@@ -117,3 +117,31 @@ func TestParamHeadersResendWithinMax(t *testing.T) {
 		}
 	})
 }
+
+// The max clock ends a call whose OnRequest does not heed its context: a
+// handler stuck on a person who left, or on a model that hangs, holds the
+// caller no longer than a server that does not answer. The handler's
+// answer, when it comes, is dropped.
+func TestInputRequiredMaxHoldsAgainstAHandlerThatIgnoresCtx(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := mcptest.NewServer(t, nil)
+		srv.AddTool(server.Tool{Name: "ask"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+			if req.RequestState == nil {
+				return nil, &server.InputRequired{Requests: map[string]mcp.InputRequest{"name": elicitName("name?")}, State: []byte("s")}
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("done")}}, nil
+		})
+		release := make(chan struct{})
+		defer close(release)
+		c := dialModern(t, srv, "stdio", client.Options{OnRequest: func(context.Context, string, json.RawMessage) (any, error) {
+			<-release
+			return mcp.ElicitResult{Action: "accept"}, nil
+		}})
+		start := time.Now()
+		_, err := c.CallTool(context.Background(), "ask", nil, &client.CallOptions{Idle: time.Second, Max: 10 * time.Second})
+		var de *client.DeadlineError
+		if !errors.As(err, &de) || de.Clock != client.MaxClock || time.Since(start) != 10*time.Second {
+			t.Fatalf("after %v: %v; want the max deadline at 10s", time.Since(start), err)
+		}
+	})
+}
