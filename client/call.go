@@ -143,6 +143,13 @@ func (c *Client) CallTool(ctx context.Context, name string, args any, o *CallOpt
 	if o != nil {
 		opts = *o
 	}
+	if opts.Max <= 0 {
+		opts.Max = DefaultMax
+	}
+	// One max clock for the call whole: a call refused for its
+	// Mcp-Param headers, the listing after it and the call sent again.
+	ctx, stop := context.WithTimeoutCause(ctx, opts.Max, &DeadlineError{Clock: MaxClock, After: opts.Max})
+	defer stop()
 	raw, err := c.withParamHeaders(ctx, name, args, func(args any, headers [][2]string) (json.RawMessage, error) {
 		params := map[string]any{"name": name}
 		if args != nil {

@@ -189,7 +189,7 @@ func (c *Client) answerInput(ctx context.Context, method string, round int, ir *
 		if len(params) == 0 || string(params) == "null" {
 			params = json.RawMessage(`{}`)
 		}
-		res, err := c.opts.OnRequest(ctx, req.Method, params)
+		res, err := c.ask(ctx, req.Method, params)
 		if err != nil {
 			if ctx.Err() != nil {
 				// The max clock or the caller ended the call while it
@@ -211,6 +211,29 @@ func (c *Client) answerInput(ctx context.Context, method string, round int, ir *
 		return nil, c.ended(ctx, ctx, CancelNotRecorded)
 	}
 	return answers, nil
+}
+
+// ask runs OnRequest for one input request and waits for it no longer
+// than ctx: a handler that does not heed its context (a person who
+// left, a model that hangs) must not hold the call past its max clock.
+// Such a handler's late answer is dropped; its goroutine ends when the
+// handler returns.
+func (c *Client) ask(ctx context.Context, method string, params json.RawMessage) (any, error) {
+	type answer struct {
+		res any
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := c.opts.OnRequest(ctx, method, params)
+		done <- answer{res, err}
+	}()
+	select {
+	case a := <-done:
+		return a.res, a.err
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
 }
 
 // paramsObject is a request's params as an object whose members are sent

@@ -20,7 +20,6 @@ import (
 // Options.MaxListPages and MaxListBytes bound.
 type toolHeaders struct {
 	mu       sync.Mutex
-	listed   bool
 	params   map[string][]mcp.HeaderParam // every listed tool; nil for none annotated
 	excluded map[string]error             // why a tool was left out
 }
@@ -54,17 +53,20 @@ func (c *Client) keepTools(tools []mcp.Tool) []mcp.Tool {
 		kept = append(kept, t)
 	}
 	c.tools.mu.Lock()
-	c.tools.listed, c.tools.params, c.tools.excluded = true, params, excluded
+	c.tools.params, c.tools.excluded = params, excluded
 	c.tools.mu.Unlock()
 	return kept
 }
 
-// lookup returns a tool's mirrored parameters, whether a listing has been
-// kept yet, and the reason the tool was left out, if it was.
+// lookup returns a tool's mirrored parameters, whether the last listing
+// named the tool, and the reason the tool was left out, if it was. A tool
+// the server added after that listing is one the client has not listed:
+// a refusal for its headers is worth a new listing.
 func (th *toolHeaders) lookup(name string) ([]mcp.HeaderParam, bool, error) {
 	th.mu.Lock()
 	defer th.mu.Unlock()
-	return th.params[name], th.listed, th.excluded[name]
+	ps, listed := th.params[name]
+	return ps, listed, th.excluded[name]
 }
 
 // ExcludedToolError refuses a call to a tool the client left out of its
@@ -113,7 +115,7 @@ func (c *Client) withParamHeaders(ctx context.Context, name string, args any, se
 }
 
 // paramHeaders returns a call's arguments and Mcp-Param-* headers (see
-// withParamHeaders), and whether the client has listed the tools yet.
+// withParamHeaders), and whether the client's last listing named the tool.
 func (c *Client) paramHeaders(name string, args any) (any, [][2]string, bool, error) {
 	if !c.mirrorsHeaders() {
 		return args, nil, true, nil

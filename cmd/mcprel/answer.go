@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -316,14 +317,16 @@ func (a *answerer) askField(ctx context.Context, f formField, required bool) (v 
 // parseField turns a typed answer into the field's JSON value, or says
 // what is wrong with it.
 func parseField(s fieldSchema, line string, values []string) (any, string) {
+	// A choice's value comes before a choice's number: with choices
+	// "2" and "1", typing 1 means "1", not the first.
 	pick := func(word string) (string, bool) {
-		if n, err := strconv.Atoi(word); err == nil && n >= 1 && n <= len(values) {
-			return values[n-1], true
-		}
 		for _, v := range values {
 			if v == word {
 				return v, true
 			}
+		}
+		if n, err := strconv.Atoi(word); err == nil && n >= 1 && n <= len(values) {
+			return values[n-1], true
 		}
 		return "", false
 	}
@@ -360,7 +363,8 @@ func parseField(s fieldSchema, line string, values []string) (any, string) {
 		return n, ""
 	case s.Type == "number":
 		f, err := strconv.ParseFloat(line, 64)
-		if err != nil {
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			// NaN and infinities parse but have no JSON form.
 			return nil, "a number, please"
 		}
 		return f, ""
