@@ -1,11 +1,14 @@
 package ts_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -125,5 +128,35 @@ func TestClientAnswersTypeScriptServersElicitation(t *testing.T) {
 				t.Fatalf("the SDK's handler got %s", text)
 			}
 		})
+	}
+}
+
+// mcprel call answers the TypeScript SDK server's mid-call elicitation as
+// its README says: from --answers without a terminal, and by declining,
+// with a hint on stderr, when it has neither.
+func TestCallAnswersTypeScriptServersElicitation(t *testing.T) {
+	requireNode(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	bin := buildServer(t, ctx)
+	answers := filepath.Join(t.TempDir(), "answers.json")
+	if err := os.WriteFile(answers, []byte(`{"elicitation/create": {"action": "accept", "content": {"name": "Grace"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	call := func(args ...string) (string, string) {
+		cmd := exec.CommandContext(ctx, bin, append([]string{"call", "--stdio", "node ts-server.mjs"}, args...)...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("mcprel call %v: %v\n%s", args, err, errb.String())
+		}
+		return out.String(), errb.String()
+	}
+	if out, _ := call("--answers", answers, "ask"); !strings.Contains(out, `\"action\":\"accept\"`) || !strings.Contains(out, `\"name\":\"Grace\"`) {
+		t.Fatalf("with --answers the SDK's handler got %s", out)
+	}
+	out, errOut := call("ask")
+	if !strings.Contains(out, `\"action\":\"decline\"`) || !strings.Contains(errOut, "--answers FILE") {
+		t.Fatalf("without a terminal: stdout %s, stderr %s", out, errOut)
 	}
 }
