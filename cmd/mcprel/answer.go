@@ -40,13 +40,24 @@ type answerer struct {
 // answerMethods are the requests --answers may answer.
 var answerMethods = []string{mcp.MethodElicit, mcp.MethodCreateMessage, mcp.MethodListRoots}
 
+// maxAnswersBytes bounds an --answers file, which is read whole.
+const maxAnswersBytes = 1 << 20
+
 // readAnswers reads an --answers file: a JSON object whose members are
 // methods (elicitation/create, sampling/createMessage, roots/list) and
 // whose values are the results to answer them with.
 func readAnswers(path string) (map[string]json.RawMessage, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxAnswersBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxAnswersBytes {
+		return nil, fmt.Errorf("%s is larger than %d bytes: answers are a few results, not data", path, maxAnswersBytes)
 	}
 	var byMethod map[string]json.RawMessage
 	if err := json.Unmarshal(data, &byMethod); err != nil || byMethod == nil {

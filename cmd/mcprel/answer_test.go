@@ -265,6 +265,7 @@ func TestCallAnswersFileMistakes(t *testing.T) {
 		"not JSON":               `accept`,
 		"unknown method":         `{"tools/call": {}}`,
 		"answer not JSON object": `{"elicitation/create": "yes"}`,
+		"too large":              `{"elicitation/create": {"action": "accept", "content": {"pad": "` + strings.Repeat("x", 1<<20) + `"}}}`,
 	} {
 		file := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".json")
 		os.WriteFile(file, []byte(content), 0o600)
