@@ -188,7 +188,7 @@ func (t *stdioTransport) read(out io.Reader) {
 	r := bufio.NewReaderSize(out, 64<<10)
 	defer t.lost()
 	for {
-		line, err := readLine(r, t.opts.MaxMessageBytes)
+		line, err := readLine(r, t.opts.MaxMessageBytes, nil)
 		if len(bytes.TrimSpace(line)) > 0 {
 			t.dispatch(line)
 		}
@@ -198,15 +198,22 @@ func (t *stdioTransport) read(out io.Reader) {
 	}
 }
 
-// readLine reads one line of at most max bytes; a longer one is skipped.
-func readLine(r *bufio.Reader, max int) ([]byte, error) {
+// readLine reads one line of at most max bytes. A longer one is read to
+// its end and dropped, its bytes written to drop (when set) on the way,
+// and reported as a nil line with a nil error.
+func readLine(r *bufio.Reader, max int, drop io.Writer) ([]byte, error) {
 	var line []byte
 	for {
 		chunk, err := r.ReadSlice('\n')
-		if len(line)+len(chunk) <= max {
+		switch {
+		case max >= 0 && len(line)+len(chunk) <= max:
 			line = append(line, chunk...)
-		} else {
-			line = line[:0:0] // too long: keep reading to its end, then drop it
+		default: // too long: keep reading to its end, then drop it
+			if drop != nil {
+				drop.Write(line)
+				drop.Write(chunk)
+			}
+			line = line[:0:0]
 			max = -1
 		}
 		if err != bufio.ErrBufferFull {
