@@ -27,12 +27,18 @@ func DialHTTP(ctx context.Context, url string, opts *Options) (*Client, error) {
 	o.fill()
 	hc := o.HTTPClient
 	if hc == nil {
-		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
+		hc = newHTTPClient()
 	}
 	stats := &counters{}
 	t := &httpTransport{url: url, hc: hc, opts: o, stats: stats}
 	t.side = newSidePosts(o, stats, t.post)
 	return newClient(ctx, t, o, stats)
+}
+
+// newHTTPClient is the HTTP client of a connection whose Options name
+// none: enough idle connections kept for the POSTs of calls in parallel.
+func newHTTPClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
 }
 
 // StatusError is an HTTP answer that carried no JSON-RPC response: a

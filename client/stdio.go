@@ -36,7 +36,7 @@ func DialStdio(ctx context.Context, command []string, opts *Options) (*Client, e
 	}
 	c, err := newClient(ctx, t, o, stats)
 	if err == nil && o.Restart {
-		c.redial = func() (transport, error) { return spawn(command, o, stats) }
+		c.redial = func(context.Context) (transport, error) { return spawn(command, o, stats) }
 	}
 	return c, err
 }
