@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -28,6 +29,9 @@ type sseServer struct {
 	endpoint func(session int) string // the endpoint event's data
 	version  string                   // what initialize answers
 	handle   func(s *sseServer, m jsonrpc.Message)
+	// hold, when set and true for a message, holds its POST open until
+	// the client gives up on it.
+	hold func(m jsonrpc.Message) bool
 
 	mu      sync.Mutex
 	streams int           // GETs answered
@@ -64,6 +68,10 @@ func (s *sseServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.posts = append(s.posts, seenPost{host: r.Host, target: r.URL.RequestURI(), header: r.Header.Clone(), m: m})
 	s.mu.Unlock()
+	if s.hold != nil && s.hold(m) {
+		<-r.Context().Done()
+		return
+	}
 	w.WriteHeader(http.StatusAccepted)
 	switch m.Method {
 	case mcp.MethodInitialize:
@@ -528,6 +536,68 @@ func TestSSEServerRequestAnsweredByPOST(t *testing.T) {
 		}
 		if got[`"ping-1"`] != `{}` || got[`"ask-1"`] != `{"action":"accept","content":{}}` {
 			t.Fatalf("the answers POSTed: %v", got)
+		}
+	})
+}
+
+// A server that floods requests on the stream and holds every answer's
+// POST open gets at most 16 answers at once, as on 2025 Streamable HTTP;
+// the rest are dropped and counted, and the held POSTs end at their
+// timeout. Cancellations meet their own bound the same way: 16 POSTs at
+// once, the rest not sent, and every call still ends at its deadline.
+func TestSSEPostsAreBounded(t *testing.T) {
+	const flood = 500
+	synctest.Test(t, func(t *testing.T) {
+		var held, peak atomic.Int64
+		s := newSSEServer(t, nil)
+		s.hold = func(m jsonrpc.Message) bool {
+			if m.Kind != jsonrpc.KindResponse && m.Method != mcp.NotificationCancelled {
+				return false
+			}
+			n := held.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			return true
+		}
+		c, err := dialSSE(t, s, "http://127.0.0.1/sse", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range flood {
+			s.send(`{"jsonrpc":"2.0","id":"ping-%d","method":"ping"}`, i)
+		}
+		synctest.Wait()
+		if p := peak.Load(); p != 16 {
+			t.Fatalf("%d answer POSTs held at once; want 16", p)
+		}
+		if st := c.Stats(); st.ServerRequestsDropped != flood-16 {
+			t.Fatalf("ServerRequestsDropped = %d; want %d", st.ServerRequestsDropped, flood-16)
+		}
+		time.Sleep(30 * time.Second) // the answers' timeout
+		synctest.Wait()
+		held.Store(0)
+		peak.Store(0)
+
+		var wg sync.WaitGroup
+		var notSent atomic.Int64
+		for range 20 {
+			wg.Go(func() {
+				_, err := c.CallTool(context.Background(), "never", nil, &client.CallOptions{Max: time.Second})
+				var de *client.DeadlineError
+				if !errors.As(err, &de) {
+					t.Errorf("%v; want the max deadline", err)
+				} else if de.Cancel == client.CancelNotSent {
+					notSent.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		synctest.Wait()
+		if p := peak.Load(); p != 16 {
+			t.Fatalf("%d cancellation POSTs held at once; want 16", p)
+		}
+		if n := notSent.Load(); n != 4 {
+			t.Fatalf("%d cancellations not sent; want the 4 past the bound", n)
 		}
 	})
 }
