@@ -98,15 +98,17 @@ type Options struct {
 	// starts it again (and negotiates again) instead of failing with
 	// ErrConnectionLost. Calls in flight when it died still fail with
 	// ErrConnectionLost: whether to make them again is the retry rules'
-	// decision (package retry), never the transport's.
+	// decision (package retry), never the transport's. DialSSE always
+	// behaves so when its stream ends, and needs no option for it.
 	Restart bool
-	// OnRequest answers the requests a server sends the client on stdio
-	// and in the 2025 era over HTTP: elicitation/create, sampling, roots
-	// (declare the matching Capabilities). ping is answered without it;
-	// with none, the others get method-not-found. It also answers the
-	// input a 2026-07-28 server asks for in an input_required result
-	// (the same methods and params), so one handler serves both eras;
-	// with none, such a call fails with an *InputError.
+	// OnRequest answers the requests a server sends the client on stdio,
+	// in the 2025 era over HTTP and over HTTP+SSE: elicitation/create,
+	// sampling, roots (declare the matching Capabilities). ping is
+	// answered without it; with none, the others get method-not-found.
+	// It also answers the input a 2026-07-28 server asks for in an
+	// input_required result (the same methods and params), so one
+	// handler serves both eras; with none, such a call fails with an
+	// *InputError.
 	OnRequest RequestHandler
 	// MaxInputRounds bounds the input_required results one call answers
 	// before it fails with an *InputRoundsError; zero means
