@@ -28,7 +28,8 @@ import (
 // one elsewhere is refused, so that Options.Header (credentials) goes
 // only where the caller named. The era is always the handshake's
 // (initialize, offering the version the 2025 path offers, and accepting
-// 2024-11-05 back); Options.Era may be zero or mcp.Legacy only.
+// 2024-11-05 back); Options.Era may be zero or mcp.Legacy only. The
+// endpoint must be named within Options.ProbeTimeout of the GET.
 //
 // The transport has no resumption. When the stream ends, every call in
 // flight fails with ErrConnectionLost at once; the next call opens a new
