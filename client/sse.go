@@ -11,7 +11,6 @@ import (
 	"net/http"
 	neturl "net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/mcprel/mcprel/jsonrpc"
@@ -88,20 +87,13 @@ type sseTransport struct {
 	lifetime context.Context    // the stream's and its POSTs'
 	stop     context.CancelFunc // ends them
 	done     chan struct{}      // closed when the stream's reader returns
-
-	mu        sync.Mutex
-	pending   map[jsonrpc.ID]*exchange
-	byToken   map[string]*exchange
-	abandoned map[jsonrpc.ID]bool
-	order     []jsonrpc.ID // abandoned ids, oldest first
-	dead      bool         // the stream ended
+	calls    *inflight          // dead once the stream ended
 }
 
 // openSSE GETs the stream and returns once the server named its endpoint,
 // within ctx and Options.ProbeTimeout.
 func openSSE(ctx context.Context, base *neturl.URL, hc *http.Client, o Options, stats *counters) (*sseTransport, error) {
-	t := &sseTransport{url: base.String(), hc: hc, opts: o, stats: stats, done: make(chan struct{}),
-		pending: map[jsonrpc.ID]*exchange{}, byToken: map[string]*exchange{}, abandoned: map[jsonrpc.ID]bool{}}
+	t := &sseTransport{url: base.String(), hc: hc, opts: o, stats: stats, done: make(chan struct{}), calls: newInflight()}
 	t.lifetime, t.stop = context.WithCancel(context.Background())
 	t.side = newSidePosts(o, stats, t.post)
 	hreq, err := http.NewRequestWithContext(t.lifetime, http.MethodGet, t.url, nil)
@@ -232,7 +224,7 @@ func (t *sseTransport) dispatch(data []byte) {
 	}
 	switch m.Kind {
 	case jsonrpc.KindResponse:
-		t.respond(m.ID, reply{m: m})
+		t.calls.respond(m.ID, reply{m: m}, t.stats, t.opts.Logger)
 	case jsonrpc.KindNotification:
 		if m.Method != mcp.NotificationProgress {
 			return
@@ -241,37 +233,11 @@ func (t *sseTransport) dispatch(data []byte) {
 		if !ok {
 			return
 		}
-		t.mu.Lock()
-		ex := t.byToken[token]
-		t.mu.Unlock()
-		if ex != nil {
+		if ex := t.calls.progress(token); ex != nil {
 			ex.deliverProgress(p)
 		}
 	case jsonrpc.KindRequest:
 		t.side.serve(t.lifetime, m, mcp.Legacy)
-	}
-}
-
-// respond ends the call id with r, once: a second answer for the same id
-// is unknown, one for a call given up on is late.
-func (t *sseTransport) respond(id jsonrpc.ID, r reply) {
-	t.mu.Lock()
-	ex := t.pending[id]
-	late := t.abandoned[id]
-	delete(t.abandoned, id)
-	if ex != nil {
-		delete(t.pending, id)
-		delete(t.byToken, ex.token)
-	}
-	t.mu.Unlock()
-	switch {
-	case ex != nil:
-		ex.deliver(r)
-	case late:
-		t.stats.late.Add(1)
-		t.opts.Logger.Debug("ignored a response to a call the client gave up on", "id", id)
-	default:
-		t.opts.Logger.Warn("the server answered a request the client never sent", "id", id)
 	}
 }
 
@@ -281,37 +247,17 @@ func (t *sseTransport) tooLarge(scan *jsonrpc.IDScanner) {
 	id, ok := tooLargeResponse(scan)
 	t.opts.Logger.Warn("dropped an event past the message limit", "limit", t.opts.MaxMessageBytes, "id", id)
 	if ok {
-		t.respond(id, reply{err: &ResponseTooLargeError{Limit: t.opts.MaxMessageBytes}})
+		t.calls.respond(id, reply{err: &ResponseTooLargeError{Limit: t.opts.MaxMessageBytes}}, t.stats, t.opts.Logger)
 	}
 }
 
 func (t *sseTransport) start(ctx context.Context, req outgoing) (*exchange, error) {
 	ex := newExchange(t.stats)
 	ex.token, ex.notes = req.token, req.notes
-	t.mu.Lock()
-	if t.dead {
-		t.mu.Unlock()
+	if !t.calls.add(req, ex) {
 		return nil, ErrConnectionLost
 	}
-	t.pending[req.id] = ex
-	if req.token != "" {
-		t.byToken[req.token] = ex
-	}
-	t.mu.Unlock()
-	forget := func(abandon bool) {
-		t.mu.Lock()
-		delete(t.pending, req.id)
-		delete(t.byToken, req.token)
-		if abandon {
-			t.abandoned[req.id] = true
-			t.order = append(t.order, req.id)
-			if len(t.order) > maxAbandoned {
-				delete(t.abandoned, t.order[0])
-				t.order = t.order[1:]
-			}
-		}
-		t.mu.Unlock()
-	}
+	forget := func(abandon bool) { t.calls.forget(req, abandon) }
 	// The POST lives as long as the call's clocks and the stream: its
 	// answer says only that the server took the message.
 	postCtx, abort := context.WithCancel(ctx)
@@ -384,15 +330,8 @@ func (t *sseTransport) ready(context.Context, time.Duration) {}
 // lost ends every call in flight once the stream ends, and the POSTs
 // and answers of its session with them.
 func (t *sseTransport) lost() {
-	t.mu.Lock()
-	t.dead = true
-	pending := t.pending
-	t.pending, t.byToken = map[jsonrpc.ID]*exchange{}, map[string]*exchange{}
-	t.mu.Unlock()
 	t.stop()
-	for _, ex := range pending {
-		ex.lose()
-	}
+	t.calls.lose()
 }
 
 // close ends the stream, which ends the session, and waits up to grace
