@@ -4,6 +4,7 @@ GO       ?= go
 NPM      ?= npm
 INTEROP  := internal/interop/ts
 INSPECT  := internal/interop/inspector
+EVERY    := internal/interop/everything
 GOCLIENT := internal/interop/goclients
 GOSERVER := internal/interop/goservers
 CONF     := conformance
@@ -12,9 +13,10 @@ CONF     := conformance
 
 ## check: formatting, vet, every test with the race detector (including the
 ## interop tests with the TypeScript SDKs, the Inspector CLI, the official Go
-## SDK and mcp-go), and both official conformance suites. The pinned npm
-## packages (and Node 22 for the suites and the Inspector) and the Go peers
-## (a module of their own) install on first use.
+## SDK, mcp-go and the reference server-everything), and both official
+## conformance suites. The pinned npm packages (and Node 22 for the suites
+## and the Inspector) and the Go peers (a module of their own) install on
+## first use.
 check: vet interop-deps test fuzz conformance
 	@if [ -z "$${MCPREL_TEST_POSTGRES_URL:-}" ]; then \
 	  echo "check: passed, but MCPREL_TEST_POSTGRES_URL is unset: every PostgreSQL test was SKIPPED"; \
@@ -52,7 +54,8 @@ fuzz:
 	$(GO) test ./transport/stdio -run '^$$' -fuzz '^FuzzSession$$' -fuzztime $(or $(FUZZTIME),8000x)
 	$(GO) test ./transport/streamhttp -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(or $(FUZZTIME),80000x)
 
-interop-deps: $(INTEROP)/node_modules/.package-lock.json $(INSPECT)/node_modules/.package-lock.json
+interop-deps: $(INTEROP)/node_modules/.package-lock.json $(INSPECT)/node_modules/.package-lock.json \
+	$(EVERY)/node_modules/.package-lock.json
 
 $(INTEROP)/node_modules/.package-lock.json: $(INTEROP)/package.json $(INTEROP)/package-lock.json
 	cd $(INTEROP) && $(NPM) ci --no-audit --no-fund
@@ -61,6 +64,11 @@ $(INTEROP)/node_modules/.package-lock.json: $(INTEROP)/package.json $(INTEROP)/p
 # rewrites it, so a test run leaves the tracked tree as it found it.
 $(INSPECT)/node_modules/.package-lock.json: $(INSPECT)/package.json $(INSPECT)/package-lock.json
 	cd $(INSPECT) && $(NPM) ci --no-audit --no-fund
+
+# The reference server, server-everything, that the client's HTTP+SSE
+# interop test dials (and the gateway's tests will put behind it).
+$(EVERY)/node_modules/.package-lock.json: $(EVERY)/package.json $(EVERY)/package-lock.json
+	cd $(EVERY) && $(NPM) ci --no-audit --no-fund
 
 ## conformance: the official MCP conformance suites against the fixture
 ## server; summaries are printed, details land in conformance/results/.

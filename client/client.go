@@ -1,7 +1,8 @@
 // Package client is the client half of mcprel: it connects to any MCP
 // server over stdio or Streamable HTTP, in whichever protocol era the
 // server speaks, and makes calls that end exactly once and never leave
-// the server guessing.
+// the server guessing. DialSSE reaches the servers that still speak only
+// the 2024-11-05 HTTP+SSE transport.
 //
 // Connecting tries the 2026-07-28 era first (server/discover) and falls
 // back to the 2025-11-25 handshake (initialize) on any answer that is not a
@@ -16,10 +17,10 @@
 // increasing progress resets, and a maximum deadline that fires whatever
 // the progress. When either fires, when the caller's context ends, or when
 // the process is interrupted, the client sends the signal the transport
-// and era define — notifications/cancelled on stdio and on 2025 HTTP,
-// closing the request's stream on 2026 HTTP (never a cancellation POST in
-// that era) — stops waiting, and ignores (and counts) a response that
-// arrives later for that id.
+// and era define — notifications/cancelled on stdio, on 2025 HTTP and on
+// HTTP+SSE, closing the request's stream on 2026 HTTP (never a
+// cancellation POST in that era) — stops waiting, and ignores (and
+// counts) a response that arrives later for that id.
 //
 // The package knows jsonrpc and mcp, never the server.
 package client
@@ -97,15 +98,17 @@ type Options struct {
 	// starts it again (and negotiates again) instead of failing with
 	// ErrConnectionLost. Calls in flight when it died still fail with
 	// ErrConnectionLost: whether to make them again is the retry rules'
-	// decision (package retry), never the transport's.
+	// decision (package retry), never the transport's. DialSSE always
+	// behaves so when its stream ends, and needs no option for it.
 	Restart bool
-	// OnRequest answers the requests a server sends the client on stdio
-	// and in the 2025 era over HTTP: elicitation/create, sampling, roots
-	// (declare the matching Capabilities). ping is answered without it;
-	// with none, the others get method-not-found. It also answers the
-	// input a 2026-07-28 server asks for in an input_required result
-	// (the same methods and params), so one handler serves both eras;
-	// with none, such a call fails with an *InputError.
+	// OnRequest answers the requests a server sends the client on stdio,
+	// in the 2025 era over HTTP and over HTTP+SSE: elicitation/create,
+	// sampling, roots (declare the matching Capabilities). ping is
+	// answered without it; with none, the others get method-not-found.
+	// It also answers the input a 2026-07-28 server asks for in an
+	// input_required result (the same methods and params), so one
+	// handler serves both eras; with none, such a call fails with an
+	// *InputError.
 	OnRequest RequestHandler
 	// MaxInputRounds bounds the input_required results one call answers
 	// before it fails with an *InputRoundsError; zero means
@@ -147,8 +150,8 @@ type Client struct {
 	t       transport
 	rmu     sync.Mutex // one restart at a time
 	subsMu  sync.Mutex
-	subs    map[*Subscription]bool    // open subscriptions, told of refetch flags
-	redial  func() (transport, error) // nil: no restarts
+	subs    map[*Subscription]bool                   // open subscriptions, told of refetch flags
+	redial  func(context.Context) (transport, error) // nil: no restarts
 	opts    Options
 	log     *slog.Logger
 	era     mcp.Era
@@ -196,7 +199,8 @@ type Stats struct {
 	// each counted once it works: a subscription's listen stream
 	// acknowledged again, a 2025 session renewed after the server forgot
 	// it, a restarted stdio server that negotiated again (also counted in
-	// Restarts, which counts the attempt).
+	// Restarts, which counts the attempt), a new HTTP+SSE stream and
+	// session after the last one ended.
 	Reconnects uint64
 }
 
@@ -395,7 +399,7 @@ func (c *Client) initialize(ctx context.Context) error {
 	if err := json.Unmarshal(raw, &res); err != nil {
 		return fmt.Errorf("client: initialize answered %s", clip(raw))
 	}
-	if !mcp.IsLegacyVersion(res.ProtocolVersion) {
+	if !c.speaks(res.ProtocolVersion) {
 		return fmt.Errorf("client: the server chose protocol version %q, which this client does not speak", res.ProtocolVersion)
 	}
 	c.version, c.caps, c.server = res.ProtocolVersion, res.Capabilities, &res.ServerInfo
@@ -406,6 +410,16 @@ func (c *Client) initialize(ctx context.Context) error {
 	}
 	t.ready(ctx, c.opts.ProbeTimeout)
 	return nil
+}
+
+// speaks reports whether the client accepts version, the server's answer
+// to initialize: a handshake version mcprel serves, and 2024-11-05 from a
+// server on the HTTP+SSE transport, which that revision defined.
+func (c *Client) speaks(version string) bool {
+	if _, sse := c.transport().(*sseTransport); sse && version == mcp.Version20241105 {
+		return true
+	}
+	return mcp.IsLegacyVersion(version)
 }
 
 // notifyInitialized sends notifications/initialized under the probe's
@@ -497,8 +511,9 @@ func (c *Client) transport() transport {
 // restartingKey marks the context of a restart's own handshake.
 type restartingKey struct{}
 
-// restart replaces a dead transport with a new process and negotiates the
-// era again, once for all the callers that found it dead.
+// restart replaces a dead transport with a new one (a new process, a new
+// HTTP+SSE stream) and negotiates the era again, once for all the callers
+// that found it dead.
 func (c *Client) restart(ctx context.Context, dead transport) (transport, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
@@ -508,18 +523,26 @@ func (c *Client) restart(ctx context.Context, dead transport) (transport, error)
 	if c.redial == nil {
 		return nil, ErrConnectionLost
 	}
-	nt, err := c.redial()
+	_, stream := dead.(*sseTransport)
+	nt, err := c.redial(ctx)
 	if err != nil {
+		if stream {
+			return nil, fmt.Errorf("%w: opening a new event stream: %s", ErrConnectionLost, bare(err))
+		}
 		return nil, fmt.Errorf("%w: restarting the server: %s", ErrConnectionLost, bare(err))
 	}
 	c.tmu.Lock()
 	c.t = nt
 	c.tmu.Unlock()
 	go dead.close(c.opts.StopGrace)
-	c.stats.restarts.Add(1)
-	c.log.Warn("the server process died; started it again")
+	if stream {
+		c.log.Warn("the server's event stream ended; opened a new one, a new session")
+	} else {
+		c.stats.restarts.Add(1)
+		c.log.Warn("the server process died; started it again")
+	}
 	if err := c.handshake(ctx); err != nil {
-		return nil, fmt.Errorf("%w: the restarted server: %s", ErrConnectionLost, bare(err))
+		return nil, fmt.Errorf("%w: the new connection: %s", ErrConnectionLost, bare(err))
 	}
 	c.stats.reconnects.Add(1)
 	return nt, nil

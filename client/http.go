@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,7 +10,6 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -29,12 +27,18 @@ func DialHTTP(ctx context.Context, url string, opts *Options) (*Client, error) {
 	o.fill()
 	hc := o.HTTPClient
 	if hc == nil {
-		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
+		hc = newHTTPClient()
 	}
 	stats := &counters{}
-	t := &httpTransport{url: url, hc: hc, opts: o, stats: stats,
-		answers: budget{maxN: maxServerRequests, maxBytes: maxServerRequestBytes}, cancels: make(chan struct{}, maxCancelPosts)}
+	t := &httpTransport{url: url, hc: hc, opts: o, stats: stats}
+	t.side = newSidePosts(o, stats, t.post)
 	return newClient(ctx, t, o, stats)
+}
+
+// newHTTPClient is the HTTP client of a connection whose Options name
+// none: enough idle connections kept for the POSTs of calls in parallel.
+func newHTTPClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
 }
 
 // StatusError is an HTTP answer that carried no JSON-RPC response: a
@@ -59,8 +63,7 @@ type httpTransport struct {
 	opts  Options
 	stats *counters
 
-	answers budget        // the server's requests being answered, each with a POST
-	cancels chan struct{} // a slot per notifications/cancelled POST in flight
+	side sidePosts // answers to the server's requests, cancellations
 
 	mu      sync.Mutex
 	session string // the 2025 session id, once initialize gave one
@@ -275,7 +278,7 @@ func (t *httpTransport) start(ctx context.Context, req outgoing) (*exchange, err
 			// on a goroutine of its own: a server that holds it open must
 			// not hold the caller who gave up.
 			params, _ := json.Marshal(mcp.CancelledParams{RequestID: id, Reason: reason})
-			if !t.postCancel(jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params), req.era, id) {
+			if !t.side.postCancel(jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params), req.era, id, nil) {
 				return CancelNotSent
 			}
 			return CancelQueued
@@ -295,7 +298,7 @@ func (t *httpTransport) exchange(hreq *http.Request, req outgoing, ex *exchange)
 	resp, err := t.hc.Do(hreq)
 	if err != nil {
 		if hreq.Context().Err() == nil {
-			ex.deliver(reply{err: t.sendError(err)})
+			ex.deliver(reply{err: sendError(t.url, err)})
 		}
 		return
 	}
@@ -343,22 +346,16 @@ func (t *httpTransport) exchange(hreq *http.Request, req outgoing, ex *exchange)
 	}
 }
 
-// sendError is the error of a request the HTTP client failed to make: a
-// *ConnectError when no connection could be opened (the request never
-// left), ErrConnectionLost otherwise (it may have reached the server).
-func (t *httpTransport) sendError(err error) error {
+// sendError is the error of a request to url the HTTP client failed to
+// make: a *ConnectError when no connection could be opened (the request
+// never left), ErrConnectionLost otherwise (it may have reached the
+// server).
+func sendError(url string, err error) error {
 	var op *net.OpError
 	if errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect") {
-		return &ConnectError{URL: t.url, Err: err}
+		return &ConnectError{URL: url, Err: err}
 	}
 	return fmt.Errorf("%w: %v", ErrConnectionLost, err)
-}
-
-// sseCursor is where a stream stood when it ended: the last event id
-// the server gave, and the reconnection delay it asked for.
-type sseCursor struct {
-	lastID string
-	retry  time.Duration // 0: the server gave none
 }
 
 // maxResumes bounds the reconnections of one request's stream.
@@ -403,39 +400,35 @@ func (t *httpTransport) resume(ctx context.Context, req outgoing, ex *exchange, 
 // response, answering the server's requests on the way; it records the
 // stream's cursor and reports whether the response arrived.
 func (t *httpTransport) readEvents(ctx context.Context, body io.Reader, req outgoing, ex *exchange, cursor *sseCursor) bool {
-	r := bufio.NewReaderSize(body, 64<<10)
-	var data []byte
-	hasData := false
-	for {
-		line, err := readLine(r, t.opts.MaxMessageBytes)
-		line = bytes.TrimRight(line, "\r\n")
-		switch {
-		case len(line) == 0 && err == nil:
-			if hasData && len(data) > 0 && t.event(ctx, data, req, ex) {
-				return true
-			}
-			data, hasData = nil, false
-		case bytes.HasPrefix(line, []byte("data:")):
-			d := bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("data:")), []byte(" "))
-			if hasData {
-				data = append(data, '\n')
-			}
-			data, hasData = append(data, d...), true
-		case bytes.HasPrefix(line, []byte("id:")):
-			cursor.lastID = string(bytes.TrimSpace(bytes.TrimPrefix(line, []byte("id:"))))
-		case bytes.HasPrefix(line, []byte("retry:")):
-			if ms, perr := strconv.Atoi(string(bytes.TrimSpace(bytes.TrimPrefix(line, []byte("retry:"))))); perr == nil && ms >= 0 {
-				cursor.retry = min(time.Duration(ms)*time.Millisecond, maxServerRetry)
-			}
+	return readSSE(body, t.opts.MaxMessageBytes, cursor, func(e sseEvent) bool {
+		if e.tooLarge != nil {
+			return t.tooLarge(e.tooLarge, req, ex)
 		}
-		if err != nil {
-			return hasData && len(data) > 0 && t.event(ctx, data, req, ex)
-		}
-	}
+		return t.event(ctx, e.data, req, ex)
+	})
 }
 
-// maxServerRetry caps the reconnection delay a server may ask for.
-const maxServerRetry = time.Minute
+// tooLarge fails the call whose response was past the limit, when what
+// could be read of it names one; true when it was this stream's own.
+func (t *httpTransport) tooLarge(scan *jsonrpc.IDScanner, req outgoing, ex *exchange) bool {
+	id, ok := tooLargeResponse(scan)
+	t.opts.Logger.Warn("dropped an event past the message limit", "limit", t.opts.MaxMessageBytes, "id", id)
+	if !ok {
+		return false
+	}
+	r := reply{err: &ResponseTooLargeError{Limit: t.opts.MaxMessageBytes}}
+	if ex != nil && id == req.id {
+		ex.deliver(r)
+		return true
+	}
+	t.mu.Lock()
+	other := t.pending[id]
+	t.mu.Unlock()
+	if other != nil {
+		other.deliver(r)
+	}
+	return false
+}
 
 // event handles one SSE event's data; true once the response arrived.
 func (t *httpTransport) event(ctx context.Context, data []byte, req outgoing, ex *exchange) bool {
@@ -464,52 +457,75 @@ func (t *httpTransport) event(ctx context.Context, data []byte, req outgoing, ex
 		}
 		t.route(m)
 	case jsonrpc.KindRequest:
-		t.serve(ctx, m, req.era)
+		t.side.serve(ctx, m, req.era)
 	}
 	return false
 }
 
-// serve answers a request a 2025 server sent on a stream (elicitation,
+// sidePosts are the POSTs a client makes beside its requests, over 2025
+// Streamable HTTP and over HTTP+SSE alike: answers to the server's
+// requests and cancellations, each kind within its bound (bounds.go).
+type sidePosts struct {
+	opts    Options
+	stats   *counters
+	answers budget        // the server's requests being answered, each with a POST
+	cancels chan struct{} // a slot per notifications/cancelled POST in flight
+	post    func(ctx context.Context, body []byte, era mcp.Era, method string) error
+}
+
+func newSidePosts(o Options, stats *counters, post func(ctx context.Context, body []byte, era mcp.Era, method string) error) sidePosts {
+	return sidePosts{opts: o, stats: stats, post: post,
+		answers: budget{maxN: maxServerRequests, maxBytes: maxServerRequestBytes}, cancels: make(chan struct{}, maxCancelPosts)}
+}
+
+// serve answers a request a server sent on a stream (elicitation,
 // sampling, roots, ping) with a POST of its own, on a goroutine of its
 // own: at most maxServerRequests at a time (and maxServerRequestBytes of
 // their params), each under answerTimeout, handler and POST together.
 // Every answer costs a connection, so a request past the bound is dropped
 // and counted rather than refused: refusing would cost one too.
-func (t *httpTransport) serve(ctx context.Context, m jsonrpc.Message, era mcp.Era) {
+func (p *sidePosts) serve(ctx context.Context, m jsonrpc.Message, era mcp.Era) {
 	size := len(m.Params)
-	if !t.answers.take(size) {
-		t.stats.serverDropped.Add(1)
-		t.opts.Logger.Debug("dropped a request from the server: too many are being answered", "method", m.Method)
+	if !p.answers.take(size) {
+		p.stats.serverDropped.Add(1)
+		p.opts.Logger.Debug("dropped a request from the server: too many are being answered", "method", m.Method)
 		return
 	}
 	go func() {
-		defer t.answers.give(size)
+		defer p.answers.give(size)
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
 		defer cancel()
-		answer := serveRequest(actx, t.opts.OnRequest, m)
-		if err := t.post(actx, answer, era, ""); err != nil {
-			t.opts.Logger.Warn("could not answer the server's request", "method", m.Method, "err", err)
+		answer := serveRequest(actx, p.opts.OnRequest, m)
+		if err := p.post(actx, answer, era, ""); err != nil {
+			p.opts.Logger.Warn("could not answer the server's request", "method", m.Method, "err", err)
 		}
 	}()
 }
 
-// postCancel POSTs a 2025 notifications/cancelled without waiting for it:
-// at most maxCancelPosts at a time, each under cancelPostTimeout. Past
-// that bound the cancellation is dropped and logged; the request's stream
-// is closed all the same. It reports whether the POST was begun.
-func (t *httpTransport) postCancel(body []byte, era mcp.Era, id jsonrpc.ID) bool {
+// postCancel POSTs a notifications/cancelled without waiting for it: at
+// most maxCancelPosts at a time, each under cancelPostTimeout, which
+// covers the wait for after (when set: the request's own POST, which the
+// cancellation must not overtake). Past that bound the cancellation is
+// dropped and logged. It reports whether the POST was begun.
+func (p *sidePosts) postCancel(body []byte, era mcp.Era, id jsonrpc.ID, after <-chan struct{}) bool {
 	select {
-	case t.cancels <- struct{}{}:
+	case p.cancels <- struct{}{}:
 	default:
-		t.opts.Logger.Warn("dropped a cancellation: too many are in flight", "id", id)
+		p.opts.Logger.Warn("dropped a cancellation: too many are in flight", "id", id)
 		return false
 	}
 	go func() {
-		defer func() { <-t.cancels }()
+		defer func() { <-p.cancels }()
 		ctx, cancel := context.WithTimeout(context.Background(), cancelPostTimeout)
 		defer cancel()
-		if err := t.post(ctx, body, era, mcp.NotificationCancelled); err != nil {
-			t.opts.Logger.Debug("the cancellation POST failed", "id", id, "err", err)
+		if after != nil {
+			select {
+			case <-after:
+			case <-ctx.Done():
+			}
+		}
+		if err := p.post(ctx, body, era, mcp.NotificationCancelled); err != nil {
+			p.opts.Logger.Debug("the cancellation POST failed", "id", id, "err", err)
 		}
 	}()
 	return true

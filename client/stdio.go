@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"sync"
 	"syscall"
 	"time"
 
@@ -36,7 +35,7 @@ func DialStdio(ctx context.Context, command []string, opts *Options) (*Client, e
 	}
 	c, err := newClient(ctx, t, o, stats)
 	if err == nil && o.Restart {
-		c.redial = func() (transport, error) { return spawn(command, o, stats) }
+		c.redial = func(context.Context) (transport, error) { return spawn(command, o, stats) }
 	}
 	return c, err
 }
@@ -72,10 +71,6 @@ func Connect(ctx context.Context, r io.Reader, w io.WriteCloser, opts *Options) 
 	return newClient(ctx, newStdio(nil, w, r, o, stats), o, stats)
 }
 
-// maxAbandoned bounds how many given-up ids the stdio transport remembers
-// to recognise their late responses.
-const maxAbandoned = 1024
-
 // stdioTransport speaks newline-delimited JSON-RPC to a child process.
 type stdioTransport struct {
 	cmd   *exec.Cmd
@@ -88,18 +83,12 @@ type stdioTransport struct {
 	lifetime context.Context
 	stop     context.CancelFunc // ends the handlers of the server's requests
 
-	mu        sync.Mutex
-	pending   map[jsonrpc.ID]*exchange
-	byToken   map[string]*exchange
-	abandoned map[jsonrpc.ID]bool
-	order     []jsonrpc.ID // abandoned ids, oldest first
-	dead      bool         // the server's output ended
+	calls *inflight // dead once the server's output ended
 }
 
 func newStdio(cmd *exec.Cmd, in io.WriteCloser, out io.Reader, o Options, stats *counters) *stdioTransport {
 	t := &stdioTransport{cmd: cmd, in: in, opts: o, stats: stats,
-		answers: budget{maxN: maxServerRequests, maxBytes: maxServerRequestBytes},
-		pending: map[jsonrpc.ID]*exchange{}, byToken: map[string]*exchange{}, abandoned: map[jsonrpc.ID]bool{}}
+		answers: budget{maxN: maxServerRequests, maxBytes: maxServerRequestBytes}, calls: newInflight()}
 	t.lifetime, t.stop = context.WithCancel(context.Background())
 	t.w = newWriter(in, func(error) { t.lost() })
 	go t.read(out)
@@ -114,30 +103,10 @@ func (t *stdioTransport) ready(context.Context, time.Duration) {}
 func (t *stdioTransport) start(ctx context.Context, req outgoing) (*exchange, error) {
 	ex := newExchange(t.stats)
 	ex.token, ex.notes = req.token, req.notes
-	t.mu.Lock()
-	if t.dead {
-		t.mu.Unlock()
+	if !t.calls.add(req, ex) {
 		return nil, ErrConnectionLost
 	}
-	t.pending[req.id] = ex
-	if req.token != "" {
-		t.byToken[req.token] = ex
-	}
-	t.mu.Unlock()
-	forget := func(abandon bool) {
-		t.mu.Lock()
-		delete(t.pending, req.id)
-		delete(t.byToken, req.token)
-		if abandon {
-			t.abandoned[req.id] = true
-			t.order = append(t.order, req.id)
-			if len(t.order) > maxAbandoned {
-				delete(t.abandoned, t.order[0])
-				t.order = t.order[1:]
-			}
-		}
-		t.mu.Unlock()
-	}
+	forget := func(abandon bool) { t.calls.forget(req, abandon) }
 	ex.onFinish = func() { forget(false) }
 	ex.onCancel = func(id jsonrpc.ID, reason string) Cancellation {
 		forget(true)
@@ -188,7 +157,7 @@ func (t *stdioTransport) read(out io.Reader) {
 	r := bufio.NewReaderSize(out, 64<<10)
 	defer t.lost()
 	for {
-		line, err := readLine(r, t.opts.MaxMessageBytes)
+		line, err := readLine(r, t.opts.MaxMessageBytes, nil)
 		if len(bytes.TrimSpace(line)) > 0 {
 			t.dispatch(line)
 		}
@@ -198,15 +167,22 @@ func (t *stdioTransport) read(out io.Reader) {
 	}
 }
 
-// readLine reads one line of at most max bytes; a longer one is skipped.
-func readLine(r *bufio.Reader, max int) ([]byte, error) {
+// readLine reads one line of at most max bytes. A longer one is read to
+// its end and dropped, its bytes written to drop (when set) on the way,
+// and reported as a nil line with a nil error.
+func readLine(r *bufio.Reader, max int, drop io.Writer) ([]byte, error) {
 	var line []byte
 	for {
 		chunk, err := r.ReadSlice('\n')
-		if len(line)+len(chunk) <= max {
+		switch {
+		case max >= 0 && len(line)+len(chunk) <= max:
 			line = append(line, chunk...)
-		} else {
-			line = line[:0:0] // too long: keep reading to its end, then drop it
+		default: // too long: keep reading to its end, then drop it
+			if drop != nil {
+				drop.Write(line)
+				drop.Write(chunk)
+			}
+			line = line[:0:0]
 			max = -1
 		}
 		if err != bufio.ErrBufferFull {
@@ -226,33 +202,12 @@ func (t *stdioTransport) dispatch(line []byte) {
 	}
 	switch m.Kind {
 	case jsonrpc.KindResponse:
-		t.mu.Lock()
-		ex := t.pending[m.ID]
-		late := t.abandoned[m.ID]
-		delete(t.abandoned, m.ID)
-		if ex != nil {
-			// Delivered once: a duplicate response is unknown.
-			delete(t.pending, m.ID)
-			delete(t.byToken, ex.token)
-		}
-		t.mu.Unlock()
-		switch {
-		case ex != nil:
-			ex.deliver(reply{m: m})
-		case late:
-			t.stats.late.Add(1)
-			t.opts.Logger.Debug("ignored a response to a call the client gave up on", "id", m.ID)
-		default:
-			t.opts.Logger.Warn("the server answered a request the client never sent", "id", m.ID)
-		}
+		t.calls.respond(m.ID, reply{m: m}, t.stats, t.opts.Logger)
 	case jsonrpc.KindNotification:
 		if m.Method != mcp.NotificationProgress {
 			// A listen stream's notification names its request.
 			if id, ok := subscriptionOf(m.Params); ok {
-				t.mu.Lock()
-				ex := t.pending[id]
-				t.mu.Unlock()
-				if ex != nil && ex.notes != nil {
+				if ex := t.calls.call(id); ex != nil && ex.notes != nil {
 					ex.notes(m)
 				}
 			}
@@ -262,10 +217,7 @@ func (t *stdioTransport) dispatch(line []byte) {
 		if !ok {
 			return
 		}
-		t.mu.Lock()
-		ex := t.byToken[token]
-		t.mu.Unlock()
-		if ex != nil {
+		if ex := t.calls.progress(token); ex != nil {
 			ex.deliverProgress(p)
 		}
 	case jsonrpc.KindRequest:
@@ -312,16 +264,7 @@ func (t *stdioTransport) answer(m jsonrpc.Message, b []byte, after func()) {
 }
 
 // lost ends every call in flight once the server's output ends.
-func (t *stdioTransport) lost() {
-	t.mu.Lock()
-	t.dead = true
-	pending := t.pending
-	t.pending, t.byToken = map[jsonrpc.ID]*exchange{}, map[string]*exchange{}
-	t.mu.Unlock()
-	for _, ex := range pending {
-		ex.lose()
-	}
-}
+func (t *stdioTransport) lost() { t.calls.lose() }
 
 // close ends the child the way MCP's stdio transport says: stdin closed,
 // then SIGTERM, then SIGKILL, grace apart.

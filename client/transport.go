@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -145,4 +146,106 @@ func notification(method string, params any) ([]byte, error) {
 		raw = b
 	}
 	return jsonrpc.AppendNotification(nil, method, raw), nil
+}
+
+// maxAbandoned bounds how many given-up ids a connection remembers to
+// recognise their late responses.
+const maxAbandoned = 1024
+
+// inflight is the calls a connection's one reader answers (stdio, an
+// HTTP+SSE stream): responses go by id, progress by token, and the ids
+// given up on are remembered, the last maxAbandoned of them, so that a
+// late response is counted rather than taken for one never asked for.
+type inflight struct {
+	mu        sync.Mutex
+	pending   map[jsonrpc.ID]*exchange
+	byToken   map[string]*exchange
+	abandoned map[jsonrpc.ID]bool
+	order     []jsonrpc.ID // abandoned ids, oldest first
+	dead      bool         // the connection is lost: no more calls
+}
+
+func newInflight() *inflight {
+	return &inflight{pending: map[jsonrpc.ID]*exchange{}, byToken: map[string]*exchange{}, abandoned: map[jsonrpc.ID]bool{}}
+}
+
+// add registers a call; false once the connection is lost.
+func (f *inflight) add(req outgoing, ex *exchange) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.dead {
+		return false
+	}
+	f.pending[req.id] = ex
+	if req.token != "" {
+		f.byToken[req.token] = ex
+	}
+	return true
+}
+
+// forget drops a call; abandon remembers its id, given up on.
+func (f *inflight) forget(req outgoing, abandon bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.pending, req.id)
+	delete(f.byToken, req.token)
+	if abandon {
+		f.abandoned[req.id] = true
+		f.order = append(f.order, req.id)
+		if len(f.order) > maxAbandoned {
+			delete(f.abandoned, f.order[0])
+			f.order = f.order[1:]
+		}
+	}
+}
+
+// call is the call of id in flight, or nil.
+func (f *inflight) call(id jsonrpc.ID) *exchange {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pending[id]
+}
+
+// progress is the call that issued token, or nil.
+func (f *inflight) progress(token string) *exchange {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.byToken[token]
+}
+
+// respond ends the call id with r, once: a second answer for the same id
+// is one never asked for, and an answer to a call given up on is late,
+// counted and dropped.
+func (f *inflight) respond(id jsonrpc.ID, r reply, stats *counters, log *slog.Logger) {
+	f.mu.Lock()
+	ex := f.pending[id]
+	late := f.abandoned[id]
+	delete(f.abandoned, id)
+	if ex != nil {
+		delete(f.pending, id)
+		delete(f.byToken, ex.token)
+	}
+	f.mu.Unlock()
+	switch {
+	case ex != nil:
+		ex.deliver(r)
+	case late:
+		stats.late.Add(1)
+		log.Debug("ignored a response to a call the client gave up on", "id", id)
+	default:
+		log.Warn("the server answered a request the client never sent", "id", id)
+	}
+}
+
+// lose marks the connection lost and ends every call in flight with
+// ErrConnectionLost.
+func (f *inflight) lose() {
+	f.mu.Lock()
+	f.dead = true
+	pending := f.pending
+	f.pending, f.byToken = map[jsonrpc.ID]*exchange{}, map[string]*exchange{}
+	f.mu.Unlock()
+	for _, ex := range pending {
+		ex.lose()
+	}
 }

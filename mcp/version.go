@@ -11,6 +11,10 @@ const (
 	Version20251125 = "2025-11-25"
 	Version20250618 = "2025-06-18"
 	Version20250326 = "2025-03-26"
+	// Version20241105 is the first revision, whose HTTP+SSE transport
+	// many deployed servers still speak only. mcprel's server does not
+	// serve it; its client accepts it from such a server.
+	Version20241105 = "2024-11-05"
 )
 
 // LatestLegacyVersion is what initialize negotiates to when the client asks
