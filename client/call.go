@@ -30,9 +30,40 @@ type CallOptions struct {
 	OnProgress func(Progress)
 	// Meta is added to the request's params._meta (an idempotency key).
 	Meta map[string]any
+	// OnRequest, when set, answers the requests the server sends for
+	// this call, in place of Options.OnRequest: the input a 2026-07-28
+	// server asks for in an input_required result, and a 2025 server's
+	// requests that the transport ties to the call — those on the
+	// call's own response stream over Streamable HTTP, and, over stdio
+	// and HTTP+SSE, which carry nothing to tie them, those that arrive
+	// while this call is the only one in flight. It runs under the
+	// call's maximum clock (not Options' answer timeout), and the idle
+	// clock waits while it answers: a person filling a form is not a
+	// server gone quiet.
+	OnRequest RequestHandler
+	// Input, when set, continues a multi-round-trip call (2026-07-28)
+	// that was begun elsewhere: the first request already carries these
+	// answers and the server's requestState, as the retry after an
+	// input_required result would. A gateway that relays a server's
+	// questions to its own client resumes the call this way.
+	Input *InputAnswers
+	// OnNotification, when set, receives the notifications other than
+	// progress that the server sends for this call on its own response
+	// stream (a log message, over Streamable HTTP), in place of
+	// Options.OnNotification. It runs on the transport's reader and must
+	// not block.
+	OnNotification func(method string, params json.RawMessage)
 
 	quiet   bool        // a probe: its failure is expected and not counted
 	headers [][2]string // Mcp-Param-* headers (2026-07-28 HTTP tools/call)
+}
+
+// InputAnswers are the answers to an input_required result's requests,
+// by their keys, and the result's requestState exactly as the server sent
+// it (nil when it sent none).
+type InputAnswers struct {
+	Responses    map[string]json.RawMessage
+	RequestState json.RawMessage
 }
 
 // Progress is one progress report of a call.
@@ -174,45 +205,80 @@ func (c *Client) CallTool(ctx context.Context, name string, args any, o *CallOpt
 // Options.MaxListBytes bytes gets a *ListLimitError, not the client's
 // memory.
 func (c *Client) ListTools(ctx context.Context) ([]mcp.Tool, error) {
+	tools, err := listAll(ctx, c, mcp.MethodToolsList, func(r *mcp.ListToolsResult) ([]mcp.Tool, string) { return r.Tools, r.NextCursor })
+	if err != nil {
+		return nil, err
+	}
+	return c.keepTools(tools), nil
+}
+
+// ListPrompts returns every prompt the server offers, as ListTools does
+// its tools.
+func (c *Client) ListPrompts(ctx context.Context) ([]mcp.Prompt, error) {
+	return listAll(ctx, c, mcp.MethodPromptsList, func(r *mcp.ListPromptsResult) ([]mcp.Prompt, string) { return r.Prompts, r.NextCursor })
+}
+
+// ListResources returns every resource the server lists, as ListTools
+// does its tools.
+func (c *Client) ListResources(ctx context.Context) ([]mcp.Resource, error) {
+	return listAll(ctx, c, mcp.MethodResourcesList, func(r *mcp.ListResourcesResult) ([]mcp.Resource, string) { return r.Resources, r.NextCursor })
+}
+
+// ListResourceTemplates returns every resource template the server
+// lists, as ListTools does its tools.
+func (c *Client) ListResourceTemplates(ctx context.Context) ([]mcp.ResourceTemplate, error) {
+	return listAll(ctx, c, mcp.MethodResourceTempls, func(r *mcp.ListResourceTemplatesResult) ([]mcp.ResourceTemplate, string) {
+		return r.ResourceTemplates, r.NextCursor
+	})
+}
+
+// listAll follows a list method's cursors under one maximum deadline and
+// the client's bounds on pages and bytes; page reads one result's items
+// and its next cursor.
+func listAll[R, T any](ctx context.Context, c *Client, method string, page func(*R) ([]T, string)) ([]T, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, DefaultMax, &DeadlineError{Clock: MaxClock, After: DefaultMax})
 		defer cancel()
 	}
-	var tools []mcp.Tool
+	var items []T
 	cursor := ""
 	total := 0
-	for page := 1; ; page++ {
-		if page > c.opts.MaxListPages {
-			return nil, &ListLimitError{Method: mcp.MethodToolsList, Limit: "pages", Value: int64(c.opts.MaxListPages), Option: "MaxListPages"}
+	for n := 1; ; n++ {
+		if n > c.opts.MaxListPages {
+			return nil, &ListLimitError{Method: method, Limit: "pages", Value: int64(c.opts.MaxListPages), Option: "MaxListPages"}
 		}
 		var params map[string]any
 		if cursor != "" {
 			params = map[string]any{"cursor": cursor}
 		}
-		raw, err := c.roundTrip(ctx, mcp.MethodToolsList, "", params, nil)
+		raw, err := c.roundTrip(ctx, method, "", params, nil)
 		if err != nil {
 			return nil, err
 		}
 		if total += len(raw); int64(total) > c.opts.MaxListBytes {
-			return nil, &ListLimitError{Method: mcp.MethodToolsList, Limit: "bytes", Value: c.opts.MaxListBytes, Option: "MaxListBytes"}
+			return nil, &ListLimitError{Method: method, Limit: "bytes", Value: c.opts.MaxListBytes, Option: "MaxListBytes"}
 		}
-		var res mcp.ListToolsResult
+		var res R
 		if err := json.Unmarshal(raw, &res); err != nil {
-			return nil, fmt.Errorf("client: tools/list answered %s: %w", clip(raw), err)
+			return nil, fmt.Errorf("client: %s answered %s: %w", method, clip(raw), err)
 		}
-		tools = append(tools, res.Tools...)
-		if res.NextCursor == "" {
-			return c.keepTools(tools), nil
+		got, next := page(&res)
+		items = append(items, got...)
+		if next == "" {
+			return items, nil
 		}
-		cursor = res.NextCursor
+		if next == cursor {
+			return nil, fmt.Errorf("client: %s answered the cursor %q with itself: the listing would never end", method, clip([]byte(next)))
+		}
+		cursor = next
 	}
 }
 
 // ListLimitError ends a listing that ran past the client's bound: the
 // server's list is longer than this client takes in.
 type ListLimitError struct {
-	Method string // tools/list
+	Method string // tools/list, prompts/list, …
 	Limit  string // "pages" or "bytes"
 	Value  int64  // the bound
 	Option string // the Options field that sets it
@@ -260,7 +326,11 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 	if err != nil {
 		return nil, err
 	}
-	out := outgoing{id: id, method: method, name: name, params: body, era: c.era, version: c.version, token: token, headers: opts.headers}
+	out := outgoing{id: id, method: method, name: name, params: body, era: c.era, version: c.version, token: token,
+		headers: opts.headers, onRequest: opts.OnRequest}
+	if on := opts.OnNotification; on != nil {
+		out.notes = func(m jsonrpc.Message) { on(m.Method, m.Params) }
+	}
 	// The max clock runs from before the request is sent: a server that
 	// does not read it holds the caller no longer than one that does not
 	// answer it.
@@ -312,6 +382,12 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 		select {
 		case p := <-ex.progress:
 			report(p)
+		case <-ex.answered:
+			// The client answered a request of the server's for this
+			// call: the server has work again, the idle clock starts over.
+			if opts.Idle > 0 {
+				idle.Reset(opts.Idle)
+			}
 		case r, ok := <-ex.response:
 			if !ok {
 				return nil, ErrConnectionLost
@@ -346,6 +422,18 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 			}
 			return nil, c.ended(ctx, maxCtx, c.giveUp(ex, id, reason, opts.quiet))
 		case <-idleC:
+			if ex.asking.Load() > 0 {
+				// The server waits for the client's answer, not the other
+				// way round: the call is not idle.
+				idle.Reset(opts.Idle)
+				continue
+			}
+			select {
+			case <-ex.answered: // answered just now: the clock starts over
+				idle.Reset(opts.Idle)
+				continue
+			default:
+			}
 			return nil, &DeadlineError{Clock: IdleClock, After: opts.Idle, Cancel: c.giveUp(ex, id, "idle deadline", opts.quiet)}
 		}
 	}

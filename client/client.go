@@ -82,6 +82,17 @@ type Options struct {
 	Header http.Header
 	// Stderr receives a stdio server's stderr; nil discards it.
 	Stderr io.Writer
+	// Env is added to a stdio server's environment (KEY=VALUE), after
+	// the client's own: where a server's credentials go, never in its
+	// argv, which any user of the machine can read.
+	Env []string
+	// OnNotification receives the notifications the server sends that
+	// belong to no call and no subscription: a 2025 server's list
+	// changes and resource updates, log messages, on stdio, on the 2025
+	// session's stream and on HTTP+SSE (a 2026-07-28 server sends list
+	// changes on a subscription instead; see Listen). It runs on the
+	// transport's reader and must not block.
+	OnNotification func(method string, params json.RawMessage)
 	// StopGrace is how long Close waits for a stdio server to exit after
 	// its stdin closes, and again after SIGTERM, before SIGKILL; zero
 	// means DefaultStopGrace.
@@ -225,6 +236,14 @@ func (c *Client) ProtocolVersion() string { return c.version }
 
 // ServerInfo is the server's self-description, when it gave one.
 func (c *Client) ServerInfo() *mcp.Implementation { return c.server }
+
+// Done returns a channel that is closed when the connection in use now
+// ends: a stdio server's process exits, an HTTP+SSE stream (and its
+// session) ends, or Close is called. A client that opens a new one
+// itself (Options.Restart, DialSSE) returns the new connection's channel
+// afterwards. Over Streamable HTTP, which holds no standing connection,
+// only Close closes it.
+func (c *Client) Done() <-chan struct{} { return c.transport().done() }
 
 // ServerCapabilities are what the server advertised.
 func (c *Client) ServerCapabilities() mcp.ServerCapabilities { return c.caps }

@@ -30,7 +30,7 @@ func DialHTTP(ctx context.Context, url string, opts *Options) (*Client, error) {
 		hc = newHTTPClient()
 	}
 	stats := &counters{}
-	t := &httpTransport{url: url, hc: hc, opts: o, stats: stats}
+	t := &httpTransport{url: url, hc: hc, opts: o, stats: stats, gone: make(chan struct{})}
 	t.side = newSidePosts(o, stats, t.post)
 	return newClient(ctx, t, o, stats)
 }
@@ -71,7 +71,10 @@ type httpTransport struct {
 	pending map[jsonrpc.ID]*exchange
 	byToken map[string]*exchange
 	closing context.CancelFunc // ends the 2025 GET stream
+	gone    chan struct{}      // closed by close
 }
+
+func (t *httpTransport) done() <-chan struct{} { return t.gone }
 
 // sessionGone reports whether err is the answer to a request of a 2025
 // session the server no longer knows (404 with the session's id), and
@@ -249,8 +252,7 @@ func (t *httpTransport) header(h http.Header, era mcp.Era, version, method, name
 }
 
 func (t *httpTransport) start(ctx context.Context, req outgoing) (*exchange, error) {
-	ex := newExchange(t.stats)
-	ex.notes = req.notes
+	ex := newExchange(ctx, req, t.stats)
 	// The request lives until the call ends, not with the caller's ctx:
 	// the call decides when to give up, and how to say so.
 	reqCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
@@ -446,8 +448,11 @@ func (t *httpTransport) event(ctx context.Context, data []byte, req outgoing, ex
 		t.route(m)
 	case jsonrpc.KindNotification:
 		if m.Method != mcp.NotificationProgress {
-			if ex != nil && ex.notes != nil {
+			switch {
+			case ex != nil && ex.notes != nil:
 				ex.notes(m)
+			case t.opts.OnNotification != nil:
+				t.opts.OnNotification(m.Method, m.Params)
 			}
 			return false
 		}
@@ -457,7 +462,9 @@ func (t *httpTransport) event(ctx context.Context, data []byte, req outgoing, ex
 		}
 		t.route(m)
 	case jsonrpc.KindRequest:
-		t.side.serve(ctx, m, req.era)
+		// A request on a call's own stream is that call's; one on the
+		// session's stream (ex nil) is the connection's.
+		t.side.serve(ctx, m, req.era, ex)
 	}
 	return false
 }
@@ -481,22 +488,28 @@ func newSidePosts(o Options, stats *counters, post func(ctx context.Context, bod
 // serve answers a request a server sent on a stream (elicitation,
 // sampling, roots, ping) with a POST of its own, on a goroutine of its
 // own: at most maxServerRequests at a time (and maxServerRequestBytes of
-// their params), each under answerTimeout, handler and POST together.
-// Every answer costs a connection, so a request past the bound is dropped
-// and counted rather than refused: refusing would cost one too.
-func (p *sidePosts) serve(ctx context.Context, m jsonrpc.Message, era mcp.Era) {
+// their params). The call it is attributed to (ex, when it has a handler
+// of its own) answers under that call's clocks; the connection's
+// handler under answerTimeout, handler and POST together. Every answer
+// costs a connection, so a request past the bound is dropped and counted
+// rather than refused: refusing would cost one too.
+func (p *sidePosts) serve(ctx context.Context, m jsonrpc.Message, era mcp.Era, ex *exchange) {
 	size := len(m.Params)
 	if !p.answers.take(size) {
 		p.stats.serverDropped.Add(1)
 		p.opts.Logger.Debug("dropped a request from the server: too many are being answered", "method", m.Method)
 		return
 	}
+	h, actx, done := answerer(ex, p.opts.OnRequest, context.WithoutCancel(ctx))
 	go func() {
 		defer p.answers.give(size)
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
+		defer done()
+		answer := serveRequest(actx, h, m)
+		// The answer is POSTed even when the call ended meanwhile: the
+		// server is waiting for it, bounded like any answer.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(actx), answerTimeout)
 		defer cancel()
-		answer := serveRequest(actx, p.opts.OnRequest, m)
-		if err := p.post(actx, answer, era, ""); err != nil {
+		if err := p.post(pctx, answer, era, ""); err != nil {
 			p.opts.Logger.Warn("could not answer the server's request", "method", m.Method, "err", err)
 		}
 	}()
@@ -580,5 +593,12 @@ func (t *httpTransport) close(grace time.Duration) error {
 		}
 	}
 	t.hc.CloseIdleConnections()
+	t.mu.Lock()
+	select {
+	case <-t.gone:
+	default:
+		close(t.gone)
+	}
+	t.mu.Unlock()
 	return nil
 }

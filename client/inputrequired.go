@@ -126,8 +126,23 @@ func (c *Client) call(ctx context.Context, method, name string, params any, o *C
 	// round (or answer) it fires in.
 	ctx, stop := context.WithTimeoutCause(ctx, maxAfter, &DeadlineError{Clock: MaxClock, After: maxAfter})
 	defer stop()
-	raw, err := c.roundTrip(ctx, method, name, params, o)
+	h := c.opts.OnRequest
+	if o != nil && o.OnRequest != nil {
+		h = o.OnRequest
+	}
 	var base map[string]any
+	first := params
+	if o != nil && o.Input != nil {
+		if c.era != mcp.Modern {
+			return nil, fmt.Errorf("client: CallOptions.Input continues a 2026-07-28 multi-round-trip call; this server speaks %s", c.version)
+		}
+		var err error
+		if base, err = paramsObject(params); err != nil {
+			return nil, err
+		}
+		first = withAnswers(base, o.Input.Responses, o.Input.RequestState)
+	}
+	raw, err := c.roundTrip(ctx, method, name, first, o)
 	for round := 1; err == nil; round++ {
 		ir, ok := c.asksForInput(raw)
 		if !ok {
@@ -137,7 +152,7 @@ func (c *Client) call(ctx context.Context, method, name string, params any, o *C
 			return nil, &InputRoundsError{Method: method, Limit: c.maxInputRounds()}
 		}
 		c.log.Debug("the server asked for input", "method", method, "round", round, "requests", len(ir.InputRequests))
-		answers, aerr := c.answerInput(ctx, method, round, ir)
+		answers, aerr := c.answerInput(ctx, h, method, round, ir)
 		if ie, ok := aerr.(*InputError); ok {
 			ie.Result = raw
 		}
@@ -149,24 +164,31 @@ func (c *Client) call(ctx context.Context, method, name string, params any, o *C
 				return nil, aerr
 			}
 		}
-		retry := make(map[string]any, len(base)+2)
-		for k, v := range base {
-			retry[k] = v
-		}
-		retry["inputResponses"] = answers
-		delete(retry, "requestState")
-		if len(ir.RequestState) > 0 && string(ir.RequestState) != "null" {
-			retry["requestState"] = ir.RequestState
-		}
-		raw, err = c.roundTrip(ctx, method, name, retry, o)
+		raw, err = c.roundTrip(ctx, method, name, withAnswers(base, answers, ir.RequestState), o)
 	}
 	return nil, err
+}
+
+// withAnswers is base (a request's own params, never changed) with a
+// round's answers and the server's requestState, echoed unchanged (left
+// out when the server gave none).
+func withAnswers(base map[string]any, answers map[string]json.RawMessage, state json.RawMessage) map[string]any {
+	retry := make(map[string]any, len(base)+2)
+	for k, v := range base {
+		retry[k] = v
+	}
+	retry["inputResponses"] = answers
+	delete(retry, "requestState")
+	if len(state) > 0 && string(state) != "null" {
+		retry["requestState"] = state
+	}
+	return retry
 }
 
 // answerInput answers one input_required result's requests through
 // OnRequest, one after another in key order (a person answers one form
 // at a time), under the call's max clock.
-func (c *Client) answerInput(ctx context.Context, method string, round int, ir *inputRequired) (map[string]json.RawMessage, error) {
+func (c *Client) answerInput(ctx context.Context, h RequestHandler, method string, round int, ir *inputRequired) (map[string]json.RawMessage, error) {
 	if len(ir.InputRequests) > maxInputRequests {
 		return nil, &InputError{Method: method, Round: round, Request: fmt.Sprintf("%d requests", len(ir.InputRequests)),
 			Err: fmt.Errorf("the server asked for %d inputs at once; this client answers at most %d", len(ir.InputRequests), maxInputRequests)}
@@ -182,14 +204,14 @@ func (c *Client) answerInput(ctx context.Context, method string, round int, ir *
 		fail := func(err error) error {
 			return &InputError{Method: method, Round: round, Key: k, Request: req.Method, Err: err}
 		}
-		if c.opts.OnRequest == nil {
+		if h == nil {
 			return nil, fail(ErrNoRequestHandler)
 		}
 		params := req.Params
 		if len(params) == 0 || string(params) == "null" {
 			params = json.RawMessage(`{}`)
 		}
-		res, err := c.ask(ctx, req.Method, params)
+		res, err := ask(ctx, h, req.Method, params)
 		if err != nil {
 			if ctx.Err() != nil {
 				// The max clock or the caller ended the call while it
@@ -213,19 +235,19 @@ func (c *Client) answerInput(ctx context.Context, method string, round int, ir *
 	return answers, nil
 }
 
-// ask runs OnRequest for one input request and waits for it no longer
+// ask runs h for one input request and waits for it no longer
 // than ctx: a handler that does not heed its context (a person who
 // left, a model that hangs) must not hold the call past its max clock.
 // Such a handler's late answer is dropped; its goroutine ends when the
 // handler returns.
-func (c *Client) ask(ctx context.Context, method string, params json.RawMessage) (any, error) {
+func ask(ctx context.Context, h RequestHandler, method string, params json.RawMessage) (any, error) {
 	type answer struct {
 		res any
 		err error
 	}
 	done := make(chan answer, 1)
 	go func() {
-		res, err := c.opts.OnRequest(ctx, method, params)
+		res, err := h(ctx, method, params)
 		done <- answer{res, err}
 	}()
 	select {
@@ -297,7 +319,7 @@ func (ti *taskInput) answer(ctx, pollCtx context.Context, id string, raw json.Ra
 	actx, stop := context.WithCancelCause(pollCtx)
 	defer stop(nil)
 	defer context.AfterFunc(ctx, func() { stop(context.Cause(ctx)) })()
-	answers, err := ti.c.answerInput(actx, mcp.MethodToolsCall, ti.rounds, &ir)
+	answers, err := ti.c.answerInput(actx, ti.c.opts.OnRequest, mcp.MethodToolsCall, ti.rounds, &ir)
 	if err != nil {
 		return false, err
 	}

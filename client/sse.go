@@ -86,14 +86,14 @@ type sseTransport struct {
 	side     sidePosts
 	lifetime context.Context    // the stream's and its POSTs'
 	stop     context.CancelFunc // ends them
-	done     chan struct{}      // closed when the stream's reader returns
+	ended    chan struct{}      // closed when the stream's reader returns
 	calls    *inflight          // dead once the stream ended
 }
 
 // openSSE GETs the stream and returns once the server named its endpoint,
 // within ctx and Options.ProbeTimeout.
 func openSSE(ctx context.Context, base *neturl.URL, hc *http.Client, o Options, stats *counters) (*sseTransport, error) {
-	t := &sseTransport{url: base.String(), hc: hc, opts: o, stats: stats, done: make(chan struct{}), calls: newInflight()}
+	t := &sseTransport{url: base.String(), hc: hc, opts: o, stats: stats, ended: make(chan struct{}), calls: newInflight()}
 	t.lifetime, t.stop = context.WithCancel(context.Background())
 	t.side = newSidePosts(o, stats, t.post)
 	hreq, err := http.NewRequestWithContext(t.lifetime, http.MethodGet, t.url, nil)
@@ -117,7 +117,7 @@ func openSSE(ctx context.Context, base *neturl.URL, hc *http.Client, o Options, 
 	}
 	if err != nil {
 		t.stop()
-		<-t.done
+		<-t.ended
 		return nil, err
 	}
 	return t, nil
@@ -127,7 +127,7 @@ func openSSE(ctx context.Context, base *neturl.URL, hc *http.Client, o Options, 
 // opened, then the server's messages. When it ends, every call in flight
 // is lost.
 func (t *sseTransport) listen(hreq *http.Request, base *neturl.URL, opened chan<- error) {
-	defer close(t.done)
+	defer close(t.ended)
 	defer t.lost()
 	announced := false
 	announce := func(err error) {
@@ -227,6 +227,9 @@ func (t *sseTransport) dispatch(data []byte) {
 		t.calls.respond(m.ID, reply{m: m}, t.stats, t.opts.Logger)
 	case jsonrpc.KindNotification:
 		if m.Method != mcp.NotificationProgress {
+			if t.opts.OnNotification != nil {
+				t.opts.OnNotification(m.Method, m.Params)
+			}
 			return
 		}
 		token, p, ok := progressOf(m.Params)
@@ -237,7 +240,9 @@ func (t *sseTransport) dispatch(data []byte) {
 			ex.deliverProgress(p)
 		}
 	case jsonrpc.KindRequest:
-		t.side.serve(t.lifetime, m, mcp.Legacy)
+		// One stream carries every call's: a request of the server's is
+		// the call's only while that call is the one in flight.
+		t.side.serve(t.lifetime, m, mcp.Legacy, t.calls.sole())
 	}
 }
 
@@ -252,8 +257,7 @@ func (t *sseTransport) tooLarge(scan *jsonrpc.IDScanner) {
 }
 
 func (t *sseTransport) start(ctx context.Context, req outgoing) (*exchange, error) {
-	ex := newExchange(t.stats)
-	ex.token, ex.notes = req.token, req.notes
+	ex := newExchange(ctx, req, t.stats)
 	if !t.calls.add(req, ex) {
 		return nil, ErrConnectionLost
 	}
@@ -327,6 +331,8 @@ func (t *sseTransport) initialized(string) {}
 // message was sent.
 func (t *sseTransport) ready(context.Context, time.Duration) {}
 
+func (t *sseTransport) done() <-chan struct{} { return t.ended }
+
 // lost ends every call in flight once the stream ends, and the POSTs
 // and answers of its session with them.
 func (t *sseTransport) lost() {
@@ -341,7 +347,7 @@ func (t *sseTransport) close(grace time.Duration) error {
 	timer := time.NewTimer(grace)
 	defer timer.Stop()
 	select {
-	case <-t.done:
+	case <-t.ended:
 	case <-timer.C:
 	}
 	t.hc.CloseIdleConnections()

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"time"
 
@@ -44,6 +46,9 @@ func DialStdio(ctx context.Context, command []string, opts *Options) (*Client, e
 func spawn(command []string, o Options, stats *counters) (transport, error) {
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stderr = o.Stderr
+	if len(o.Env) > 0 {
+		cmd.Env = append(os.Environ(), o.Env...)
+	}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -83,12 +88,14 @@ type stdioTransport struct {
 	lifetime context.Context
 	stop     context.CancelFunc // ends the handlers of the server's requests
 
-	calls *inflight // dead once the server's output ended
+	calls    *inflight // dead once the server's output ended
+	gone     chan struct{}
+	goneOnce sync.Once
 }
 
 func newStdio(cmd *exec.Cmd, in io.WriteCloser, out io.Reader, o Options, stats *counters) *stdioTransport {
 	t := &stdioTransport{cmd: cmd, in: in, opts: o, stats: stats,
-		answers: budget{maxN: maxServerRequests, maxBytes: maxServerRequestBytes}, calls: newInflight()}
+		answers: budget{maxN: maxServerRequests, maxBytes: maxServerRequestBytes}, calls: newInflight(), gone: make(chan struct{})}
 	t.lifetime, t.stop = context.WithCancel(context.Background())
 	t.w = newWriter(in, func(error) { t.lost() })
 	go t.read(out)
@@ -101,8 +108,7 @@ func (t *stdioTransport) initialized(string) {}
 func (t *stdioTransport) ready(context.Context, time.Duration) {}
 
 func (t *stdioTransport) start(ctx context.Context, req outgoing) (*exchange, error) {
-	ex := newExchange(t.stats)
-	ex.token, ex.notes = req.token, req.notes
+	ex := newExchange(ctx, req, t.stats)
 	if !t.calls.add(req, ex) {
 		return nil, ErrConnectionLost
 	}
@@ -205,11 +211,16 @@ func (t *stdioTransport) dispatch(line []byte) {
 		t.calls.respond(m.ID, reply{m: m}, t.stats, t.opts.Logger)
 	case jsonrpc.KindNotification:
 		if m.Method != mcp.NotificationProgress {
-			// A listen stream's notification names its request.
+			// A listen stream's notification names its request; the
+			// others are the connection's.
 			if id, ok := subscriptionOf(m.Params); ok {
 				if ex := t.calls.call(id); ex != nil && ex.notes != nil {
 					ex.notes(m)
 				}
+				return
+			}
+			if t.opts.OnNotification != nil {
+				t.opts.OnNotification(m.Method, m.Params)
 			}
 			return
 		}
@@ -232,22 +243,28 @@ func (t *stdioTransport) dispatch(line []byte) {
 // is refused with CodeOverloaded; an answer that finds the write queue's
 // share for answers full (the server is not reading them) is dropped.
 // Both are counted.
+//
+// stdio carries nothing that ties a server's request to a call, so it is
+// the call's (CallOptions.OnRequest) only while that call is the one in
+// flight; otherwise it is the connection's (Options.OnRequest).
 func (t *stdioTransport) serve(m jsonrpc.Message) {
-	if m.Method == mcp.MethodPing || t.opts.OnRequest == nil {
-		t.answer(m, serveRequest(t.lifetime, t.opts.OnRequest, m), nil)
+	h, ctx, done := answerer(t.calls.sole(), t.opts.OnRequest, t.lifetime)
+	if m.Method == mcp.MethodPing || h == nil {
+		done()
+		t.answer(m, serveRequest(t.lifetime, h, m), nil)
 		return
 	}
 	size := len(m.Params)
 	if !t.answers.take(size) {
+		done()
 		t.stats.serverRefused.Add(1)
 		t.answer(m, jsonrpc.AppendError(nil, m.ID, jsonrpc.NewError(mcp.CodeOverloaded,
 			"this client is already answering %d requests from this server", maxServerRequests)), nil)
 		return
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(t.lifetime, answerTimeout)
-		defer cancel()
-		t.answer(m, serveRequest(ctx, t.opts.OnRequest, m), func() { t.answers.give(size) })
+		defer done()
+		t.answer(m, serveRequest(ctx, h, m), func() { t.answers.give(size) })
 	}()
 }
 
@@ -264,7 +281,12 @@ func (t *stdioTransport) answer(m jsonrpc.Message, b []byte, after func()) {
 }
 
 // lost ends every call in flight once the server's output ends.
-func (t *stdioTransport) lost() { t.calls.lose() }
+func (t *stdioTransport) lost() {
+	t.calls.lose()
+	t.goneOnce.Do(func() { close(t.gone) })
+}
+
+func (t *stdioTransport) done() <-chan struct{} { return t.gone }
 
 // close ends the child the way MCP's stdio transport says: stdin closed,
 // then SIGTERM, then SIGKILL, grace apart.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcprel/mcprel/jsonrpc"
@@ -26,6 +27,10 @@ type transport interface {
 	ready(ctx context.Context, wait time.Duration)
 	// close ends the connection, waiting up to grace at each step.
 	close(grace time.Duration) error
+	// done is closed when the connection ends: a stdio server's output,
+	// an HTTP+SSE stream; over Streamable HTTP, which holds no standing
+	// connection, when it is closed.
+	done() <-chan struct{}
 }
 
 // outgoing is one request to send.
@@ -41,8 +46,12 @@ type outgoing struct {
 	// tools/call: name and encoded value.
 	headers [][2]string
 	// notes, when set, receives the request's other notifications (a
-	// listen stream's); it must not block.
+	// listen stream's, a log message on its response stream); it must
+	// not block.
 	notes func(jsonrpc.Message)
+	// onRequest, when set, answers the server's requests the transport
+	// attributes to this request (CallOptions.OnRequest).
+	onRequest RequestHandler
 }
 
 // progressBuffer bounds the progress reports waiting for a slow caller:
@@ -63,6 +72,15 @@ type exchange struct {
 	onFinish func()
 
 	ended sync.Once // the response is delivered, or the connection lost, once
+
+	// The server's requests attributed to this call: answered by
+	// onRequest under ctx (the call's clocks). While one is being
+	// answered the call's idle clock waits (asking), and it starts again
+	// once the answer is given (answered).
+	ctx       context.Context
+	onRequest RequestHandler
+	asking    atomic.Int32
+	answered  chan struct{}
 }
 
 // deliver hands the call its response (or its transport failure), once:
@@ -72,8 +90,33 @@ func (ex *exchange) deliver(r reply) { ex.ended.Do(func() { ex.response <- r }) 
 // lose ends the call without a response: its connection is gone.
 func (ex *exchange) lose() { ex.ended.Do(func() { close(ex.response) }) }
 
-func newExchange(stats *counters) *exchange {
-	return &exchange{progress: make(chan Progress, progressBuffer), response: make(chan reply, 1), stats: stats}
+func newExchange(ctx context.Context, req outgoing, stats *counters) *exchange {
+	return &exchange{progress: make(chan Progress, progressBuffer), response: make(chan reply, 1), stats: stats,
+		token: req.token, notes: req.notes, ctx: ctx, onRequest: req.onRequest, answered: make(chan struct{}, 1)}
+}
+
+// answerer is who answers a request of the server's: the call it is
+// attributed to (ex, when it has a handler of its own), under that call's
+// clocks, which wait while it answers; otherwise the connection's
+// handler, under answerTimeout from parent. done must be called once the
+// answer is given.
+func answerer(ex *exchange, conn RequestHandler, parent context.Context) (h RequestHandler, ctx context.Context, done func()) {
+	if ex != nil && ex.onRequest != nil {
+		ctx, cancel := context.WithCancel(ex.ctx)
+		ex.asking.Add(1)
+		return ex.onRequest, ctx, func() {
+			cancel()
+			// Told before the count drops, so that a call whose idle
+			// clock fires in between finds the answer (roundTrip).
+			select {
+			case ex.answered <- struct{}{}:
+			default:
+			}
+			ex.asking.Add(-1)
+		}
+	}
+	ctx, cancel := context.WithTimeout(parent, answerTimeout)
+	return conn, ctx, cancel
 }
 
 // reply is how a request ended: its response, or a failure of the
@@ -204,6 +247,21 @@ func (f *inflight) call(id jsonrpc.ID) *exchange {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.pending[id]
+}
+
+// sole is the one call in flight, or nil when there are none or several:
+// a transport that carries nothing to say which call a server's request
+// belongs to (stdio, HTTP+SSE) attributes it only then.
+func (f *inflight) sole() *exchange {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.pending) != 1 {
+		return nil
+	}
+	for _, ex := range f.pending {
+		return ex
+	}
+	return nil
 }
 
 // progress is the call that issued token, or nil.
