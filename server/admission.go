@@ -1,6 +1,8 @@
 package server
 
 import (
+	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -30,7 +32,7 @@ type admission struct {
 	seq          uint64             // arrival order across lanes
 	waiting      map[*lane]struct{} // tool lanes with queued calls
 	tenants      map[string]*lane
-	tenantLimits TenantLimits
+	tenantLimits Limits
 	retryAfter   time.Duration // suggestion when nothing better is known
 }
 
@@ -43,22 +45,70 @@ type lane struct {
 	queue    []*inflight   // tool lanes only: the calls waiting, in order
 	limiter  *rate.Limiter // nil: no rate limit
 	runTime  time.Duration // moving average of handler run time
-	maxBytes int64         // tenant lanes: 0, no bound of its own
+	maxBytes int64         // tenant and group lanes: 0, no bound of its own
 	bytes    int64
 }
 
-// TenantLimits bound what one tenant may use (see Options.Tenant). Zero
-// fields mean no limit of that kind.
-type TenantLimits struct {
+// Limits bound what one tenant (Options.Tenant) or one group of tools
+// (LimitGroup) may use, within the server's own bounds. Zero fields mean
+// no limit of that kind; negative ones are errors.
+type Limits struct {
 	MaxConcurrent int
 	MaxQueued     int
-	// Rate is the tenant's sustained calls per second, Burst how many may
-	// come at once.
+	// Rate is the sustained calls per second, Burst how many may come at
+	// once.
 	Rate  float64
 	Burst int
-	// MaxBytes bounds the bytes the tenant's running and queued requests
-	// hold (see Options.MaxInflightBytes).
+	// MaxBytes bounds the bytes the running and queued requests hold
+	// (see Options.MaxInflightBytes).
 	MaxBytes int64
+}
+
+func (l Limits) validate(what string) error {
+	if l.MaxConcurrent < 0 || l.MaxQueued < 0 || l.Rate < 0 || l.Burst < 0 || l.MaxBytes < 0 {
+		return fmt.Errorf("server: %s: limits must not be negative", what)
+	}
+	return nil
+}
+
+// LimitGroup is a share of the server that several tools draw on
+// together (Policy.Group): the tools a gateway forwards to one upstream,
+// which all reach the same server however many there are. A call of one
+// of them must fit its tool's limits, its group's, its tenant's and the
+// server's; past the group's queue it is refused with the same retryable
+// overload error. A group belongs to the first server a tool of it is
+// registered on.
+type LimitGroup struct {
+	name string
+	ln   *lane // guarded by its server's admission.mu
+	srv  *Server
+}
+
+// NewLimitGroup makes a group with limits l, named in errors.
+func NewLimitGroup(name string, l Limits) (*LimitGroup, error) {
+	if err := l.validate("limit group " + strconv.Quote(name)); err != nil {
+		return nil, err
+	}
+	ln := newLane(l.MaxConcurrent, l.MaxQueued, l.Rate, l.Burst)
+	ln.maxBytes = l.MaxBytes
+	return &LimitGroup{name: name, ln: ln}, nil
+}
+
+// bind ties g to s, the server whose admission guards its lane: a
+// group shared by two servers would be counted under two locks.
+func (g *LimitGroup) bind(s *Server) error {
+	if g == nil {
+		return nil
+	}
+	s.admit.mu.Lock()
+	defer s.admit.mu.Unlock()
+	if g.srv == nil {
+		g.srv = s
+	}
+	if g.srv != s {
+		return fmt.Errorf("limit group %q belongs to another server", g.name)
+	}
+	return nil
 }
 
 type admitDecision uint8
@@ -70,7 +120,7 @@ const (
 	admitRateLimited // a token bucket is empty
 )
 
-func newAdmission(limit, maxQueue int, maxBytes int64, tenant TenantLimits, retryAfter time.Duration) *admission {
+func newAdmission(limit, maxQueue int, maxBytes int64, tenant Limits, retryAfter time.Duration) *admission {
 	return &admission{
 		limit: limit, maxQueue: maxQueue, maxBytes: maxBytes, retryAfter: retryAfter,
 		waiting: make(map[*lane]struct{}), tenants: make(map[string]*lane), tenantLimits: tenant,
@@ -89,12 +139,17 @@ func (ln *lane) hasRoom() bool { return ln.limit == 0 || ln.running < ln.limit }
 
 func (ln *lane) queueFull() bool { return ln.maxQueue != 0 && ln.queued >= ln.maxQueue }
 
-// lanesLocked returns the lanes a call must fit in: its tool's, and its
-// tenant's when tenants are limited (created on first use).
+// lanesLocked returns the lanes a call must fit in: its tool's, its
+// group's when it has one, and its tenant's when tenants are limited
+// (created on first use).
 func (a *admission) lanesLocked(r *inflight) []*lane {
+	lanes := []*lane{r.lane}
+	if r.group != nil {
+		lanes = append(lanes, r.group)
+	}
 	t := a.tenantLimits
-	if t == (TenantLimits{}) {
-		return []*lane{r.lane}
+	if t == (Limits{}) {
+		return lanes
 	}
 	tl := a.tenants[r.tenant]
 	if tl == nil {
@@ -102,7 +157,7 @@ func (a *admission) lanesLocked(r *inflight) []*lane {
 		tl.maxBytes = t.MaxBytes
 		a.tenants[r.tenant] = tl
 	}
-	return []*lane{r.lane, tl}
+	return append(lanes, tl)
 }
 
 // admit decides for a call; for a refusal it also says when to retry.

@@ -1,8 +1,12 @@
 package server
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcprel/mcprel/mcp"
 )
 
 func call(ln *lane, tenant string) *inflight { return &inflight{lane: ln, tenant: tenant} }
@@ -11,7 +15,7 @@ func call(ln *lane, tenant string) *inflight { return &inflight{lane: ln, tenant
 // a burst of 2 admits two at once, refuses the third with the time until a
 // token is free, and admits again once it is.
 func TestRateLimitRefusesWithTheWait(t *testing.T) {
-	a := newAdmission(10, 10, 1<<30, TenantLimits{}, time.Second)
+	a := newAdmission(10, 10, 1<<30, Limits{}, time.Second)
 	ln := newLane(0, 0, 2, 2)
 	t0 := time.Unix(1000, 0)
 	for i := range 2 {
@@ -31,7 +35,7 @@ func TestRateLimitRefusesWithTheWait(t *testing.T) {
 // TestRefusedCallsReturnTheirTokens: a call refused for lack of slots does
 // not spend its rate token.
 func TestRefusedCallsReturnTheirTokens(t *testing.T) {
-	a := newAdmission(1, 0, 1<<30, TenantLimits{}, time.Second)
+	a := newAdmission(1, 0, 1<<30, Limits{}, time.Second)
 	busy := newLane(0, 0, 0, 0)
 	a.admit(call(busy, ""), time.Unix(0, 0)) // takes the only slot
 	ln := newLane(0, 0, 1, 1)
@@ -49,7 +53,7 @@ func TestRefusedCallsReturnTheirTokens(t *testing.T) {
 // TestTenantLimits: one tenant's calls are bounded on their own; another
 // tenant is unaffected, and idle tenants are forgotten.
 func TestTenantLimits(t *testing.T) {
-	a := newAdmission(10, 10, 1<<30, TenantLimits{MaxConcurrent: 1, MaxQueued: 1}, time.Second)
+	a := newAdmission(10, 10, 1<<30, Limits{MaxConcurrent: 1, MaxQueued: 1}, time.Second)
 	ln := newLane(0, 0, 0, 0)
 	now := time.Unix(0, 0)
 	first := call(ln, "a")
@@ -80,7 +84,7 @@ func TestTenantLimits(t *testing.T) {
 // TestRetryAfterFollowsRunTimes: once run times are known, an overloaded
 // lane suggests waiting about one run time per call ahead, per slot.
 func TestRetryAfterFollowsRunTimes(t *testing.T) {
-	a := newAdmission(100, 100, 1<<30, TenantLimits{}, 7*time.Second)
+	a := newAdmission(100, 100, 1<<30, Limits{}, 7*time.Second)
 	ln := newLane(2, 2, 0, 0)
 	now := time.Unix(0, 0)
 	calls := make([]*inflight, 4)
@@ -102,7 +106,7 @@ func TestRetryAfterFollowsRunTimes(t *testing.T) {
 // bounded server-wide and per tenant; a call past a bound is refused, and
 // the bytes come back when a call ends or leaves the queue.
 func TestByteBudget(t *testing.T) {
-	a := newAdmission(1, 10, 100, TenantLimits{MaxBytes: 60}, time.Second)
+	a := newAdmission(1, 10, 100, Limits{MaxBytes: 60}, time.Second)
 	ln := newLane(0, 0, 0, 0)
 	now := time.Unix(0, 0)
 	sized := func(tenant string, size int64) *inflight {
@@ -137,5 +141,71 @@ func TestByteBudget(t *testing.T) {
 	a.next(next, time.Millisecond)
 	if a.bytes != 0 || len(a.tenants) != 0 {
 		t.Fatalf("%d bytes and %d tenant lanes left after every call ended", a.bytes, len(a.tenants))
+	}
+}
+
+// TestLimitGroupSharedByTools: two tools of one group share its slots and
+// its queue; a tool outside the group runs beside them; the group's bytes
+// bound holds across its tools.
+func TestLimitGroupSharedByTools(t *testing.T) {
+	a := newAdmission(10, 10, 1<<30, Limits{}, time.Second)
+	g, err := NewLimitGroup("up", Limits{MaxConcurrent: 1, MaxQueued: 1, MaxBytes: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inGroup := func(ln *lane, size int64) *inflight { return &inflight{lane: ln, group: g.ln, size: size} }
+	toolA, toolB, other := newLane(0, 0, 0, 0), newLane(0, 0, 0, 0), newLane(0, 0, 0, 0)
+	now := time.Unix(0, 0)
+	first := inGroup(toolA, 10)
+	if d, _ := a.admit(first, now); d != admitRun {
+		t.Fatalf("the group's first call: %v", d)
+	}
+	waiting := inGroup(toolB, 10)
+	if d, _ := a.admit(waiting, now); d != admitQueued {
+		t.Fatalf("another tool of the group: %v, want queued behind the group's one slot", d)
+	}
+	if d, _ := a.admit(inGroup(toolA, 10), now); d != admitRefused {
+		t.Fatalf("past the group's queue: %v, want refused", d)
+	}
+	if d, _ := a.admit(&inflight{lane: other}, now); d != admitRun {
+		t.Fatalf("a tool outside the group: %v, want to run", d)
+	}
+	if got := a.next(first, time.Millisecond); got != waiting {
+		t.Fatalf("after the group's call, %v ran; want the group's queued call", got)
+	}
+	a.next(waiting, time.Millisecond)
+	if d, _ := a.admit(inGroup(toolA, 101), now); d != admitRefused {
+		t.Fatalf("a call past the group's bytes: %v, want refused", d)
+	}
+	if g.ln.running != 0 || g.ln.queued != 0 || g.ln.bytes != 0 {
+		t.Fatalf("the group holds %d running, %d queued, %d bytes after its calls ended", g.ln.running, g.ln.queued, g.ln.bytes)
+	}
+}
+
+// TestLimitGroupBelongsToOneServer: a group's lane is counted under one
+// server's lock, so a second server refuses it; negative limits are
+// refused.
+func TestLimitGroupBelongsToOneServer(t *testing.T) {
+	if _, err := NewLimitGroup("bad", Limits{MaxConcurrent: -1}); err == nil {
+		t.Fatal("a group with negative limits was made")
+	}
+	g, _ := NewLimitGroup("up", Limits{MaxConcurrent: 1})
+	h := func(context.Context, *CallRequest) (*mcp.CallToolResult, error) { return &mcp.CallToolResult{}, nil }
+	s1, err := New(mcp.Implementation{Name: "one", Version: "1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := New(mcp.Implementation{Name: "two", Version: "1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.AddTool(Tool{Name: "a", Policy: Policy{Group: g}}, h); err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.AddTool(Tool{Name: "b", Policy: Policy{Group: g}}, h); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.AddTool(Tool{Name: "a", Policy: Policy{Group: g}}, h); err == nil || !strings.Contains(err.Error(), "another server") {
+		t.Fatalf("a second server took the group: %v", err)
 	}
 }

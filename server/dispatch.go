@@ -255,6 +255,9 @@ func (ss *session) callTool(r *inflight, in *incoming) {
 		return
 	}
 	r.retryable = call.retry.retryableAfterTimeout()
+	if g := rt.policy.Group; g != nil {
+		r.group = g.ln
+	}
 	ss.startCall(r, in, rt.lane, ss.srv.deadlines(rt.policy), func(ctx context.Context) (mcp.Result, error) {
 		return rt.handler(ctx, call)
 	}, rt.result)

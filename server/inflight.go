@@ -33,6 +33,7 @@ type inflight struct {
 	cancel    context.CancelCauseFunc
 	stop      func() bool                                          // unhooks the parent-context watch; guarded by mu
 	lane      *lane                                                // admission lane of a call
+	group     *lane                                                // its tool's LimitGroup's lane, or nil
 	exec      func(context.Context) (mcp.Result, error)            // the handler, for calls
 	finish    func(mcp.Result, error) (mcp.Result, *jsonrpc.Error) // how its return reaches the wire
 	token     *jsonrpc.ID                                          // progress token

@@ -64,7 +64,7 @@ type Options struct {
 	// Tenant bounds what each tenant (see WithTenant) may use: concurrent
 	// calls, queued calls and a token-bucket rate. The zero value sets no
 	// per-tenant limit.
-	Tenant TenantLimits
+	Tenant Limits
 
 	// Fast and Standard are the default deadlines of tools in those timeout
 	// classes (see Policy.Timeout); Standard also bounds resource reads,
@@ -118,6 +118,9 @@ type Options struct {
 }
 
 func (o *Options) validate() error {
+	if err := o.Tenant.validate("Options.Tenant"); err != nil {
+		return err
+	}
 	for name, v := range map[string]int64{
 		"MaxConcurrentCalls":    int64(o.MaxConcurrentCalls),
 		"MaxQueuedCalls":        int64(o.MaxQueuedCalls),

@@ -104,6 +104,10 @@ type Policy struct {
 	// makes the tool idempotent (package idempotency) sets
 	// RetryConditional.
 	Retry RetryClass
+
+	// Group, when set, is a share of the server the tool's calls draw on
+	// together with the other tools of the group (see LimitGroup).
+	Group *LimitGroup
 }
 
 func (p Policy) validate(tool string) error {
@@ -176,6 +180,9 @@ func (s *Server) AddTool(t Tool, h ToolHandler, interceptors ...ToolInterceptor)
 	rt, err := compileTool(t)
 	if err != nil {
 		return err
+	}
+	if err := t.Policy.Group.bind(s); err != nil {
+		return fmt.Errorf("server: tool %q: %w", t.Name, err)
 	}
 	rt.def.Meta = s.policyMeta(t.Meta, t.Policy)
 	rt.handler = handler

@@ -80,7 +80,7 @@ func (f *limitFlags) apply(o *server.Options, tenants bool) {
 	if !tenants {
 		return
 	}
-	o.Tenant = server.TenantLimits{
+	o.Tenant = server.Limits{
 		MaxConcurrent: or(f.tenantConcurrent, max(1, f.maxConcurrent/4)),
 		MaxQueued:     or(f.tenantQueued, max(1, f.maxQueued/4)),
 		MaxBytes:      or(f.tenantBytes, max(int64(f.maxMessage), f.maxBytes/4)),
