@@ -500,14 +500,16 @@ func (p *sidePosts) serve(ctx context.Context, m jsonrpc.Message, era mcp.Era, e
 		p.opts.Logger.Debug("dropped a request from the server: too many are being answered", "method", m.Method)
 		return
 	}
-	h, actx, done := answerer(ex, p.opts.OnRequest, context.WithoutCancel(ctx))
+	a := answererFor(ex, p.opts.OnRequest, context.WithoutCancel(ctx))
 	go func() {
 		defer p.answers.give(size)
-		defer done()
-		answer := serveRequest(actx, h, m)
-		// The answer is POSTed even when the call ended meanwhile: the
-		// server is waiting for it, bounded like any answer.
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(actx), answerTimeout)
+		defer a.done()
+		answer := a.answer(m)
+		if answer == nil {
+			p.opts.Logger.Debug("the call ended while its handler answered the server's request; no answer sent", "method", m.Method)
+			return
+		}
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), answerTimeout)
 		defer cancel()
 		if err := p.post(pctx, answer, era, ""); err != nil {
 			p.opts.Logger.Warn("could not answer the server's request", "method", m.Method, "err", err)

@@ -448,3 +448,44 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// A call cancelled while its own handler answers the server sends no
+// answer for it: the cancellation is all the server needs, so the
+// server's handler ends by the cancellation, never by an error answer
+// that could overtake it.
+func TestCancelledCallSendsNoAnswer(t *testing.T) {
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			srv := mcptest.NewServer(t, nil)
+			ended := make(chan error, 1)
+			must(t, srv.AddTool(server.Tool{Name: "ask"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+				_, err := call.Elicit(ctx, mcp.ElicitParams{Message: "who?", RequestedSchema: json.RawMessage(`{"type":"object"}`)})
+				if ctx.Err() != nil {
+					err = context.Cause(ctx)
+				}
+				ended <- err
+				return nil, err
+			}))
+			c := dialAsker(t, tg.name, srv, mcp.Legacy, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			asking := make(chan struct{})
+			errs := make(chan error, 1)
+			go func() {
+				_, err := c.CallTool(ctx, "ask", nil, &client.CallOptions{OnRequest: func(hctx context.Context, method string, params json.RawMessage) (any, error) {
+					close(asking)
+					<-hctx.Done() // a person still at the form when the call is given up
+					return nil, context.Cause(hctx)
+				}})
+				errs <- err
+			}()
+			<-asking
+			cancel()
+			if err := <-errs; !errors.As(err, new(*client.CancelledError)) {
+				t.Fatalf("the cancelled call: %v", err)
+			}
+			if err := <-ended; !errors.Is(err, server.ErrPeerCancelled) {
+				t.Fatalf("the server's handler ended with %v, want the client's cancellation", err)
+			}
+		})
+	}
+}

@@ -248,23 +248,29 @@ func (t *stdioTransport) dispatch(line []byte) {
 // the call's (CallOptions.OnRequest) only while that call is the one in
 // flight; otherwise it is the connection's (Options.OnRequest).
 func (t *stdioTransport) serve(m jsonrpc.Message) {
-	h, ctx, done := answerer(t.calls.sole(), t.opts.OnRequest, t.lifetime)
-	if m.Method == mcp.MethodPing || h == nil {
-		done()
-		t.answer(m, serveRequest(t.lifetime, h, m), nil)
+	a := answererFor(t.calls.sole(), t.opts.OnRequest, t.lifetime)
+	if m.Method == mcp.MethodPing || a.h == nil {
+		a.done()
+		t.answer(m, serveRequest(t.lifetime, a.h, m), nil)
 		return
 	}
 	size := len(m.Params)
 	if !t.answers.take(size) {
-		done()
+		a.done()
 		t.stats.serverRefused.Add(1)
 		t.answer(m, jsonrpc.AppendError(nil, m.ID, jsonrpc.NewError(mcp.CodeOverloaded,
 			"this client is already answering %d requests from this server", maxServerRequests)), nil)
 		return
 	}
 	go func() {
-		defer done()
-		t.answer(m, serveRequest(ctx, h, m), func() { t.answers.give(size) })
+		defer a.done()
+		b := a.answer(m)
+		if b == nil {
+			t.answers.give(size)
+			t.opts.Logger.Debug("the call ended while its handler answered the server's request; no answer sent", "method", m.Method)
+			return
+		}
+		t.answer(m, b, func() { t.answers.give(size) })
 	}()
 }
 

@@ -98,25 +98,48 @@ func newExchange(ctx context.Context, req outgoing, stats *counters) *exchange {
 // answerer is who answers a request of the server's: the call it is
 // attributed to (ex, when it has a handler of its own), under that call's
 // clocks, which wait while it answers; otherwise the connection's
-// handler, under answerTimeout from parent. done must be called once the
-// answer is given.
-func answerer(ex *exchange, conn RequestHandler, parent context.Context) (h RequestHandler, ctx context.Context, done func()) {
+// handler, under answerTimeout from parent.
+type answerer struct {
+	h    RequestHandler
+	ctx  context.Context
+	ex   *exchange // the call answering, or nil
+	stop context.CancelFunc
+}
+
+func answererFor(ex *exchange, conn RequestHandler, parent context.Context) *answerer {
 	if ex != nil && ex.onRequest != nil {
 		ctx, cancel := context.WithCancel(ex.ctx)
 		ex.asking.Add(1)
-		return ex.onRequest, ctx, func() {
-			cancel()
-			// Told before the count drops, so that a call whose idle
-			// clock fires in between finds the answer (roundTrip).
-			select {
-			case ex.answered <- struct{}{}:
-			default:
-			}
-			ex.asking.Add(-1)
-		}
+		return &answerer{h: ex.onRequest, ctx: ctx, ex: ex, stop: cancel}
 	}
 	ctx, cancel := context.WithTimeout(parent, answerTimeout)
-	return conn, ctx, cancel
+	return &answerer{h: conn, ctx: ctx, stop: cancel}
+}
+
+// answer runs the handler on m and returns the response to send, or nil
+// when there is none to send: the call the request was attributed to
+// ended while it was being answered, and its cancellation (or its
+// result) is all the server needs.
+func (a *answerer) answer(m jsonrpc.Message) []byte {
+	b := serveRequest(a.ctx, a.h, m)
+	if a.ex != nil && a.ctx.Err() != nil {
+		return nil
+	}
+	return b
+}
+
+// done must be called once the answer is given (or dropped).
+func (a *answerer) done() {
+	a.stop()
+	if ex := a.ex; ex != nil {
+		// Told before the count drops, so that a call whose idle clock
+		// fires in between finds the answer (roundTrip).
+		select {
+		case ex.answered <- struct{}{}:
+		default:
+		}
+		ex.asking.Add(-1)
+	}
 }
 
 // reply is how a request ended: its response, or a failure of the
