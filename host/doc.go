@@ -47,14 +47,17 @@
 //     sessions and streams end with them.
 //  2. close-transport: the HTTP listener and its idle connections close
 //     (bounded by five seconds); over stdio, the connection ends.
-//  3. tasks: the task runner takes no more tasks, and running ones may
+//  3. upstreams: with a Gateway, the connections to the upstream servers
+//     close (a stdio upstream's stdin closes, then SIGTERM, then
+//     SIGKILL), after every forwarded call has ended.
+//  4. tasks: the task runner takes no more tasks, and running ones may
 //     stop at their next checkpoint within ShutdownGrace (a second
 //     grace, after the calls'), then are left for the next process to
 //     take over when their lease expires; the maintainer stops.
-//  4. metrics: the metrics listener closes.
-//  5. reaper: the ledger's reaper stops.
-//  6. store: the database closes, after everything that writes to it.
-//  7. traces: spans still buffered are flushed (bounded by five seconds).
+//  5. metrics: the metrics listener closes.
+//  6. reaper: the ledger's reaper stops.
+//  7. store: the database closes, after everything that writes to it.
+//  8. traces: spans still buffered are flushed (bounded by five seconds).
 //
 // Over stdio, a client that closes stdin ends the connection without
 // step 1 (its calls are cancelled as the connection closes); the steps

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcprel/mcprel/gateway"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/metrics"
@@ -30,6 +31,7 @@ import (
 const (
 	stepDrain          = "drain"
 	stepCloseTransport = "close-transport"
+	stepUpstreams      = "upstreams"
 	stepTasks          = "tasks"
 	stepMetrics        = "metrics"
 	stepReaper         = "reaper"
@@ -53,6 +55,7 @@ type Runtime struct {
 	srv     *server.Server
 	tasks   *taskserver.Server
 	metrics *metrics.Observer
+	gateway *gateway.Gateway
 
 	// HTTP: the handler and the bound listener, and the endpoint's URL.
 	handler  *streamhttp.Handler
@@ -107,10 +110,16 @@ func New(ctx context.Context, opts *Options) (_ *Runtime, err error) {
 	if o.Addr != "" {
 		o.Server.Interceptors = append(o.Server.Interceptors, advertiseKeepAlive(cmp.Or(o.HTTP.KeepAlive, streamhttp.DefaultKeepAlive)))
 	}
+	var gwMetrics *metrics.GatewayMetrics
 	if o.Metrics.enabled() {
 		reg := prometheus.NewRegistry()
 		if rt.metrics, err = metrics.New(reg, &metrics.Options{Tenants: o.Metrics.Tenants}); err != nil {
 			return nil, err
+		}
+		if o.Gateway != nil {
+			if gwMetrics, err = metrics.NewGateway(reg, "", rt.upstreamStats); err != nil {
+				return nil, err
+			}
 		}
 		sm, err := metrics.NewStore(reg, nil)
 		if err != nil {
@@ -153,6 +162,19 @@ func New(ctx context.Context, opts *Options) (_ *Runtime, err error) {
 	}
 	if rt.tasks, err = taskserver.New(rt.srv, st, &taskserver.Options{Runner: o.Runner}); err != nil {
 		return nil, err
+	}
+	if o.Gateway != nil {
+		gw := *o.Gateway
+		gw.Logger = cmp.Or(gw.Logger, rt.logger)
+		if gwMetrics != nil {
+			gw.Observer = observeBoth(gw.Observer, gatewayMetrics{gwMetrics})
+		}
+		if tracer != nil {
+			gw.Trace, gw.Propagate = tracer.Upstream, tracer.Inject
+		}
+		if rt.gateway, err = gateway.New(rt.srv, &gw); err != nil {
+			return nil, err
+		}
 	}
 	if o.Metrics.Addr != "" {
 		if rt.metricsLn, err = net.Listen("tcp", o.Metrics.Addr); err != nil {
@@ -224,6 +246,14 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	if rt.metricsLn != nil {
 		metricsServer = rt.serveMetrics()
 	}
+	if rt.gateway != nil {
+		// The upstreams are listed before the first client can ask for
+		// the tools: over stdio it asks at once.
+		if err := rt.gateway.Start(ctx); err != nil {
+			rt.stop(&background{stopReaper, reaped, stopMaintaining, maintained, metricsServer})
+			return err
+		}
+	}
 
 	var err error
 	if rt.handler != nil {
@@ -273,6 +303,12 @@ func (rt *Runtime) stop(bg *background) {
 			if rt.ln != nil {
 				rt.ln.Close()
 			}
+		}
+		rt.step(stepUpstreams)
+		if rt.gateway != nil {
+			// After the transport: calls still forwarded have drained
+			// or been cancelled (and their upstreams told).
+			rt.gateway.Close()
 		}
 		rt.step(stepTasks)
 		if bg != nil {

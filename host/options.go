@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcprel/mcprel/gateway"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
@@ -58,6 +59,14 @@ type Options struct {
 	// runtime chains its metrics after OnEvent and appends its tracing
 	// observer to Observers.
 	Runner tasks.RunnerOptions
+
+	// Gateway, when set, puts the upstream MCP servers it names behind
+	// this runtime (package gateway): their tools, resources and prompts
+	// are served as the runtime's own, and forwarded. Run connects them
+	// before serving; the shutdown closes them after the transport. The
+	// runtime sets its logger, and its metrics and tracing when those are
+	// on.
+	Gateway *gateway.Options
 
 	// Addr, when set, serves Streamable HTTP on this address, HOST:PORT
 	// (port 0 picks a free one; see Runtime.Endpoint). Empty serves

@@ -69,6 +69,13 @@ const (
 	// lost connection, a lock, a full disk) outside the idempotency
 	// ledger; the operation's transaction rolled back.
 	FailureStorage = "storage_unavailable"
+	// The gateway's failures: the upstream server could not be reached
+	// (retryable: the request never reached it); the connection to it
+	// ended with the request in flight, so whether it acted is unknown;
+	// the upstream answered in a way the gateway could not forward.
+	FailureUpstreamUnavailable = "upstream_unavailable"
+	FailureOutcomeUnknown      = "outcome_unknown"
+	FailureUpstream            = "upstream_error"
 )
 
 // ToolError is a tool failure meant for the model: a handler returns it (or

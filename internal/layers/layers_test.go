@@ -47,11 +47,16 @@ var layer = map[string][]string{
 	"client": {"jsonrpc", "mcp", "retry"},
 	"retry":  {"jsonrpc", "mcp"},
 
+	// The gateway is the server in front, the client behind and the
+	// policies between: it forwards through their seams and knows no
+	// transport's insides, no database and no observability library.
+	"gateway": {"jsonrpc", "mcp", "server", "client", "retry", "review"},
+
 	// The assembly builds a whole runtime, so it may use every layer
 	// below the tools; only commands, examples and tests import it
 	// (TestHostOnlyAtTheTop).
 	"host": {"jsonrpc", "mcp", "store", "ledger", "tasks", "server", "transport/stdio", "transport/streamhttp",
-		"idempotency", "taskserver", "metrics", "tracing", "client", "retry"},
+		"idempotency", "taskserver", "metrics", "tracing", "client", "retry", "gateway"},
 
 	// The reviewer is pure: policy in, report out, no network.
 	"review": {"jsonrpc", "mcp", "retry"},

@@ -1,0 +1,361 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/server"
+)
+
+// Transport is how the gateway reaches an upstream.
+type Transport string
+
+const (
+	// Stdio starts Upstream.Command and speaks over its stdin and stdout.
+	Stdio Transport = "stdio"
+	// StreamableHTTP is a Streamable HTTP endpoint, in whichever era it
+	// speaks (negotiated by package client).
+	StreamableHTTP Transport = "http"
+	// SSE is the deprecated 2024-11-05 HTTP+SSE transport.
+	SSE Transport = "sse"
+)
+
+// Upstream is one MCP server behind the gateway.
+type Upstream struct {
+	// Name names the upstream in logs, metrics and, with several
+	// upstreams, its tools' names: 1 to 32 characters from
+	// [A-Za-z0-9-]. It may not hold an underscore, which separates it
+	// from a tool's name.
+	Name string
+	// Transport says how to reach it; empty means Stdio when Command is
+	// set and StreamableHTTP otherwise.
+	Transport Transport
+	// Command is a stdio upstream's argv: its path and arguments, run
+	// without a shell.
+	Command []string
+	// Env is added to a stdio upstream's environment (KEY=VALUE): where
+	// its credentials go. The gateway's own environment is inherited.
+	Env []string
+	// URL is an HTTP upstream's endpoint.
+	URL string
+	// Header is sent with every request to an HTTP upstream: its
+	// credentials (Authorization). It never reaches a downstream client,
+	// and no downstream request's headers ever reach an upstream.
+	Header http.Header
+	// PerTenant, for a stdio upstream, starts one process of it per
+	// tenant (the unnamed tenant "" shares the gateway's own), within
+	// Options.MaxSessions: a process is one session, and a server's
+	// requests, subscriptions and state then belong to one tenant. A
+	// 2025-era HTTP upstream always has a session per tenant.
+	PerTenant bool
+	// Limits bound the calls forwarded to this upstream, all its tools
+	// together: concurrency, queue, rate and bytes, within the server's
+	// own limits and each tenant's. Zero fields set no bound of their
+	// own.
+	Limits server.Limits
+}
+
+var upstreamName = regexp.MustCompile(`^[A-Za-z0-9-]{1,32}$`)
+
+func (u *Upstream) check() error {
+	if !upstreamName.MatchString(u.Name) {
+		return fmt.Errorf("gateway: upstream name %q: use 1 to 32 characters from [A-Za-z0-9-] (no underscore: it separates the upstream's name from its tools')", u.Name)
+	}
+	if u.Transport == "" {
+		u.Transport = StreamableHTTP
+		if len(u.Command) > 0 {
+			u.Transport = Stdio
+		}
+	}
+	switch u.Transport {
+	case Stdio:
+		if len(u.Command) == 0 {
+			return fmt.Errorf("gateway: upstream %q: a stdio upstream needs a command", u.Name)
+		}
+		if u.URL != "" || len(u.Header) > 0 {
+			return fmt.Errorf("gateway: upstream %q: a stdio upstream takes no URL or headers (its credentials go in Env)", u.Name)
+		}
+		if len(u.Command[0]) == 0 {
+			return fmt.Errorf("gateway: upstream %q: the command's first word is empty", u.Name)
+		}
+	case StreamableHTTP, SSE:
+		if len(u.Command) > 0 || len(u.Env) > 0 {
+			return fmt.Errorf("gateway: upstream %q: an HTTP upstream takes no command or environment", u.Name)
+		}
+		if u.PerTenant {
+			return fmt.Errorf("gateway: upstream %q: one process per tenant is for stdio upstreams (a 2025-era HTTP upstream has a session per tenant already)", u.Name)
+		}
+		p, err := url.Parse(u.URL)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			return fmt.Errorf("gateway: upstream %q: %q is not an http:// or https:// URL", u.Name, u.URL)
+		}
+		if p.User != nil {
+			return fmt.Errorf("gateway: upstream %q: put credentials in a header from the environment or a file, not in the URL", u.Name)
+		}
+	default:
+		return fmt.Errorf("gateway: upstream %q: unknown transport %q (stdio, http or sse)", u.Name, u.Transport)
+	}
+	return nil
+}
+
+// Defaults of Options.
+const (
+	DefaultCircuitFailures  = 5
+	DefaultCircuitCooldown  = 2 * time.Second
+	DefaultRestartBase      = 250 * time.Millisecond
+	DefaultRestartCap       = 30 * time.Second
+	DefaultStartWait        = 30 * time.Second
+	DefaultMaxSessions      = 256
+	DefaultSessionIdle      = 5 * time.Minute
+	DefaultMaxHeld          = 1024
+	DefaultMaxHeldPerTenant = 64
+	DefaultInputWait        = 2 * time.Minute
+	// DefaultClockSlack is how much longer the client's clocks run than
+	// the server's for the same call: the server's fire first and give the
+	// downstream its standard timeout result; the client's are a backstop.
+	DefaultClockSlack = time.Second
+)
+
+// Options configure a Gateway. The zero value of every field is its
+// default.
+type Options struct {
+	// Upstreams are the servers behind the gateway; at least one.
+	Upstreams []Upstream
+	// Policy is what the gateway knows of each tool: its clocks and its
+	// retry class. A tool it does not name is unsafe, with the server's
+	// standard deadlines.
+	Policy *Policy
+	// Logger receives the gateway's own lines: upstreams starting,
+	// dying, restarting, their stderr, list refreshes. Nil means the
+	// server's logger.
+	Logger *slog.Logger
+	// Observer is told what happens to upstreams and forwarded calls
+	// (metrics). Nil tells nobody.
+	Observer Observer
+	// Trace, when set, starts the span of one forwarded request, a child
+	// of the served request's (package tracing's Observer.Upstream); end
+	// is told the forward's Outcome. Propagate then reads the trace
+	// context from the context it returns.
+	Trace func(ctx context.Context, upstream, method, name string) (context.Context, func(outcome string))
+	// Propagate returns the _meta members that carry the call's trace
+	// context upstream (traceparent, tracestate), from the handler's
+	// context; nil passes none. Package host sets it from the tracing
+	// observer, which keeps OpenTelemetry out of this package.
+	Propagate func(ctx context.Context) map[string]string
+
+	// CircuitFailures is how many consecutive failures to reach an
+	// upstream open its circuit; CircuitCooldown is how long it stays
+	// open before a ping probes it (doubling, up to RestartCap, while the
+	// probes fail).
+	CircuitFailures int
+	CircuitCooldown time.Duration
+	// RestartBase and RestartCap bound the capped, jittered, steady
+	// backoff between restarts of a stdio upstream that died (or could
+	// not start).
+	RestartBase, RestartCap time.Duration
+	// StartWait is how long Start waits for every upstream's first
+	// listing; an upstream that is not up by then is listed when it
+	// comes up (clients are told the list changed).
+	StartWait time.Duration
+	// MaxSessions bounds the upstream sessions a 2025-era HTTP (or SSE)
+	// upstream holds for tenants, one each (or the processes of a stdio
+	// upstream run per tenant); past it the least recently used idle one
+	// is closed, and with none idle the call is refused, retryably.
+	// SessionIdle closes one unused that long.
+	MaxSessions int
+	SessionIdle time.Duration
+	// MaxHeld and MaxHeldPerTenant bound the calls held open upstream
+	// while their 2026-07-28 clients answer the upstream's questions (a
+	// 2025-era upstream asks mid-call; see held); InputWait is how long
+	// one waits for the client's retry with the answers before it is
+	// cancelled upstream.
+	MaxHeld, MaxHeldPerTenant int
+	InputWait                 time.Duration
+	// ClockSlack is how much longer the client's clocks are than the
+	// server's (DefaultClockSlack).
+	ClockSlack time.Duration
+	// Client configures the connections to upstreams (message and list
+	// bounds, the client's name). Its Header, OnRequest, OnNotification,
+	// Stderr, Restart and Logger are the gateway's own and are ignored.
+	Client client.Options
+}
+
+func (o *Options) withDefaults() {
+	setDefault(&o.CircuitFailures, DefaultCircuitFailures)
+	setDefault(&o.CircuitCooldown, DefaultCircuitCooldown)
+	setDefault(&o.RestartBase, DefaultRestartBase)
+	setDefault(&o.RestartCap, DefaultRestartCap)
+	setDefault(&o.StartWait, DefaultStartWait)
+	setDefault(&o.MaxSessions, DefaultMaxSessions)
+	setDefault(&o.SessionIdle, DefaultSessionIdle)
+	setDefault(&o.MaxHeld, DefaultMaxHeld)
+	setDefault(&o.MaxHeldPerTenant, DefaultMaxHeldPerTenant)
+	setDefault(&o.InputWait, DefaultInputWait)
+	setDefault(&o.ClockSlack, DefaultClockSlack)
+	if o.Policy == nil {
+		o.Policy = &Policy{}
+	}
+	if o.Client.Info.Name == "" {
+		o.Client.Info.Name = "mcprel-gateway"
+	}
+}
+
+func setDefault[T int | time.Duration](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+// Gateway forwards a server's tools, resources and prompts to upstreams.
+type Gateway struct {
+	srv    *server.Server
+	opts   Options
+	log    *slog.Logger
+	obs    Observer
+	links  []*link
+	prefix bool // several upstreams: names carry the upstream's
+
+	mu      sync.Mutex
+	catalog catalog // what is registered on the server, by whom
+
+	heldMu        sync.Mutex
+	held          map[string]*held // calls waiting for their clients' answers, by id
+	heldPerTenant map[string]int
+	heldCalls     sync.WaitGroup // their upstream calls' goroutines
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup
+}
+
+// errClosing ends what the gateway still forwards when it closes.
+var errClosing = errors.New("gateway: closing")
+
+// New checks the options and builds a gateway in front of srv. Nothing
+// is started or registered until Start.
+func New(srv *server.Server, opts *Options) (*Gateway, error) {
+	if srv == nil {
+		return nil, errors.New("gateway: no server")
+	}
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	for _, v := range []int64{int64(o.CircuitFailures), int64(o.CircuitCooldown), int64(o.RestartBase), int64(o.RestartCap),
+		int64(o.StartWait), int64(o.MaxSessions), int64(o.SessionIdle), int64(o.ClockSlack),
+		int64(o.MaxHeld), int64(o.MaxHeldPerTenant), int64(o.InputWait)} {
+		if v < 0 {
+			return nil, errors.New("gateway: negative options are errors, not \"unlimited\"")
+		}
+	}
+	o.withDefaults()
+	if err := o.Policy.check(); err != nil {
+		return nil, err
+	}
+	g := &Gateway{srv: srv, opts: o, log: o.Logger, obs: o.Observer, prefix: len(o.Upstreams) > 1,
+		held: map[string]*held{}, heldPerTenant: map[string]int{}}
+	// Until Start, nothing runs: a context that never ends.
+	g.ctx, g.cancel = context.WithCancelCause(context.Background())
+	if g.log == nil {
+		g.log = srv.Logger()
+	}
+	if g.obs == nil {
+		g.obs = nopObserver{}
+	}
+	g.catalog = newCatalog()
+	ups, err := CheckUpstreams(o.Upstreams)
+	if err != nil {
+		return nil, err
+	}
+	g.opts.Upstreams = ups
+	for i, u := range ups {
+		l, err := newLink(g, u, i)
+		if err != nil {
+			return nil, err
+		}
+		g.links = append(g.links, l)
+	}
+	return g, nil
+}
+
+// CheckUpstreams checks a list of upstreams as New would, and returns a
+// copy with each Transport filled in: a command line reports a mistake
+// before anything starts.
+func CheckUpstreams(ups []Upstream) ([]Upstream, error) {
+	if len(ups) == 0 {
+		return nil, errors.New("gateway: no upstream: name at least one")
+	}
+	out := append([]Upstream(nil), ups...)
+	seen := map[string]bool{}
+	for i := range out {
+		u := &out[i]
+		if err := u.check(); err != nil {
+			return nil, err
+		}
+		if seen[u.Name] {
+			return nil, fmt.Errorf("gateway: two upstreams are named %q", u.Name)
+		}
+		seen[u.Name] = true
+	}
+	return out, nil
+}
+
+// Start connects to every upstream in the background and registers what
+// each lists, waiting at most Options.StartWait (or until ctx ends) for
+// all of them to be listed once. An upstream that is down stays
+// supervised: it is listed whenever it comes up. Start returns an error
+// only when ctx ends first.
+func (g *Gateway) Start(ctx context.Context) error {
+	for _, l := range g.links {
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			l.run(g.ctx)
+		}()
+	}
+	wait := time.NewTimer(g.opts.StartWait)
+	defer wait.Stop()
+	for _, l := range g.links {
+		select {
+		case <-l.firstListed:
+		case <-wait.C:
+			g.log.Warn("gateway: an upstream was not listed in time; serving without it until it comes up",
+				"upstream", l.up.Name, "waited", g.opts.StartWait)
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return nil
+}
+
+// Close stops supervising and closes every upstream connection (a stdio
+// upstream gets its stdin closed, then SIGTERM, then SIGKILL). Calls still
+// forwarded fail; close the server first so that none are.
+func (g *Gateway) Close() error {
+	g.cancel(errClosing) // held calls end, cancelled upstream
+	g.wg.Wait()
+	g.heldCalls.Wait()
+	var errs []error
+	for _, l := range g.links {
+		errs = append(errs, l.close())
+	}
+	return errors.Join(errs...)
+}
+
+// Upstreams reports each upstream's state, in the order given.
+func (g *Gateway) Upstreams() []UpstreamState {
+	out := make([]UpstreamState, 0, len(g.links))
+	for _, l := range g.links {
+		out = append(out, l.state())
+	}
+	return out
+}

@@ -1,0 +1,211 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/internal/mcptest"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/transport/streamhttp"
+)
+
+// wait bounds every wait of these tests on something that must happen:
+// failing after it is a finding, not a timing assertion.
+const wait = mcptest.Timeout
+
+// upstream is an mcprel server standing in for an MCP server the gateway
+// cannot change, served over Streamable HTTP. Its tools tell the test
+// what their handlers saw.
+type upstream struct {
+	srv  *server.Server
+	url  string
+	gate *mcptest.Gate // tool "hang": blocks until released or cancelled
+
+	askEnded chan error // why tool "ask" stopped waiting for its answer
+
+	mu       sync.Mutex
+	headers  []http.Header // every request's headers, in order
+	sessions map[string]bool
+}
+
+// askCancelled returns why the upstream's "ask" stopped waiting for its
+// client's answer.
+func (u *upstream) askCancelled(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-u.askEnded:
+		return err
+	case <-time.After(wait):
+		t.Fatal("the upstream's ask never stopped waiting")
+		return nil
+	}
+}
+
+func newUpstream(t *testing.T) *upstream {
+	t.Helper()
+	u := &upstream{sessions: map[string]bool{}, askEnded: make(chan error, 16)}
+	u.srv = mcptest.NewServer(t, &server.Options{ProgressInterval: time.Nanosecond})
+	u.gate = mcptest.NewGate(t, u.srv, "hang")
+	must(t, server.AddTypedTool(u.srv, server.Tool{Name: "echo", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: ptr(true)}},
+		func(ctx context.Context, call *server.CallRequest, in struct {
+			Text string `json:"text"`
+		}) (struct {
+			Text string `json:"text"`
+		}, error) {
+			return struct {
+				Text string `json:"text"`
+			}{in.Text}, nil
+		}))
+	must(t, server.AddTypedTool(u.srv, server.Tool{Name: "progress"},
+		func(ctx context.Context, call *server.CallRequest, in struct {
+			Values []float64 `json:"values"`
+		}) (struct {
+			Done int `json:"done"`
+		}, error) {
+			for _, v := range in.Values {
+				_ = call.ReportProgress(v, 0, fmt.Sprint("at ", v))
+			}
+			return struct {
+				Done int `json:"done"`
+			}{len(in.Values)}, nil
+		}))
+	must(t, u.srv.AddTool(server.Tool{Name: "fail"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		return nil, &mcp.ToolError{Code: "card_declined", Message: "the card was declined"}
+	}))
+	must(t, u.srv.AddTool(server.Tool{Name: "ask"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		p := mcp.ElicitParams{Message: "your name?", RequestedSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}}}`)}
+		if call.Era == mcp.Modern {
+			ans, ok := call.InputResponses["name"]
+			if !ok {
+				return nil, &server.InputRequired{Requests: map[string]mcp.InputRequest{"name": server.ElicitRequest(p)}, State: []byte("upstream-round-1")}
+			}
+			if string(call.RequestState) != "upstream-round-1" {
+				return nil, fmt.Errorf("requestState %q came back altered", call.RequestState)
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("answered " + string(ans))}}, nil
+		}
+		res, err := call.Elicit(ctx, p)
+		if err != nil {
+			cause := err
+			if ctx.Err() != nil {
+				cause = context.Cause(ctx)
+			}
+			u.askEnded <- cause
+			return nil, err
+		}
+		b, _ := json.Marshal(res)
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("answered " + string(b))}}, nil
+	}))
+	h, err := streamhttp.NewHandler(u.srv, nil)
+	must(t, err)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.headers = append(u.headers, r.Header.Clone())
+		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
+			u.sessions[id] = true
+		}
+		u.mu.Unlock()
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	u.url = hs.URL
+	return u
+}
+
+func (u *upstream) seenHeaders() []http.Header {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]http.Header(nil), u.headers...)
+}
+
+func (u *upstream) sessionCount() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.sessions)
+}
+
+// front is a gateway with its server, reached by downstream clients over
+// Streamable HTTP.
+type front struct {
+	srv *server.Server
+	gw  *gateway.Gateway
+	url string
+}
+
+func newFront(t *testing.T, opts gateway.Options, hopts *streamhttp.HandlerOptions) *front {
+	t.Helper()
+	f := &front{srv: mcptest.NewServer(t, &server.Options{ProgressInterval: time.Nanosecond})}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	gw, err := gateway.New(f.srv, &opts)
+	must(t, err)
+	f.gw = gw
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	must(t, gw.Start(ctx))
+	t.Cleanup(func() { gw.Close() })
+	h, err := streamhttp.NewHandler(f.srv, hopts)
+	must(t, err)
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	f.url = hs.URL
+	return f
+}
+
+// dial connects a downstream client in era (0: negotiated, the newest).
+func (f *front) dial(t *testing.T, era mcp.Era, o *client.Options) *client.Client {
+	t.Helper()
+	var opts client.Options
+	if o != nil {
+		opts = *o
+	}
+	opts.Era = era
+	c, err := client.DialHTTP(context.Background(), f.url, &opts)
+	must(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eras are the two protocol eras, as a client forces them.
+var eras = []struct {
+	name string
+	era  mcp.Era
+}{{"2026", mcp.Modern}, {"2025", mcp.Legacy}}
+
+func text(res *mcp.CallToolResult) string {
+	if res == nil || len(res.Content) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(res.Content[0])
+	var c struct {
+		Text string `json:"text"`
+	}
+	json.Unmarshal(b, &c)
+	return c.Text
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// structured is a result's structuredContent as JSON text.
+func structured(res *mcp.CallToolResult) string {
+	b, _ := json.Marshal(res.StructuredContent)
+	return string(b)
+}

@@ -1,0 +1,183 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/transport/streamhttp"
+)
+
+// An upstream's elicitation during a call reaches the downstream client
+// that made it and the answer goes back, for every pair of eras: as a
+// request on a 2025 session, as the gateway's own input_required round
+// for a 2026-07-28 client — relaying a 2026-07-28 upstream's round, or,
+// for a 2025-era upstream that asks mid-call, holding its call open until
+// the client's retry brings the answer.
+func TestInputIsRelayedAcrossEras(t *testing.T) {
+	for _, up := range eras {
+		for _, down := range eras {
+			t.Run(down.name+"-to-"+up.name, func(t *testing.T) {
+				u := newUpstream(t)
+				f := newFront(t, gateway.Options{
+					Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
+					Client:    client.Options{Era: up.era},
+				}, nil)
+				var asked atomic.Int32
+				c := f.dial(t, down.era, &client.Options{
+					Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`)},
+					OnRequest: func(ctx context.Context, method string, params json.RawMessage) (any, error) {
+						asked.Add(1)
+						if method != mcp.MethodElicit || !strings.Contains(string(params), "your name?") {
+							return nil, jsonrpc.NewError(jsonrpc.CodeInvalidParams, "unexpected %s %s", method, params)
+						}
+						return map[string]any{"action": "accept", "content": map[string]any{"name": "Ada"}}, nil
+					},
+				})
+				res, err := c.CallTool(context.Background(), "ask", nil, nil)
+				must(t, err)
+				if asked.Load() != 1 || !strings.Contains(text(res), "Ada") {
+					t.Fatalf("asked %d times; result %q", asked.Load(), text(res))
+				}
+				// A client that did not declare elicitation is not asked:
+				// the upstream gets a refusal and says so in its result.
+				plain := f.dial(t, down.era, nil)
+				res, err = plain.CallTool(context.Background(), "ask", nil, nil)
+				if err == nil && !res.IsError {
+					t.Fatalf("a client without elicitation got %q", text(res))
+				}
+			})
+		}
+	}
+}
+
+// A held call whose 2026-07-28 client never comes back with the answer is
+// cancelled upstream once the gateway's wait for it is over; the client's
+// late retry learns the call is gone and that its outcome is unknown.
+func TestHeldCallExpires(t *testing.T) {
+	u := newUpstream(t)
+	f := newFront(t, gateway.Options{
+		Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
+		Client:    client.Options{Era: mcp.Legacy},
+		InputWait: 50 * time.Millisecond,
+	}, nil)
+	c := f.dial(t, mcp.Modern, &client.Options{Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`)}})
+	// No handler: the client returns the round to its caller, who never
+	// answers it.
+	_, err := c.CallTool(context.Background(), "ask", nil, nil)
+	var ie *client.InputError
+	if !errors.As(err, &ie) {
+		t.Fatalf("the call ended with %v, want the gateway's input round", err)
+	}
+	cause := u.askCancelled(t)
+	if !errors.Is(cause, server.ErrPeerCancelled) {
+		t.Fatalf("the upstream's waiting handler ended with %v, want its client's cancellation", cause)
+	}
+	var round struct {
+		InputRequests map[string]json.RawMessage `json:"inputRequests"`
+		RequestState  json.RawMessage            `json:"requestState"`
+	}
+	must(t, json.Unmarshal(ie.Result, &round))
+	answers := map[string]json.RawMessage{}
+	for k := range round.InputRequests {
+		answers[k] = json.RawMessage(`{"action":"accept","content":{"name":"late"}}`)
+	}
+	res, err := c.CallTool(context.Background(), "ask", nil, &client.CallOptions{Input: &client.InputAnswers{Responses: answers, RequestState: round.RequestState}})
+	must(t, err)
+	if fail := failureOf(t, res); fail.Code != mcp.FailureOutcomeUnknown || fail.Retryable {
+		t.Fatalf("a retry after the wait expired got %+v, want outcome_unknown", fail)
+	}
+}
+
+// A held call's round belongs to the tenant and the call it was issued
+// for: another tenant's retry with the same state is refused before the
+// gateway sees it, and the owner's retry still completes the call.
+func TestHeldCallIsTheTenants(t *testing.T) {
+	u := newUpstream(t)
+	f := newFront(t, gateway.Options{
+		Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
+		Client:    client.Options{Era: mcp.Legacy},
+	}, &streamhttp.HandlerOptions{Tokens: map[string]string{"tok-a": "alice", "tok-b": "bob"}})
+	opts := func(tok string) *client.Options {
+		return &client.Options{Header: http.Header{"Authorization": {"Bearer " + tok}},
+			Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`)}}
+	}
+	alice, bob := f.dial(t, mcp.Modern, opts("tok-a")), f.dial(t, mcp.Modern, opts("tok-b"))
+	_, err := alice.CallTool(context.Background(), "ask", nil, nil)
+	var ie *client.InputError
+	if !errors.As(err, &ie) {
+		t.Fatalf("alice's call: %v", err)
+	}
+	var round struct {
+		InputRequests map[string]json.RawMessage `json:"inputRequests"`
+		RequestState  json.RawMessage            `json:"requestState"`
+	}
+	must(t, json.Unmarshal(ie.Result, &round))
+	answers := map[string]json.RawMessage{}
+	for k := range round.InputRequests {
+		answers[k] = json.RawMessage(`{"action":"accept","content":{"name":"Ada"}}`)
+	}
+	in := &client.CallOptions{Input: &client.InputAnswers{Responses: answers, RequestState: round.RequestState}}
+	_, err = bob.CallTool(context.Background(), "ask", nil, in)
+	var rpc *jsonrpc.Error
+	if !errors.As(err, &rpc) || rpc.Code != jsonrpc.CodeInvalidParams {
+		t.Fatalf("bob's retry with alice's state: %v, want -32602", err)
+	}
+	res, err := alice.CallTool(context.Background(), "ask", nil, in)
+	must(t, err)
+	if !strings.Contains(text(res), "Ada") {
+		t.Fatalf("alice's retry answered %q", text(res))
+	}
+	// The held call's round is answered once: the same retry again finds
+	// the call gone.
+	res, err = alice.CallTool(context.Background(), "ask", nil, in)
+	must(t, err)
+	if fail := failureOf(t, res); fail.Code != mcp.FailureOutcomeUnknown {
+		t.Fatalf("a second retry of one round got %+v", fail)
+	}
+}
+
+// The gateway holds at most MaxHeldPerTenant calls of one tenant waiting
+// for answers: past it the upstream's question is refused (overloaded),
+// the call goes on without waiting, and other calls are served.
+func TestHeldCallsAreBounded(t *testing.T) {
+	u := newUpstream(t)
+	f := newFront(t, gateway.Options{
+		Upstreams:        []gateway.Upstream{{Name: "up", URL: u.url}},
+		Client:           client.Options{Era: mcp.Legacy},
+		MaxHeldPerTenant: 2,
+		InputWait:        time.Hour,
+	}, nil)
+	c := f.dial(t, mcp.Modern, &client.Options{Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`)}})
+	for i := range 2 {
+		_, err := c.CallTool(context.Background(), "ask", nil, nil)
+		if !errors.As(err, new(*client.InputError)) {
+			t.Fatalf("held call %d: %v", i+1, err)
+		}
+	}
+	// This upstream passes the refusal of its question on as its own
+	// protocol error, which the gateway forwards as it came.
+	res, err := c.CallTool(context.Background(), "ask", nil, nil)
+	var rpc *jsonrpc.Error
+	if !errors.As(err, &rpc) || rpc.Code != mcp.CodeOverloaded || !strings.Contains(rpc.Message, "as many calls waiting") {
+		t.Fatalf("a third question past the bound: %+v, %v; want the upstream's error after the gateway refused its question", res, err)
+	}
+	if cause := u.askCancelled(t); !strings.Contains(cause.Error(), "as many calls waiting") {
+		t.Fatalf("the upstream saw %v, want the gateway's refusal", cause)
+	}
+	res, err = c.CallTool(context.Background(), "echo", map[string]any{"text": "still served"}, nil)
+	must(t, err)
+	if !strings.Contains(structured(res), "still served") {
+		t.Fatalf("echo after the bound: %+v", res)
+	}
+}

@@ -1,0 +1,497 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/retry"
+	"github.com/mcprel/mcprel/server"
+)
+
+// link is the gateway's side of one upstream: its connection (or, for a
+// 2025-era HTTP upstream, one session per tenant), the supervision that
+// keeps it up, its circuit, and the relisting that follows every
+// (re)connection and list change.
+type link struct {
+	g     *Gateway
+	up    Upstream
+	index int
+	log   *slog.Logger
+
+	firstListed chan struct{} // closed after the first successful listing
+	listedOnce  sync.Once
+	refresh     chan struct{} // a list changed upstream: relist (1-buffered, coalescing)
+
+	group *server.LimitGroup // the upstream's Limits, shared by its tools
+
+	mu       sync.Mutex
+	primary  *client.Client // nil while the upstream is down
+	era      mcp.Era
+	circuit  circuit
+	sessions map[string]*tenantSession // one upstream session (or process) per tenant, where sessions are
+	inflight int                       // calls forwarded now, over every connection
+	restarts int
+	late     uint64 // late responses counted by connections already closed
+	closed   bool
+}
+
+func newLink(g *Gateway, u Upstream, index int) (*link, error) {
+	l := &link{
+		g: g, up: u, index: index,
+		log:         g.log.With("upstream", u.Name),
+		firstListed: make(chan struct{}),
+		refresh:     make(chan struct{}, 1),
+		sessions:    map[string]*tenantSession{},
+		circuit:     circuit{threshold: g.opts.CircuitFailures, base: g.opts.CircuitCooldown, cap: g.opts.RestartCap},
+	}
+	if u.Limits != (server.Limits{}) {
+		var err error
+		if l.group, err = server.NewLimitGroup(u.Name, u.Limits); err != nil {
+			return nil, fmt.Errorf("gateway: upstream %q: %w", u.Name, err)
+		}
+	}
+	return l, nil
+}
+
+// closeClient closes a connection to the upstream, keeping what it
+// counted.
+func (l *link) closeClient(c *client.Client) error {
+	err := c.Close()
+	l.mu.Lock()
+	l.late += c.Stats().LateResponses
+	l.mu.Unlock()
+	return err
+}
+
+// run keeps the upstream connected until ctx ends: it dials, lists,
+// serves list changes and probes, and when a stdio upstream dies starts it
+// again after a capped, jittered, steady backoff.
+func (l *link) run(ctx context.Context) {
+	backoff := retry.Backoff{Base: l.g.opts.RestartBase, Cap: l.g.opts.RestartCap, Steady: true}
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		c, err := l.dial(ctx, "")
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			pause := backoff.Delay(attempt, 0)
+			l.markDown(pause)
+			l.log.Warn("gateway: could not connect to the upstream", "err", err, "next_try", pause)
+			l.g.obs.UpstreamEvent(UpstreamEvent{Upstream: l.up.Name, Kind: EventConnectFailed})
+			if !sleep(ctx, pause) {
+				return
+			}
+			continue
+		}
+		l.setPrimary(c)
+		if attempt > 0 || l.restartsSoFar() > 0 {
+			l.g.obs.UpstreamEvent(UpstreamEvent{Upstream: l.up.Name, Kind: EventReconnected})
+		}
+		l.log.Info("gateway: upstream connected", "era", c.ProtocolVersion(), "transport", string(l.up.Transport))
+		attempt = -1 // the next failure starts the backoff over
+		sub := l.listen(ctx, c)
+		l.relist(ctx, c)
+		alive := l.serve(ctx, c)
+		if sub != nil {
+			sub.Close()
+		}
+		if !alive {
+			return
+		}
+		// The connection is gone (a stdio upstream died, an HTTP+SSE
+		// stream ended).
+		l.setPrimary(nil)
+		l.closeClient(c)
+		l.mu.Lock()
+		l.restarts++
+		l.mu.Unlock()
+		pause := backoff.Delay(0, 0)
+		l.markDown(pause)
+		l.g.obs.UpstreamEvent(UpstreamEvent{Upstream: l.up.Name, Kind: EventDied})
+		l.log.Warn("gateway: the upstream's connection ended; starting it again", "after", pause)
+		if !sleep(ctx, pause) {
+			return
+		}
+	}
+}
+
+// serve waits on a live connection: it relists on a list change, probes
+// an open circuit, closes idle tenant sessions. It returns false when ctx
+// ended, true when the connection is gone.
+func (l *link) serve(ctx context.Context, c *client.Client) bool {
+	tick := time.NewTicker(l.tickEvery())
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-c.Done():
+			return true
+		case <-l.refresh:
+			l.relist(ctx, c)
+		case <-tick.C:
+			l.closeIdleSessions(time.Now())
+			if l.probeDue(time.Now()) {
+				l.probe(ctx, c)
+			}
+		}
+	}
+}
+
+func (l *link) tickEvery() time.Duration {
+	return min(l.g.opts.CircuitCooldown, l.g.opts.SessionIdle/2, time.Second)
+}
+
+// probe pings an upstream whose circuit is open; success closes it and
+// relists (what changed while it was unreachable was not announced).
+func (l *link) probe(ctx context.Context, c *client.Client) {
+	pctx, cancel := context.WithTimeout(ctx, l.g.opts.CircuitCooldown+l.g.opts.ClockSlack)
+	defer cancel()
+	_, err := c.Request(pctx, mcp.MethodPing, "", nil, nil)
+	if err != nil && !isUnreachable(err) {
+		err = nil // an answer of any kind, even an error, proves it is reachable
+	}
+	l.mu.Lock()
+	changed := l.circuit.record(err == nil, time.Now())
+	l.mu.Unlock()
+	if changed {
+		l.circuitChanged()
+	}
+	if err == nil {
+		l.relist(ctx, c)
+	}
+}
+
+// listen follows a 2026-07-28 upstream's list changes: that era sends
+// them only on a subscriptions/listen stream (a 2025 upstream sends them
+// on its session, to onNotification). The client keeps the stream open
+// and refetches after each reconnection, which here is a relisting. An
+// upstream that refuses the subscription is listed after each
+// reconnection only.
+func (l *link) listen(ctx context.Context, c *client.Client) *client.Subscription {
+	if c.Era() != mcp.Modern {
+		return nil
+	}
+	caps := c.ServerCapabilities()
+	filter := mcp.SubscriptionFilter{
+		ToolsListChanged:     caps.Tools != nil,
+		PromptsListChanged:   caps.Prompts != nil,
+		ResourcesListChanged: caps.Resources != nil,
+	}
+	lctx, cancel := context.WithTimeout(ctx, l.g.opts.StartWait)
+	defer cancel()
+	sub, err := c.Listen(lctx, client.ListenOptions{
+		Filter:         filter,
+		OnNotification: l.onNotification,
+		Refetch:        func(context.Context) { l.onNotification(mcp.NotificationToolsListChanged, nil) },
+	})
+	if err != nil {
+		l.log.Info("gateway: the upstream's list changes cannot be followed; it is relisted after each reconnection", "err", err)
+		return nil
+	}
+	return sub
+}
+
+// dial connects to the upstream, for tenant (a 2025-era HTTP session of
+// its own) or for the gateway ("": the primary connection, which lists).
+func (l *link) dial(ctx context.Context, tenant string) (*client.Client, error) {
+	o := l.g.opts.Client
+	o.Logger = l.log
+	o.Restart = false
+	o.Stderr = nil
+	o.Env = nil
+	o.Header = nil
+	// The gateway relays elicitation, sampling and roots to the
+	// downstream client that made the call, when that client declared
+	// them (a request it did not is refused). A request outside any call
+	// the gateway can attribute (roots asked at start-up, say) names no
+	// downstream client and is refused.
+	o.Capabilities = mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`), Sampling: json.RawMessage(`{}`), Roots: json.RawMessage(`{}`)}
+	o.OnRequest = l.unattributed
+	if tenant == "" {
+		o.OnNotification = l.onNotification
+	} else {
+		o.OnNotification = nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, l.g.opts.StartWait)
+	defer cancel()
+	switch l.up.Transport {
+	case Stdio:
+		o.Env = l.up.Env
+		log := l.log
+		if tenant != "" {
+			log = log.With("tenant", tenant)
+		}
+		o.Stderr = &stderrLog{log: log}
+		return client.DialStdio(dctx, l.up.Command, &o)
+	case SSE:
+		o.Header = l.up.Header.Clone()
+		return client.DialSSE(dctx, l.up.URL, &o)
+	default:
+		o.Header = l.up.Header.Clone()
+		if o.Header == nil {
+			o.Header = http.Header{}
+		}
+		return client.DialHTTP(dctx, l.up.URL, &o)
+	}
+}
+
+// unattributed answers a request the upstream sent that belongs to no
+// call the gateway can name (stdio carries no association, and requests
+// arrive outside any call): it is refused, never shown to an arbitrary
+// downstream client.
+func (l *link) unattributed(ctx context.Context, method string, _ json.RawMessage) (any, error) {
+	l.log.Debug("gateway: refused a request the upstream sent outside a call it can attribute", "method", method)
+	return nil, jsonrpc.NewError(jsonrpc.CodeMethodNotFound,
+		"the gateway relays %s only during a call it can attribute to one downstream client", method)
+}
+
+// onNotification runs on the client's reader: it must not block.
+func (l *link) onNotification(method string, params json.RawMessage) {
+	switch method {
+	case mcp.NotificationToolsListChanged, mcp.NotificationPromptsChanged, mcp.NotificationResourcesChanged:
+		select {
+		case l.refresh <- struct{}{}:
+		default: // a relisting is already due
+		}
+	case mcp.NotificationResourceUpdated:
+		var p mcp.ResourceUpdatedParams
+		if json.Unmarshal(params, &p) == nil && l.g.ownsResource(l, p.URI) {
+			l.g.srv.NotifyResourceUpdated(p.URI)
+		}
+	case mcp.NotificationMessage:
+		l.log.Debug("gateway: the upstream logged", "message", string(clip(params, 512)))
+	}
+}
+
+func (l *link) setPrimary(c *client.Client) {
+	l.mu.Lock()
+	l.primary = c
+	if c != nil {
+		l.era = c.Era()
+		l.circuit.reset()
+	}
+	l.mu.Unlock()
+	if c != nil {
+		l.circuitChanged()
+	}
+}
+
+// markDown refuses calls at once until the next connection attempt.
+func (l *link) markDown(next time.Duration) {
+	l.mu.Lock()
+	l.circuit.down(time.Now().Add(next))
+	l.mu.Unlock()
+	l.circuitChanged()
+}
+
+func (l *link) restartsSoFar() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.restarts
+}
+
+func (l *link) probeDue(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.circuit.probeDue(now)
+}
+
+func (l *link) circuitChanged() {
+	l.mu.Lock()
+	st := l.circuit.state()
+	l.mu.Unlock()
+	l.g.obs.UpstreamEvent(UpstreamEvent{Upstream: l.up.Name, Kind: EventCircuit, Circuit: st})
+}
+
+// errUnavailable is an upstream that cannot take a call now.
+type errUnavailable struct {
+	after time.Duration
+	why   string
+}
+
+func (e *errUnavailable) Error() string { return e.why }
+
+// acquire returns the connection a call of tenant's goes over, counting it
+// in flight until release. A 2026-07-28 upstream, and a stdio one, is one
+// connection for everyone; a 2025-era HTTP upstream has a session per
+// tenant, dialled on first use.
+func (l *link) acquire(ctx context.Context, tenant string) (*client.Client, func(), error) {
+	now := time.Now()
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, nil, &errUnavailable{after: time.Second, why: "the gateway is closing"}
+	}
+	if wait, open := l.circuit.refuses(now); open {
+		l.mu.Unlock()
+		return nil, nil, &errUnavailable{after: wait, why: fmt.Sprintf("upstream %q is unavailable (its circuit is open)", l.up.Name)}
+	}
+	c := l.primary
+	if c == nil {
+		l.mu.Unlock()
+		return nil, nil, &errUnavailable{after: l.g.opts.RestartBase, why: fmt.Sprintf("upstream %q is not connected yet", l.up.Name)}
+	}
+	perTenant := tenant != "" && ((l.era == mcp.Legacy && l.up.Transport != Stdio) || l.up.PerTenant)
+	l.inflight++
+	l.mu.Unlock()
+	release := func() {
+		l.mu.Lock()
+		l.inflight--
+		l.mu.Unlock()
+	}
+	if !perTenant {
+		return c, release, nil
+	}
+	tc, done, err := l.session(ctx, tenant)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return tc, func() { done(); release() }, nil
+}
+
+// record counts a forwarded call's outcome against the circuit: only a
+// failure to reach the upstream counts, never an answer of any kind.
+func (l *link) record(err error) {
+	unreachable := err != nil && isUnreachable(err)
+	l.mu.Lock()
+	changed := l.circuit.record(!unreachable, time.Now())
+	l.mu.Unlock()
+	if changed {
+		l.circuitChanged()
+	}
+}
+
+func (l *link) state() UpstreamState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	late := l.late
+	if l.primary != nil {
+		late += l.primary.Stats().LateResponses
+	}
+	for _, s := range l.sessions {
+		if s.c != nil {
+			late += s.c.Stats().LateResponses
+		}
+	}
+	return UpstreamState{
+		Name: l.up.Name, Transport: l.up.Transport, Connected: l.primary != nil,
+		Era: l.era, Circuit: l.circuit.state(), InFlight: l.inflight,
+		Restarts: l.restarts, Sessions: len(l.sessions), LateResponses: late,
+	}
+}
+
+func (l *link) close() error {
+	l.mu.Lock()
+	l.closed = true
+	c := l.primary
+	l.primary = nil
+	sessions := l.sessions
+	l.sessions = map[string]*tenantSession{}
+	l.mu.Unlock()
+	var errs []error
+	for _, s := range sessions {
+		if s.c != nil {
+			errs = append(errs, l.closeClient(s.c))
+		}
+	}
+	if c != nil {
+		errs = append(errs, l.closeClient(c))
+	}
+	return errors.Join(errs...)
+}
+
+// isUnreachable reports whether err says the upstream could not be
+// reached at all — the request never left, or an HTTP intermediary said
+// the upstream is down — as opposed to an answer or a lost call.
+func isUnreachable(err error) bool {
+	var ce *client.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var se *client.StatusError
+	if errors.As(err, &se) {
+		switch se.Status {
+		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return true
+		}
+	}
+	var ue *errUnavailable
+	return errors.As(err, &ue)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// stderrLog turns a stdio upstream's stderr into log lines, each named by
+// the upstream. A line longer than maxStderrLine is cut: an upstream that
+// writes without newlines cannot grow the gateway's memory.
+type stderrLog struct {
+	log *slog.Logger
+	mu  sync.Mutex
+	buf []byte
+}
+
+const maxStderrLine = 4096
+
+func (s *stderrLog) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			room := maxStderrLine - len(s.buf)
+			if len(p) > room {
+				s.buf = append(s.buf, p[:room]...)
+				s.flush()
+				p = p[room:]
+				continue
+			}
+			s.buf = append(s.buf, p...)
+			break
+		}
+		take := p[:i]
+		if len(s.buf)+len(take) > maxStderrLine {
+			take = take[:max(0, maxStderrLine-len(s.buf))]
+		}
+		s.buf = append(s.buf, take...)
+		s.flush()
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+func (s *stderrLog) flush() {
+	s.log.Info("upstream stderr", "line", string(s.buf))
+	s.buf = s.buf[:0]
+}
+
+var _ io.Writer = (*stderrLog)(nil)
+
+func clip(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}

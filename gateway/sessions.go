@@ -1,0 +1,116 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/mcprel/mcprel/client"
+)
+
+// tenantSession is an upstream's session for one tenant — a 2025-era
+// HTTP (or SSE) session, or the process of a stdio upstream run per
+// tenant: server-initiated requests, subscriptions and logging levels
+// belong to a session, so tenants never share one.
+type tenantSession struct {
+	c        *client.Client
+	ready    chan struct{} // closed once dialled (c set) or failed (err set)
+	err      error
+	inflight int
+	lastUsed time.Time
+}
+
+// session returns tenant's upstream session, dialling it on first use.
+// At Options.MaxSessions the least recently used idle session is closed
+// to make room; when none is idle the call is refused, retryably.
+func (l *link) session(ctx context.Context, tenant string) (*client.Client, func(), error) {
+	l.mu.Lock()
+	s := l.sessions[tenant]
+	if s != nil && s.c != nil && isDone(s.c) && s.inflight == 0 {
+		// Its process died, or its stream ended: a new one.
+		delete(l.sessions, tenant)
+		go l.closeClient(s.c)
+		s = nil
+	}
+	if s == nil {
+		if len(l.sessions) >= l.g.opts.MaxSessions && !l.evictLocked() {
+			l.mu.Unlock()
+			return nil, nil, &errUnavailable{after: time.Second,
+				why: fmt.Sprintf("upstream %q holds %d sessions, all busy (gateway MaxSessions)", l.up.Name, l.g.opts.MaxSessions)}
+		}
+		s = &tenantSession{ready: make(chan struct{})}
+		l.sessions[tenant] = s
+		s.inflight++
+		l.mu.Unlock()
+		c, err := l.dial(ctx, tenant)
+		l.mu.Lock()
+		s.c, s.err = c, err
+		if err != nil && l.sessions[tenant] == s {
+			delete(l.sessions, tenant) // the next call dials again
+		}
+		close(s.ready)
+	} else {
+		s.inflight++
+	}
+	l.mu.Unlock()
+	release := func() {
+		l.mu.Lock()
+		s.inflight--
+		s.lastUsed = time.Now()
+		l.mu.Unlock()
+	}
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		release()
+		return nil, nil, context.Cause(ctx)
+	}
+	if s.err != nil {
+		release()
+		return nil, nil, s.err
+	}
+	return s.c, release, nil
+}
+
+// evictLocked closes the least recently used idle session.
+func (l *link) evictLocked() bool {
+	var oldest string
+	var found *tenantSession
+	for t, s := range l.sessions {
+		if s.inflight == 0 && s.c != nil && (found == nil || s.lastUsed.Before(found.lastUsed)) {
+			oldest, found = t, s
+		}
+	}
+	if found == nil {
+		return false
+	}
+	delete(l.sessions, oldest)
+	go l.closeClient(found.c)
+	return true
+}
+
+// closeIdleSessions closes the sessions unused for Options.SessionIdle.
+func (l *link) closeIdleSessions(now time.Time) {
+	l.mu.Lock()
+	var idle []*client.Client
+	for t, s := range l.sessions {
+		if s.inflight == 0 && s.c != nil && now.Sub(s.lastUsed) >= l.g.opts.SessionIdle {
+			delete(l.sessions, t)
+			idle = append(idle, s.c)
+		}
+	}
+	l.mu.Unlock()
+	for _, c := range idle {
+		l.closeClient(c)
+	}
+}
+
+// isDone reports whether c's connection has ended.
+func isDone(c *client.Client) bool {
+	select {
+	case <-c.Done():
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,199 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/transport/stdio"
+)
+
+// The test binary doubles as a stdio upstream: with this variable set in
+// its environment (which the gateway gives it through Upstream.Env, the
+// way an operator gives an upstream its credentials), it serves the tools
+// below over stdin and stdout instead of running tests.
+const stdioUpstreamEnv = "MCPREL_GATEWAY_TEST_UPSTREAM"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(stdioUpstreamEnv) != "" {
+		serveStdioUpstream()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func serveStdioUpstream() {
+	srv, err := server.New(mcp.Implementation{Name: "stdio-upstream", Version: "1"}, &server.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	srv.AddTool(server.Tool{Name: "secret"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text(os.Getenv("UPSTREAM_SECRET"))}}, nil
+	})
+	srv.AddTool(server.Tool{Name: "complain"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		fmt.Fprintln(os.Stderr, "upstream complaint: disk is full")
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("complained")}}, nil
+	})
+	srv.AddTool(server.Tool{Name: "die"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		os.Exit(3) // mid-call, as a crashing server does
+		return nil, nil
+	})
+	stdio.NewConn(srv, os.Stdin, os.Stdout, nil).Serve(context.Background())
+}
+
+// events collects a gateway's upstream events for a test to wait on.
+type events struct {
+	mu  sync.Mutex
+	got []gateway.UpstreamEvent
+	ch  chan gateway.UpstreamEvent
+}
+
+func newEvents() *events { return &events{ch: make(chan gateway.UpstreamEvent, 256)} }
+
+func (e *events) Forwarded(gateway.ForwardRecord) {}
+func (e *events) UpstreamEvent(ev gateway.UpstreamEvent) {
+	select {
+	case e.ch <- ev:
+	default:
+	}
+}
+
+// waitFor returns once an event of kind arrives.
+func (e *events) waitFor(t *testing.T, kind gateway.EventKind) {
+	t.Helper()
+	deadline := time.After(wait)
+	for {
+		select {
+		case ev := <-e.ch:
+			if ev.Kind == kind {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no %s event within %v", kind, wait)
+		}
+	}
+}
+
+// logLines records log records as "message key=value ..." lines.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+	attrs []slog.Attr
+	ch    chan string // every line, for a test to wait on
+}
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	for _, a := range l.attrs {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+	}
+	r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&b, " %s=%v", a.Key, a.Value); return true })
+	l.mu.Lock()
+	l.lines = append(l.lines, b.String())
+	l.mu.Unlock()
+	select {
+	case l.ch <- b.String():
+	default:
+	}
+	return nil
+}
+
+// waitLine returns once a line holding every sub arrives (or has).
+func (l *logLines) waitLine(t *testing.T, sub ...string) {
+	t.Helper()
+	deadline := time.After(wait)
+	for !l.has(sub...) {
+		select {
+		case <-l.ch:
+		case <-deadline:
+			t.Fatalf("no log line holds %q: %q", sub, l.lines)
+		}
+	}
+}
+func (l *logLines) WithAttrs(as []slog.Attr) slog.Handler {
+	return &logChild{parent: l, attrs: as}
+}
+func (l *logLines) WithGroup(string) slog.Handler { return l }
+
+func (l *logLines) has(sub ...string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines {
+		ok := true
+		for _, s := range sub {
+			ok = ok && strings.Contains(line, s)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+type logChild struct {
+	parent *logLines
+	attrs  []slog.Attr
+}
+
+func (c *logChild) Enabled(context.Context, slog.Level) bool { return true }
+func (c *logChild) Handle(ctx context.Context, r slog.Record) error {
+	r.AddAttrs(c.attrs...)
+	return c.parent.Handle(ctx, r)
+}
+func (c *logChild) WithAttrs(as []slog.Attr) slog.Handler {
+	return &logChild{parent: c.parent, attrs: append(append([]slog.Attr(nil), c.attrs...), as...)}
+}
+func (c *logChild) WithGroup(string) slog.Handler { return c }
+
+// A stdio upstream is started with the environment its operator gave it,
+// its stderr goes to the gateway's log under its name, and when it dies
+// mid-call the call's outcome is reported unknown, the process is started
+// again, and its tools are served again.
+func TestStdioUpstreamSupervised(t *testing.T) {
+	ev := newEvents()
+	logs := &logLines{ch: make(chan string, 1024)}
+	f := newFront(t, gateway.Options{
+		Upstreams: []gateway.Upstream{{Name: "local", Command: []string{os.Args[0], "-test.run=^$"},
+			Env: []string{stdioUpstreamEnv + "=1", "UPSTREAM_SECRET=from-env"}}},
+		Observer:    ev,
+		Logger:      slog.New(logs),
+		RestartBase: time.Millisecond,
+		RestartCap:  10 * time.Millisecond,
+	}, nil)
+	c := f.dial(t, 0, nil)
+	res, err := c.CallTool(context.Background(), "secret", nil, nil)
+	must(t, err)
+	if text(res) != "from-env" {
+		t.Fatalf("the upstream's environment gave %q", text(res))
+	}
+	_, err = c.CallTool(context.Background(), "complain", nil, nil)
+	must(t, err)
+
+	res, err = c.CallTool(context.Background(), "die", nil, nil)
+	must(t, err)
+	if fail := failureOf(t, res); fail.Code != mcp.FailureOutcomeUnknown || fail.Retryable {
+		t.Fatalf("a call whose upstream died answered %+v, want a non-retryable outcome_unknown", fail)
+	}
+	ev.waitFor(t, gateway.EventReconnected)
+	res, err = c.CallTool(context.Background(), "secret", nil, nil)
+	must(t, err)
+	if text(res) != "from-env" {
+		t.Fatalf("after the restart the upstream answered %q", text(res))
+	}
+	if st := f.gw.Upstreams()[0]; st.Restarts != 1 {
+		t.Fatalf("restarts %d, want 1", st.Restarts)
+	}
+	// The stderr line was written before the call answered; the gateway's
+	// reader may log it just after.
+	logs.waitLine(t, "upstream stderr", "upstream=local", "disk is full")
+}
