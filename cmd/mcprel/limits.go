@@ -39,15 +39,16 @@ func (f *limitFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.tenantListens, "tenant-max-listens", server.DefaultMaxSubscriptions, "subscriptions/listen streams one tenant may hold open")
 }
 
-// check validates the limits, naming each flag as typed.
-func (f *limitFlags) check() error {
+// check validates the limits, naming each flag as typed, in messages of
+// command cmd.
+func (f *limitFlags) check(cmd string) error {
 	for _, c := range []struct {
 		flag  string
 		value int64
 	}{{"--max-concurrent", int64(f.maxConcurrent)}, {"--max-queued", int64(f.maxQueued)}, {"--max-message-bytes", int64(f.maxMessage)},
 		{"--max-inflight-bytes", f.maxBytes}, {"--tenant-max-listens", int64(f.tenantListens)}} {
 		if c.value < 1 {
-			return usagef("serve: %s must be at least 1, not %d", c.flag, c.value)
+			return usagef("%s: %s must be at least 1, not %d", cmd, c.flag, c.value)
 		}
 	}
 	for _, c := range []struct {
@@ -58,14 +59,14 @@ func (f *limitFlags) check() error {
 		{"--tenant-max-bytes", float64(f.tenantBytes)}, {"--tenant-rate", f.tenantRate}, {"--tenant-burst", float64(f.tenantBurst)},
 		{"--tenant-max-sessions", float64(f.tenantSessions)}} {
 		if c.value < 0 || math.IsNaN(c.value) || math.IsInf(c.value, 0) {
-			return usagef("serve: %s must not be negative, not %v", c.flag, c.value)
+			return usagef("%s: %s must not be negative, not %v", cmd, c.flag, c.value)
 		}
 	}
 	if f.maxBytes < int64(f.maxMessage) {
-		return usagef("serve: --max-inflight-bytes (%d) must be at least --max-message-bytes (%d), or the largest messages could never run", f.maxBytes, f.maxMessage)
+		return usagef("%s: --max-inflight-bytes (%d) must be at least --max-message-bytes (%d), or the largest messages could never run", cmd, f.maxBytes, f.maxMessage)
 	}
 	if f.tenantBytes != 0 && f.tenantBytes < int64(f.maxMessage) {
-		return usagef("serve: --tenant-max-bytes (%d) must be at least --max-message-bytes (%d)", f.tenantBytes, f.maxMessage)
+		return usagef("%s: --tenant-max-bytes (%d) must be at least --max-message-bytes (%d)", cmd, f.tenantBytes, f.maxMessage)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@
 //
 //	mcprel serve --stdio      serve the demo tools over stdin/stdout
 //	mcprel serve --http ADDR  serve them over Streamable HTTP
+//	mcprel gateway --upstream NAME=COMMAND|NAME=URL  put any MCP server behind mcprel
 //	mcprel demo               run every race and failure against real servers and print the evidence
 //	mcprel ledger show        print the ledger's record of one operation
 //	mcprel call TOOL k=v...   call a tool on any MCP server (--stdio CMD or --url URL)
@@ -37,6 +38,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch args[0] {
 	case "serve":
 		err = serveCmd(ctx, args[1:], stdin, stdout, stderr)
+	case "gateway":
+		err = gatewayCmd(ctx, args[1:], stdin, stdout, stderr)
 	case "demo":
 		err = demoCmd(ctx, args[1:], stdout, stderr)
 	case "ledger":
@@ -109,6 +112,9 @@ func usage(w io.Writer) {
 Commands:
   serve --stdio     serve the demo tools over stdin/stdout (ledger in ./mcprel.db)
   serve --http ADDR serve them over Streamable HTTP
+  gateway --upstream NAME=COMMAND|NAME=URL [--stdio | --http ADDR]
+                    put any MCP server behind mcprel: deadlines, cancellation,
+                    progress, limits and honest failures for its tools
   ledger show       print the ledger's record of one operation
   call TOOL k=v...  call a tool on any MCP server (--stdio "CMD" or --url URL);
                     --list lists its tools

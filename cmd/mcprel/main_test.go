@@ -383,7 +383,14 @@ func startHTTP(t *testing.T, env []string, args ...string) (string, *exec.Cmd) {
 // follow the URL, as they come.
 func startHTTPAt(t *testing.T, addr string, env []string, args ...string) (string, *exec.Cmd, <-chan string) {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"serve", "--http", addr}, args...)...)
+	return startEndpoint(t, env, append([]string{"serve", "--http", addr}, args...)...)
+}
+
+// startEndpoint runs mcprel with args, a command that serves HTTP and
+// prints its endpoint URL first on stderr (serve, gateway).
+func startEndpoint(t *testing.T, env []string, args ...string) (string, *exec.Cmd, <-chan string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
 	cmd.Dir = t.TempDir() // where the default ledger file goes
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()

@@ -1,0 +1,345 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/internal/argv"
+	"github.com/mcprel/mcprel/review"
+	"github.com/mcprel/mcprel/server"
+)
+
+// maxSecretFile bounds a credentials file (a token, headers, an
+// environment) and a policy file: they are read whole.
+const maxSecretFile = 64 << 10
+
+// gatewayCmd is "mcprel gateway": any MCP server, unmodified, behind
+// mcprel's lifecycle. It parses its flags into host.Options with a
+// gateway (package gateway), and runs the runtime package host
+// assembles, as serve does.
+func gatewayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	rf := runtimeFlags{cmd: "gateway"}
+	rf.register(fs)
+	var upstreams, tokenEnv, tokenFile, headersFile, envFile listFlag
+	fs.Var(&upstreams, "upstream", "NAME=COMMAND (a stdio server, its argv in quoted words, run without a shell), NAME=URL (a Streamable HTTP endpoint, either era) or NAME=sse:URL (the 2024-11-05 HTTP+SSE transport); repeatable: with several, tool and prompt names become NAME_tool")
+	fs.Var(&tokenEnv, "upstream-token-env", "NAME=VAR: send the bearer token in environment variable VAR to upstream NAME (HTTP)")
+	fs.Var(&tokenFile, "upstream-token-file", "NAME=FILE: send the bearer token in FILE to upstream NAME (HTTP)")
+	fs.Var(&headersFile, "upstream-headers-file", "NAME=FILE: send the headers in FILE (\"Header: value\" lines) to upstream NAME (HTTP)")
+	fs.Var(&envFile, "upstream-env-file", "NAME=FILE: add the KEY=VALUE lines of FILE to the environment of upstream NAME (stdio)")
+	var perTenant, upLimits listFlag
+	fs.Var(&perTenant, "upstream-per-tenant", "NAME: start one process of stdio upstream NAME per tenant (of --token), so that its requests, subscriptions and state belong to one tenant (repeatable; bounded by --max-upstream-sessions)")
+	fs.Var(&upLimits, "upstream-limits", "NAME=concurrent=N,queued=N,rate=R,burst=N,bytes=N: bound the calls forwarded to upstream NAME, all its tools together, within the server's own limits (repeatable; any subset of the keys)")
+	maxSessions := fs.Int("max-upstream-sessions", gateway.DefaultMaxSessions, "sessions (2025-era HTTP) or processes (--upstream-per-tenant) one upstream holds for tenants; past it the least recently used idle one is closed")
+	inputWait := fs.Duration("input-wait", gateway.DefaultInputWait, "how long a call to a 2025-era upstream that asked a 2026-07-28 client for input is held open for the client's answer before it is cancelled upstream")
+	policyFile := fs.String("policy", "", "the tools' policy (the YAML or JSON of mcprel review): their deadlines and which are read-only; a tool it does not name is unsafe")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	ups, err := parseUpstreams(upstreams)
+	if err != nil {
+		return err
+	}
+	byName := map[string]*gateway.Upstream{}
+	for i := range ups {
+		byName[ups[i].Name] = &ups[i]
+	}
+	if err := applyCredentials(byName, tokenEnv, tokenFile, headersFile, envFile); err != nil {
+		return err
+	}
+	for _, name := range perTenant {
+		u := byName[name]
+		switch {
+		case u == nil:
+			return usagef("gateway: --upstream-per-tenant names upstream %q, which no --upstream defines", name)
+		case u.Transport != gateway.Stdio:
+			return usagef("gateway: --upstream-per-tenant %s: it is an HTTP upstream, which has a session per tenant already", name)
+		}
+		u.PerTenant = true
+	}
+	for _, v := range upLimits {
+		name, spec, _ := strings.Cut(v, "=")
+		u := byName[name]
+		if u == nil {
+			return usagef("gateway: --upstream-limits names upstream %q, which no --upstream defines", name)
+		}
+		if u.Limits, err = parseLimits(spec); err != nil {
+			return usagef("gateway: --upstream-limits %s: %v", name, err)
+		}
+	}
+	if *maxSessions < 1 {
+		return usagef("gateway: --max-upstream-sessions must be at least 1, not %d", *maxSessions)
+	}
+	if *inputWait <= 0 {
+		return usagef("gateway: --input-wait must be positive, not %v", *inputWait)
+	}
+	var policy *gateway.Policy
+	if *policyFile != "" {
+		data, err := readSmallFile(*policyFile)
+		if err != nil {
+			return usagef("gateway: --policy: %v", err)
+		}
+		rp, err := review.Parse(*policyFile, data)
+		if err != nil {
+			return usagef("gateway: --policy: %v", err)
+		}
+		if policy, err = gateway.PolicyFromReview(rp); err != nil {
+			return usagef("gateway: --policy %s: %v", *policyFile, strings.TrimPrefix(err.Error(), "gateway: "))
+		}
+	}
+	opts, err := rf.options(ctx, fs, stdin, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	opts.Implementation.Name = "mcprel-gateway"
+	opts.Gateway = &gateway.Options{Upstreams: ups, Policy: policy, MaxSessions: *maxSessions, InputWait: *inputWait}
+	rt, ctx, stop, err := rf.start(ctx, opts, stderr)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	return rt.Run(ctx)
+}
+
+// parseUpstreams reads the --upstream flags.
+func parseUpstreams(flags []string) ([]gateway.Upstream, error) {
+	if len(flags) == 0 {
+		return nil, usagef("gateway: name at least one upstream: --upstream NAME=COMMAND or --upstream NAME=URL")
+	}
+	var ups []gateway.Upstream
+	for _, f := range flags {
+		name, target, ok := strings.Cut(f, "=")
+		if !ok || name == "" || strings.TrimSpace(target) == "" {
+			return nil, usagef("gateway: --upstream wants NAME=COMMAND or NAME=URL, not %q", f)
+		}
+		u := gateway.Upstream{Name: name}
+		switch {
+		case strings.HasPrefix(target, "sse:"):
+			u.Transport, u.URL = gateway.SSE, strings.TrimPrefix(target, "sse:")
+		case strings.HasPrefix(target, "http://"), strings.HasPrefix(target, "https://"):
+			u.Transport, u.URL = gateway.StreamableHTTP, target
+		default:
+			words, err := argv.Split(target)
+			if err != nil {
+				return nil, usagef("gateway: --upstream %s: %v", name, err)
+			}
+			u.Transport, u.Command = gateway.Stdio, words
+		}
+		ups = append(ups, u)
+	}
+	// Checked here, as the user typed them, rather than when the runtime
+	// starts.
+	if _, err := gateway.CheckUpstreams(ups); err != nil {
+		return nil, usagef("gateway: %s", strings.TrimPrefix(err.Error(), "gateway: "))
+	}
+	return ups, nil
+}
+
+// applyCredentials gives each upstream the credentials its flags name:
+// read from the environment or a file, never from the command line.
+func applyCredentials(ups map[string]*gateway.Upstream, tokenEnv, tokenFile, headersFile, envFile []string) error {
+	target := func(flagName, v string) (*gateway.Upstream, string, error) {
+		name, arg, ok := strings.Cut(v, "=")
+		if !ok || name == "" || arg == "" {
+			return nil, "", usagef("gateway: --%s wants NAME=%s, not %q", flagName, map[bool]string{true: "VAR", false: "FILE"}[flagName == "upstream-token-env"], v)
+		}
+		u := ups[name]
+		if u == nil {
+			return nil, "", usagef("gateway: --%s names upstream %q, which no --upstream defines", flagName, name)
+		}
+		return u, arg, nil
+	}
+	header := func(u *gateway.Upstream, flagName string) (http.Header, error) {
+		if u.Transport == gateway.Stdio {
+			return nil, usagef("gateway: --%s: upstream %q is a stdio server; give its credentials with --upstream-env-file", flagName, u.Name)
+		}
+		if u.Header == nil {
+			u.Header = http.Header{}
+		}
+		return u.Header, nil
+	}
+	for _, v := range tokenEnv {
+		u, name, err := target("upstream-token-env", v)
+		if err != nil {
+			return err
+		}
+		h, err := header(u, "upstream-token-env")
+		if err != nil {
+			return err
+		}
+		tok := strings.TrimSpace(os.Getenv(name))
+		if tok == "" {
+			return usagef("gateway: --upstream-token-env %s: environment variable %s is empty or unset", u.Name, name)
+		}
+		h.Set("Authorization", "Bearer "+tok)
+	}
+	for _, v := range tokenFile {
+		u, path, err := target("upstream-token-file", v)
+		if err != nil {
+			return err
+		}
+		h, err := header(u, "upstream-token-file")
+		if err != nil {
+			return err
+		}
+		data, err := readSmallFile(path)
+		if err != nil {
+			return usagef("gateway: --upstream-token-file %s: %v", u.Name, err)
+		}
+		tok := strings.TrimSpace(string(data))
+		if tok == "" || strings.ContainsAny(tok, "\r\n") {
+			return usagef("gateway: --upstream-token-file %s: %s must hold one token on one line", u.Name, path)
+		}
+		h.Set("Authorization", "Bearer "+tok)
+	}
+	for _, v := range headersFile {
+		u, path, err := target("upstream-headers-file", v)
+		if err != nil {
+			return err
+		}
+		h, err := header(u, "upstream-headers-file")
+		if err != nil {
+			return err
+		}
+		data, err := readSmallFile(path)
+		if err != nil {
+			return usagef("gateway: --upstream-headers-file %s: %v", u.Name, err)
+		}
+		if err := parseHeaderLines(data, h); err != nil {
+			return usagef("gateway: --upstream-headers-file %s: %s: %v", u.Name, path, err)
+		}
+	}
+	for _, v := range envFile {
+		u, path, err := target("upstream-env-file", v)
+		if err != nil {
+			return err
+		}
+		if u.Transport != gateway.Stdio {
+			return usagef("gateway: --upstream-env-file: upstream %q is an HTTP server; give its credentials with --upstream-token-env, --upstream-token-file or --upstream-headers-file", u.Name)
+		}
+		data, err := readSmallFile(path)
+		if err != nil {
+			return usagef("gateway: --upstream-env-file %s: %v", u.Name, err)
+		}
+		env, err := parseEnvLines(data)
+		if err != nil {
+			return usagef("gateway: --upstream-env-file %s: %s: %v", u.Name, path, err)
+		}
+		u.Env = append(u.Env, env...)
+	}
+	return nil
+}
+
+// parseHeaderLines reads "Header: value" lines; blank lines and lines
+// starting with # are skipped. Errors name the line, never its value: it
+// is a credential.
+func parseHeaderLines(data []byte, h http.Header) error {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, ":")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if !ok || k == "" || v == "" || strings.ContainsAny(k, " \t") {
+			return fmt.Errorf("line %d is not \"Header: value\"", n)
+		}
+		switch http.CanonicalHeaderKey(k) {
+		case "Host", "Content-Length", "Content-Type", "Accept", "Mcp-Session-Id", "Mcp-Protocol-Version", "Last-Event-Id":
+			return fmt.Errorf("line %d sets %s, which the gateway's client sets itself", n, k)
+		}
+		h.Add(k, v)
+	}
+	return sc.Err()
+}
+
+// parseEnvLines reads KEY=VALUE lines; blank lines and comments skipped.
+func parseEnvLines(data []byte) ([]string, error) {
+	var env []string
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, _, ok := strings.Cut(line, "=")
+		if !ok || k == "" || strings.ContainsAny(k, " \t") {
+			return nil, fmt.Errorf("line %d is not KEY=VALUE", n)
+		}
+		env = append(env, line)
+	}
+	return env, sc.Err()
+}
+
+// readSmallFile reads a file of at most maxSecretFile bytes.
+func readSmallFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxSecretFile {
+		return nil, fmt.Errorf("%s is larger than %d KiB", path, maxSecretFile>>10)
+	}
+	return data, nil
+}
+
+// parseLimits reads "concurrent=N,queued=N,rate=R,burst=N,bytes=N".
+func parseLimits(spec string) (server.Limits, error) {
+	var l server.Limits
+	if strings.TrimSpace(spec) == "" {
+		return l, errors.New("give one or more of concurrent=N, queued=N, rate=R, burst=N, bytes=N")
+	}
+	for _, kv := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok {
+			return l, fmt.Errorf("%q is not KEY=VALUE", kv)
+		}
+		var err error
+		var n int64
+		if k != "rate" {
+			n, err = strconv.ParseInt(v, 10, 64)
+		}
+		switch k {
+		case "concurrent":
+			l.MaxConcurrent = int(n)
+		case "queued":
+			l.MaxQueued = int(n)
+		case "burst":
+			l.Burst = int(n)
+		case "bytes":
+			l.MaxBytes = n
+		case "rate":
+			l.Rate, err = strconv.ParseFloat(v, 64)
+			if err == nil && (math.IsNaN(l.Rate) || math.IsInf(l.Rate, 0)) {
+				err = errors.New("not a finite number")
+			}
+		default:
+			return l, fmt.Errorf("unknown limit %q (concurrent, queued, rate, burst or bytes)", k)
+		}
+		if err != nil || n < 0 || l.Rate < 0 {
+			return l, fmt.Errorf("%s=%s: want a number of at least 0", k, v)
+		}
+	}
+	if l.Rate > 0 && l.Burst == 0 {
+		l.Burst = max(1, int(math.Ceil(l.Rate)))
+	}
+	return l, nil
+}
