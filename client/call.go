@@ -34,9 +34,10 @@ type CallOptions struct {
 	// this call, in place of Options.OnRequest: the input a 2026-07-28
 	// server asks for in an input_required result, and a 2025 server's
 	// requests that the transport ties to the call — those on the
-	// call's own response stream over Streamable HTTP, and, over stdio
-	// and HTTP+SSE, which carry nothing to tie them, those that arrive
-	// while this call is the only one in flight. It runs under the
+	// call's own response stream over Streamable HTTP, and those that
+	// arrive where nothing ties them to a call (stdio, HTTP+SSE, the 2025
+	// session's own stream) while this call is the only one in flight on
+	// the connection. It runs under the
 	// call's maximum clock (not Options' answer timeout), and the idle
 	// clock waits while it answers: a person filling a form is not a
 	// server gone quiet.

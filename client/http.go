@@ -149,6 +149,20 @@ func (t *httpTransport) track(req outgoing, ex *exchange) func() {
 	}
 }
 
+// sole is the one request in flight, or nil when there are none or
+// several.
+func (t *httpTransport) sole() *exchange {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.pending) != 1 {
+		return nil
+	}
+	for _, ex := range t.pending {
+		return ex
+	}
+	return nil
+}
+
 // route hands a message that arrived on a stream not its own to its
 // request: a response by id, progress by token.
 func (t *httpTransport) route(m jsonrpc.Message) {
@@ -462,8 +476,12 @@ func (t *httpTransport) event(ctx context.Context, data []byte, req outgoing, ex
 		}
 		t.route(m)
 	case jsonrpc.KindRequest:
-		// A request on a call's own stream is that call's; one on the
-		// session's stream (ex nil) is the connection's.
+		// A request on a call's own stream is that call's. One on the
+		// session's stream (ex nil) names no call: it is the call's only
+		// while that call is the one in flight, as on stdio.
+		if ex == nil {
+			ex = t.sole()
+		}
 		t.side.serve(ctx, m, req.era, ex)
 	}
 	return false
