@@ -138,7 +138,11 @@ func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
 			continue
 		}
 		st := server.Tool{
-			Name: name, Title: t.Title, Description: t.Description,
+			// The upstream judges its own arguments: it may read its
+			// schema otherwise than this server would, and take some from
+			// elsewhere (a key in _meta).
+			Unchecked: true,
+			Name:      name, Title: t.Title, Description: t.Description,
 			InputSchema: t.InputSchema, OutputSchema: t.OutputSchema,
 			Annotations: t.Annotations, Meta: upstreamMeta(t.Meta),
 			Policy: server.Policy{Retry: tp.Retry, IdleTimeout: tp.Idle, MaxTimeout: tp.Max, Group: l.group},

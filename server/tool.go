@@ -44,6 +44,14 @@ type Tool struct {
 	Execution *mcp.ToolExecution
 	// Policy is how the server runs the tool's calls.
 	Policy Policy
+	// Unchecked, when set, leaves the call's arguments to the handler:
+	// the server does not judge them by InputSchema. For a handler that
+	// hands them on to a judge of their own — a gateway's upstream, whose
+	// schema this server's validator may read differently and which may
+	// supply arguments from elsewhere (an idempotency key in _meta). The
+	// schema is listed as given, and one this server's validator cannot
+	// compile is served all the same (its root must still be an object).
+	Unchecked bool
 	// Check, when set, runs as soon as a call arrives: before its
 	// arguments are judged by the input schema and before it waits for
 	// admission, on the goroutine that read it. An error refuses the call
@@ -227,14 +235,23 @@ func compileTool(t Tool) (*registeredTool, error) {
 	}
 	var schema jsonschema.Schema
 	if err := json.Unmarshal(in, &schema); err != nil {
-		return nil, fmt.Errorf("server: tool %q: input schema is not a JSON Schema: %w", t.Name, err)
+		var root struct {
+			Type string `json:"type"`
+		}
+		if !t.Unchecked || json.Unmarshal(in, &root) != nil {
+			return nil, fmt.Errorf("server: tool %q: input schema is not a JSON Schema: %w", t.Name, err)
+		}
+		schema = jsonschema.Schema{Type: root.Type} // served as given, never judged by
 	}
 	if schema.Type != "object" {
 		return nil, fmt.Errorf("server: tool %q: input schema must have type \"object\" at its root", t.Name)
 	}
-	resolved, err := schema.Resolve(nil) // no loader: remote $refs are refused
-	if err != nil {
-		return nil, fmt.Errorf("server: tool %q: input schema: %w", t.Name, err)
+	var resolved *jsonschema.Resolved
+	if !t.Unchecked {
+		var err error
+		if resolved, err = schema.Resolve(nil); err != nil { // no loader: remote $refs are refused
+			return nil, fmt.Errorf("server: tool %q: input schema: %w", t.Name, err)
+		}
 	}
 	headers, err := findHeaderParams(in)
 	if err != nil {
@@ -289,6 +306,9 @@ func declaredProps(s *jsonschema.Schema) map[string]bool {
 // *mcp.ToolError with code invalid_arguments naming the offending field,
 // so the model can correct its call.
 func (rt *registeredTool) validate(call *CallRequest) error {
+	if rt.schema == nil {
+		return nil // Tool.Unchecked: the handler's judge judges them
+	}
 	if err := rt.schema.Validate(validationValue(call.args, call.supplied, rt.declares)); err != nil {
 		field, msg := describeSchemaError(err)
 		te := &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "invalid arguments: " + msg}
