@@ -29,11 +29,15 @@ func (l *Lines) Write(p []byte) (int, error) {
 }
 
 // Await reports whether s appears within Timeout.
-func (l *Lines) Await(s string) bool {
+func (l *Lines) Await(s string) bool { return l.AwaitCount(s, 1) }
+
+// AwaitCount reports whether s appears at least n times within Timeout:
+// the second time a handler logs that it was cancelled, say.
+func (l *Lines) AwaitCount(s string, n int) bool {
 	deadline := time.After(Timeout)
 	for {
 		l.mu.Lock()
-		found, ch := strings.Contains(l.text.String(), s), l.changed
+		found, ch := strings.Count(l.text.String(), s) >= n, l.changed
 		l.mu.Unlock()
 		if found {
 			return true
@@ -44,6 +48,13 @@ func (l *Lines) Await(s string) bool {
 			return false
 		}
 	}
+}
+
+// Count is how many times s appears so far.
+func (l *Lines) Count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.text.String(), s)
 }
 
 // String returns everything written so far.

@@ -61,7 +61,11 @@ func TestTypeScriptScenario(t *testing.T) {
 				if err := cmd.Run(); err != nil {
 					t.Fatalf("node scenario-client.mjs: %v\n%s\n%s", err, stdout.Bytes(), stderr.Bytes())
 				}
-				judgeTS(t, tc.era, stdout.Bytes(), serverLog)
+				wantCause := "cancelled by the client"
+				if tc.era == "modern" && transport == "http" {
+					wantCause = "client closed the request stream"
+				}
+				judgeTS(t, tc.era, wantCause, stdout.Bytes(), serverLog)
 			})
 		}
 	}
@@ -76,8 +80,9 @@ type tsOutcome struct {
 }
 
 // judgeTS judges one run of scenario-client.mjs; serverLog returns the
-// server's log once done holds for it.
-func judgeTS(t *testing.T, era string, raw []byte, serverLog func(done func([]map[string]string) bool) []map[string]string) {
+// server's log once done holds for it, where the cancelled call must have
+// ended with wantCause.
+func judgeTS(t *testing.T, era, wantCause string, raw []byte, serverLog func(done func([]map[string]string) bool) []map[string]string) {
 	t.Helper()
 	var out struct {
 		ProtocolVersion string
@@ -144,10 +149,6 @@ func judgeTS(t *testing.T, era string, raw []byte, serverLog func(done func([]ma
 	// The server's side of the cancellation: the call ended cancelled by
 	// the client's signal, its handler stopped, and nothing was logged
 	// above INFO.
-	wantCause := "cancelled by the client"
-	if era == "modern" && strings.Contains(t.Name(), "http") {
-		wantCause = "client closed the request stream"
-	}
 	isCancelled := func(rec map[string]string) bool {
 		return rec["msg"] == "request" && rec["tool"] == s.Cancel.Tool && rec["outcome"] == "cancelled"
 	}

@@ -106,9 +106,20 @@ func TestClientAnswersTypeScriptServersElicitation(t *testing.T) {
 		}
 		return map[string]any{"action": "accept", "content": map[string]any{"name": "Ada"}}, nil
 	}
-	for _, transport := range []string{"stdio", "http"} {
-		t.Run(transport, func(t *testing.T) {
+	for _, tc := range []struct{ transport, handler string }{
+		{"stdio", "connection"}, {"http", "connection"}, {"stdio", "call"}, {"http", "call"},
+	} {
+		transport := tc.transport
+		t.Run(transport+"/"+tc.handler, func(t *testing.T) {
+			// The call's own handler answers when it is the call in flight:
+			// the SDK asks on the session's stream over HTTP, which names
+			// no call.
 			opts := &client.Options{OnRequest: answer, Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`)}}
+			var co *client.CallOptions
+			if tc.handler == "call" {
+				opts.OnRequest = nil
+				co = &client.CallOptions{OnRequest: answer}
+			}
 			var c *client.Client
 			var err error
 			if transport == "stdio" {
@@ -120,7 +131,7 @@ func TestClientAnswersTypeScriptServersElicitation(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			res, err := c.CallTool(context.Background(), "ask", nil, nil)
+			res, err := c.CallTool(context.Background(), "ask", nil, co)
 			if err != nil || res.IsError || len(res.Content) != 1 {
 				t.Fatalf("ask: %+v, %v", res, err)
 			}
