@@ -1,7 +1,7 @@
 // Package inspector_test runs the interop scenario with the MCP Inspector
 // CLI (@modelcontextprotocol/inspector 2.12.0, which validates results
 // against each tool's outputSchema) against `mcprel serve` over stdio and
-// Streamable HTTP, in both eras. Each step is one run of the CLI, as a user
+// Streamable HTTP, in both eras, directly and through `mcprel gateway`. Each step is one run of the CLI, as a user
 // would type it; the ledger's SQLite file carries the state from one to the
 // next. The CLI has no way to ask for progress or to cancel a call: the
 // SDK and Go client suites cover those.
@@ -53,6 +53,26 @@ func TestInspectorCLI(t *testing.T) {
 		})
 		t.Run("http-"+era, func(t *testing.T) {
 			url := startHTTP(t, ctx, bin)
+			runInspector(t, ctx, era, []string{"--server-url", url, "--transport", "http"})
+		})
+		// The same through mcprel gateway in front of mcprel serve: a
+		// gateway started by each CLI run over stdio (2026-07-28), one
+		// gateway over HTTP (2025-11-25). (The other pairs of era and
+		// transport cost a minute and are the Go and TypeScript clients'.)
+		t.Run("gateway-stdio-"+era, func(t *testing.T) {
+			if era != "modern" {
+				t.Skip("run in the 2026-07-28 era only")
+			}
+			up := startHTTP(t, ctx, bin, "serve")
+			// No --log-level here: the Inspector takes it for its own flag.
+			runInspector(t, ctx, era, []string{bin, "gateway", "--stdio", "--db", filepath.Join(t.TempDir(), "gateway.db"), "--upstream", "demo=" + up})
+		})
+		t.Run("gateway-http-"+era, func(t *testing.T) {
+			if era != "legacy" {
+				t.Skip("run in the 2025-11-25 era only")
+			}
+			up := startHTTP(t, ctx, bin, "serve")
+			url := startHTTP(t, ctx, bin, "gateway", "--upstream", "demo="+up)
 			runInspector(t, ctx, era, []string{"--server-url", url, "--transport", "http"})
 		})
 	}
@@ -112,10 +132,15 @@ func runInspector(t *testing.T, ctx context.Context, era string, target []string
 	}
 }
 
-// startHTTP starts `mcprel serve --http` and returns its endpoint URL.
-func startHTTP(t *testing.T, ctx context.Context, bin string) string {
+// startHTTP starts `mcprel serve --http` (or the command given, with
+// its arguments: a gateway) and returns its endpoint URL.
+func startHTTP(t *testing.T, ctx context.Context, bin string, command ...string) string {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, bin, "serve", "--http", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "ledger.db"), "--log-level", "warn")
+	if len(command) == 0 {
+		command = []string{"serve"}
+	}
+	args := append(slices.Clone(command), "--http", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "ledger.db"), "--log-level", "warn")
+	cmd := exec.CommandContext(ctx, bin, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
