@@ -46,6 +46,10 @@ func DialStdio(ctx context.Context, command []string, opts *Options) (*Client, e
 func spawn(command []string, o Options, stats *counters) (transport, error) {
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stderr = o.Stderr
+	ownGroup(cmd)
+	// Once the server has exited, what it started may still hold its
+	// stderr open: Close waits for that no longer than StopGrace.
+	cmd.WaitDelay = o.StopGrace
 	if len(o.Env) > 0 {
 		cmd.Env = append(os.Environ(), o.Env...)
 	}
@@ -295,7 +299,10 @@ func (t *stdioTransport) lost() {
 func (t *stdioTransport) done() <-chan struct{} { return t.gone }
 
 // close ends the child the way MCP's stdio transport says: stdin closed,
-// then SIGTERM, then SIGKILL, grace apart.
+// then SIGTERM, then SIGKILL, grace apart — to its whole process group,
+// so that what it started (the node process under npx) ends with it. A
+// group that outlives its leader (a child the server left running) gets
+// the same two signals once the leader has exited.
 //
 // What is queued (a cancellation) is written first, but within the same
 // first grace period: a server that does not read its stdin gets no
@@ -312,6 +319,7 @@ func (t *stdioTransport) close(grace time.Duration) error {
 	}
 	done := make(chan error, 1)
 	go func() { done <- t.cmd.Wait() }()
+	exited := false
 	for i, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		wait := grace
 		if i == 0 {
@@ -319,15 +327,38 @@ func (t *stdioTransport) close(grace time.Duration) error {
 		}
 		timer := time.NewTimer(wait)
 		select {
-		case err := <-done:
+		case err = <-done:
 			timer.Stop()
-			return exitError(err)
+			exited = true
 		case <-timer.C:
-			t.opts.Logger.Warn("the server did not exit; signalling it", "signal", sig.String())
-			t.cmd.Process.Signal(sig)
+			t.opts.Logger.Warn("the server did not exit; signalling it and what it started", "signal", sig.String())
+			signalGroup(t.cmd, sig)
+			continue
 		}
+		break
 	}
-	return exitError(<-done)
+	if !exited {
+		err = <-done
+	}
+	t.endGroup(grace)
+	return exitError(err)
+}
+
+// endGroup stops what is left of the server's process group after its
+// leader exited: SIGTERM, then SIGKILL grace later if any remains.
+func (t *stdioTransport) endGroup(grace time.Duration) {
+	if !groupAlive(t.cmd) {
+		return
+	}
+	t.opts.Logger.Warn("the server exited and left processes running; stopping them")
+	signalGroup(t.cmd, syscall.SIGTERM)
+	end := time.Now().Add(grace)
+	for groupAlive(t.cmd) && time.Now().Before(end) {
+		time.Sleep(10 * time.Millisecond) // a group has no wait: poll it, within grace
+	}
+	if groupAlive(t.cmd) {
+		signalGroup(t.cmd, syscall.SIGKILL)
+	}
 }
 
 // exitError keeps a server's nonzero exit from reading as a client
