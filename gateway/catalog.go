@@ -110,6 +110,7 @@ func (l *link) relist(ctx context.Context, c *client.Client) {
 	}
 	if ok {
 		l.listedOnce.Do(func() { close(l.firstListed) })
+		l.g.obs.UpstreamEvent(UpstreamEvent{Upstream: l.up.Name, Kind: EventListed})
 	}
 }
 

@@ -50,6 +50,7 @@ const (
 	EventConnectFailed EventKind = "connect_failed" // a (re)connection attempt failed
 	EventDied          EventKind = "died"           // a connection (a stdio process, an HTTP+SSE stream) ended
 	EventReconnected   EventKind = "reconnected"    // connected again after a failure or a death
+	EventListed        EventKind = "listed"         // its tools, prompts and resources were listed (again) and are served
 	EventCircuit       EventKind = "circuit"        // the circuit's state, see Circuit
 )
 

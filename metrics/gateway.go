@@ -81,7 +81,7 @@ func NewGateway(reg prometheus.Registerer, namespace string, upstreams func() []
 			Help: "Forwarded requests whose downstream cancellation or deadline was carried upstream as the upstream's own cancellation, by upstream."},
 			[]string{"upstream"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "upstream_events_total",
-			Help: "What happened to upstream connections, by upstream and kind: connect_failed, died (a stdio process or an HTTP+SSE stream ended), reconnected."},
+			Help: "What happened to upstream connections, by upstream and kind: connect_failed, died (a stdio process or an HTTP+SSE stream ended), reconnected, listed (its tools, prompts and resources listed again, after a connection or a list change)."},
 			[]string{"upstream", "kind"}),
 		state: newUpstreamCollector(namespace, upstreams),
 	}

@@ -74,6 +74,7 @@ type Front struct {
 	Gateway *gateway.Gateway
 	srv     *server.Server
 	url     string
+	listed  chan struct{} // a listing of the peer was served
 }
 
 // Start puts a gateway in front of p.
@@ -86,7 +87,10 @@ func Start(t *testing.T, p Peer, opts gateway.Options) *Front {
 	if opts.Policy == nil {
 		opts.Policy = &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"wait": {Idle: WaitIdle, Max: WaitMax}}}
 	}
-	f := &Front{srv: mcptest.NewServer(t, &server.Options{ProgressInterval: time.Millisecond})}
+	f := &Front{srv: mcptest.NewServer(t, &server.Options{ProgressInterval: time.Millisecond}), listed: make(chan struct{}, 1)}
+	if opts.Observer == nil {
+		opts.Observer = listings{f.listed}
+	}
 	gw, err := gateway.New(f.srv, &opts)
 	if err != nil {
 		t.Fatal(err)
@@ -109,6 +113,33 @@ func Start(t *testing.T, p Peer, opts gateway.Options) *Front {
 	t.Cleanup(hs.Close)
 	f.url = hs.URL
 	return f
+}
+
+// AwaitTool waits until the gateway serves a tool of that name: one a
+// peer registers after the handshake and announces with list_changed.
+func (f *Front) AwaitTool(t *testing.T, name string) {
+	t.Helper()
+	deadline := time.After(mcptest.Timeout)
+	for !f.srv.HasTool(name) {
+		select {
+		case <-f.listed:
+		case <-deadline:
+			t.Fatalf("the gateway never served %s", name)
+		}
+	}
+}
+
+// listings tells a Front when the peer was listed.
+type listings struct{ listed chan struct{} }
+
+func (l listings) Forwarded(gateway.ForwardRecord) {}
+func (l listings) UpstreamEvent(e gateway.UpstreamEvent) {
+	if e.Kind == gateway.EventListed {
+		select {
+		case l.listed <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Dial connects a client to the gateway as d says.
