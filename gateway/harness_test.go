@@ -137,14 +137,31 @@ func (u *upstream) sessionCount() int {
 // front is a gateway with its server, reached by downstream clients over
 // Streamable HTTP.
 type front struct {
-	srv *server.Server
-	gw  *gateway.Gateway
-	url string
+	srv    *server.Server
+	gw     *gateway.Gateway
+	url    string
+	listed chan struct{} // a listing was served (when the test set no Observer)
+}
+
+// listings is an observer that tells a front when a listing was served.
+type listings chan struct{}
+
+func (l listings) Forwarded(gateway.ForwardRecord) {}
+func (l listings) UpstreamEvent(e gateway.UpstreamEvent) {
+	if e.Kind == gateway.EventListed {
+		select {
+		case l <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func newFront(t *testing.T, opts gateway.Options, hopts *streamhttp.HandlerOptions) *front {
 	t.Helper()
-	f := &front{srv: mcptest.NewServer(t, &server.Options{ProgressInterval: time.Nanosecond})}
+	f := &front{srv: mcptest.NewServer(t, &server.Options{ProgressInterval: time.Nanosecond}), listed: make(chan struct{}, 1)}
+	if opts.Observer == nil {
+		opts.Observer = listings(f.listed)
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -1,7 +1,9 @@
 package gateway_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/transport/stdio"
@@ -23,11 +26,56 @@ import (
 const stdioUpstreamEnv = "MCPREL_GATEWAY_TEST_UPSTREAM"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(stdioUpstreamEnv) != "" {
+	switch os.Getenv(stdioUpstreamEnv) {
+	case "":
+		os.Exit(m.Run())
+	case "late":
+		serveLateUpstream()
+	default:
 		serveStdioUpstream()
-		return
 	}
-	os.Exit(m.Run())
+}
+
+// serveLateUpstream is a hand-written 2025-era stdio server whose tool
+// "stubborn" reports progress, ignores its cancellation and answers right
+// after it; "echo" answers at once. It answers in the order it reads.
+func serveLateUpstream() {
+	out := bufio.NewWriter(os.Stdout)
+	write := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...); out.Flush() }
+	var stubborn jsonrpc.ID
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		m, err := jsonrpc.Decode(append([]byte(nil), sc.Bytes()...))
+		if err != nil {
+			continue
+		}
+		id := string(m.ID.AppendJSON(nil))
+		var p struct {
+			Name      string
+			RequestID jsonrpc.ID `json:"requestId"`
+			Meta      struct {
+				ProgressToken json.RawMessage `json:"progressToken"`
+			} `json:"_meta"`
+		}
+		json.Unmarshal(m.Params, &p)
+		switch {
+		case m.Method == mcp.MethodInitialize:
+			write(`{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"late","version":"1"}}}`, id)
+		case m.Method == mcp.MethodToolsList:
+			write(`{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"stubborn","inputSchema":{"type":"object"}},{"name":"echo","inputSchema":{"type":"object"}}]}}`, id)
+		case m.Method == mcp.MethodToolsCall && p.Name == "stubborn":
+			stubborn = m.ID
+			write(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":%s,"progress":1}}`, p.Meta.ProgressToken)
+		case m.Method == mcp.MethodToolsCall:
+			write(`{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"echo"}]}}`, id)
+		case m.Method == mcp.NotificationCancelled && p.RequestID == stubborn:
+			write(`{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"too late"}]}}`, stubborn.AppendJSON(nil))
+		case m.Kind == jsonrpc.KindRequest && m.Method != mcp.MethodDiscover:
+			write(`{"jsonrpc":"2.0","id":%s,"result":{}}`, id)
+		case m.Kind == jsonrpc.KindRequest:
+			write(`{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"method not found"}}`, id)
+		}
+	}
 }
 
 func serveStdioUpstream() {
