@@ -114,136 +114,130 @@ func (l *link) relist(ctx context.Context, c *client.Client) {
 	}
 }
 
-// syncTools registers l's tools and removes the ones it no longer lists.
-func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
+// listing is how one kind of what an upstream lists — tools, prompts,
+// resources, templates — is served.
+type listing[T any] struct {
+	what    string           // in log lines
+	entries map[string]entry // the catalog's, by downstream name (or URI)
+	// names are the upstream's name for an item and the downstream's.
+	names func(T) (up, down string)
+	// def is what is compared to register again only what changed.
+	def    func(T) []byte
+	add    func(down string, item T) error
+	remove func(down string)
+}
+
+// serveListing registers what l lists of one kind and removes what it no longer
+// lists. A downstream name (or URI) two upstreams list is the earlier
+// upstream's, in the order given: a later one yields it, and an earlier
+// one that lists it after a later one takes it over.
+func serveListing[T any](g *Gateway, l *link, ls listing[T], items []T) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	seen := map[string]bool{}
-	for _, t := range tools {
-		name := l.downstreamName(t.Name)
-		if prev, ok := g.catalog.tools[name]; ok && prev.link != l {
-			l.log.Warn("gateway: two upstreams list a tool of the same name; the first keeps it", "tool", name, "kept_by", prev.link.up.Name)
+	for _, it := range items {
+		up, down := ls.names(it)
+		if seen[down] {
+			l.log.Warn("gateway: the upstream lists a name twice; the first is kept", ls.what, down)
 			continue
 		}
-		if seen[name] {
-			l.log.Warn("gateway: the upstream lists a tool name twice; the first is kept", "tool", name)
+		prev, had := ls.entries[down]
+		if had && prev.link != l && prev.link.index < l.index {
+			l.log.Warn("gateway: two upstreams list the same name; the first keeps it", ls.what, down, "kept_by", prev.link.up.Name)
 			continue
 		}
-		seen[name] = true
-		tp := g.opts.Policy.forTool(name)
-		def, _ := json.Marshal(struct {
-			T mcp.Tool
-			P ToolPolicy
-		}{t, tp})
-		if prev, ok := g.catalog.tools[name]; ok && bytes.Equal(prev.def, def) {
+		seen[down] = true
+		def := ls.def(it)
+		if had && prev.link == l && bytes.Equal(prev.def, def) {
 			continue
 		}
-		st := server.Tool{
-			// The upstream judges its own arguments: it may read its
-			// schema otherwise than this server would, and take some from
-			// elsewhere (a key in _meta).
-			Unchecked: true,
-			Name:      name, Title: t.Title, Description: t.Description,
-			InputSchema: t.InputSchema, OutputSchema: t.OutputSchema,
-			Annotations: t.Annotations, Meta: upstreamMeta(t.Meta),
-			Policy: server.Policy{Retry: tp.Retry, IdleTimeout: tp.Idle, MaxTimeout: tp.Max, Group: l.group},
+		if had && prev.link != l {
+			l.log.Warn("gateway: two upstreams list the same name; the first takes it", ls.what, down, "from", prev.link.up.Name)
 		}
-		if err := g.srv.AddTool(st, l.forwardTool(t.Name, tp)); err != nil {
-			l.log.Warn("gateway: the upstream's tool cannot be served; left out", "tool", t.Name, "err", err)
-			delete(g.catalog.tools, name)
-			continue
-		}
-		g.catalog.tools[name] = entry{link: l, name: t.Name, def: def}
-	}
-	for name, e := range g.catalog.tools {
-		if e.link == l && !seen[name] {
-			g.srv.RemoveTool(name)
-			delete(g.catalog.tools, name)
-		}
-	}
-}
-
-// syncPrompts registers l's prompts, named as its tools are.
-func (g *Gateway) syncPrompts(l *link, prompts []mcp.Prompt) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	seen := map[string]bool{}
-	for _, p := range prompts {
-		name := l.downstreamName(p.Name)
-		if prev, ok := g.catalog.prompts[name]; (ok && prev.link != l) || seen[name] {
-			l.log.Warn("gateway: a prompt of this name is already served; left out", "prompt", name)
-			continue
-		}
-		seen[name] = true
-		def, _ := json.Marshal(p)
-		if prev, ok := g.catalog.prompts[name]; ok && bytes.Equal(prev.def, def) {
-			continue
-		}
-		dp := p
-		dp.Name = name
-		if err := g.srv.AddPrompt(dp, l.forwardPrompt(p.Name)); err != nil {
-			l.log.Warn("gateway: the upstream's prompt cannot be served; left out", "prompt", p.Name, "err", err)
-			continue
-		}
-		g.catalog.prompts[name] = entry{link: l, name: p.Name, def: def}
-	}
-	for name, e := range g.catalog.prompts {
-		if e.link == l && !seen[name] {
-			g.srv.RemovePrompt(name)
-			delete(g.catalog.prompts, name)
-		}
-	}
-}
-
-// syncResources registers l's resources under their own URIs: a URI
-// another upstream already serves stays with it.
-func (g *Gateway) syncResources(l *link, resources []mcp.Resource) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	seen := map[string]bool{}
-	for _, r := range resources {
-		if prev, ok := g.catalog.resources[r.URI]; (ok && prev.link != l) || seen[r.URI] {
-			l.log.Warn("gateway: a resource of this URI is already served; left out", "uri", r.URI)
-			continue
-		}
-		seen[r.URI] = true
-		def, _ := json.Marshal(r)
-		if prev, ok := g.catalog.resources[r.URI]; ok && bytes.Equal(prev.def, def) {
-			continue
-		}
-		if err := g.srv.AddResource(r, l.forwardRead()); err != nil {
-			l.log.Warn("gateway: the upstream's resource cannot be served; left out", "uri", r.URI, "err", err)
-			continue
-		}
-		g.catalog.resources[r.URI] = entry{link: l, name: r.URI, def: def}
-	}
-	for uri, e := range g.catalog.resources {
-		if e.link == l && !seen[uri] {
-			g.srv.RemoveResource(uri)
-			delete(g.catalog.resources, uri)
-		}
-	}
-}
-
-// syncTemplates registers l's resource templates. The server keeps no
-// way to remove a template, so one an upstream stops listing stays listed
-// and its reads are forwarded (and refused by the upstream).
-func (g *Gateway) syncTemplates(l *link, templates []mcp.ResourceTemplate) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, t := range templates {
-		if prev, ok := g.catalog.templates[t.URITemplate]; ok {
-			if prev.link != l {
-				l.log.Warn("gateway: a resource template of this URI is already served; left out", "uriTemplate", t.URITemplate)
+		if err := ls.add(down, it); err != nil {
+			l.log.Warn("gateway: what the upstream lists cannot be served; left out", ls.what, up, "err", err)
+			if had && prev.link == l {
+				ls.remove(down) // its earlier definition is stale
+				delete(ls.entries, down)
 			}
 			continue
 		}
-		if err := g.srv.AddResourceTemplate(t, l.forwardRead()); err != nil {
-			l.log.Warn("gateway: the upstream's resource template cannot be served; left out", "uriTemplate", t.URITemplate, "err", err)
-			continue
-		}
-		g.catalog.templates[t.URITemplate] = entry{link: l, name: t.URITemplate}
+		ls.entries[down] = entry{link: l, name: up, def: def}
 	}
+	for down, e := range ls.entries {
+		if e.link == l && !seen[down] {
+			ls.remove(down)
+			delete(ls.entries, down)
+		}
+	}
+}
+
+// syncTools serves l's tools.
+func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
+	serveListing(g, l, listing[mcp.Tool]{
+		what: "tool", entries: g.catalog.tools,
+		names: func(t mcp.Tool) (string, string) { return t.Name, l.downstreamName(t.Name) },
+		def: func(t mcp.Tool) []byte {
+			b, _ := json.Marshal(struct {
+				T mcp.Tool
+				P ToolPolicy
+			}{t, g.opts.Policy.forTool(l.downstreamName(t.Name))})
+			return b
+		},
+		add: func(name string, t mcp.Tool) error {
+			tp := g.opts.Policy.forTool(name)
+			return g.srv.AddTool(server.Tool{
+				// The upstream judges its own arguments: it may read its
+				// schema otherwise than this server would, and take some
+				// from elsewhere (a key in _meta).
+				Unchecked: true,
+				Name:      name, Title: t.Title, Description: t.Description,
+				InputSchema: t.InputSchema, OutputSchema: t.OutputSchema,
+				Annotations: t.Annotations, Meta: upstreamMeta(t.Meta),
+				Policy: server.Policy{Retry: tp.Retry, IdleTimeout: tp.Idle, MaxTimeout: tp.Max, Group: l.group},
+			}, l.forwardTool(t.Name, tp))
+		},
+		remove: func(name string) { g.srv.RemoveTool(name) },
+	}, tools)
+}
+
+// syncPrompts serves l's prompts, named as its tools are.
+func (g *Gateway) syncPrompts(l *link, prompts []mcp.Prompt) {
+	serveListing(g, l, listing[mcp.Prompt]{
+		what: "prompt", entries: g.catalog.prompts,
+		names: func(p mcp.Prompt) (string, string) { return p.Name, l.downstreamName(p.Name) },
+		def:   func(p mcp.Prompt) []byte { b, _ := json.Marshal(p); return b },
+		add: func(name string, p mcp.Prompt) error {
+			up := p.Name
+			p.Name = name
+			return g.srv.AddPrompt(p, l.forwardPrompt(up))
+		},
+		remove: func(name string) { g.srv.RemovePrompt(name) },
+	}, prompts)
+}
+
+// syncResources serves l's resources under their own URIs.
+func (g *Gateway) syncResources(l *link, resources []mcp.Resource) {
+	serveListing(g, l, listing[mcp.Resource]{
+		what: "uri", entries: g.catalog.resources,
+		names:  func(r mcp.Resource) (string, string) { return r.URI, r.URI },
+		def:    func(r mcp.Resource) []byte { b, _ := json.Marshal(r); return b },
+		add:    func(_ string, r mcp.Resource) error { return g.srv.AddResource(r, l.forwardRead()) },
+		remove: func(uri string) { g.srv.RemoveResource(uri) },
+	}, resources)
+}
+
+// syncTemplates serves l's resource templates under their own URIs.
+func (g *Gateway) syncTemplates(l *link, templates []mcp.ResourceTemplate) {
+	serveListing(g, l, listing[mcp.ResourceTemplate]{
+		what: "uriTemplate", entries: g.catalog.templates,
+		names: func(t mcp.ResourceTemplate) (string, string) { return t.URITemplate, t.URITemplate },
+		def:   func(t mcp.ResourceTemplate) []byte { b, _ := json.Marshal(t); return b },
+		add: func(_ string, t mcp.ResourceTemplate) error {
+			return g.srv.AddResourceTemplate(t, l.forwardRead())
+		},
+		remove: func(uri string) { g.srv.RemoveResourceTemplate(uri) },
+	}, templates)
 }
 
 // ownsResource reports whether a resource updated upstream is one l

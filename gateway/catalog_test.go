@@ -165,8 +165,12 @@ func TestLateResponseIsCounted(t *testing.T) {
 	<-reached // the upstream has the call
 	cancel()
 	<-done
-	// The upstream answers in order: by the time echo's answer is read,
-	// the late one before it was too.
+	// The gateway's handler ends once it has queued the upstream's
+	// cancellation; echo is written after it, and the upstream answers in
+	// order: by the time echo's answer is read, the late one was too.
+	if r := f.awaitForward(t, "stubborn"); r.Outcome != gateway.OutcomeCancelled || !r.CancelPropagated {
+		t.Fatalf("the stubborn call was recorded %+v", r)
+	}
 	res, err := c.CallTool(context.Background(), "echo", nil, nil)
 	if err != nil || text(res) != "echo" {
 		t.Fatalf("echo after the late answer: %+v, %v", res, err)

@@ -69,7 +69,7 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy) server.ToolHandle
 			return nil, err
 		}
 		if st.Held != "" {
-			res, err := l.g.resume(f.ctx, call, st)
+			res, err := l.g.resume(f.ctx, call, st, &f.rec)
 			f.settle(res, err)
 			return res, err
 		}
@@ -120,13 +120,14 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy) server.ToolHandle
 				defer cancel(nil)
 				res, err := c.CallTool(cctx, upstreamTool, args, o)
 				l.record(err)
+				var rec ForwardRecord
 				if err != nil {
-					err = l.callFailure(cctx, err, tp, &ForwardRecord{})
+					err = l.callFailure(cctx, err, tp, &rec)
 				}
-				h.ended <- heldEnd{res, err}
+				h.ended <- heldEnd{res, err, rec.CancelPropagated}
 			}()
 			f.rec.Reached = true
-			res, err := h.serve(f.ctx, call, l.up.Name)
+			res, err := h.serve(f.ctx, call, l.up.Name, &f.rec)
 			f.rec.InUpstream = time.Since(f.start)
 			f.settle(res, err)
 			return res, err

@@ -93,6 +93,9 @@ func TestDownstreamCancellationReachesUpstream(t *testing.T) {
 				if err := <-done; !errors.As(err, &ce) {
 					t.Fatalf("the downstream call ended with %v", err)
 				}
+				if r := f.awaitForward(t, "hang"); r.Outcome != gateway.OutcomeCancelled || !r.CancelPropagated {
+					t.Fatalf("the cancelled call was recorded %+v, want cancelled and carried upstream", r)
+				}
 				res, err := c.CallTool(context.Background(), "echo", map[string]any{"text": "after"}, nil)
 				must(t, err)
 				if !strings.Contains(structured(res), "after") {

@@ -137,30 +137,57 @@ func (u *upstream) sessionCount() int {
 // front is a gateway with its server, reached by downstream clients over
 // Streamable HTTP.
 type front struct {
-	srv    *server.Server
-	gw     *gateway.Gateway
-	url    string
-	listed chan struct{} // a listing was served (when the test set no Observer)
+	srv *server.Server
+	gw  *gateway.Gateway
+	url string
+	// When the test set no Observer: a listing was served, a request was
+	// forwarded (its record, the last 64 kept).
+	listed    chan struct{}
+	forwarded chan gateway.ForwardRecord
 }
 
-// listings is an observer that tells a front when a listing was served.
-type listings chan struct{}
+// frontObserver tells a front what its gateway did.
+type frontObserver struct{ f *front }
 
-func (l listings) Forwarded(gateway.ForwardRecord) {}
-func (l listings) UpstreamEvent(e gateway.UpstreamEvent) {
+func (o frontObserver) Forwarded(r gateway.ForwardRecord) {
+	select {
+	case o.f.forwarded <- r:
+	default:
+	}
+}
+
+func (o frontObserver) UpstreamEvent(e gateway.UpstreamEvent) {
 	if e.Kind == gateway.EventListed {
 		select {
-		case l <- struct{}{}:
+		case o.f.listed <- struct{}{}:
 		default:
+		}
+	}
+}
+
+// awaitForward returns the record of the next request forwarded to the
+// tool or prompt name.
+func (f *front) awaitForward(t *testing.T, name string) gateway.ForwardRecord {
+	t.Helper()
+	deadline := time.After(wait)
+	for {
+		select {
+		case r := <-f.forwarded:
+			if r.Name == name {
+				return r
+			}
+		case <-deadline:
+			t.Fatalf("no request to %s was forwarded", name)
 		}
 	}
 }
 
 func newFront(t *testing.T, opts gateway.Options, hopts *streamhttp.HandlerOptions) *front {
 	t.Helper()
-	f := &front{srv: mcptest.NewServer(t, &server.Options{ProgressInterval: time.Nanosecond}), listed: make(chan struct{}, 1)}
+	f := &front{srv: mcptest.NewServer(t, &server.Options{ProgressInterval: time.Nanosecond}),
+		listed: make(chan struct{}, 1), forwarded: make(chan gateway.ForwardRecord, 64)}
 	if opts.Observer == nil {
-		opts.Observer = listings(f.listed)
+		opts.Observer = frontObserver{f}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

@@ -74,6 +74,8 @@ type answer struct {
 type heldEnd struct {
 	res *mcp.CallToolResult
 	err error
+	// propagated: the call was cancelled and the upstream told.
+	propagated bool
 }
 
 // errInputExpired ends a held call that no retry resumed in time.
@@ -156,11 +158,12 @@ func (h *held) ask(ctx context.Context, method string, params json.RawMessage) (
 // does next: it ends the call, or it asks (the request then ends with
 // input_required and the call waits for a retry), or the downstream
 // request ends first (the upstream call is cancelled).
-func (h *held) serve(ctx context.Context, call *server.CallRequest, upstream string) (*mcp.CallToolResult, error) {
+func (h *held) serve(ctx context.Context, call *server.CallRequest, upstream string, rec *ForwardRecord) (*mcp.CallToolResult, error) {
 	for {
 		select {
 		case e := <-h.ended:
 			h.g.unhold(h)
+			rec.CancelPropagated = e.propagated
 			return e.res, e.err
 		case q := <-h.asked:
 			qs := []*question{q}
@@ -187,7 +190,7 @@ func (h *held) serve(ctx context.Context, call *server.CallRequest, upstream str
 			// upstream call is cancelled its own way, and its end waited
 			// for.
 			h.cancel(context.Cause(ctx))
-			<-h.ended
+			rec.CancelPropagated = (<-h.ended).propagated
 			h.g.unhold(h)
 			return nil, context.Cause(ctx)
 		}
@@ -236,7 +239,7 @@ func (h *held) expire(round int) {
 // resume is a downstream retry of a parked call: the answers it carries
 // go upstream, and the retry serves the call from there. Answers the retry
 // lacks are asked again.
-func (g *Gateway) resume(ctx context.Context, call *server.CallRequest, st relayState) (*mcp.CallToolResult, error) {
+func (g *Gateway) resume(ctx context.Context, call *server.CallRequest, st relayState, rec *ForwardRecord) (*mcp.CallToolResult, error) {
 	g.heldMu.Lock()
 	h := g.held[st.Held]
 	switch {
@@ -269,5 +272,5 @@ func (g *Gateway) resume(ctx context.Context, call *server.CallRequest, st relay
 	if len(missing) > 0 {
 		return nil, h.park(call, st.Upstream, missing)
 	}
-	return h.serve(ctx, call, st.Upstream)
+	return h.serve(ctx, call, st.Upstream, rec)
 }

@@ -107,6 +107,20 @@ func (s *Server) RemoveResource(uri string) bool {
 	return ok
 }
 
+// RemoveResourceTemplate unregisters a resource template. Reads already
+// running finish normally.
+func (s *Server) RemoveResourceTemplate(uriTemplate string) bool {
+	s.mu.Lock()
+	n := len(s.templates)
+	s.templates = slices.DeleteFunc(s.templates, func(x *registeredTemplate) bool { return x.def.URITemplate == uriTemplate })
+	ok := len(s.templates) < n
+	s.mu.Unlock()
+	if ok {
+		s.listChanged(kindResources)
+	}
+	return ok
+}
+
 // NotFound returns the protocol error for a resource that does not exist:
 // -32002 in the legacy era, -32602 in the modern one, with the URI in data.
 func NotFound(req *ReadRequest) *jsonrpc.Error {
