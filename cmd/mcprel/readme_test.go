@@ -6,8 +6,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/mcprel/mcprel/internal/interop/everything"
 )
 
 // readmeLine is a command line of one of the README's sh blocks, with the
@@ -65,6 +68,8 @@ func TestReadmeCommandLinesAreTested(t *testing.T) {
 		{regexp.MustCompile(`^go build -o bin/mcprel \./cmd/mcprel$`), "TestReadmeDemoAndBuildLines"},
 		{regexp.MustCompile(`^make check$`), ".ci/run (CI runs exactly this)"},
 		{regexp.MustCompile(`^bin/mcprel serve --http `), "TestReadmeCallAndReviewLines (starts the endpoint the call lines use)"},
+		{regexp.MustCompile(`^bin/mcprel gateway `), "TestReadmeGatewayLines (starts the endpoint its call lines use)"},
+		{regexp.MustCompile(`^bin/mcprel call --url http://127\.0\.0\.1:8081/`), "TestReadmeGatewayLines"},
 		{regexp.MustCompile(`^bin/mcprel (call|review) `), "TestReadmeCallAndReviewLines"},
 		{regexp.MustCompile(`^npx @modelcontextprotocol/inspector@`), "internal/interop/inspector TestReadmeInspectorLines"},
 		{regexp.MustCompile(`^(git clone <this repository> mcprel|cd your-server && go mod init example\.com/your-server|go work init \. \.\./mcprel)$`), "TestReadmeLibrarySetup"},
@@ -118,6 +123,9 @@ func TestReadmeCallAndReviewLines(t *testing.T) {
 	url, _, _ := startHTTPAt(t, words[3], nil, words[4:]...)
 	var lines []readmeLine
 	for _, l := range readmeShellLines(t) {
+		if strings.Contains(l.text, gatewayURL) {
+			continue // TestReadmeGatewayLines
+		}
 		if strings.HasPrefix(l.text, "bin/mcprel call ") || strings.HasPrefix(l.text, "bin/mcprel review ") {
 			lines = append(lines, l)
 		}
@@ -139,6 +147,63 @@ func TestReadmeCallAndReviewLines(t *testing.T) {
 		}
 		t.Logf("README.md:%d works: %s", l.number, l.text)
 	}
+}
+
+// gatewayURL is the endpoint the README's gateway line serves.
+const gatewayURL = "http://127.0.0.1:8081/mcp"
+
+// The README's "mcprel gateway" line and the call lines that use it work
+// as written, in order, with server-everything as `npm ci` installed it
+// in internal/interop/everything standing in for what `npx -y` would
+// download, and a free port for 8081: its echo answers, its long-running
+// operation reports progress to the end.
+func TestReadmeGatewayLines(t *testing.T) {
+	everything.Require(t)
+	dir := t.TempDir()
+	gw := readmeLinesWith(t, "bin/mcprel gateway ")[0]
+	npx := "npx -y @modelcontextprotocol/server-everything@2026.8.31"
+	if !strings.Contains(gw.text, npx) || !strings.Contains(gw.text, "127.0.0.1:8081") {
+		t.Fatalf("README.md:%d: %q no longer runs %q on 127.0.0.1:8081; change this test with it", gw.number, gw.text, npx)
+	}
+	local := strings.Join(quoted(everything.Command(t)), " ")
+	cmdline := strings.NewReplacer(npx, local, "127.0.0.1:8081", "127.0.0.1:0", "$PWD", dir).Replace(gw.text)
+	words, err := splitCommand(cmdline)
+	if err != nil {
+		t.Fatalf("README.md:%d: %v", gw.number, err)
+	}
+	url, _, _ := startEndpoint(t, nil, words[1:]...)
+	want := map[string]string{"echo": "Echo: hello", "trigger-long-running-operation": "Long running operation completed"}
+	for _, l := range readmeLinesWith(t, "bin/mcprel call --url "+gatewayURL) {
+		words, err := splitCommand(strings.NewReplacer(gatewayURL, url, "bin/mcprel", binary).Replace(l.text))
+		if err != nil {
+			t.Fatalf("README.md:%d: %v", l.number, err)
+		}
+		cmd := exec.Command(words[0], words[1:]...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		cmd.Run()
+		if code := cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("README.md:%d: %s\nexit %d\n%s\n%s", l.number, l.text, code, clipText(out.String()), errb.String())
+			continue
+		}
+		tool := words[4]
+		if !strings.Contains(out.String(), want[tool]) {
+			t.Errorf("README.md:%d: %s printed %s, want %q in it", l.number, l.text, clipText(out.String()), want[tool])
+		}
+		if tool == "trigger-long-running-operation" && !strings.Contains(errb.String(), "4/4") && !strings.Contains(errb.String(), "progress 4") {
+			t.Errorf("README.md:%d: no progress to the last step on stderr:\n%s", l.number, errb.String())
+		}
+		t.Logf("README.md:%d works: %s", l.number, l.text)
+	}
+}
+
+// quoted is words as shell words, each double-quoted.
+func quoted(words []string) []string {
+	out := make([]string, len(words))
+	for i, w := range words {
+		out[i] = strconv.Quote(w)
+	}
+	return out
 }
 
 // The README's first commands: the demo, run with go run from the
