@@ -376,3 +376,46 @@ func upstreamCancelled(era mcp.Era, cause error) bool {
 	}
 	return errors.Is(cause, server.ErrPeerCancelled)
 }
+
+// An open circuit is probed once its cooldown passes: when the upstream
+// answers again, the circuit closes, the upstream is listed again, and
+// calls are forwarded.
+func TestCircuitClosesWhenTheUpstreamIsBack(t *testing.T) {
+	u := newUpstream(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	addr := ln.Addr().String()
+	proxy := &http.Server{Handler: proxyTo(u.url)}
+	go proxy.Serve(ln)
+	ev := newEvents()
+	f := newFront(t, gateway.Options{
+		Upstreams:       []gateway.Upstream{{Name: "up", URL: "http://" + addr}},
+		CircuitFailures: 1,
+		CircuitCooldown: 20 * time.Millisecond,
+		Observer:        ev,
+		Client:          client.Options{HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}},
+	}, nil)
+	c := f.dial(t, mcp.Modern, nil)
+	proxy.Close()
+	res, err := c.CallTool(context.Background(), "echo", map[string]any{"text": "x"}, nil)
+	must(t, err)
+	if fail := failureOf(t, res); fail.Code != mcp.FailureUpstreamUnavailable {
+		t.Fatalf("with the upstream gone: %+v", fail)
+	}
+	if st := f.gw.Upstreams()[0]; st.Circuit != gateway.CircuitOpen {
+		t.Fatalf("the circuit is %s after a failure, want open", st.Circuit)
+	}
+	// The upstream comes back on the same address.
+	ln, err = net.Listen("tcp", addr)
+	must(t, err)
+	back := &http.Server{Handler: proxyTo(u.url)}
+	go back.Serve(ln)
+	t.Cleanup(func() { back.Close() })
+	for st := f.gw.Upstreams()[0]; st.Circuit != gateway.CircuitClosed; st = f.gw.Upstreams()[0] {
+		ev.waitFor(t, gateway.EventCircuit) // a probe decided
+	}
+	res, err = c.CallTool(context.Background(), "echo", map[string]any{"text": "back"}, nil)
+	if err != nil || !strings.Contains(structured(res), "back") {
+		t.Fatalf("after the circuit closed: %+v, %v", res, err)
+	}
+}

@@ -90,6 +90,9 @@ func serveStdioUpstream() {
 		fmt.Fprintln(os.Stderr, "upstream complaint: disk is full")
 		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("complained")}}, nil
 	})
+	srv.AddTool(server.Tool{Name: "pid"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text(fmt.Sprint(os.Getpid()))}}, nil
+	})
 	srv.AddTool(server.Tool{Name: "die"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
 		os.Exit(3) // mid-call, as a crashing server does
 		return nil, nil
