@@ -154,13 +154,7 @@ func (t *httpTransport) track(req outgoing, ex *exchange) func() {
 func (t *httpTransport) sole() *exchange {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.pending) != 1 {
-		return nil
-	}
-	for _, ex := range t.pending {
-		return ex
-	}
-	return nil
+	return soleOf(t.pending)
 }
 
 // route hands a message that arrived on a stream not its own to its

@@ -278,10 +278,16 @@ func (f *inflight) call(id jsonrpc.ID) *exchange {
 func (f *inflight) sole() *exchange {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.pending) != 1 {
+	return soleOf(f.pending)
+}
+
+// soleOf is the one exchange of pending, or nil when there are none or
+// several.
+func soleOf(pending map[jsonrpc.ID]*exchange) *exchange {
+	if len(pending) != 1 {
 		return nil
 	}
-	for _, ex := range f.pending {
+	for _, ex := range pending {
 		return ex
 	}
 	return nil
