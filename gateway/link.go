@@ -75,31 +75,36 @@ func (l *link) closeClient(c *client.Client) error {
 }
 
 // run keeps the upstream connected until ctx ends: it dials, lists,
-// serves list changes and probes, and when a stdio upstream dies starts it
-// again after a capped, jittered, steady backoff.
+// serves list changes and probes, and when a stdio upstream dies (or an
+// HTTP+SSE stream ends) connects again after a capped, jittered, steady
+// backoff. The backoff grows with consecutive failures — to connect, or
+// of a connection that died before it had lived RestartCap, a crash loop
+// — and starts over once a connection has lived that long.
 func (l *link) run(ctx context.Context) {
 	backoff := retry.Backoff{Base: l.g.opts.RestartBase, Cap: l.g.opts.RestartCap, Steady: true}
-	for attempt := 0; ctx.Err() == nil; attempt++ {
+	failures := 0 // consecutive, so far
+	next := func(kind EventKind, why string, err error) bool {
+		pause := backoff.Delay(failures, 0)
+		l.markDown(pause)
+		l.g.obs.UpstreamEvent(UpstreamEvent{Upstream: l.up.Name, Kind: kind, Failures: failures + 1, Next: pause})
+		l.log.Warn(why, "err", err, "failures", failures+1, "next_try", pause)
+		failures++
+		return sleep(ctx, pause)
+	}
+	for ctx.Err() == nil {
 		c, err := l.dial(ctx, "")
 		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			pause := backoff.Delay(attempt, 0)
-			l.markDown(pause)
-			l.log.Warn("gateway: could not connect to the upstream", "err", err, "next_try", pause)
-			l.g.obs.UpstreamEvent(UpstreamEvent{Upstream: l.up.Name, Kind: EventConnectFailed})
-			if !sleep(ctx, pause) {
+			if ctx.Err() != nil || !next(EventConnectFailed, "gateway: could not connect to the upstream", err) {
 				return
 			}
 			continue
 		}
+		connected := time.Now()
 		l.setPrimary(c)
-		if attempt > 0 || l.restartsSoFar() > 0 {
+		if failures > 0 || l.restartsSoFar() > 0 {
 			l.g.obs.UpstreamEvent(UpstreamEvent{Upstream: l.up.Name, Kind: EventReconnected})
 		}
 		l.log.Info("gateway: upstream connected", "era", c.ProtocolVersion(), "transport", string(l.up.Transport))
-		attempt = -1 // the next failure starts the backoff over
 		sub := l.listen(ctx, c)
 		l.relist(ctx, c)
 		alive := l.serve(ctx, c)
@@ -116,11 +121,10 @@ func (l *link) run(ctx context.Context) {
 		l.mu.Lock()
 		l.restarts++
 		l.mu.Unlock()
-		pause := backoff.Delay(0, 0)
-		l.markDown(pause)
-		l.g.obs.UpstreamEvent(UpstreamEvent{Upstream: l.up.Name, Kind: EventDied})
-		l.log.Warn("gateway: the upstream's connection ended; starting it again", "after", pause)
-		if !sleep(ctx, pause) {
+		if time.Since(connected) >= l.g.opts.RestartCap {
+			failures = 0 // it had recovered: this is a new failure, not a crash loop
+		}
+		if !next(EventDied, "gateway: the upstream's connection ended; connecting again", nil) {
 			return
 		}
 	}

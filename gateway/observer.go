@@ -59,6 +59,10 @@ type UpstreamEvent struct {
 	Upstream string
 	Kind     EventKind
 	Circuit  CircuitState // for EventCircuit
+	// For EventConnectFailed and EventDied: the consecutive failures so
+	// far, this one included, and the pause before the next attempt.
+	Failures int
+	Next     time.Duration
 }
 
 // UpstreamState is an upstream's state now.

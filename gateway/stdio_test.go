@@ -15,6 +15,7 @@ import (
 	"github.com/mcprel/mcprel/gateway"
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/retry"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/transport/stdio"
 )
@@ -31,8 +32,32 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	case "late":
 		serveLateUpstream()
+	case "crash":
+		serveCrashingUpstream()
 	default:
 		serveStdioUpstream()
+	}
+}
+
+// serveCrashingUpstream answers the handshake and the listing, then
+// exits: a server in a crash loop.
+func serveCrashingUpstream() {
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		m, err := jsonrpc.Decode(append([]byte(nil), sc.Bytes()...))
+		if err != nil || m.Kind != jsonrpc.KindRequest {
+			continue
+		}
+		id := string(m.ID.AppendJSON(nil))
+		switch m.Method {
+		case mcp.MethodInitialize:
+			fmt.Printf(`{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"crash","version":"1"}}}`+"\n", id)
+		case mcp.MethodToolsList:
+			fmt.Printf(`{"jsonrpc":"2.0","id":%s,"result":{"tools":[]}}`+"\n", id)
+			os.Exit(1)
+		default:
+			fmt.Printf(`{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"method not found"}}`+"\n", id)
+		}
 	}
 }
 
@@ -118,14 +143,17 @@ func (e *events) UpstreamEvent(ev gateway.UpstreamEvent) {
 }
 
 // waitFor returns once an event of kind arrives.
-func (e *events) waitFor(t *testing.T, kind gateway.EventKind) {
+func (e *events) waitFor(t *testing.T, kind gateway.EventKind) { t.Helper(); e.next(t, kind) }
+
+// next returns the next event of kind.
+func (e *events) next(t *testing.T, kind gateway.EventKind) gateway.UpstreamEvent {
 	t.Helper()
 	deadline := time.After(wait)
 	for {
 		select {
 		case ev := <-e.ch:
 			if ev.Kind == kind {
-				return
+				return ev
 			}
 		case <-deadline:
 			t.Fatalf("no %s event within %v", kind, wait)
@@ -247,4 +275,23 @@ func TestStdioUpstreamSupervised(t *testing.T) {
 	// The stderr line was written before the call answered; the gateway's
 	// reader may log it just after.
 	logs.waitLine(t, "upstream stderr", "upstream=local", "disk is full")
+}
+
+// A stdio upstream in a crash loop is started again after a backoff that
+// grows with each death in a row, never at a fixed pace.
+func TestCrashLoopBacksOff(t *testing.T) {
+	ev := newEvents()
+	newFront(t, gateway.Options{
+		Upstreams:   []gateway.Upstream{{Name: "crash", Command: []string{os.Args[0], "-test.run=^$"}, Env: []string{stdioUpstreamEnv + "=crash"}}},
+		Observer:    ev,
+		RestartBase: time.Millisecond,
+		RestartCap:  time.Hour, // no connection lives long enough to count as recovered
+	}, nil)
+	backoff := retry.Backoff{Base: time.Millisecond, Cap: time.Hour}
+	for want := 1; want <= 4; want++ {
+		e := ev.next(t, gateway.EventDied)
+		if e.Failures != want || e.Next >= backoff.Bound(want-1) {
+			t.Fatalf("death %d: failures %d, next try after %v; want %d, under %v", want, e.Failures, e.Next, want, backoff.Bound(want-1))
+		}
+	}
 }
