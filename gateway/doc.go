@@ -32,39 +32,58 @@
 // # Failures
 //
 // Upstream JSON-RPC errors stay JSON-RPC errors downstream, their codes
-// kept (a parse error, which speaks of the gateway's own framing, becomes
-// an internal error). An upstream's isError results pass through as they
+// kept (a parse error or an invalid request, which speak of the gateway's
+// own framing, become an internal error). An upstream's isError results pass through as they
 // are. An upstream that cannot be reached gives a retryable failed result
 // with code upstream_unavailable and a retryAfterMs; after
 // Options.CircuitFailures consecutive connection failures the upstream's
 // circuit opens and calls are refused at once until a ping to it succeeds.
 // A connection lost while a call was in flight gives outcome_unknown:
 // the upstream may have acted, so only a tool the policy calls read-only
-// says it may be retried.
+// says it may be retried. A stdio upstream that dies, or an HTTP+SSE
+// stream that ends, is connected again after a capped, jittered, steady
+// backoff that grows while it keeps failing, and everything it lists is
+// listed again.
 //
 // # Names
 //
 // With one upstream, names are unchanged. With several, tool and prompt
 // names are prefixed with the upstream's name and an underscore
 // ("github_create_issue"); an upstream name may not contain an
-// underscore, so two prefixed names never collide. A name that would pass
-// the 128-character rule, or that holds characters a tool name may not,
-// is shortened or mended and ends in a hash of the original. Resource
-// URIs are never renamed: when two upstreams list the same URI the first
-// upstream (in the order given) keeps it and the other is logged.
+// underscore, so two prefixed names never collide. A name the prefix
+// pushes past the 128-character rule, or that holds characters a tool
+// name may not, is shortened or mended and ends in a hash of the
+// original. Resource URIs are never renamed: when two upstreams list the
+// same URI (or, by a hash's chance, the same name) the first upstream in
+// the order given keeps it, and the other is logged. A tool's schema is
+// served as the upstream lists it and never applied here
+// (server.Tool.Unchecked): the upstream judges its own arguments.
 //
 // # Input the upstream asks for
 //
 // Requests an upstream sends during a call (elicitation, sampling, roots)
-// go to the downstream client that made the call: in the 2025 era as
-// requests on its session, in the 2026-07-28 era as the gateway's own
-// input_required result, whose requestState carries the upstream's (signed
-// by the server, bound to the tenant, the tool and the arguments). A
-// 2025-era upstream that asks a 2026-07-28 downstream mid-call is
-// answered with an error: that would need the upstream call kept open
-// across downstream requests, which the gateway does not do. A stdio
-// upstream's request is relayed only while a single call is in flight on
-// it (stdio carries no association); otherwise it is refused.
+// go to the downstream client that made the call, when it declared the
+// capability, and its answers back, in every pair of eras:
+//
+//   - to a 2025 client, as requests on its session (Request.CallClient);
+//   - to a 2026-07-28 client from a 2026-07-28 upstream, as the
+//     gateway's own input_required result, whose requestState carries the
+//     upstream's (signed by the server, bound to the tenant, the tool and
+//     the arguments); the client's retry continues the upstream's round
+//     (client.CallOptions.Input);
+//   - to a 2026-07-28 client from a 2025-era upstream, which asks with a
+//     request and waits with the call open: the call is held (see held),
+//     the downstream request ends with the gateway's input_required, and
+//     the client's retry brings the answers to the waiting upstream. A
+//     held call no retry resumes within Options.InputWait is cancelled
+//     upstream; Options.MaxHeld and MaxHeldPerTenant bound them.
+//
+// Transports that say which call a request belongs to (a Streamable HTTP
+// request's own stream, a 2026-07-28 round) are followed; where nothing
+// says (stdio, HTTP+SSE, a 2025 session's own stream) the request is the
+// call's only while it is the one call in flight on that connection, and
+// refused otherwise — never shown to a client it may not belong to.
+// Upstream.PerTenant gives each tenant a stdio process of its own.
 //
 // The package knows server, client, retry and mcp; it opens no listener
 // and parses no flags (package host assembles it, cmd/mcprel parses).
