@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"slices"
@@ -45,8 +46,15 @@ func TestForwardsAcrossEras(t *testing.T) {
 					}
 				}
 				slices.Sort(names)
-				if want := []string{"ask", "echo", "fail", "hang", "progress"}; !slices.Equal(names, want) {
+				if want := []string{"ask", "echo", "fail", "hang", "progress", "refuse", "roots"}; !slices.Equal(names, want) {
 					t.Fatalf("tools %v, want %v", names, want)
+				}
+				for _, tl := range tools {
+					// echo's upstream calls it read-only; the policy says
+					// nothing of it, so it is unsafe all the same.
+					if tl.Name == "echo" && tl.Meta[mcp.MetaRetryClass] != mcp.RetryClassUnsafe {
+						t.Errorf("echo's retry class is %v: an upstream's annotation widened it", tl.Meta[mcp.MetaRetryClass])
+					}
 				}
 				res, err := c.CallTool(context.Background(), "echo", map[string]any{"text": "hello"}, nil)
 				must(t, err)
@@ -57,6 +65,16 @@ func TestForwardsAcrossEras(t *testing.T) {
 				must(t, err)
 				if !res.IsError || !strings.Contains(text(res), "card_declined") {
 					t.Fatalf("the upstream's failed result was not passed through: %+v", res)
+				}
+				// An upstream's JSON-RPC error stays one, its code, message
+				// and data kept; one that speaks of the gateway's own
+				// framing becomes an internal error.
+				for code, want := range map[int64]int64{-32602: -32602, -32042: -32042, 4242: 4242, jsonrpc.CodeParseError: jsonrpc.CodeInternalError, jsonrpc.CodeInvalidRequest: jsonrpc.CodeInternalError} {
+					_, err := c.CallTool(context.Background(), "refuse", map[string]any{"code": code}, nil)
+					var rpc *jsonrpc.Error
+					if !errors.As(err, &rpc) || rpc.Code != want || !strings.Contains(rpc.Message, fmt.Sprintf("refused with %d", code)) {
+						t.Errorf("upstream error %d reached the client as %v, want code %d", code, err, want)
+					}
 				}
 			})
 		}

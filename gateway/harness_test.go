@@ -14,6 +14,7 @@ import (
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/gateway"
 	"github.com/mcprel/mcprel/internal/mcptest"
+	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/transport/streamhttp"
@@ -81,6 +82,28 @@ func newUpstream(t *testing.T) *upstream {
 		}))
 	must(t, u.srv.AddTool(server.Tool{Name: "fail"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
 		return nil, &mcp.ToolError{Code: "card_declined", Message: "the card was declined"}
+	}))
+	// roots asks the client for its roots, the way each era asks.
+	must(t, u.srv.AddTool(server.Tool{Name: "roots"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		var raw json.RawMessage
+		if call.Era == mcp.Modern {
+			var ok bool
+			if raw, ok = call.InputResponses["roots"]; !ok {
+				return nil, &server.InputRequired{Requests: map[string]mcp.InputRequest{"roots": server.RootsRequest()}}
+			}
+		} else {
+			var err error
+			if raw, err = call.CallClient(ctx, mcp.MethodListRoots, struct{}{}); err != nil {
+				return nil, err
+			}
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("roots " + string(raw))}}, nil
+	}))
+	// refuse answers with a JSON-RPC error of the code it is given.
+	must(t, server.AddTypedTool(u.srv, server.Tool{Name: "refuse"}, func(ctx context.Context, call *server.CallRequest, in struct {
+		Code int64 `json:"code"`
+	}) (string, error) {
+		return "", jsonrpc.NewError(in.Code, "refused with %d", in.Code).WithData(map[string]any{"why": "asked to"})
 	}))
 	must(t, u.srv.AddTool(server.Tool{Name: "ask"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
 		p := mcp.ElicitParams{Message: "your name?", RequestedSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}}}`)}

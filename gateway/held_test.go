@@ -35,10 +35,13 @@ func TestInputIsRelayedAcrossEras(t *testing.T) {
 				}, nil)
 				var asked atomic.Int32
 				c := f.dial(t, down.era, &client.Options{
-					Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`)},
+					Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`), Roots: json.RawMessage(`{}`)},
 					OnRequest: func(ctx context.Context, method string, params json.RawMessage) (any, error) {
 						asked.Add(1)
-						if method != mcp.MethodElicit || !strings.Contains(string(params), "your name?") {
+						switch {
+						case method == mcp.MethodListRoots:
+							return map[string]any{"roots": []any{map[string]any{"uri": "file:///work", "name": "work"}}}, nil
+						case method != mcp.MethodElicit || !strings.Contains(string(params), "your name?"):
 							return nil, jsonrpc.NewError(jsonrpc.CodeInvalidParams, "unexpected %s %s", method, params)
 						}
 						return map[string]any{"action": "accept", "content": map[string]any{"name": "Ada"}}, nil
@@ -48,6 +51,11 @@ func TestInputIsRelayedAcrossEras(t *testing.T) {
 				must(t, err)
 				if asked.Load() != 1 || !strings.Contains(text(res), "Ada") {
 					t.Fatalf("asked %d times; result %q", asked.Load(), text(res))
+				}
+				res, err = c.CallTool(context.Background(), "roots", nil, nil)
+				must(t, err)
+				if asked.Load() != 2 || !strings.Contains(text(res), "file:///work") {
+					t.Fatalf("roots: asked %d times in all; result %q", asked.Load(), text(res))
 				}
 				// A client that did not declare elicitation is not asked:
 				// the upstream gets a refusal and says so in its result.
