@@ -36,6 +36,12 @@ const (
 	// flight at once, each under cancelPostTimeout.
 	maxCancelPosts    = 16
 	cancelPostTimeout = 5 * time.Second
+	// attributionGrace is how long after a call on a connection was given
+	// up no request of the server's is taken for the one call left in
+	// flight (see inflight.sole): the given-up call's own question may
+	// still be on its way, written before the server read the
+	// cancellation, and must not be shown to another call's handler.
+	attributionGrace = 2 * time.Second
 )
 
 // budget admits work within a bound in count and in bytes, without ever

@@ -86,6 +86,11 @@ type Options struct {
 	// the client's own: where a server's credentials go, never in its
 	// argv, which any user of the machine can read.
 	Env []string
+	// Environ, when not nil, is the environment a stdio server starts
+	// from in place of the client's own (Env is added to it): a client
+	// whose own environment holds secrets the server must not see (a
+	// gateway's tokens) passes what is left of it.
+	Environ []string
 	// OnNotification receives the notifications the server sends that
 	// belong to no call and no subscription: a 2025 server's list
 	// changes and resource updates, log messages, on stdio, on the 2025

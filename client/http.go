@@ -72,6 +72,7 @@ type httpTransport struct {
 	byToken map[string]*exchange
 	closing context.CancelFunc // ends the 2025 GET stream
 	gone    chan struct{}      // closed by close
+	gaveUp  time.Time          // when a call was last given up (see sole)
 }
 
 func (t *httpTransport) done() <-chan struct{} { return t.gone }
@@ -154,6 +155,9 @@ func (t *httpTransport) track(req outgoing, ex *exchange) func() {
 func (t *httpTransport) sole() *exchange {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if time.Since(t.gaveUp) < attributionGrace {
+		return nil // a call given up on may still be asking (inflight.sole)
+	}
 	return soleOf(t.pending)
 }
 
@@ -282,6 +286,9 @@ func (t *httpTransport) start(ctx context.Context, req outgoing) (*exchange, err
 	ex.onFinish = forget
 	ex.onCancel = func(id jsonrpc.ID, reason string) Cancellation {
 		forget()
+		t.mu.Lock()
+		t.gaveUp = time.Now()
+		t.mu.Unlock()
 		defer abort()
 		if req.era != mcp.Modern {
 			// 2025: disconnecting is not cancellation; say it with a POST,

@@ -489,3 +489,48 @@ func TestCancelledCallSendsNoAnswer(t *testing.T) {
 		})
 	}
 }
+
+// Two calls share a stdio server; the caller of one gives up on it just as
+// the server, working on it, asks a question (written before the server
+// read the cancellation). The question is the given-up call's: it must not
+// be shown to the other call's handler, though that call is now the only
+// one in flight. It is the connection's to answer (here: nobody's).
+func TestGivenUpCallsQuestionIsNotAnothersToAnswer(t *testing.T) {
+	bystanderAsked := make(chan string, 1)
+	held := make(chan jsonrpc.Message, 2)
+	answered := make(chan jsonrpc.Message, 1)
+	c, f := dialOpts(t, &client.Options{Era: mcp.Legacy}, func(f *fakeServer, m jsonrpc.Message) {
+		switch {
+		case m.Method == mcp.MethodToolsCall:
+			held <- m // both are held by the server
+		case m.Method == mcp.NotificationCancelled:
+			f.send(`{"jsonrpc":"2.0","id":"s-1","method":"elicitation/create","params":{"message":"victim's card ending 4242: confirm?","requestedSchema":{"type":"object"}}}`)
+		case m.Kind == jsonrpc.KindResponse:
+			answered <- m
+		}
+	}, true)
+	bystander := func(ctx context.Context, method string, params json.RawMessage) (any, error) {
+		bystanderAsked <- string(params)
+		return map[string]any{"action": "accept", "content": map[string]any{}}, nil
+	}
+	go c.CallTool(context.Background(), "bystander", nil, &client.CallOptions{OnRequest: bystander})
+	first := <-held
+	vctx, cancel := context.WithCancel(context.Background())
+	verr := make(chan error, 1)
+	go func() {
+		_, err := c.CallTool(vctx, "victim", nil, &client.CallOptions{OnRequest: answering("victim")})
+		verr <- err
+	}()
+	<-held
+	cancel()
+	<-verr
+	if m := <-answered; m.Error == nil {
+		t.Fatalf("the given-up call's question was answered %s", m.Result)
+	}
+	select {
+	case p := <-bystanderAsked:
+		t.Fatalf("the given-up call's question was shown to the other call's handler: %s", p)
+	default:
+	}
+	result(f, first, "ok")
+}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -50,7 +51,10 @@ func spawn(command []string, o Options, stats *counters) (transport, error) {
 	// Once the server has exited, what it started may still hold its
 	// stderr open: Close waits for that no longer than StopGrace.
 	cmd.WaitDelay = o.StopGrace
-	if len(o.Env) > 0 {
+	switch {
+	case o.Environ != nil:
+		cmd.Env = append(slices.Clone(o.Environ), o.Env...)
+	case len(o.Env) > 0:
 		cmd.Env = append(os.Environ(), o.Env...)
 	}
 	in, err := cmd.StdinPipe()

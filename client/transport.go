@@ -229,6 +229,7 @@ type inflight struct {
 	abandoned map[jsonrpc.ID]bool
 	order     []jsonrpc.ID // abandoned ids, oldest first
 	dead      bool         // the connection is lost: no more calls
+	gaveUp    time.Time    // when a call was last given up (see sole)
 }
 
 func newInflight() *inflight {
@@ -256,6 +257,7 @@ func (f *inflight) forget(req outgoing, abandon bool) {
 	delete(f.pending, req.id)
 	delete(f.byToken, req.token)
 	if abandon {
+		f.gaveUp = time.Now()
 		f.abandoned[req.id] = true
 		f.order = append(f.order, req.id)
 		if len(f.order) > maxAbandoned {
@@ -272,12 +274,16 @@ func (f *inflight) call(id jsonrpc.ID) *exchange {
 	return f.pending[id]
 }
 
-// sole is the one call in flight, or nil when there are none or several:
-// a transport that carries nothing to say which call a server's request
-// belongs to (stdio, HTTP+SSE) attributes it only then.
+// sole is the one call in flight, or nil when there are none or several,
+// or a call was given up within attributionGrace: a transport that
+// carries nothing to say which call a server's request belongs to
+// (stdio, HTTP+SSE) attributes it only then.
 func (f *inflight) sole() *exchange {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if time.Since(f.gaveUp) < attributionGrace {
+		return nil
+	}
 	return soleOf(f.pending)
 }
 
