@@ -6,7 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mcprel/mcprel/client"
@@ -76,23 +81,14 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy) server.ToolHandle
 		c, release, err := l.acquire(f.ctx, call.Tenant)
 		if err != nil {
 			f.rec.Outcome = OutcomeUnavailable
-			return nil, unavailable(err)
+			return nil, l.unavailable(err)
 		}
+		sink := l.sink(&call.Request)
 		o := &client.CallOptions{
-			Idle: tp.Idle + l.g.opts.ClockSlack,
-			Max:  tp.Max + l.g.opts.ClockSlack,
-			// Upstream progress reaches the downstream through the call:
-			// only an increasing value is reported (the client drops the
-			// rest), which is what resets the server's idle clock, and the
-			// server rate-limits, coalesces and bounds what it sends.
-			OnProgress: func(p client.Progress) {
-				var total float64
-				if p.Total != nil {
-					total = *p.Total
-				}
-				_ = call.ReportProgress(p.Progress, total, p.Message)
-			},
-			OnNotification: relayLog(&call.Request),
+			Idle:           tp.Idle + l.g.opts.ClockSlack,
+			Max:            tp.Max + l.g.opts.ClockSlack,
+			OnProgress:     sink.progress,
+			OnNotification: sink.note,
 			Meta:           l.g.passMeta(f.ctx, call.Meta),
 		}
 		if len(st.State) > 0 || call.InputResponses != nil {
@@ -105,7 +101,7 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy) server.ToolHandle
 		if call.Era == mcp.Modern && c.Era() != mcp.Modern {
 			// A 2025-era upstream may ask mid-call, which a 2026-07-28
 			// client can answer only across requests: the call is held.
-			h := l.g.hold(call, l.up.Name)
+			h := l.g.hold(call, l.up.Name, sink)
 			o.OnRequest = h.ask
 			// The upstream call runs apart from this request (it keeps
 			// its span, not its cancellation), and ends with the gateway.
@@ -122,7 +118,7 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy) server.ToolHandle
 				l.record(err)
 				var rec ForwardRecord
 				if err != nil {
-					err = l.callFailure(cctx, err, tp, &rec)
+					err = l.callFailure(cctx, err, tp, &call.Request, &rec)
 				}
 				h.ended <- heldEnd{res, err, rec.CancelPropagated}
 			}()
@@ -142,7 +138,7 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy) server.ToolHandle
 			f.settle(res, nil)
 			return res, nil
 		}
-		return nil, l.callFailure(f.ctx, err, tp, &f.rec)
+		return nil, l.callFailure(f.ctx, err, tp, &call.Request, &f.rec)
 	}
 }
 
@@ -190,14 +186,16 @@ func (f *forward) settle(res *mcp.CallToolResult, err error) {
 	}
 }
 
-// callFailure maps how a forwarded request failed to what the downstream
-// is told.
-func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, rec *ForwardRecord) error {
+// callFailure maps how a request q forwarded failed to what the
+// downstream is told.
+func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, q *server.Request, rec *ForwardRecord) error {
 	var ce *client.CancelledError
 	var de *client.DeadlineError
 	var rpc *jsonrpc.Error
 	var ie *client.InputError
 	var tl *client.ResponseTooLargeError
+	var se *client.StatusError
+	errors.As(err, &se)
 	cancelled := errors.As(err, &ce)
 	switch {
 	case ctx.Err() != nil || cancelled:
@@ -213,21 +211,21 @@ func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, rec *F
 		return err
 	case errors.As(err, &ie) && errors.Is(err, errRelayInput):
 		rec.Outcome = OutcomeInput
-		return l.relayedInput(ie)
+		return l.relayedInput(ie, q.ClientCapabilities)
 	case errors.As(err, &rpc):
 		rec.Outcome = OutcomeProtocolError
 		return upstreamRPCError(l.up.Name, rpc)
 	case isUnreachable(err):
 		rec.Outcome = OutcomeUnavailable
-		return unavailable(err)
+		return l.unavailable(err)
 	case errors.Is(err, client.ErrConnectionLost):
 		rec.Outcome = OutcomeLost
-		return &mcp.ToolError{
-			Code: mcp.FailureOutcomeUnknown,
-			Message: fmt.Sprintf("the connection to upstream %q ended while the call was in flight: it may or may not have taken effect", l.up.Name) +
-				"; check before calling again",
-			Retryable: tp.Retry == server.RetrySafe,
-		}
+		return l.outcomeUnknown(tp, "the connection to it ended while the call was in flight")
+	case errors.As(err, &se) && (se.Status == http.StatusBadGateway || se.Status == http.StatusGatewayTimeout):
+		// An intermediary passed the request on, or may have, and got no
+		// answer it could pass back.
+		rec.Outcome = OutcomeLost
+		return l.outcomeUnknown(tp, fmt.Sprintf("an HTTP intermediary in front of it answered %d", se.Status))
 	case errors.As(err, &de):
 		// The client's backstop fired before the server's clock: the
 		// upstream was cancelled all the same.
@@ -238,14 +236,39 @@ func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, rec *F
 		rec.Outcome = OutcomeFailed
 		return &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf(
 			"upstream %q answered with more than the gateway takes in (%d bytes); the answer was dropped unread, and the call may have taken effect", l.up.Name, tl.Limit)}
+	case se != nil:
+		rec.Outcome = OutcomeFailed
+		return &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf("upstream %q answered HTTP %d", l.up.Name, se.Status)}
 	default:
 		rec.Outcome = OutcomeFailed
-		var se *client.StatusError
-		if errors.As(err, &se) {
-			return &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf("upstream %q answered HTTP %d", l.up.Name, se.Status)}
-		}
-		return &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf("upstream %q: %v", l.up.Name, err)}
+		return &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf("upstream %q: %s", l.up.Name, l.redact(err))}
 	}
+}
+
+// outcomeUnknown is the failure of a call that may have reached the
+// upstream and whose answer did not come back: whether it took effect is
+// unknown, and only a tool the policy calls safe may simply be made
+// again.
+func (l *link) outcomeUnknown(tp ToolPolicy, why string) error {
+	return &mcp.ToolError{
+		Code:      mcp.FailureOutcomeUnknown,
+		Message:   fmt.Sprintf("upstream %q: %s: the call may or may not have taken effect; check before calling again", l.up.Name, why),
+		Retryable: tp.Retry == server.RetrySafe,
+	}
+}
+
+// redact is err's text with the upstream's URL, which may carry
+// credentials (a key in its query) or name an internal host, replaced by
+// the upstream's name: what a downstream client is told never shows it.
+func (l *link) redact(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "client: ")
+	if l.up.URL != "" {
+		msg = strings.ReplaceAll(msg, l.up.URL, "upstream "+strconv.Quote(l.up.Name))
+		if u, perr := url.Parse(l.up.URL); perr == nil && u.Host != "" {
+			msg = strings.ReplaceAll(msg, u.Host, "upstream "+strconv.Quote(l.up.Name))
+		}
+	}
+	return msg
 }
 
 // upstreamRPCError is an upstream's JSON-RPC error as the downstream gets
@@ -263,20 +286,30 @@ func upstreamRPCError(upstream string, e *jsonrpc.Error) error {
 
 // unavailable is the retryable failure of a request that never reached
 // the upstream: the circuit was open, it was not connected, it could not
-// be reached, or the gateway holds as much as it may.
-func unavailable(err error) error {
+// be reached or refused it as unavailable, or the gateway holds as much
+// as it may. It names the upstream, never its URL.
+func (l *link) unavailable(err error) error {
 	after := defaultRetryAfter
 	var ue *errUnavailable
 	var se *client.StatusError
+	var ce *client.ConnectError
+	msg := fmt.Sprintf("upstream %q is unavailable", l.up.Name)
 	switch {
 	case errors.As(err, &ue):
 		after = max(ue.after, 10*time.Millisecond)
-	case errors.As(err, &se) && se.RetryAfter != "":
-		if d, ok := retry.ParseRetryAfter(se.RetryAfter, time.Now()); ok {
+		msg = ue.why
+	case errors.As(err, &se):
+		msg = fmt.Sprintf("upstream %q answered HTTP %d", l.up.Name, se.Status)
+		if d, ok := retry.ParseRetryAfter(se.RetryAfter, time.Now()); ok && se.RetryAfter != "" {
 			after = d
 		}
+	case errors.As(err, &ce):
+		msg = fmt.Sprintf("upstream %q could not be reached", l.up.Name)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			msg += " (connection refused)"
+		}
 	}
-	return &mcp.ToolError{Code: mcp.FailureUpstreamUnavailable, Message: strings.TrimPrefix(err.Error(), "gateway: "), Retryable: true, RetryAfter: after.Round(time.Millisecond)}
+	return &mcp.ToolError{Code: mcp.FailureUpstreamUnavailable, Message: msg + "; the request never reached it", Retryable: true, RetryAfter: after.Round(time.Millisecond)}
 }
 
 // lacks is the error an upstream's request gets when the downstream
@@ -322,27 +355,69 @@ func (l *link) relay(q *server.Request, c *client.Client) client.RequestHandler 
 	}
 }
 
-// relayLog passes an upstream's log messages for a call to the
-// downstream client that made it, as far as it asked for them.
-func relayLog(q *server.Request) func(string, json.RawMessage) {
-	return func(method string, params json.RawMessage) {
-		if method != mcp.NotificationMessage {
-			return
-		}
-		var m struct {
-			Level  mcp.LoggingLevel `json:"level"`
-			Logger string           `json:"logger"`
-			Data   json.RawMessage  `json:"data"`
-		}
-		if json.Unmarshal(params, &m) == nil && m.Level != "" {
-			_ = q.Log(m.Level, m.Logger, m.Data)
-		}
+// sink is where what an upstream sends for a call goes downstream: to the
+// downstream request that serves the call now. A held call is served by
+// one request after another, and by none while it waits for a retry:
+// what comes then reaches no client.
+type sink struct {
+	l  *link
+	mu sync.Mutex
+	q  *server.Request
+}
+
+func (l *link) sink(q *server.Request) *sink { return &sink{l: l, q: q} }
+
+// serve makes q the request the call's progress and log messages go to
+// (nil: none).
+func (s *sink) serve(q *server.Request) {
+	s.mu.Lock()
+	s.q = q
+	s.mu.Unlock()
+}
+
+// progress reports an increasing upstream report (the client drops the
+// rest) on the serving request, which is what resets the server's idle
+// clock; the server rate-limits, coalesces and bounds what it sends.
+func (s *sink) progress(p client.Progress) {
+	var total float64
+	if p.Total != nil {
+		total = *p.Total
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.q != nil {
+		_ = s.q.ReportProgress(p.Progress, total, p.Message)
+	}
+}
+
+// note passes an upstream's log message for the call to the client that
+// made it, as far as it asked for them; any other notification sent on
+// the call's stream (a list change) is the upstream's, as if it had come
+// on its session.
+func (s *sink) note(method string, params json.RawMessage) {
+	if method != mcp.NotificationMessage {
+		s.l.onNotification(method, params)
+		return
+	}
+	var m struct {
+		Level  mcp.LoggingLevel `json:"level"`
+		Logger string           `json:"logger"`
+		Data   json.RawMessage  `json:"data"`
+	}
+	if json.Unmarshal(params, &m) != nil || m.Level == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.q != nil {
+		_ = s.q.Log(m.Level, m.Logger, m.Data)
 	}
 }
 
 // relayedInput turns an upstream's input_required result into the
-// gateway's own.
-func (l *link) relayedInput(ie *client.InputError) error {
+// gateway's own, for a client that declared caps: a round asking for
+// what the client did not declare is refused as the upstream's would be.
+func (l *link) relayedInput(ie *client.InputError, caps mcp.ClientCapabilities) error {
 	var round struct {
 		InputRequests map[string]struct {
 			Method string          `json:"method"`
@@ -358,6 +433,9 @@ func (l *link) relayedInput(ie *client.InputError) error {
 	}
 	reqs := make(map[string]mcp.InputRequest, len(round.InputRequests))
 	for k, r := range round.InputRequests {
+		if err := lacks(caps, r.Method); err != nil {
+			return err
+		}
 		reqs[k] = mcp.InputRequest{Method: r.Method, Params: r.Params}
 	}
 	state, _ := json.Marshal(relayState{Upstream: l.up.Name, State: round.RequestState})
@@ -429,11 +507,11 @@ func (l *link) request(ctx context.Context, q *server.Request, method, downName,
 	c, release, err := l.acquire(f.ctx, q.Tenant)
 	if err != nil {
 		f.rec.Outcome = OutcomeUnavailable
-		return asRPC(unavailable(err))
+		return asRPC(l.unavailable(err))
 	}
 	defer release()
 	sent := time.Now()
-	raw, err := c.Request(f.ctx, method, upName, params, &client.CallOptions{Meta: l.g.passMeta(f.ctx, q.Meta), OnNotification: relayLog(q)})
+	raw, err := c.Request(f.ctx, method, upName, params, &client.CallOptions{Meta: l.g.passMeta(f.ctx, q.Meta), OnNotification: l.sink(q).note})
 	f.rec.InUpstream, f.rec.Reached = time.Since(sent), true
 	l.record(err)
 	if err == nil {
@@ -444,7 +522,7 @@ func (l *link) request(ctx context.Context, q *server.Request, method, downName,
 		f.rec.Outcome = OutcomeOK
 		return nil
 	}
-	return asRPC(l.callFailure(f.ctx, err, ToolPolicy{Retry: server.RetrySafe}, &f.rec))
+	return asRPC(l.callFailure(f.ctx, err, ToolPolicy{Retry: server.RetrySafe}, q, &f.rec))
 }
 
 // asRPC carries a gateway failure as a JSON-RPC error, its structured

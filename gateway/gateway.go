@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,7 +45,8 @@ type Upstream struct {
 	// without a shell.
 	Command []string
 	// Env is added to a stdio upstream's environment (KEY=VALUE): where
-	// its credentials go. The gateway's own environment is inherited.
+	// its credentials go. The rest of its environment is the gateway's
+	// own, less mcprel's variables (see Options.HideEnv).
 	Env []string
 	// URL is an HTTP upstream's endpoint.
 	URL string
@@ -184,8 +188,25 @@ type Options struct {
 	ClockSlack time.Duration
 	// Client configures the connections to upstreams (message and list
 	// bounds, the client's name). Its Header, OnRequest, OnNotification,
-	// Stderr, Restart and Logger are the gateway's own and are ignored.
+	// Stderr, Env, Environ, Restart and Logger are the gateway's own and
+	// are ignored.
 	Client client.Options
+	// HideEnv names variables of the gateway's own environment that no
+	// stdio upstream inherits (a variable an HTTP upstream's token is
+	// read from), besides every MCPREL_* one, which are mcprel's: its
+	// tokens, its database's URL. What an upstream needs of them goes in
+	// its Upstream.Env.
+	HideEnv []string
+}
+
+// upstreamEnviron is the environment a stdio upstream starts from: the
+// gateway's own, less mcprel's variables and those Options.HideEnv names.
+func (o *Options) upstreamEnviron() []string {
+	env := os.Environ()
+	return slices.DeleteFunc(env, func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return strings.HasPrefix(k, "MCPREL_") || slices.Contains(o.HideEnv, k)
+	})
 }
 
 func (o *Options) withDefaults() {

@@ -37,6 +37,7 @@ type held struct {
 	tool     string // the downstream's name
 	upstream string
 	caps     mcp.ClientCapabilities
+	sink     *sink // where its progress and log messages go: the request serving it
 	g        *Gateway
 
 	asked  chan *question // the upstream's requests, for the downstream to answer
@@ -84,12 +85,12 @@ var errInputExpired = errors.New("gateway: the downstream client did not answer 
 // hold makes the held call of the downstream request q. It is counted
 // against the bounds only while it waits for a retry (park): while a
 // downstream request serves it, the server's admission bounds it.
-func (g *Gateway) hold(q *server.CallRequest, upstream string) *held {
+func (g *Gateway) hold(q *server.CallRequest, upstream string, sink *sink) *held {
 	var b [10]byte
 	rand.Read(b[:])
 	return &held{
 		id: base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]), tenant: q.Tenant, tool: q.Name,
-		upstream: upstream, caps: q.ClientCapabilities, g: g,
+		upstream: upstream, caps: q.ClientCapabilities, sink: sink, g: g,
 		asked: make(chan *question, maxQuestions), ended: make(chan heldEnd, 1), serving: true,
 	}
 }
@@ -121,6 +122,10 @@ func (g *Gateway) registerLocked(h *held) error {
 func (g *Gateway) unhold(h *held) {
 	g.heldMu.Lock()
 	defer g.heldMu.Unlock()
+	g.unholdLocked(h)
+}
+
+func (g *Gateway) unholdLocked(h *held) {
 	if h.expiry != nil {
 		h.expiry.Stop()
 	}
@@ -159,6 +164,8 @@ func (h *held) ask(ctx context.Context, method string, params json.RawMessage) (
 // input_required and the call waits for a retry), or the downstream
 // request ends first (the upstream call is cancelled).
 func (h *held) serve(ctx context.Context, call *server.CallRequest, upstream string, rec *ForwardRecord) (*mcp.CallToolResult, error) {
+	h.sink.serve(&call.Request)
+	defer h.sink.serve(nil) // until a retry serves it, nothing reaches a client
 	for {
 		select {
 		case e := <-h.ended:
@@ -221,18 +228,22 @@ func (h *held) park(call *server.CallRequest, upstream string, qs []*question) e
 	return &server.InputRequired{Requests: reqs, State: state}
 }
 
-// expire cancels a call still parked at round when its wait is over.
+// expire cancels a call still parked at round when its wait is over. The
+// check and the removal are one step under heldMu: a retry that takes the
+// call first (resume) finds it serving, and one that comes after finds it
+// gone.
 func (h *held) expire(round int) {
-	h.g.heldMu.Lock()
-	parked := !h.serving && h.round == round && h.g.held[h.id] == h
-	h.g.heldMu.Unlock()
-	if !parked {
+	g := h.g
+	g.heldMu.Lock()
+	if h.serving || h.round != round || g.held[h.id] != h {
+		g.heldMu.Unlock()
 		return
 	}
-	h.g.unhold(h)
+	g.unholdLocked(h)
+	g.heldMu.Unlock()
 	h.cancel(errInputExpired)
 	// No downstream request serves it now: its end is recorded here.
-	h.g.obs.Forwarded(ForwardRecord{Upstream: h.upstream, Method: mcp.MethodToolsCall, Name: h.tool,
+	g.obs.Forwarded(ForwardRecord{Upstream: h.upstream, Method: mcp.MethodToolsCall, Name: h.tool,
 		Outcome: OutcomeCancelled, Reached: true, CancelPropagated: true})
 }
 
@@ -245,7 +256,7 @@ func (g *Gateway) resume(ctx context.Context, call *server.CallRequest, st relay
 	switch {
 	case h == nil || h.tenant != call.Tenant || h.tool != call.Name || !h.parked:
 		g.heldMu.Unlock()
-		return nil, &mcp.ToolError{Code: mcp.FailureOutcomeUnknown, Message: "the upstream call these answers were for has ended (its wait for them expired, or the gateway restarted); " +
+		return nil, &mcp.ToolError{Code: mcp.FailureOutcomeUnknown, Message: "the upstream call these answers were for has ended: its wait for them expired, and it was cancelled upstream; " +
 			"whether it took effect is unknown: check before calling again"}
 	case h.serving || h.round != st.Round:
 		g.heldMu.Unlock()

@@ -44,6 +44,8 @@ type link struct {
 	restarts int
 	late     uint64 // late responses counted by connections already closed
 	closed   bool
+
+	closing sync.WaitGroup // connections being closed apart (closeLater)
 }
 
 func newLink(g *Gateway, u Upstream, index int) (*link, error) {
@@ -163,7 +165,7 @@ func (l *link) probe(ctx context.Context, c *client.Client) {
 	pctx, cancel := context.WithTimeout(ctx, l.g.opts.CircuitCooldown+l.g.opts.ClockSlack)
 	defer cancel()
 	_, err := c.Request(pctx, mcp.MethodPing, "", nil, nil)
-	if err != nil && !isUnreachable(err) {
+	if err != nil && !isDown(err) {
 		err = nil // an answer of any kind, even an error, proves it is reachable
 	}
 	l.mu.Lock()
@@ -214,7 +216,7 @@ func (l *link) dial(ctx context.Context, tenant string) (*client.Client, error) 
 	o.Logger = l.log
 	o.Restart = false
 	o.Stderr = nil
-	o.Env = nil
+	o.Env, o.Environ = nil, nil
 	o.Header = nil
 	// The gateway relays elicitation, sampling and roots to the
 	// downstream client that made the call, when that client declared
@@ -232,7 +234,7 @@ func (l *link) dial(ctx context.Context, tenant string) (*client.Client, error) 
 	defer cancel()
 	switch l.up.Transport {
 	case Stdio:
-		o.Env = l.up.Env
+		o.Environ, o.Env = l.g.opts.upstreamEnviron(), l.up.Env
 		log := l.log
 		if tenant != "" {
 			log = log.With("tenant", tenant)
@@ -369,7 +371,7 @@ func (l *link) acquire(ctx context.Context, tenant string) (*client.Client, func
 // record counts a forwarded call's outcome against the circuit: only a
 // failure to reach the upstream counts, never an answer of any kind.
 func (l *link) record(err error) {
-	unreachable := err != nil && isUnreachable(err)
+	unreachable := err != nil && isDown(err)
 	l.mu.Lock()
 	changed := l.circuit.record(!unreachable, time.Now())
 	l.mu.Unlock()
@@ -405,35 +407,56 @@ func (l *link) close() error {
 	sessions := l.sessions
 	l.sessions = map[string]*tenantSession{}
 	l.mu.Unlock()
+	// All at once: each may take a grace period or two to stop.
+	var mu sync.Mutex
 	var errs []error
+	var wg sync.WaitGroup
+	closeOne := func(c *client.Client) {
+		wg.Go(func() {
+			err := l.closeClient(c)
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		})
+	}
 	for _, s := range sessions {
 		if s.c != nil {
-			errs = append(errs, l.closeClient(s.c))
+			closeOne(s.c)
 		}
 	}
 	if c != nil {
-		errs = append(errs, l.closeClient(c))
+		closeOne(c)
 	}
+	wg.Wait()
+	l.closing.Wait()
 	return errors.Join(errs...)
 }
 
-// isUnreachable reports whether err says the upstream could not be
-// reached at all — the request never left, or an HTTP intermediary said
-// the upstream is down — as opposed to an answer or a lost call.
+// isUnreachable reports whether err says the request provably never
+// reached the upstream: no connection could be opened, the upstream (or
+// an intermediary in front of it) refused it as unavailable or rate
+// limited, or the gateway refused it itself. Anything else — an answer, a
+// lost connection, a 502 or 504 from an intermediary that may have passed
+// the request on — is not.
 func isUnreachable(err error) bool {
 	var ce *client.ConnectError
-	if errors.As(err, &ce) {
-		return true
-	}
 	var se *client.StatusError
-	if errors.As(err, &se) {
-		switch se.Status {
-		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-			return true
-		}
-	}
 	var ue *errUnavailable
-	return errors.As(err, &ue)
+	switch {
+	case errors.As(err, &ce), errors.As(err, &ue):
+		return true
+	case errors.As(err, &se):
+		return se.Status == http.StatusServiceUnavailable || se.Status == http.StatusTooManyRequests
+	}
+	return false
+}
+
+// isDown reports whether err counts against the upstream's circuit: it
+// could not be reached, or an intermediary in front of it said it failed
+// or did not answer (502, 504), whether or not the request got through.
+func isDown(err error) bool {
+	var se *client.StatusError
+	return isUnreachable(err) || errors.As(err, &se) && (se.Status == http.StatusBadGateway || se.Status == http.StatusGatewayTimeout)
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -29,7 +29,7 @@ func (l *link) session(ctx context.Context, tenant string) (*client.Client, func
 	if s != nil && s.c != nil && isDone(s.c) && s.inflight == 0 {
 		// Its process died, or its stream ended: a new one.
 		delete(l.sessions, tenant)
-		go l.closeClient(s.c)
+		l.closeLater(s.c)
 		s = nil
 	}
 	if s == nil {
@@ -85,7 +85,7 @@ func (l *link) evictLocked() bool {
 		return false
 	}
 	delete(l.sessions, oldest)
-	go l.closeClient(found.c)
+	l.closeLater(found.c)
 	return true
 }
 
@@ -101,8 +101,19 @@ func (l *link) closeIdleSessions(now time.Time) {
 	}
 	l.mu.Unlock()
 	for _, c := range idle {
-		l.closeClient(c)
+		l.closeLater(c)
 	}
+}
+
+// closeLater closes c on a goroutine of its own: a stdio process may take
+// a grace period or two to stop, and the link's loop (and the caller's
+// lock) must not wait for it. Close waits for every one.
+func (l *link) closeLater(c *client.Client) {
+	l.closing.Add(1)
+	go func() {
+		defer l.closing.Done()
+		l.closeClient(c)
+	}()
 }
 
 // isDone reports whether c's connection has ended.

@@ -115,6 +115,11 @@ func serveStdioUpstream() {
 		fmt.Fprintln(os.Stderr, "upstream complaint: disk is full")
 		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("complained")}}, nil
 	})
+	server.AddTypedTool(srv, server.Tool{Name: "getenv"}, func(ctx context.Context, call *server.CallRequest, in struct {
+		Name string `json:"name"`
+	}) (string, error) {
+		return os.Getenv(in.Name), nil
+	})
 	srv.AddTool(server.Tool{Name: "pid"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
 		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text(fmt.Sprint(os.Getpid()))}}, nil
 	})

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/gateway"
 	"github.com/mcprel/mcprel/internal/argv"
 	"github.com/mcprel/mcprel/review"
@@ -104,13 +105,29 @@ func gatewayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return err
 	}
 	opts.Implementation.Name = "mcprel-gateway"
-	opts.Gateway = &gateway.Options{Upstreams: ups, Policy: policy, MaxSessions: *maxSessions, InputWait: *inputWait}
+	opts.Gateway = &gateway.Options{Upstreams: ups, Policy: policy, MaxSessions: *maxSessions, InputWait: *inputWait,
+		// An upstream's answer is bounded as a client's message is.
+		Client:  client.Options{MaxMessageBytes: rf.limits.maxMessage},
+		HideEnv: tokenVars(tokenEnv),
+	}
 	rt, ctx, stop, err := rf.start(ctx, opts, stderr)
 	if err != nil {
 		return err
 	}
 	defer stop()
 	return rt.Run(ctx)
+}
+
+// tokenVars are the variables --upstream-token-env names: an HTTP
+// upstream's token, which no stdio upstream inherits.
+func tokenVars(flags []string) []string {
+	var vars []string
+	for _, f := range flags {
+		if _, v, ok := strings.Cut(f, "="); ok {
+			vars = append(vars, v)
+		}
+	}
+	return vars
 }
 
 // parseUpstreams reads the --upstream flags.

@@ -1,0 +1,259 @@
+package gateway_test
+
+// What an adversarial reading of the gateway found, each pinned by the
+// test that failed before its fix.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server"
+)
+
+// A 504 from an HTTP intermediary says the request was forwarded and no
+// answer came in time: the upstream may well have acted. The gateway must
+// not call it upstream_unavailable ("the request never reached it",
+// retryable whatever the tool), which invites the client to run a
+// mutation twice.
+func TestGatewayTimeoutIsNotProofTheCallNeverRan(t *testing.T) {
+	u := newUpstream(t)
+	var charged atomic.Int32
+	must(t, u.srv.AddTool(server.Tool{Name: "charge"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		charged.Add(1)
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("charged")}}, nil
+	}))
+	inner := proxyTo(u.url)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if !bytes.Contains(body, []byte(`"tools/call"`)) {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		// Forwarded, and the upstream acted; the proxy's own timeout
+		// fired before it passed the answer on.
+		inner.ServeHTTP(httptest.NewRecorder(), r)
+		w.WriteHeader(http.StatusGatewayTimeout)
+	}))
+	t.Cleanup(proxy.Close)
+	f := newFront(t, gateway.Options{Upstreams: []gateway.Upstream{{Name: "up", URL: proxy.URL}}}, nil)
+	c := f.dial(t, mcp.Modern, nil)
+	res, err := c.CallTool(context.Background(), "charge", nil, nil)
+	must(t, err)
+	fail := failureOf(t, res)
+	t.Logf("charged %d time(s); the client was told %+v", charged.Load(), fail)
+	if charged.Load() == 1 && (fail.Code == mcp.FailureUpstreamUnavailable || fail.Retryable) {
+		t.Fatalf("the upstream charged once, and the client was told %s (retryable %v): %s", fail.Code, fail.Retryable, fail.Message)
+	}
+}
+
+// The gateway's own environment holds what authenticates its clients
+// (MCPREL_AUTH_TOKEN) and the bearer tokens of its HTTP upstreams
+// (--upstream-token-env NAME=VAR). A stdio upstream — often an npx
+// package the operator does not control — inherits neither: no MCPREL_*
+// variable, none that Options.HideEnv names; the rest it does, and what
+// its Upstream.Env gives it.
+func TestStdioUpstreamDoesNotInheritTheGatewaysSecrets(t *testing.T) {
+	t.Setenv("MCPREL_AUTH_TOKEN", "the-gateway's-own-token")
+	t.Setenv("GITHUB_TOKEN", "another-upstream's-token")
+	t.Setenv("LANG_OF_THE_TEST", "kept")
+	f := newFront(t, gateway.Options{
+		Upstreams: []gateway.Upstream{{Name: "local", Command: []string{os.Args[0], "-test.run=^$"},
+			Env: []string{stdioUpstreamEnv + "=1", "GIVEN=by-the-operator"}}},
+		HideEnv: []string{"GITHUB_TOKEN"},
+	}, nil)
+	c := f.dial(t, mcp.Modern, nil)
+	for name, want := range map[string]string{"MCPREL_AUTH_TOKEN": "", "GITHUB_TOKEN": "", "LANG_OF_THE_TEST": "kept", "GIVEN": "by-the-operator"} {
+		res, err := c.CallTool(context.Background(), "getenv", map[string]any{"name": name}, nil)
+		must(t, err)
+		if got := text(res); got != want {
+			t.Errorf("the stdio upstream reads %s = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// A held call resumed by a 2026-07-28 client's retry must report the
+// upstream's progress on the retry (the request now serving it): that is
+// what the client sees and what resets the retry's idle clock.
+func TestHeldCallProgressReachesTheRetry(t *testing.T) {
+	u := newUpstream(t)
+	seen := make(chan struct{})
+	must(t, u.srv.AddTool(server.Tool{Name: "askwork"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		if _, err := call.Elicit(ctx, mcp.ElicitParams{Message: "go?", RequestedSchema: json.RawMessage(`{"type":"object"}`)}); err != nil {
+			return nil, err
+		}
+		for i := 1; i <= 3; i++ {
+			_ = call.ReportProgress(float64(i), 3, "working")
+			time.Sleep(20 * time.Millisecond)
+		}
+		select { // the downstream saw progress, or it never will
+		case <-seen:
+		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("done")}}, nil
+	}))
+	f := newFront(t, gateway.Options{
+		Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
+		Client:    client.Options{Era: mcp.Legacy},
+	}, nil)
+	c := f.dial(t, mcp.Modern, &client.Options{
+		Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`)},
+		OnRequest: func(ctx context.Context, method string, params json.RawMessage) (any, error) {
+			return map[string]any{"action": "accept", "content": map[string]any{}}, nil
+		},
+	})
+	var progress atomic.Int32
+	var once atomic.Bool
+	res, err := c.CallTool(context.Background(), "askwork", nil, &client.CallOptions{OnProgress: func(client.Progress) {
+		progress.Add(1)
+		if once.CompareAndSwap(false, true) {
+			close(seen)
+		}
+	}})
+	must(t, err)
+	if text(res) != "done" {
+		t.Fatalf("result %q", text(res))
+	}
+	if progress.Load() == 0 {
+		t.Fatal("the upstream reported progress after the answer, and none reached the retry that served the held call")
+	}
+}
+
+// And that progress resets the retry's idle clock: a held call that works
+// for longer than its idle clock after the answer, reporting progress all
+// along, completes.
+func TestHeldCallProgressResetsTheRetrysIdleClock(t *testing.T) {
+	u := newUpstream(t)
+	must(t, u.srv.AddTool(server.Tool{Name: "askslow"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		if _, err := call.Elicit(ctx, mcp.ElicitParams{Message: "go?", RequestedSchema: json.RawMessage(`{"type":"object"}`)}); err != nil {
+			return nil, err
+		}
+		for i := 1; i <= 30; i++ { // 1.5 s of work, progress every 50 ms
+			_ = call.ReportProgress(float64(i), 30, "working")
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("done")}}, nil
+	}))
+	f := newFront(t, gateway.Options{
+		Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
+		Client:    client.Options{Era: mcp.Legacy},
+		Policy:    &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"askslow": {Idle: time.Second, Max: time.Minute}}},
+	}, nil)
+	c := f.dial(t, mcp.Modern, &client.Options{
+		Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`)},
+		OnRequest: func(ctx context.Context, method string, params json.RawMessage) (any, error) {
+			return map[string]any{"action": "accept", "content": map[string]any{}}, nil
+		},
+	})
+	res, err := c.CallTool(context.Background(), "askslow", nil, &client.CallOptions{Idle: 10 * time.Second, Max: time.Minute})
+	must(t, err)
+	if text(res) != "done" {
+		b, _ := json.Marshal(res)
+		t.Fatalf("a held call reporting progress every 50 ms under a 1 s idle clock ended with %s", b)
+	}
+}
+
+// A 2025 Streamable HTTP server may send a notification on the response
+// stream of the request it relates to — here, a tool that adds a tool
+// says the list changed on its own call's stream. The gateway must still
+// relist.
+func TestListChangedOnACallsStream(t *testing.T) {
+	var unlocked atomic.Bool
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		json.NewDecoder(r.Body).Decode(&m)
+		if m.ID == nil {
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		reply := func(result string) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Mcp-Session-Id", "s1")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":%s}`, m.ID, result)
+		}
+		switch m.Method {
+		case "initialize":
+			reply(`{"protocolVersion":"2025-06-18","capabilities":{"tools":{"listChanged":true}},"serverInfo":{"name":"fake","version":"1"}}`)
+		case "tools/list":
+			tools := `[{"name":"unlock","inputSchema":{"type":"object"}}]`
+			if unlocked.Load() {
+				tools = `[{"name":"unlock","inputSchema":{"type":"object"}},{"name":"secret_tool","inputSchema":{"type":"object"}}]`
+			}
+			reply(`{"tools":` + tools + `}`)
+		case "tools/call":
+			unlocked.Store(true)
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("Mcp-Session-Id", "s1")
+			fmt.Fprint(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n")
+			fmt.Fprintf(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"unlocked\"}]}}\n\n", m.ID)
+		default:
+			reply(`{}`)
+		}
+	}))
+	t.Cleanup(hs.Close)
+	f := newFront(t, gateway.Options{Upstreams: []gateway.Upstream{{Name: "up", URL: hs.URL}}}, nil)
+	<-f.listed
+	c := f.dial(t, mcp.Legacy, nil)
+	res, err := c.CallTool(context.Background(), "unlock", nil, nil)
+	must(t, err)
+	if text(res) != "unlocked" {
+		t.Fatalf("unlock: %q", text(res))
+	}
+	select {
+	case <-f.listed:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the upstream said its tools changed, on the call's stream, and the gateway never listed them again")
+	}
+}
+
+// An upstream's URL is the operator's: hosted MCP servers commonly take
+// their key in the query string, and an internal address is topology.
+// A downstream client told the upstream is unreachable must not be told
+// where it is.
+func TestUpstreamsURLIsNotShownDownstream(t *testing.T) {
+	u := newUpstream(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	proxy := &http.Server{Handler: proxyTo(u.url)}
+	go proxy.Serve(ln)
+	secretURL := "http://" + ln.Addr().String() + "/mcp?api_key=sk-live-123"
+	f := newFront(t, gateway.Options{
+		Upstreams: []gateway.Upstream{{Name: "up", URL: secretURL}},
+		Client:    client.Options{HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}},
+	}, nil)
+	c := f.dial(t, mcp.Modern, nil)
+	proxy.Close()
+	res, err := c.CallTool(context.Background(), "echo", map[string]any{"text": "x"}, nil)
+	must(t, err)
+	fail := failureOf(t, res)
+	if strings.Contains(fail.Message, "sk-live-123") || strings.Contains(fail.Message, ln.Addr().String()) {
+		t.Fatalf("the downstream client was told the upstream's URL: %q", fail.Message)
+	}
+}
