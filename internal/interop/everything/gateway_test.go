@@ -202,6 +202,19 @@ func TestGatewayInFrontOfServerEverything(t *testing.T) {
 				echo(t, ctx, c, "through the gateway")
 				progress(t, ctx, c)
 
+				// The server's questions, relayed to this client (before
+				// any call on the connection is given up: for a moment
+				// after one is, a question that names no call is taken for
+				// nobody's).
+				res, err := c.CallTool(ctx, "trigger-sampling-request", map[string]any{"prompt": "say hi", "maxTokens": 5}, nil)
+				if err != nil || res.IsError || !strings.Contains(textIn(res), "sampled by the downstream client") {
+					t.Fatalf("sampling through the gateway: %+v, %v", res, err)
+				}
+				res, err = c.CallTool(ctx, "trigger-elicitation-request", nil, nil)
+				if err != nil || res.IsError || !strings.Contains(textIn(res), "Name: Ada") {
+					t.Fatalf("elicitation through the gateway: %+v, %v", res, err)
+				}
+
 				// The client cancels once the call has reported progress.
 				callCtx, cancelCall := context.WithCancel(ctx)
 				started := make(chan struct{}, 1)
@@ -221,7 +234,7 @@ func TestGatewayInFrontOfServerEverything(t *testing.T) {
 
 				// The gateway's maximum clock fires: the client gets the
 				// timeout result, the upstream its own cancellation.
-				res, err := c.CallTool(ctx, "trigger-long-running-operation", map[string]any{"duration": 60, "steps": 60}, nil)
+				res, err = c.CallTool(ctx, "trigger-long-running-operation", map[string]any{"duration": 60, "steps": 60}, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -230,16 +243,7 @@ func TestGatewayInFrontOfServerEverything(t *testing.T) {
 				}
 				cancelledUpstream(t, w, `"steps":60`)
 
-				// The server's questions, relayed to this client.
-				res, err = c.CallTool(ctx, "trigger-sampling-request", map[string]any{"prompt": "say hi", "maxTokens": 5}, nil)
-				if err != nil || res.IsError || !strings.Contains(textIn(res), "sampled by the downstream client") {
-					t.Fatalf("sampling through the gateway: %+v, %v", res, err)
-				}
-				res, err = c.CallTool(ctx, "trigger-elicitation-request", nil, nil)
-				if err != nil || res.IsError || !strings.Contains(textIn(res), "Name: Ada") {
-					t.Fatalf("elicitation through the gateway: %+v, %v", res, err)
-				}
-				echo(t, ctx, c, "after the relayed requests")
+				echo(t, ctx, c, "after the deadline")
 			})
 		}
 	}
