@@ -90,7 +90,7 @@ func start(spec serverSpec, era, stderrPath string, timeout time.Duration) (*con
 		return nil, err
 	}
 	cmd.Stdout = w
-	if err := cmd.Start(); err != nil {
+	if err := orphans.Start(cmd); err != nil {
 		r.Close()
 		w.Close()
 		return nil, err
@@ -111,7 +111,7 @@ func (c *conn) stop() {
 	c.watch.Stop()
 	c.stdin.Close()
 	exited := make(chan struct{})
-	go func() { c.cmd.Wait(); close(exited) }()
+	go func() { c.cmd.Wait(); orphans.Untrack(c.cmd.Process.Pid); close(exited) }()
 	select {
 	case <-exited:
 	case <-time.After(2 * time.Second):

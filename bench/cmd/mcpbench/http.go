@@ -21,74 +21,121 @@ import (
 	"github.com/mcprel/mcprel/mcp"
 )
 
-// httpConn is one spawned server serving Streamable HTTP, and one pooled
-// client for it.
-type httpConn struct {
-	cmd     *exec.Cmd
-	url     string
-	hc      *http.Client
-	modern  bool
-	session string // Mcp-Session-Id, legacy era; set by initialize
-	nextID  atomic.Int64
-	dials   atomic.Int64 // TCP connections opened: shows whether the pool is reused
-
+// proc is a spawned process whose stdout and stderr both go to one file,
+// not a pipe, so that its logging costs us nothing to read while
+// measuring: an HTTP server, or a sidecar.
+type proc struct {
+	cmd    *exec.Cmd
+	out    string        // the output file's path
+	tmpLog bool          // out is ours to remove
 	exited chan struct{} // closed when the process has been reaped
-	tmpLog string        // the server's output file, when it is ours to remove
-	watch  *time.Timer   // kills a server that hangs the run
+	watch  *time.Timer   // kills a process that hangs the run
 }
 
-func (c *httpConn) pid() int { return c.cmd.Process.Pid }
-
-// startHTTP spawns the server and waits for its endpoint URL: the first
-// line starting with http:// on its stdout or stderr. Both go to one file,
-// stderrPath or a temporary one, rather than a pipe, so that a server's
-// request logging costs us nothing to read while measuring.
-func startHTTP(spec serverSpec, era, stderrPath string, timeout time.Duration) (*httpConn, error) {
-	c := &httpConn{modern: era == "modern", exited: make(chan struct{})}
+// startProc spawns argv with its output in outPath, or in a temporary file
+// when that is empty.
+func startProc(argv []string, outPath string, timeout time.Duration) (*proc, error) {
+	p := &proc{exited: make(chan struct{})}
 	var out *os.File
 	var err error
-	if stderrPath != "" {
-		out, err = os.Create(stderrPath)
+	if outPath != "" {
+		out, err = os.Create(outPath)
 	} else {
 		out, err = os.CreateTemp("", "mcpbench-*.log")
+		p.tmpLog = true
 	}
 	if err != nil {
 		return nil, err
 	}
 	defer out.Close() // the child has its own copy
-	if stderrPath == "" {
-		c.tmpLog = out.Name()
-	}
-	c.cmd = exec.Command(spec.Argv[0], spec.Argv[1:]...)
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive an interrupted run
-	c.cmd.Stdout, c.cmd.Stderr = out, out
-	if err := c.cmd.Start(); err != nil {
-		os.Remove(c.tmpLog)
+	p.out = out.Name()
+	p.cmd = exec.Command(argv[0], argv[1:]...)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive an interrupted run
+	p.cmd.Stdout, p.cmd.Stderr = out, out
+	if err := orphans.Start(p.cmd); err != nil {
+		p.removeLog()
 		return nil, err
 	}
-	go func() { c.cmd.Wait(); close(c.exited) }()
-	c.watch = time.AfterFunc(timeout, func() { c.cmd.Process.Kill() })
+	go func() { p.cmd.Wait(); orphans.Untrack(p.pid()); close(p.exited) }()
+	p.watch = time.AfterFunc(timeout, func() { p.cmd.Process.Kill() })
+	return p, nil
+}
 
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// stop asks the process to exit (SIGTERM) and kills it if it has not 2 s
+// later.
+func (p *proc) stop() {
+	p.watch.Stop()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(2 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.exited
+	}
+	p.removeLog()
+}
+
+func (p *proc) removeLog() {
+	if p.tmpLog {
+		os.Remove(p.out)
+	}
+}
+
+// waitURL returns the endpoint URL: the spec's, once its port accepts
+// connections, or else the first line starting with http:// in the
+// process's output. Either wait is bounded by 10 s.
+func (p *proc) waitURL(spec serverSpec) (string, error) {
+	if spec.URL != "" {
+		return spec.URL, waitAccepting(hostPort(spec.URL), p.exited)
+	}
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	giveUp := time.After(10 * time.Second)
-	for c.url == "" {
+	for {
 		select {
 		case <-tick.C:
-			b, _ := os.ReadFile(out.Name())
+			b, _ := os.ReadFile(p.out)
 			for line := range strings.Lines(string(b)) {
 				if strings.HasPrefix(line, "http://") && strings.HasSuffix(line, "\n") {
-					c.url = strings.TrimSpace(line)
-					break
+					return strings.TrimSpace(line), nil
 				}
 			}
-		case <-c.exited:
-			c.stop()
-			return nil, errors.New("server exited before printing its URL (-stderr-dir keeps its output)")
+		case <-p.exited:
+			return "", errors.New("server exited before printing its URL (-stderr-dir keeps its output)")
 		case <-giveUp:
-			c.stop()
-			return nil, errors.New("server printed no http:// URL within 10 s")
+			return "", errors.New("server printed no http:// URL within 10 s (name it in the spec: name=URL@command)")
 		}
+	}
+}
+
+// httpConn is one spawned server serving Streamable HTTP, and one pooled
+// client for it.
+type httpConn struct {
+	*proc
+	url     string
+	hc      *http.Client
+	modern  bool
+	session string // Mcp-Session-Id, legacy era; set by initialize
+	// initialized is set once the legacy handshake is over, session or not.
+	initialized bool
+	nextID      atomic.Int64
+	dials       atomic.Int64 // TCP connections opened: shows whether the pool is reused
+}
+
+// startHTTP spawns the server and waits for its endpoint URL (see
+// proc.waitURL). Its stdout and stderr go to stderrPath, or a temporary
+// file.
+func startHTTP(spec serverSpec, era, stderrPath string, timeout time.Duration) (*httpConn, error) {
+	p, err := startProc(spec.Argv, stderrPath, timeout)
+	if err != nil {
+		return nil, err
+	}
+	c := &httpConn{proc: p, modern: era == "modern"}
+	if c.url, err = p.waitURL(spec); err != nil {
+		p.stop()
+		return nil, err
 	}
 	// One client per server, its pool big enough that the concurrent
 	// phase reuses connections rather than dialling per call.
@@ -110,31 +157,19 @@ func startHTTP(spec serverSpec, era, stderrPath string, timeout time.Duration) (
 	return c, nil
 }
 
-// stop ends the legacy session, closes our connections and asks the server
-// to exit (SIGTERM), killing it if it has not 2 s later.
+// stop ends the legacy session, closes our connections and stops the
+// server.
 func (c *httpConn) stop() {
-	c.watch.Stop()
-	if c.hc != nil {
-		if c.session != "" {
-			if req, err := http.NewRequest(http.MethodDelete, c.url, nil); err == nil {
-				c.setHeaders(req, "", "")
-				if resp, err := c.hc.Do(req); err == nil {
-					resp.Body.Close()
-				}
+	if c.session != "" {
+		if req, err := http.NewRequest(http.MethodDelete, c.url, nil); err == nil {
+			c.setHeaders(req, "", "")
+			if resp, err := c.hc.Do(req); err == nil {
+				resp.Body.Close()
 			}
 		}
-		c.hc.CloseIdleConnections()
 	}
-	c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.exited:
-	case <-time.After(2 * time.Second):
-		c.cmd.Process.Kill()
-		<-c.exited
-	}
-	if c.tmpLog != "" {
-		os.Remove(c.tmpLog)
-	}
+	c.hc.CloseIdleConnections()
+	c.proc.stop()
 }
 
 // setHeaders sets what every request of the era needs. method and name are
@@ -150,8 +185,10 @@ func (c *httpConn) setHeaders(req *http.Request, method, name string) {
 		if name != "" {
 			h.Set(mcp.HeaderName, name)
 		}
-	case c.session != "":
-		h.Set(mcp.HeaderSessionID, c.session)
+	case c.initialized:
+		if c.session != "" {
+			h.Set(mcp.HeaderSessionID, c.session)
+		}
 		h.Set(mcp.HeaderProtocolVersion, mcp.Version20251125)
 	}
 }
@@ -181,9 +218,10 @@ func (c *httpConn) initialize() error {
 	case m.Result == nil || m.Result.ProtocolVersion != mcp.Version20251125:
 		return fmt.Errorf("initialize: did not settle on %s", mcp.Version20251125)
 	}
-	if c.session = resp.Header.Get(mcp.HeaderSessionID); c.session == "" {
-		return errors.New("initialize: no Mcp-Session-Id header")
-	}
+	// A server may keep no session (supergateway's stateless mode): then
+	// requests carry only the protocol version.
+	c.session = resp.Header.Get(mcp.HeaderSessionID)
+	c.initialized = true
 	resp, err = c.post([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`), "notifications/initialized", "")
 	if err != nil {
 		return err
