@@ -258,6 +258,9 @@ func (ss *session) callTool(r *inflight, in *incoming) {
 	if g := rt.policy.Group; g != nil {
 		r.group = g.ln
 	}
+	if rt.policy.Waits && in.begin != nil {
+		in.runHere = false // its reading goroutine must go on reading
+	}
 	ss.startCall(r, in, rt.lane, ss.srv.deadlines(rt.policy), func(ctx context.Context) (mcp.Result, error) {
 		return rt.handler(ctx, call)
 	}, rt.result)

@@ -116,6 +116,14 @@ type Policy struct {
 	// Group, when set, is a share of the server the tool's calls draw on
 	// together with the other tools of the group (see LimitGroup).
 	Group *LimitGroup
+
+	// Waits says the handler spends its call waiting on something else
+	// (another server: a gateway's upstream), not computing. A transport
+	// that runs a call on its reading goroutine for a moment before it
+	// hands reading to another (stdio) starts such a call on a goroutine
+	// of its own at once, so that the next request is read without
+	// waiting for the handoff.
+	Waits bool
 }
 
 func (p Policy) validate(tool string) error {
