@@ -122,6 +122,56 @@ func (c *ResourceLink) MarshalJSON() ([]byte, error) {
 	return marshalTyped(c.ContentType(), (*plain)(c))
 }
 
+// RawContent is a content block kept as the JSON it came as, encoded
+// again byte for byte: for a program that passes blocks on without reading
+// them (a gateway), a block of any type — one this package does not know
+// included — survives unchanged, at the cost of one copy.
+type RawContent json.RawMessage
+
+// ContentType reads the block's "type" member ("" when it has none).
+func (c RawContent) ContentType() string {
+	var head struct {
+		Type string `json:"type"`
+	}
+	json.Unmarshal(c, &head)
+	return head.Type
+}
+
+// MarshalJSON returns the block as it came.
+func (c RawContent) MarshalJSON() ([]byte, error) {
+	if len(c) == 0 {
+		return []byte("null"), nil
+	}
+	return c, nil
+}
+
+// PassThrough decodes a tools/call result for a program that passes it
+// on (a gateway): its content blocks stay RawContent and its
+// structuredContent raw JSON, so that it is encoded again as it came,
+// whatever the blocks' types, and costs one decode rather than one per
+// block.
+func PassThrough(data []byte) (*CallToolResult, error) {
+	type plain CallToolResult
+	var aux struct {
+		plain
+		Content           []json.RawMessage `json:"content"`
+		StructuredContent json.RawMessage   `json:"structuredContent"`
+	}
+	if err := json.Unmarshal(data, &aux); err != nil {
+		return nil, err
+	}
+	r := CallToolResult(aux.plain)
+	r.StructuredContent = nil
+	if len(aux.StructuredContent) > 0 && string(aux.StructuredContent) != "null" {
+		r.StructuredContent = aux.StructuredContent
+	}
+	r.Content = make([]Content, len(aux.Content))
+	for i, raw := range aux.Content {
+		r.Content[i] = RawContent(raw)
+	}
+	return &r, nil
+}
+
 // Text returns a text content block.
 func Text(s string) *TextContent { return &TextContent{Text: s} }
 
