@@ -185,6 +185,18 @@ func (q *writer) send(ctx context.Context, b []byte) (sent bool, err error) {
 	}
 }
 
+// enqueueFrame queues b, waiting for room until ctx ends, and returns its frame
+// without waiting for it to be written: a caller that waits for an answer
+// anyway need not wake up in between, and one that gives up first can
+// still withdraw it (frame.withdraw) if it never left.
+func (q *writer) enqueueFrame(ctx context.Context, b []byte) (*frame, error) {
+	f := &frame{b: append(b, '\n')}
+	if err := q.enqueue(ctx, f, true); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
 // post queues b without waiting; after, if set, runs once the frame left
 // the queue (written, failed or dropped with the connection).
 func (q *writer) post(b []byte, answer bool, after func()) error {
@@ -194,6 +206,8 @@ func (q *writer) post(b []byte, answer bool, after func()) error {
 
 func (q *writer) run() {
 	defer close(q.done)
+	var batch []*frame
+	var buf []byte
 	for {
 		q.mu.Lock()
 		for len(q.queue) == 0 {
@@ -205,21 +219,44 @@ func (q *writer) run() {
 			<-q.wake
 			q.mu.Lock()
 		}
-		f := q.queue[0]
-		q.queue[0] = nil
-		q.queue = q.queue[1:]
-		q.mu.Unlock()
-		var err error
-		if f.state.CompareAndSwap(frameQueued, frameTaken) {
-			_, err = q.w.Write(f.b)
+		// Every frame queued now goes in one write: under load a burst
+		// costs one system call and one wake-up of the server, not one a
+		// frame. A frame withdrawn meanwhile is left out.
+		batch = batch[:0]
+		size := 0
+		for len(q.queue) > 0 && (len(batch) == 0 || size+len(q.queue[0].b) <= maxBatchBytes) {
+			f := q.queue[0]
+			q.queue[0] = nil
+			q.queue = q.queue[1:]
+			batch = append(batch, f)
+			size += len(f.b)
 		}
-		q.release(f, err)
+		q.mu.Unlock()
+		buf = buf[:0]
+		for _, f := range batch {
+			if f.state.CompareAndSwap(frameQueued, frameTaken) {
+				buf = append(buf, f.b...)
+			}
+		}
+		var err error
+		if len(buf) > 0 {
+			_, err = q.w.Write(buf)
+		}
+		for _, f := range batch {
+			q.release(f, err)
+		}
+		if cap(buf) > maxBatchBytes {
+			buf = nil // one large frame's buffer is not kept
+		}
 		if err != nil {
 			q.fail(err)
 			return
 		}
 	}
 }
+
+// maxBatchBytes bounds the frames the writer joins into one write.
+const maxBatchBytes = 64 << 10
 
 // release accounts for a frame that left the queue and tells its sender.
 func (q *writer) release(f *frame, err error) {

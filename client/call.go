@@ -171,6 +171,21 @@ func (e *CancelledError) Unwrap() error { return e.Cause }
 // described them; a tool that listing left out for malformed annotations
 // is refused (*ExcludedToolError).
 func (c *Client) CallTool(ctx context.Context, name string, args any, o *CallOptions) (*mcp.CallToolResult, error) {
+	raw, err := c.CallToolRaw(ctx, name, args, o)
+	if err != nil {
+		return nil, err
+	}
+	var res mcp.CallToolResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return nil, fmt.Errorf("client: tools/call answered %s: %w", clip(raw), err)
+	}
+	return &res, nil
+}
+
+// CallToolRaw is CallTool, returning the result as the server sent it,
+// undecoded: for a caller that passes it on (mcp.PassThrough) or decodes
+// it its own way.
+func (c *Client) CallToolRaw(ctx context.Context, name string, args any, o *CallOptions) (json.RawMessage, error) {
 	var opts CallOptions
 	if o != nil {
 		opts = *o
@@ -193,11 +208,7 @@ func (c *Client) CallTool(ctx context.Context, name string, args any, o *CallOpt
 	if err != nil {
 		return nil, err
 	}
-	var res mcp.CallToolResult
-	if err := json.Unmarshal(raw, &res); err != nil {
-		return nil, fmt.Errorf("client: tools/call answered %s: %w", clip(raw), err)
-	}
-	return &res, nil
+	return raw, nil
 }
 
 // ListTools returns every tool the server offers, following cursors, under
@@ -477,12 +488,11 @@ func (c *Client) params(params any, token string, extra map[string]any) (json.Ra
 	if p, ok := params.(map[string]any); ok || params == nil {
 		// The common case, encoded once: the helpers build maps.
 		if _, has := p["_meta"]; !has {
-			obj := make(map[string]any, len(p)+1)
-			for k, v := range p {
-				obj[k] = v
+			b, err := appendObject(make([]byte, 0, 256), p, c.meta(nil, token, extra))
+			if err != nil {
+				return nil, fmt.Errorf("client: params: %w", err)
 			}
-			obj["_meta"] = c.meta(nil, token, extra)
-			return json.Marshal(obj)
+			return b, nil
 		}
 	}
 	var obj map[string]json.RawMessage
@@ -512,6 +522,82 @@ func (c *Client) params(params any, token string, extra map[string]any) (json.Ra
 	return json.Marshal(obj)
 }
 
+// appendObject appends the JSON object of members, with meta as its
+// _meta member when meta is not nil: one pass, members in no particular
+// order (a map's encoding would sort them), each value encoded on its
+// own, raw JSON appended as it is once it is known to be valid.
+func appendObject(b []byte, members map[string]any, meta map[string]any) ([]byte, error) {
+	b = append(b, '{')
+	first := true
+	member := func(k string, v any) error {
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		if err := appendValue(&b, k); err != nil {
+			return err
+		}
+		b = append(b, ':')
+		return appendValue(&b, v)
+	}
+	for k, v := range members {
+		if err := member(k, v); err != nil {
+			return nil, err
+		}
+	}
+	if meta != nil {
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = append(b, `"_meta":`...)
+		inner, err := appendObject(b, meta, nil)
+		if err != nil {
+			return nil, err
+		}
+		b = inner
+	}
+	return append(b, '}'), nil
+}
+
+// appendValue appends v's JSON: raw JSON as it is (checked), a string
+// quoted, anything else through encoding/json.
+func appendValue(b *[]byte, v any) error {
+	switch v := v.(type) {
+	case json.RawMessage:
+		if !json.Valid(v) {
+			return fmt.Errorf("invalid JSON %s", clip(v))
+		}
+		*b = append(*b, v...)
+		return nil
+	case string:
+		if plainASCII(v) {
+			*b = append(append(append(*b, '"'), v...), '"')
+			return nil
+		}
+		enc, err := json.Marshal(v) // JSON's escapes, not Go's
+		*b = append(*b, enc...)
+		return err
+	}
+	enc, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	*b = append(*b, enc...)
+	return nil
+}
+
+// plainASCII reports whether s needs no escaping in JSON (nor in
+// encoding/json's HTML-safe output: no <, > or &).
+func plainASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
 // meta is a request's _meta: the caller's members, a progress token, and
 // in the modern era the protocol version, capabilities and client info.
 func (c *Client) meta(meta map[string]any, token string, extra map[string]any) map[string]any {
@@ -526,10 +612,21 @@ func (c *Client) meta(meta map[string]any, token string, extra map[string]any) m
 	}
 	if c.era == mcp.Modern {
 		meta[mcp.MetaProtocolVersion] = c.version
-		meta[mcp.MetaClientCapabilities] = c.opts.Capabilities
-		meta[mcp.MetaClientInfo] = c.opts.Info
+		caps, info := c.encodedSelf()
+		meta[mcp.MetaClientCapabilities] = caps
+		meta[mcp.MetaClientInfo] = info
 	}
 	return meta
+}
+
+// encodedSelf is the client's capabilities and info as every 2026-07-28
+// request's _meta carries them, encoded once for the connection.
+func (c *Client) encodedSelf() (caps, info json.RawMessage) {
+	c.selfOnce.Do(func() {
+		c.capsJSON, _ = json.Marshal(c.opts.Capabilities)
+		c.infoJSON, _ = json.Marshal(c.opts.Info)
+	})
+	return c.capsJSON, c.infoJSON
 }
 
 // renewSession starts a new 2025 session when err says the server no

@@ -177,8 +177,11 @@ type Client struct {
 	nextID  atomic.Int64
 	tools   toolHeaders // x-mcp-header annotations of the last listing
 	stats   *counters
-	closeMu sync.Once
-	closed  error
+
+	selfOnce           sync.Once // encodedSelf
+	capsJSON, infoJSON json.RawMessage
+	closeMu            sync.Once
+	closed             error
 }
 
 // Stats counts what the client dropped or ignored.

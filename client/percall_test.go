@@ -534,3 +534,53 @@ func TestGivenUpCallsQuestionIsNotAnothersToAnswer(t *testing.T) {
 	}
 	result(f, first, "ok")
 }
+
+// A request's params are encoded in one pass: members the caller gives in
+// _meta keep their keys and values exactly, a key or string JSON must
+// escape is escaped as JSON does, raw JSON goes as it is, and raw JSON
+// that is not JSON is refused before anything is sent.
+func TestParamsEncoding(t *testing.T) {
+	got := make(chan jsonrpc.Message, 1)
+	c, f := dialOpts(t, &client.Options{Era: mcp.Modern}, func(f *fakeServer, m jsonrpc.Message) {
+		if m.Method == mcp.MethodToolsCall {
+			got <- m
+			result(f, m, "ok")
+		}
+	}, false)
+	meta := map[string]any{"plain": "v", "quo\"te\u00e9<": "line\nnext <&>", "raw": json.RawMessage(`{"n":12345678901234567890}`)}
+	args := map[string]any{"text": "é\u2028", "n": 1}
+	if _, err := c.CallTool(context.Background(), "echo", args, &client.CallOptions{Meta: meta}); err != nil {
+		t.Fatal(err)
+	}
+	m := <-got
+	var p struct {
+		Name      string
+		Arguments map[string]any
+		Meta      map[string]json.RawMessage `json:"_meta"`
+	}
+	if err := json.Unmarshal(m.Params, &p); err != nil {
+		t.Fatalf("the params %s are not JSON: %v", m.Params, err)
+	}
+	if p.Name != "echo" || p.Arguments["text"] != "é\u2028" || p.Arguments["n"] != 1.0 {
+		t.Errorf("name %q, arguments %v", p.Name, p.Arguments)
+	}
+	var s string
+	if json.Unmarshal(p.Meta["quo\"te\u00e9<"], &s); s != "line\nnext <&>" {
+		t.Errorf("an escaped member came out %s", p.Meta["quo\"te\u00e9<"])
+	}
+	if string(p.Meta["raw"]) != `{"n":12345678901234567890}` || string(p.Meta["plain"]) != `"v"` {
+		t.Errorf("raw members came out %s and %s", p.Meta["raw"], p.Meta["plain"])
+	}
+	for _, k := range []string{mcp.MetaProtocolVersion, mcp.MetaClientCapabilities, mcp.MetaClientInfo} {
+		if len(p.Meta[k]) == 0 {
+			t.Errorf("the 2026-07-28 member %s is missing", k)
+		}
+	}
+	_, err := c.CallTool(context.Background(), "echo", json.RawMessage(`{"broken":`), nil)
+	if err == nil || !strings.Contains(err.Error(), "invalid JSON") {
+		t.Fatalf("broken raw arguments: %v", err)
+	}
+	if n := len(f.sent(mcp.MethodToolsCall)); n != 1 {
+		t.Fatalf("%d calls reached the server, want 1 (the broken one is never sent)", n)
+	}
+}

@@ -122,7 +122,14 @@ func (t *stdioTransport) start(ctx context.Context, req outgoing) (*exchange, er
 	}
 	forget := func(abandon bool) { t.calls.forget(req, abandon) }
 	ex.onFinish = func() { forget(false) }
+	var f *frame
 	ex.onCancel = func(id jsonrpc.ID, reason string) Cancellation {
+		if f.withdraw() {
+			// Still queued: it never reaches the server, and needs no
+			// cancellation.
+			forget(false)
+			return RequestNotSent
+		}
 		forget(true)
 		// Both eras cancel a stdio request with a notification. It is
 		// queued, never waited for: a server that stops reading must not
@@ -134,21 +141,20 @@ func (t *stdioTransport) start(ctx context.Context, req outgoing) (*exchange, er
 		}
 		return CancelQueued
 	}
-	// The request is written under ctx (the call's clocks): one that is
-	// still queued when they fire never leaves, and needs no
-	// cancellation; one on its way is the call's, which cancels it.
-	sent, err := t.w.send(ctx, jsonrpc.AppendRequest(nil, req.id, req.method, req.params))
-	switch {
-	case err == nil:
-		return ex, nil
-	case ctx.Err() != nil && sent:
-		return ex, nil // the call sees ctx ended and cancels it
-	case ctx.Err() != nil:
+	// The request is queued under ctx (the call's clocks), waiting for
+	// room, not for its write: the call waits for its answer anyway, and
+	// if its clocks fire first one still queued is withdrawn (onCancel),
+	// never to leave. A write that fails loses the connection, and the
+	// call with it.
+	var err error
+	if f, err = t.w.enqueueFrame(ctx, jsonrpc.AppendRequest(nil, req.id, req.method, req.params)); err != nil {
 		forget(false)
-		return nil, context.Cause(ctx)
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return nil, fmt.Errorf("%w: %v", ErrConnectionLost, err)
 	}
-	forget(false)
-	return nil, fmt.Errorf("%w: %v", ErrConnectionLost, err)
+	return ex, nil
 }
 
 func (t *stdioTransport) notify(ctx context.Context, method string, params any, _ mcp.Era) error {

@@ -91,8 +91,17 @@ func (ex *exchange) deliver(r reply) { ex.ended.Do(func() { ex.response <- r }) 
 func (ex *exchange) lose() { ex.ended.Do(func() { close(ex.response) }) }
 
 func newExchange(ctx context.Context, req outgoing, stats *counters) *exchange {
-	return &exchange{progress: make(chan Progress, progressBuffer), response: make(chan reply, 1), stats: stats,
-		token: req.token, notes: req.notes, ctx: ctx, onRequest: req.onRequest, answered: make(chan struct{}, 1)}
+	ex := &exchange{response: make(chan reply, 1), stats: stats,
+		token: req.token, notes: req.notes, ctx: ctx, onRequest: req.onRequest}
+	if req.token != "" {
+		// Without a progress token no report is routed to the call: a
+		// nil channel, never ready, costs nothing.
+		ex.progress = make(chan Progress, progressBuffer)
+	}
+	if req.onRequest != nil {
+		ex.answered = make(chan struct{}, 1)
+	}
+	return ex
 }
 
 // answerer is who answers a request of the server's: the call it is
