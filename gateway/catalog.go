@@ -194,7 +194,7 @@ func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
 				Name:      name, Title: t.Title, Description: t.Description,
 				InputSchema: t.InputSchema, OutputSchema: t.OutputSchema,
 				Annotations: t.Annotations, Meta: upstreamMeta(t.Meta),
-				Policy: server.Policy{Retry: tp.Retry, IdleTimeout: tp.Idle, MaxTimeout: tp.Max, Group: l.group},
+				Policy: server.Policy{Retry: tp.Retry, IdleTimeout: tp.Idle, MaxTimeout: tp.Max, Group: l.group, Waits: true},
 			}, l.forwardTool(t.Name, tp))
 		},
 		remove: func(name string) { g.srv.RemoveTool(name) },

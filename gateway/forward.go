@@ -114,7 +114,7 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy) server.ToolHandle
 				defer release()
 				defer stop()
 				defer cancel(nil)
-				res, err := c.CallTool(cctx, upstreamTool, args, o)
+				res, err := l.callTool(cctx, c, upstreamTool, args, o)
 				l.record(err)
 				var rec ForwardRecord
 				if err != nil {
@@ -131,7 +131,7 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy) server.ToolHandle
 		defer release()
 		o.OnRequest = l.relay(&call.Request, c)
 		sent := time.Now()
-		res, err := c.CallTool(f.ctx, upstreamTool, args, o)
+		res, err := l.callTool(f.ctx, c, upstreamTool, args, o)
 		f.rec.InUpstream, f.rec.Reached = time.Since(sent), true
 		l.record(err)
 		if err == nil {
@@ -140,6 +140,22 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy) server.ToolHandle
 		}
 		return nil, l.callFailure(f.ctx, err, tp, &call.Request, &f.rec)
 	}
+}
+
+// callTool calls the upstream's tool and returns its result to pass on
+// as it came: its content blocks never decoded and encoded again, so
+// that one of a type this gateway does not know survives, and a call
+// costs one decode.
+func (l *link) callTool(ctx context.Context, c *client.Client, name string, args any, o *client.CallOptions) (*mcp.CallToolResult, error) {
+	raw, err := c.CallToolRaw(ctx, name, args, o)
+	if err != nil {
+		return nil, err
+	}
+	res, err := mcp.PassThrough(raw)
+	if err != nil {
+		return nil, &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf("upstream %q answered tools/call with a malformed result", l.up.Name)}
+	}
+	return res, nil
 }
 
 // forward is one forwarded request's record and span.
@@ -209,6 +225,9 @@ func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, q *ser
 			return context.Cause(ctx)
 		}
 		return err
+	case errors.As(err, new(*mcp.ToolError)):
+		rec.Outcome = OutcomeFailed
+		return err // the gateway's own words already
 	case errors.As(err, &ie) && errors.Is(err, errRelayInput):
 		rec.Outcome = OutcomeInput
 		return l.relayedInput(ie, q.ClientCapabilities)
@@ -448,26 +467,28 @@ func (l *link) relayedInput(ie *client.InputError, caps mcp.ClientCapabilities) 
 // 2026-07-28 era's per-request members), nor the caller's trace context,
 // which the gateway's own span continues and replaces.
 func (g *Gateway) passMeta(ctx context.Context, raw json.RawMessage) map[string]any {
-	out := map[string]any{}
+	var out map[string]any
 	if len(raw) > 0 {
-		var m map[string]json.RawMessage
-		if json.Unmarshal(raw, &m) == nil {
-			for k, v := range m {
-				switch {
-				case k == mcp.MetaProgressToken, k == "traceparent", k == "tracestate", strings.HasPrefix(k, "io.modelcontextprotocol/"):
-					continue
-				}
-				out[k] = v
+		jsonrpc.Members(raw, func(k, v []byte) bool {
+			key := string(k)
+			switch {
+			case key == mcp.MetaProgressToken, key == "traceparent", key == "tracestate", strings.HasPrefix(key, "io.modelcontextprotocol/"):
+				return true
 			}
-		}
+			if out == nil {
+				out = map[string]any{}
+			}
+			out[key] = json.RawMessage(bytes.Clone(v)) // the request's frame is not ours to keep
+			return true
+		})
 	}
 	if g.opts.Propagate != nil {
 		for k, v := range g.opts.Propagate(ctx) {
+			if out == nil {
+				out = map[string]any{}
+			}
 			out[k] = v
 		}
-	}
-	if len(out) == 0 {
-		return nil
 	}
 	return out
 }

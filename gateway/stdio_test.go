@@ -104,7 +104,7 @@ func serveLateUpstream() {
 }
 
 func serveStdioUpstream() {
-	srv, err := server.New(mcp.Implementation{Name: "stdio-upstream", Version: "1"}, &server.Options{Logger: slog.New(slog.DiscardHandler)})
+	srv, err := server.New(mcp.Implementation{Name: "stdio-upstream", Version: "1"}, &server.Options{Logger: slog.New(slog.DiscardHandler), MaxConcurrentCalls: 256})
 	if err != nil {
 		panic(err)
 	}
@@ -119,6 +119,11 @@ func serveStdioUpstream() {
 		Name string `json:"name"`
 	}) (string, error) {
 		return os.Getenv(in.Name), nil
+	})
+	server.AddTypedTool(srv, server.Tool{Name: "echo"}, func(ctx context.Context, call *server.CallRequest, in struct {
+		Text string `json:"text"`
+	}) (string, error) {
+		return in.Text, nil
 	})
 	srv.AddTool(server.Tool{Name: "pid"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
 		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text(fmt.Sprint(os.Getpid()))}}, nil
