@@ -25,10 +25,7 @@ func TestListChangesReachDownstream(t *testing.T) {
 	for _, up := range eras {
 		t.Run("upstream-"+up.name, func(t *testing.T) {
 			u := newUpstream(t)
-			f := newFront(t, gateway.Options{
-				Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
-				Client:    client.Options{Era: up.era},
-			}, nil)
+			f := newFront(t, u.options(up.era), nil)
 			told := make(chan string, 8)
 			legacy := f.dial(t, mcp.Legacy, &client.Options{OnNotification: func(method string, _ json.RawMessage) { told <- "2025 " + method }})
 			modern := f.dial(t, mcp.Modern, nil)

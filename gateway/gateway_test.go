@@ -24,104 +24,90 @@ import (
 // their names and schemas with one upstream, a result comes back as the
 // upstream sent it, and a failed result passes through unchanged.
 func TestForwardsAcrossEras(t *testing.T) {
-	for _, up := range eras {
-		for _, down := range eras {
-			t.Run(down.name+"-to-"+up.name, func(t *testing.T) {
-				u := newUpstream(t)
-				f := newFront(t, gateway.Options{
-					Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
-					Client:    client.Options{Era: up.era},
-				}, nil)
-				c := f.dial(t, down.era, nil)
-				tools, err := c.ListTools(context.Background())
-				must(t, err)
-				var names []string
-				for _, tl := range tools {
-					names = append(names, tl.Name)
-					if tl.Name == "echo" && (tl.Annotations == nil || tl.Annotations.ReadOnlyHint == nil || !*tl.Annotations.ReadOnlyHint) {
-						t.Errorf("echo's annotations were not passed on: %+v", tl.Annotations)
-					}
-					if tl.Name == "echo" && !strings.Contains(string(tl.InputSchema), `"text"`) {
-						t.Errorf("echo's schema was not passed on: %s", tl.InputSchema)
-					}
-				}
-				slices.Sort(names)
-				if want := []string{"ask", "echo", "fail", "hang", "progress", "refuse", "roots"}; !slices.Equal(names, want) {
-					t.Fatalf("tools %v, want %v", names, want)
-				}
-				for _, tl := range tools {
-					// echo's upstream calls it read-only; the policy says
-					// nothing of it, so it is unsafe all the same.
-					if tl.Name == "echo" && tl.Meta[mcp.MetaRetryClass] != mcp.RetryClassUnsafe {
-						t.Errorf("echo's retry class is %v: an upstream's annotation widened it", tl.Meta[mcp.MetaRetryClass])
-					}
-				}
-				res, err := c.CallTool(context.Background(), "echo", map[string]any{"text": "hello"}, nil)
-				must(t, err)
-				if !strings.Contains(structured(res), `"hello"`) {
-					t.Fatalf("echo answered %+v", res)
-				}
-				res, err = c.CallTool(context.Background(), "fail", nil, nil)
-				must(t, err)
-				if !res.IsError || !strings.Contains(text(res), "card_declined") {
-					t.Fatalf("the upstream's failed result was not passed through: %+v", res)
-				}
-				// An upstream's JSON-RPC error stays one, its code, message
-				// and data kept; one that speaks of the gateway's own
-				// framing becomes an internal error.
-				for code, want := range map[int64]int64{-32602: -32602, -32042: -32042, 4242: 4242, jsonrpc.CodeParseError: jsonrpc.CodeInternalError, jsonrpc.CodeInvalidRequest: jsonrpc.CodeInternalError} {
-					_, err := c.CallTool(context.Background(), "refuse", map[string]any{"code": code}, nil)
-					var rpc *jsonrpc.Error
-					if !errors.As(err, &rpc) || rpc.Code != want || !strings.Contains(rpc.Message, fmt.Sprintf("refused with %d", code)) {
-						t.Errorf("upstream error %d reached the client as %v, want code %d", code, err, want)
-					}
-				}
-			})
+	eraPairs(t, func(t *testing.T, up, down eraCase) {
+		u := newUpstream(t)
+		f := newFront(t, u.options(up.era), nil)
+		c := f.dial(t, down.era, nil)
+		tools, err := c.ListTools(context.Background())
+		must(t, err)
+		var names []string
+		for _, tl := range tools {
+			names = append(names, tl.Name)
+			if tl.Name == "echo" && (tl.Annotations == nil || tl.Annotations.ReadOnlyHint == nil || !*tl.Annotations.ReadOnlyHint) {
+				t.Errorf("echo's annotations were not passed on: %+v", tl.Annotations)
+			}
+			if tl.Name == "echo" && !strings.Contains(string(tl.InputSchema), `"text"`) {
+				t.Errorf("echo's schema was not passed on: %s", tl.InputSchema)
+			}
 		}
-	}
+		slices.Sort(names)
+		if want := []string{"ask", "echo", "fail", "hang", "progress", "refuse", "roots"}; !slices.Equal(names, want) {
+			t.Fatalf("tools %v, want %v", names, want)
+		}
+		for _, tl := range tools {
+			// echo's upstream calls it read-only; the policy says
+			// nothing of it, so it is unsafe all the same.
+			if tl.Name == "echo" && tl.Meta[mcp.MetaRetryClass] != mcp.RetryClassUnsafe {
+				t.Errorf("echo's retry class is %v: an upstream's annotation widened it", tl.Meta[mcp.MetaRetryClass])
+			}
+		}
+		res, err := c.CallTool(context.Background(), "echo", map[string]any{"text": "hello"}, nil)
+		must(t, err)
+		if !strings.Contains(structured(res), `"hello"`) {
+			t.Fatalf("echo answered %+v", res)
+		}
+		res, err = c.CallTool(context.Background(), "fail", nil, nil)
+		must(t, err)
+		if !res.IsError || !strings.Contains(text(res), "card_declined") {
+			t.Fatalf("the upstream's failed result was not passed through: %+v", res)
+		}
+		// An upstream's JSON-RPC error stays one, its code, message
+		// and data kept; one that speaks of the gateway's own
+		// framing becomes an internal error.
+		for code, want := range map[int64]int64{-32602: -32602, -32042: -32042, 4242: 4242, jsonrpc.CodeParseError: jsonrpc.CodeInternalError, jsonrpc.CodeInvalidRequest: jsonrpc.CodeInternalError} {
+			_, err := c.CallTool(context.Background(), "refuse", map[string]any{"code": code}, nil)
+			var rpc *jsonrpc.Error
+			if !errors.As(err, &rpc) || rpc.Code != want || !strings.Contains(rpc.Message, fmt.Sprintf("refused with %d", code)) {
+				t.Errorf("upstream error %d reached the client as %v, want code %d", code, err, want)
+			}
+		}
+	})
 }
 
 // A downstream cancellation reaches the upstream handler as the
 // upstream's own cancellation of its own request, in every era pair;
 // the connection keeps serving afterwards.
 func TestDownstreamCancellationReachesUpstream(t *testing.T) {
-	for _, up := range eras {
-		for _, down := range eras {
-			t.Run(down.name+"-to-"+up.name, func(t *testing.T) {
-				u := newUpstream(t)
-				f := newFront(t, gateway.Options{
-					Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
-					Client:    client.Options{Era: up.era},
-				}, nil)
-				c := f.dial(t, down.era, nil)
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan error, 1)
-				go func() {
-					_, err := c.CallTool(ctx, "hang", nil, nil)
-					done <- err
-				}()
-				u.gate.WaitEntered(t)
-				cancel()
-				cause := u.gate.WaitExited(t)
-				if !upstreamCancelled(up.era, cause) {
-					t.Fatalf("the upstream handler ended with %v, want a cancellation by its client (the gateway)", cause)
-				}
-				u.gate.Release()
-				var ce *client.CancelledError
-				if err := <-done; !errors.As(err, &ce) {
-					t.Fatalf("the downstream call ended with %v", err)
-				}
-				if r := f.awaitForward(t, "hang"); r.Outcome != gateway.OutcomeCancelled || !r.CancelPropagated {
-					t.Fatalf("the cancelled call was recorded %+v, want cancelled and carried upstream", r)
-				}
-				res, err := c.CallTool(context.Background(), "echo", map[string]any{"text": "after"}, nil)
-				must(t, err)
-				if !strings.Contains(structured(res), "after") {
-					t.Fatalf("not serving after a cancellation: %+v", res)
-				}
-			})
+	eraPairs(t, func(t *testing.T, up, down eraCase) {
+		u := newUpstream(t)
+		f := newFront(t, u.options(up.era), nil)
+		c := f.dial(t, down.era, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.CallTool(ctx, "hang", nil, nil)
+			done <- err
+		}()
+		u.gate.WaitEntered(t)
+		cancel()
+		cause := u.gate.WaitExited(t)
+		if !upstreamCancelled(up.era, cause) {
+			t.Fatalf("the upstream handler ended with %v, want a cancellation by its client (the gateway)", cause)
 		}
-	}
+		u.gate.Release()
+		var ce *client.CancelledError
+		if err := <-done; !errors.As(err, &ce) {
+			t.Fatalf("the downstream call ended with %v", err)
+		}
+		if r := f.awaitForward(t, "hang"); r.Outcome != gateway.OutcomeCancelled || !r.CancelPropagated {
+			t.Fatalf("the cancelled call was recorded %+v, want cancelled and carried upstream", r)
+		}
+		res, err := c.CallTool(context.Background(), "echo", map[string]any{"text": "after"}, nil)
+		must(t, err)
+		if !strings.Contains(structured(res), "after") {
+			t.Fatalf("not serving after a cancellation: %+v", res)
+		}
+	})
 }
 
 // A deadline that fires at the gateway cancels the upstream's request,
@@ -153,36 +139,29 @@ func TestGatewayDeadlineCancelsUpstream(t *testing.T) {
 // Upstream progress reaches the downstream increasing: a report that
 // does not increase is dropped, and the final result comes last.
 func TestProgressArrivesIncreasing(t *testing.T) {
-	for _, up := range eras {
-		for _, down := range eras {
-			t.Run(down.name+"-to-"+up.name, func(t *testing.T) {
-				u := newUpstream(t)
-				f := newFront(t, gateway.Options{
-					Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
-					Client:    client.Options{Era: up.era},
-				}, nil)
-				c := f.dial(t, down.era, nil)
-				var got []float64
-				res, err := c.CallTool(context.Background(), "progress", map[string]any{"values": []float64{1, 2, 2, 1.5, 3, 10}},
-					&client.CallOptions{OnProgress: func(p client.Progress) { got = append(got, p.Progress) }})
-				must(t, err)
-				if res.IsError {
-					t.Fatalf("progress failed: %s", text(res))
-				}
-				if len(got) == 0 {
-					t.Fatal("no progress reached the downstream client")
-				}
-				for i := 1; i < len(got); i++ {
-					if got[i] <= got[i-1] {
-						t.Fatalf("progress %v is not strictly increasing", got)
-					}
-				}
-				if got[len(got)-1] != 10 {
-					t.Fatalf("progress %v: the last report (10) was lost", got)
-				}
-			})
+	eraPairs(t, func(t *testing.T, up, down eraCase) {
+		u := newUpstream(t)
+		f := newFront(t, u.options(up.era), nil)
+		c := f.dial(t, down.era, nil)
+		var got []float64
+		res, err := c.CallTool(context.Background(), "progress", map[string]any{"values": []float64{1, 2, 2, 1.5, 3, 10}},
+			&client.CallOptions{OnProgress: func(p client.Progress) { got = append(got, p.Progress) }})
+		must(t, err)
+		if res.IsError {
+			t.Fatalf("progress failed: %s", text(res))
 		}
-	}
+		if len(got) == 0 {
+			t.Fatal("no progress reached the downstream client")
+		}
+		for i := 1; i < len(got); i++ {
+			if got[i] <= got[i-1] {
+				t.Fatalf("progress %v is not strictly increasing", got)
+			}
+		}
+		if got[len(got)-1] != 10 {
+			t.Fatalf("progress %v: the last report (10) was lost", got)
+		}
+	})
 }
 
 // An upstream that cannot be reached gives a retryable
@@ -316,10 +295,7 @@ func TestInputIsRelayed(t *testing.T) {
 	for _, era := range eras {
 		t.Run(era.name, func(t *testing.T) {
 			u := newUpstream(t)
-			f := newFront(t, gateway.Options{
-				Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
-				Client:    client.Options{Era: era.era},
-			}, nil)
+			f := newFront(t, u.options(era.era), nil)
 			asked := 0
 			c := f.dial(t, era.era, &client.Options{
 				Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`)},

@@ -108,10 +108,7 @@ func TestHeldCallProgressReachesTheRetry(t *testing.T) {
 		}
 		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("done")}}, nil
 	}))
-	f := newFront(t, gateway.Options{
-		Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
-		Client:    client.Options{Era: mcp.Legacy},
-	}, nil)
+	f := newFront(t, u.options(mcp.Legacy), nil)
 	c := f.dial(t, mcp.Modern, &client.Options{
 		Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`)},
 		OnRequest: func(ctx context.Context, method string, params json.RawMessage) (any, error) {

@@ -252,10 +252,28 @@ func must(t testing.TB, err error) {
 }
 
 // eras are the two protocol eras, as a client forces them.
-var eras = []struct {
+var eras = []eraCase{{"2026", mcp.Modern}, {"2025", mcp.Legacy}}
+
+type eraCase struct {
 	name string
 	era  mcp.Era
-}{{"2026", mcp.Modern}, {"2025", mcp.Legacy}}
+}
+
+// eraPairs runs test once for every downstream era in front of every
+// upstream era, as subtests named down-to-up.
+func eraPairs(t *testing.T, test func(t *testing.T, up, down eraCase)) {
+	for _, up := range eras {
+		for _, down := range eras {
+			t.Run(down.name+"-to-"+up.name, func(t *testing.T) { test(t, up, down) })
+		}
+	}
+}
+
+// options serves u as the gateway's one upstream "up", reached by a
+// client of era.
+func (u *upstream) options(era mcp.Era) gateway.Options {
+	return gateway.Options{Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}}, Client: client.Options{Era: era}}
+}
 
 func text(res *mcp.CallToolResult) string {
 	if res == nil || len(res.Content) == 0 {

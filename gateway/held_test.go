@@ -25,48 +25,41 @@ import (
 // for a 2025-era upstream that asks mid-call, holding its call open until
 // the client's retry brings the answer.
 func TestInputIsRelayedAcrossEras(t *testing.T) {
-	for _, up := range eras {
-		for _, down := range eras {
-			t.Run(down.name+"-to-"+up.name, func(t *testing.T) {
-				u := newUpstream(t)
-				f := newFront(t, gateway.Options{
-					Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
-					Client:    client.Options{Era: up.era},
-				}, nil)
-				var asked atomic.Int32
-				c := f.dial(t, down.era, &client.Options{
-					Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`), Roots: json.RawMessage(`{}`)},
-					OnRequest: func(ctx context.Context, method string, params json.RawMessage) (any, error) {
-						asked.Add(1)
-						switch {
-						case method == mcp.MethodListRoots:
-							return map[string]any{"roots": []any{map[string]any{"uri": "file:///work", "name": "work"}}}, nil
-						case method != mcp.MethodElicit || !strings.Contains(string(params), "your name?"):
-							return nil, jsonrpc.NewError(jsonrpc.CodeInvalidParams, "unexpected %s %s", method, params)
-						}
-						return map[string]any{"action": "accept", "content": map[string]any{"name": "Ada"}}, nil
-					},
-				})
-				res, err := c.CallTool(context.Background(), "ask", nil, nil)
-				must(t, err)
-				if asked.Load() != 1 || !strings.Contains(text(res), "Ada") {
-					t.Fatalf("asked %d times; result %q", asked.Load(), text(res))
+	eraPairs(t, func(t *testing.T, up, down eraCase) {
+		u := newUpstream(t)
+		f := newFront(t, u.options(up.era), nil)
+		var asked atomic.Int32
+		c := f.dial(t, down.era, &client.Options{
+			Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`), Roots: json.RawMessage(`{}`)},
+			OnRequest: func(ctx context.Context, method string, params json.RawMessage) (any, error) {
+				asked.Add(1)
+				switch {
+				case method == mcp.MethodListRoots:
+					return map[string]any{"roots": []any{map[string]any{"uri": "file:///work", "name": "work"}}}, nil
+				case method != mcp.MethodElicit || !strings.Contains(string(params), "your name?"):
+					return nil, jsonrpc.NewError(jsonrpc.CodeInvalidParams, "unexpected %s %s", method, params)
 				}
-				res, err = c.CallTool(context.Background(), "roots", nil, nil)
-				must(t, err)
-				if asked.Load() != 2 || !strings.Contains(text(res), "file:///work") {
-					t.Fatalf("roots: asked %d times in all; result %q", asked.Load(), text(res))
-				}
-				// A client that did not declare elicitation is not asked:
-				// the upstream gets a refusal and says so in its result.
-				plain := f.dial(t, down.era, nil)
-				res, err = plain.CallTool(context.Background(), "ask", nil, nil)
-				if err == nil && !res.IsError {
-					t.Fatalf("a client without elicitation got %q", text(res))
-				}
-			})
+				return map[string]any{"action": "accept", "content": map[string]any{"name": "Ada"}}, nil
+			},
+		})
+		res, err := c.CallTool(context.Background(), "ask", nil, nil)
+		must(t, err)
+		if asked.Load() != 1 || !strings.Contains(text(res), "Ada") {
+			t.Fatalf("asked %d times; result %q", asked.Load(), text(res))
 		}
-	}
+		res, err = c.CallTool(context.Background(), "roots", nil, nil)
+		must(t, err)
+		if asked.Load() != 2 || !strings.Contains(text(res), "file:///work") {
+			t.Fatalf("roots: asked %d times in all; result %q", asked.Load(), text(res))
+		}
+		// A client that did not declare elicitation is not asked:
+		// the upstream gets a refusal and says so in its result.
+		plain := f.dial(t, down.era, nil)
+		res, err = plain.CallTool(context.Background(), "ask", nil, nil)
+		if err == nil && !res.IsError {
+			t.Fatalf("a client without elicitation got %q", text(res))
+		}
+	})
 }
 
 // A held call whose 2026-07-28 client never comes back with the answer is
