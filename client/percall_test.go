@@ -112,18 +112,7 @@ func dialAsker(t *testing.T, over string, srv *server.Server, era mcp.Era, onReq
 		t.Cleanup(func() { c.Close(); <-done })
 		return c
 	}
-	h, err := streamhttp.NewHandler(srv, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(h)
-	t.Cleanup(hs.Close)
-	c, err := client.DialHTTP(context.Background(), hs.URL, &o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return dialHTTPWith(t, srv, o)
 }
 
 // stdio carries nothing that ties a server's request to a call: it is the
