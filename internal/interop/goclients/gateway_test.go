@@ -1,11 +1,9 @@
 package goclients_test
 
 import (
-	"bufio"
 	"io"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	mcpgo "github.com/mark3labs/mcp-go/client/transport"
@@ -64,20 +62,7 @@ func gatewayArgs(t *testing.T, url string, serve ...string) []string {
 // returns its endpoint URL.
 func startGateway(t *testing.T, url string) string {
 	t.Helper()
-	cmd := exec.Command(binary, gatewayArgs(t, url, "--http", "127.0.0.1:0")...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	br := bufio.NewReader(stderr)
-	endpoint, err := br.ReadString('\n')
-	if err != nil || !strings.HasPrefix(endpoint, "http://") {
-		t.Fatalf("mcprel gateway printed %q, %v", endpoint, err)
-	}
-	go io.Copy(io.Discard, br)
-	return strings.TrimSpace(endpoint)
+	endpoint, rest := startListening(t, gatewayArgs(t, url, "--http", "127.0.0.1:0")...)
+	go io.Copy(io.Discard, rest)
+	return endpoint
 }

@@ -161,7 +161,18 @@ func stdioServer(t *testing.T) (*exec.Cmd, *serverLog) {
 // endpoint URL and log.
 func httpServer(t *testing.T) (string, *serverLog) {
 	t.Helper()
-	cmd := exec.Command(binary, "serve", "--http", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "ledger.db"), "--log-format", "json")
+	url, rest := startListening(t, "serve", "--http", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "ledger.db"), "--log-format", "json")
+	log := newServerLog()
+	go log.consume(rest)
+	return url, log
+}
+
+// startListening runs mcprel with args, which make it listen over HTTP,
+// and returns the endpoint URL it prints first on stderr and the rest of
+// its stderr, which the caller must drain.
+func startListening(t *testing.T, args ...string) (string, *bufio.Reader) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -173,11 +184,9 @@ func httpServer(t *testing.T) (string, *serverLog) {
 	br := bufio.NewReader(stderr)
 	url, err := br.ReadString('\n')
 	if err != nil || !strings.HasPrefix(url, "http://") {
-		t.Fatalf("mcprel serve --http printed %q, %v", url, err)
+		t.Fatalf("mcprel %s printed %q, %v", strings.Join(args[:2], " "), url, err)
 	}
-	log := newServerLog()
-	go log.consume(br)
-	return strings.TrimSpace(url), log
+	return strings.TrimSpace(url), br
 }
 
 // peer is one client library connected to one server, in one era.
