@@ -560,15 +560,22 @@ func appendObject(b []byte, members map[string]any, meta map[string]any) ([]byte
 	return append(b, '}'), nil
 }
 
-// appendValue appends v's JSON: raw JSON as it is (checked), a string
-// quoted, anything else through encoding/json.
+// appendValue appends v's JSON: raw JSON compacted (checked in the same
+// pass: a newline inside it would end a stdio frame early; nil is null,
+// as encoding/json has it), a string quoted, anything else through
+// encoding/json.
 func appendValue(b *[]byte, v any) error {
 	switch v := v.(type) {
 	case json.RawMessage:
-		if !json.Valid(v) {
+		if v == nil {
+			*b = append(*b, "null"...)
+			return nil
+		}
+		buf := bytes.NewBuffer(*b)
+		if err := json.Compact(buf, v); err != nil {
 			return fmt.Errorf("invalid JSON %s", clip(v))
 		}
-		*b = append(*b, v...)
+		*b = buf.Bytes()
 		return nil
 	case string:
 		if plainASCII(v) {

@@ -572,4 +572,19 @@ func TestParamsEncoding(t *testing.T) {
 	if n := len(f.sent(mcp.MethodToolsCall)); n != 1 {
 		t.Fatalf("%d calls reached the server, want 1 (the broken one is never sent)", n)
 	}
+	// Raw arguments as a client sent them, pretty-printed: compacted, or
+	// their newlines would end the stdio frame early. Nil is null.
+	for raw, want := range map[string]string{"{\n  \"a\": 1,\n\t\"b\": [1, 2]\n}": `{"a":1,"b":[1,2]}`, "": "null"} {
+		args := json.RawMessage(raw)
+		if raw == "" {
+			args = nil
+		}
+		if _, err := c.CallTool(context.Background(), "echo", args, &client.CallOptions{Max: 10 * time.Second}); err != nil {
+			t.Fatalf("raw arguments %q: %v", raw, err)
+		}
+		var p struct{ Arguments json.RawMessage }
+		if err := json.Unmarshal((<-got).Params, &p); err != nil || string(p.Arguments) != want {
+			t.Fatalf("raw arguments %q arrived as %s (%v), want %s", raw, p.Arguments, err, want)
+		}
+	}
 }
