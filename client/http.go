@@ -519,6 +519,9 @@ func (p *sidePosts) serve(ctx context.Context, m jsonrpc.Message, era mcp.Era, e
 		p.opts.Logger.Debug("dropped a request from the server: too many are being answered", "method", m.Method)
 		return
 	}
+	if m.Method == mcp.MethodPing {
+		ex = nil // a ping says nothing of the call's progress: its idle clock runs on
+	}
 	a := answererFor(ex, p.opts.OnRequest, context.WithoutCancel(ctx))
 	go func() {
 		defer p.answers.give(size)
@@ -528,7 +531,10 @@ func (p *sidePosts) serve(ctx context.Context, m jsonrpc.Message, era mcp.Era, e
 			p.opts.Logger.Debug("the call ended while its handler answered the server's request; no answer sent", "method", m.Method)
 			return
 		}
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), answerTimeout)
+		pctx, cancel := a.ctx, context.CancelFunc(func() {}) // the connection's handler: answerTimeout covers the POST too
+		if a.ex != nil {
+			pctx, cancel = context.WithTimeout(context.WithoutCancel(a.ctx), answerTimeout)
+		}
 		defer cancel()
 		if err := p.post(pctx, answer, era, ""); err != nil {
 			p.opts.Logger.Warn("could not answer the server's request", "method", m.Method, "err", err)

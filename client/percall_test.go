@@ -240,6 +240,41 @@ func TestIdleClockWaitsForTheCallsAnswer(t *testing.T) {
 	})
 }
 
+// A server's pings are no progress of the call in flight: answered on
+// its behalf or not, they leave its idle clock running.
+func TestPingsLeaveTheIdleClockRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const idle = time.Second
+		ended := make(chan struct{})
+		c, _ := dialOpts(t, &client.Options{Era: mcp.Legacy}, func(f *fakeServer, m jsonrpc.Message) {
+			if m.Method != mcp.MethodToolsCall {
+				return
+			}
+			go func() {
+				for i := 0; ; i++ {
+					select {
+					case <-ended:
+						return
+					case <-time.After(idle / 2):
+						f.send(`{"jsonrpc":"2.0","id":"ping-%d","method":"ping"}`, i)
+					}
+				}
+			}()
+		}, false)
+		answer := func(context.Context, string, json.RawMessage) (any, error) { return map[string]any{}, nil }
+		start := time.Now()
+		_, err := c.CallTool(context.Background(), "quiet", nil, &client.CallOptions{Idle: idle, Max: 10 * idle, OnRequest: answer})
+		close(ended)
+		var de *client.DeadlineError
+		if !errors.As(err, &de) || de.Clock != client.IdleClock {
+			t.Fatalf("a call that only saw pings ended with %v, want its idle clock", err)
+		}
+		if took := time.Since(start); took != idle {
+			t.Fatalf("the idle clock fired after %v, want %v", took, idle)
+		}
+	})
+}
+
 // CallOptions.Input continues a 2026-07-28 call begun elsewhere: the
 // input_required result one client saw is answered, and the call
 // completed, by another request carrying the answers and the state.

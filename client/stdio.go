@@ -261,21 +261,23 @@ func (t *stdioTransport) dispatch(line []byte) {
 // stdio carries nothing that ties a server's request to a call, so it is
 // the call's (CallOptions.OnRequest) only while that call is the one in
 // flight; otherwise it is the connection's (Options.OnRequest).
+//
+// Only an answer a call's handler gave restarts that call's idle clock:
+// a ping, or a request refused, says nothing of the call's progress.
 func (t *stdioTransport) serve(m jsonrpc.Message) {
-	a := answererFor(t.calls.sole(), t.opts.OnRequest, t.lifetime)
-	if m.Method == mcp.MethodPing || a.h == nil {
-		a.done()
-		t.answer(m, serveRequest(t.lifetime, a.h, m), nil)
+	ex := t.calls.sole()
+	if m.Method == mcp.MethodPing || (t.opts.OnRequest == nil && (ex == nil || ex.onRequest == nil)) {
+		t.answer(m, serveRequest(t.lifetime, nil, m), nil)
 		return
 	}
 	size := len(m.Params)
 	if !t.answers.take(size) {
-		a.done()
 		t.stats.serverRefused.Add(1)
 		t.answer(m, jsonrpc.AppendError(nil, m.ID, jsonrpc.NewError(mcp.CodeOverloaded,
 			"this client is already answering %d requests from this server", maxServerRequests)), nil)
 		return
 	}
+	a := answererFor(ex, t.opts.OnRequest, t.lifetime)
 	go func() {
 		defer a.done()
 		b := a.answer(m)
