@@ -386,14 +386,22 @@ func TestDone(t *testing.T) {
 		t.Fatal("Done was not closed after the server's output ended")
 	}
 
+	// Close closes it too, over streams the caller gave and over HTTP.
+	sc, _ := dialOpts(t, &client.Options{Era: mcp.Legacy}, func(*fakeServer, jsonrpc.Message) {}, false)
 	hc := dialHTTPWith(t, mcptest.NewServer(t, nil), client.Options{})
-	select {
-	case <-hc.Done():
-		t.Fatal("Done is closed on a live HTTP connection")
-	default:
+	for name, c := range map[string]*client.Client{"stdio": sc, "http": hc} {
+		select {
+		case <-c.Done():
+			t.Fatalf("Done is closed on a live %s connection", name)
+		default:
+		}
+		c.Close()
+		select {
+		case <-c.Done():
+		case <-time.After(mcptest.Timeout):
+			t.Fatalf("Done was not closed by Close over %s", name)
+		}
 	}
-	hc.Close()
-	<-hc.Done()
 }
 
 // Prompts, resources and templates are listed whole over both transports

@@ -320,6 +320,7 @@ func (t *stdioTransport) done() <-chan struct{} { return t.gone }
 // first grace period: a server that does not read its stdin gets no
 // longer for it.
 func (t *stdioTransport) close(grace time.Duration) error {
+	defer t.goneOnce.Do(func() { close(t.gone) }) // over the caller's streams the reader may read on
 	t.stop()
 	deadline := time.Now().Add(grace)
 	if !t.w.close(deadline) {
