@@ -577,6 +577,9 @@ func appendValue(b *[]byte, v any) error {
 		}
 		*b = buf.Bytes()
 		return nil
+	case encoded:
+		*b = append(*b, v...)
+		return nil
 	case string:
 		if plainASCII(v) {
 			*b = append(append(append(*b, '"'), v...), '"')
@@ -593,6 +596,12 @@ func appendValue(b *[]byte, v any) error {
 	*b = append(*b, enc...)
 	return nil
 }
+
+// encoded is JSON this client encoded itself, compact and valid: appended
+// as it is, never checked again.
+type encoded []byte
+
+func (e encoded) MarshalJSON() ([]byte, error) { return e, nil }
 
 // plainASCII reports whether s needs no escaping in JSON (nor in
 // encoding/json's HTML-safe output: no <, > or &).
@@ -619,21 +628,10 @@ func (c *Client) meta(meta map[string]any, token string, extra map[string]any) m
 	}
 	if c.era == mcp.Modern {
 		meta[mcp.MetaProtocolVersion] = c.version
-		caps, info := c.encodedSelf()
-		meta[mcp.MetaClientCapabilities] = caps
-		meta[mcp.MetaClientInfo] = info
+		meta[mcp.MetaClientCapabilities] = encoded(c.capsJSON)
+		meta[mcp.MetaClientInfo] = encoded(c.infoJSON)
 	}
 	return meta
-}
-
-// encodedSelf is the client's capabilities and info as every 2026-07-28
-// request's _meta carries them, encoded once for the connection.
-func (c *Client) encodedSelf() (caps, info json.RawMessage) {
-	c.selfOnce.Do(func() {
-		c.capsJSON, _ = json.Marshal(c.opts.Capabilities)
-		c.infoJSON, _ = json.Marshal(c.opts.Info)
-	})
-	return c.capsJSON, c.infoJSON
 }
 
 // renewSession starts a new 2025 session when err says the server no

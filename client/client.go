@@ -178,8 +178,7 @@ type Client struct {
 	tools   toolHeaders // x-mcp-header annotations of the last listing
 	stats   *counters
 
-	selfOnce           sync.Once // encodedSelf
-	capsJSON, infoJSON json.RawMessage
+	capsJSON, infoJSON json.RawMessage // Options.Capabilities and Info, encoded once
 	closeMu            sync.Once
 	closed             error
 }
@@ -287,6 +286,17 @@ func (o *Options) fill() {
 func newClient(ctx context.Context, t transport, o Options, stats *counters) (*Client, error) {
 	c := &Client{t: t, opts: o, log: o.Logger, stats: stats}
 	var err error
+	// Encoded once for every 2026-07-28 request's _meta, and checked
+	// here: a capability that is not JSON fails the connection, not
+	// each request.
+	if c.capsJSON, err = json.Marshal(o.Capabilities); err != nil {
+		t.close(o.StopGrace)
+		return nil, fmt.Errorf("client: Options.Capabilities: %w", err)
+	}
+	if c.infoJSON, err = json.Marshal(o.Info); err != nil {
+		t.close(o.StopGrace)
+		return nil, fmt.Errorf("client: Options.Info: %w", err)
+	}
 	switch o.Era {
 	case mcp.Modern:
 		err = c.discover(ctx)

@@ -370,6 +370,29 @@ func dialHTTPWith(t *testing.T, srv *server.Server, o client.Options) *client.Cl
 	return c
 }
 
+// Capabilities that are not JSON fail the connection with an error that
+// names them, not every request after it.
+func TestCapabilitiesThatAreNotJSON(t *testing.T) {
+	for _, era := range []mcp.Era{mcp.Modern, mcp.Legacy} {
+		toServer, fromClient := io.Pipe()
+		toClient, fromServer := io.Pipe()
+		f := &fakeServer{t: t, out: fromServer, legacy: era == mcp.Legacy, handle: func(jsonrpc.Message) {}}
+		go f.serve(toServer)
+		_, err := client.Connect(context.Background(), toClient, fromClient, &client.Options{Era: era,
+			Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{"form":`)}})
+		fromServer.Close()
+		if err == nil || !strings.Contains(err.Error(), "Options.Capabilities") {
+			t.Fatalf("%v: connecting with broken capabilities: %v", era, err)
+		}
+		f.mu.Lock()
+		n := len(f.got)
+		f.mu.Unlock()
+		if n != 0 {
+			t.Fatalf("%v: %d requests were sent with them", era, n)
+		}
+	}
+}
+
 // Done is closed when the connection ends: a stdio server's output ends
 // (it exited), or Close is called over Streamable HTTP.
 func TestDone(t *testing.T) {
