@@ -68,8 +68,9 @@ func (l *link) downstreamName(name string) string {
 
 // relist reads what the upstream lists and brings the server's
 // registrations in line: new and changed definitions are registered,
-// vanished ones removed. A listing that fails leaves the last one
-// standing.
+// vanished ones removed, and all of a kind the upstream no longer
+// advertises (after a restart, say). A listing that fails leaves the last
+// one standing.
 func (l *link) relist(ctx context.Context, c *client.Client) {
 	lctx, cancel := context.WithTimeout(ctx, l.g.opts.StartWait)
 	defer cancel()
@@ -93,6 +94,8 @@ func (l *link) relist(ctx context.Context, c *client.Client) {
 		} else {
 			l.g.syncPrompts(l, prompts)
 		}
+	} else {
+		l.g.syncPrompts(l, nil)
 	}
 	if caps.Resources != nil {
 		resources, err := c.ListResources(lctx)
@@ -107,6 +110,9 @@ func (l *link) relist(ctx context.Context, c *client.Client) {
 		} else {
 			l.g.syncTemplates(l, templates)
 		}
+	} else {
+		l.g.syncResources(l, nil)
+		l.g.syncTemplates(l, nil)
 	}
 	if ok {
 		l.listedOnce.Do(func() { close(l.firstListed) })

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -132,6 +133,18 @@ func serveStdioUpstream() {
 		os.Exit(3) // mid-call, as a crashing server does
 		return nil, nil
 	})
+	if _, err := os.Stat(os.Getenv("UPSTREAM_OFFER_FILE")); err == nil {
+		// What it offers besides tools, while the file exists when it
+		// starts.
+		srv.AddPrompt(mcp.Prompt{Name: "greet"}, func(ctx context.Context, req *server.PromptRequest) (*mcp.GetPromptResult, error) {
+			return &mcp.GetPromptResult{Messages: []mcp.PromptMessage{{Role: "user", Content: mcp.Text("hello")}}}, nil
+		})
+		read := func(ctx context.Context, req *server.ReadRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []mcp.ResourceContents{{URI: req.URI, Text: ptr("note")}}}, nil
+		}
+		srv.AddResource(mcp.Resource{URI: "file:///note", Name: "note"}, read)
+		srv.AddResourceTemplate(mcp.ResourceTemplate{URITemplate: "note://{id}", Name: "notes"}, read)
+	}
 	stdio.NewConn(srv, os.Stdin, os.Stdout, nil).Serve(context.Background())
 }
 
@@ -285,6 +298,48 @@ func TestStdioUpstreamSupervised(t *testing.T) {
 	// The stderr line was written before the call answered; the gateway's
 	// reader may log it just after.
 	logs.waitLine(t, "upstream stderr", "upstream=local", "disk is full")
+}
+
+// An upstream that comes back without prompts or resources (a new
+// version, started again) has them withdrawn downstream, not forwarded
+// to a server that no longer has them.
+func TestRestartedUpstreamWithdrawsWhatItNoLongerOffers(t *testing.T) {
+	offer := filepath.Join(t.TempDir(), "offer")
+	must(t, os.WriteFile(offer, nil, 0o600))
+	ev := newEvents()
+	f := newFront(t, gateway.Options{
+		Upstreams: []gateway.Upstream{{Name: "local", Command: []string{os.Args[0], "-test.run=^$"},
+			Env: []string{stdioUpstreamEnv + "=1", "UPSTREAM_OFFER_FILE=" + offer}}},
+		Observer:    ev,
+		RestartBase: time.Millisecond,
+		RestartCap:  10 * time.Millisecond,
+	}, nil)
+	c := f.dial(t, mcp.Legacy, nil)
+	ctx := context.Background()
+	count := func() (prompts, resources, templates int) {
+		t.Helper()
+		p, err := c.ListPrompts(ctx)
+		must(t, err)
+		r, err := c.ListResources(ctx)
+		must(t, err)
+		tm, err := c.ListResourceTemplates(ctx)
+		must(t, err)
+		return len(p), len(r), len(tm)
+	}
+	if p, r, tm := count(); p != 1 || r != 1 || tm != 1 {
+		t.Fatalf("the upstream's offer listed %d prompts, %d resources, %d templates, want 1 each", p, r, tm)
+	}
+	must(t, os.Remove(offer))
+	_, err := c.CallTool(ctx, "die", nil, nil)
+	must(t, err)
+	ev.waitFor(t, gateway.EventReconnected)
+	ev.waitFor(t, gateway.EventListed)
+	if p, r, tm := count(); p != 0 || r != 0 || tm != 0 {
+		t.Fatalf("after a restart without them %d prompts, %d resources, %d templates are still served", p, r, tm)
+	}
+	if _, err := c.Request(ctx, mcp.MethodPromptsGet, "greet", map[string]any{"name": "greet"}, nil); err == nil {
+		t.Fatal("prompts/get of a withdrawn prompt succeeded")
+	}
 }
 
 // A stdio upstream in a crash loop is started again after a backoff that
