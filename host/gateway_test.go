@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -81,7 +82,7 @@ func TestGatewayRuntime(t *testing.T) {
 	if err != nil || text(t, res) != "echoed" {
 		t.Fatalf("echo through the gateway: %+v, %v", res, err)
 	}
-	<-forwarded
+	nextForward(t, forwarded)
 	callCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := c.CallTool(callCtx, "hang", nil, nil); done <- err }()
@@ -91,27 +92,28 @@ func TestGatewayRuntime(t *testing.T) {
 		t.Fatalf("the upstream's handler ended with %v, want its stream closed", cause)
 	}
 	gate.Release()
-	<-done
-	// The metrics are told after the observer the caller gave: once it
-	// has the record, so do they.
-	if r := <-forwarded; r.Outcome != gateway.OutcomeCancelled || !r.CancelPropagated {
+	select {
+	case <-done:
+	case <-time.After(mcptest.Timeout):
+		t.Fatalf("the cancelled call did not return within %v", mcptest.Timeout)
+	}
+	if r := nextForward(t, forwarded); r.Outcome != gateway.OutcomeCancelled || !r.CancelPropagated {
 		t.Fatalf("the cancelled call was recorded %+v", r)
 	}
 
+	// The metrics are told after the observer the caller gave (observeBoth),
+	// so having the record does not mean they have it yet, and nothing
+	// signals when they do: the scrape is read again until it shows every
+	// line, within mcptest.Timeout.
 	metricsURL := strings.TrimSuffix(rt.Endpoint(), "/mcp") + "/metrics"
-	scraped := scrapeText(t, metricsURL)
-	for _, want := range []string{
+	awaitScrape(t, metricsURL, []string{
 		`mcprel_gateway_forwarded_total{method="tools/call",name="echo",outcome="ok",upstream="up"} 1`,
 		`mcprel_gateway_forwarded_total{method="tools/call",name="hang",outcome="cancelled",upstream="up"} 1`,
 		`mcprel_gateway_cancellations_propagated_total{upstream="up"} 1`,
 		`mcprel_gateway_circuit_open{upstream="up"} 0`,
 		`mcprel_gateway_upstream_in_flight{upstream="up"} 0`,
 		`mcprel_gateway_upstream_seconds_count{method="tools/call",upstream="up"} 2`,
-	} {
-		if !strings.Contains(scraped, want+"\n") {
-			t.Errorf("no %s in the metrics:\n%s", want, scraped)
-		}
-	}
+	})
 
 	// The gateway's server span, its upstream client span, and the
 	// upstream's server span, all of one trace.
@@ -146,6 +148,43 @@ type recordForwards chan gateway.ForwardRecord
 
 func (r recordForwards) Forwarded(rec gateway.ForwardRecord) { r <- rec }
 func (recordForwards) UpstreamEvent(gateway.UpstreamEvent)   {}
+
+// nextForward returns the next forwarded request's record, failing the
+// test if none comes within mcptest.Timeout.
+func nextForward(t *testing.T, forwarded recordForwards) gateway.ForwardRecord {
+	t.Helper()
+	select {
+	case r := <-forwarded:
+		return r
+	case <-time.After(mcptest.Timeout):
+		t.Fatalf("the gateway's observer was told of no forwarded request within %v", mcptest.Timeout)
+		return gateway.ForwardRecord{}
+	}
+}
+
+// awaitScrape scrapes the metrics until their text holds every line of
+// wants, failing the test with the last scrape if it does not within
+// mcptest.Timeout.
+func awaitScrape(t *testing.T, url string, wants []string) {
+	t.Helper()
+	deadline := time.Now().Add(mcptest.Timeout)
+	for {
+		scraped := scrapeText(t, url)
+		var missing []string
+		for _, want := range wants {
+			if !strings.Contains(scraped, want+"\n") {
+				missing = append(missing, want)
+			}
+		}
+		if len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("within %v, the metrics never showed %s:\n%s", mcptest.Timeout, strings.Join(missing, ", "), scraped)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
 
 // scrapeText reads the metrics' text.
 func scrapeText(t *testing.T, url string) string {

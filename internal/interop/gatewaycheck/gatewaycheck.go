@@ -55,6 +55,12 @@ const (
 	WaitMax  = 300 * time.Millisecond
 )
 
+// CancelWait is both clocks of wait behind the gateway the cancellation
+// check runs through: far past the round trip of a loaded machine (the
+// peer's stderr, the gateway's log, the check's cancel), so that only the
+// downstream's cancellation ends the call, never the gateway's clock.
+const CancelWait = 30 * time.Second
+
 // Peer is what a check needs of one upstream.
 type Peer struct {
 	// Upstream says how the gateway reaches it.
@@ -177,13 +183,17 @@ func (f *Front) Dial(t *testing.T, d Downstream, o client.Options) *client.Clien
 // cancellation reaches the peer's handler as its own cancellation, and a
 // deadline that fires at the gateway cancels the peer's handler and
 // gives the client the gateway's timeout result; the connection serves
-// on after each. upstream configures the gateway's connection to the peer
+// on after each. The cancellation runs through a gateway whose clocks for
+// wait are CancelWait, the deadline through a second one in front of the
+// same peer, with the default WaitMax. upstream configures the gateway's connection to the peer
 // (its era, when the peer serves two).
 func Forwarding(t *testing.T, upstream client.Options, start func(t *testing.T) Peer) {
 	for _, d := range Downstreams {
 		t.Run(d.Name, func(t *testing.T) {
 			p := start(t)
-			f := Start(t, p, gateway.Options{Client: upstream})
+			f := Start(t, p, gateway.Options{Client: upstream, Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{
+				"wait": {Idle: CancelWait, Max: CancelWait},
+			}}})
 			c := f.Dial(t, d, client.Options{})
 			ctx := context.Background()
 			tools, err := c.ListTools(ctx)
@@ -234,6 +244,9 @@ func Forwarding(t *testing.T, upstream client.Options, start func(t *testing.T) 
 
 			// The gateway's maximum clock for wait fires: the client gets
 			// the gateway's timeout result, the peer's handler is cancelled.
+			// A second gateway in front of the same peer gives wait the
+			// short clocks (WaitMax), which the first's would not fire.
+			c = Start(t, p, gateway.Options{Client: upstream}).Dial(t, d, client.Options{})
 			before = p.Log.Count("handler-cancelled wait")
 			res, err = c.CallTool(ctx, "wait", nil, &client.CallOptions{Max: mcptest.Timeout})
 			if err != nil {
