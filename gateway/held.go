@@ -242,9 +242,15 @@ func (h *held) expire(round int) {
 	g.unholdLocked(h)
 	g.heldMu.Unlock()
 	h.cancel(errInputExpired)
-	// No downstream request serves it now: its end is recorded here.
-	g.obs.Forwarded(ForwardRecord{Upstream: h.upstream, Method: mcp.MethodToolsCall, Name: h.tool,
-		Outcome: OutcomeCancelled, Reached: true, CancelPropagated: true})
+	// No downstream request serves it now: its end is recorded here, as
+	// it was — cancelled, or already over while it waited (the upstream
+	// stopped asking and answered), with an answer no client received.
+	e := <-h.ended
+	rec := ForwardRecord{Upstream: h.upstream, Method: mcp.MethodToolsCall, Name: h.tool, Outcome: OutcomeLost, Reached: true}
+	if errors.Is(e.err, errInputExpired) {
+		rec.Outcome, rec.CancelPropagated = OutcomeCancelled, e.propagated
+	}
+	g.obs.Forwarded(rec)
 }
 
 // resume is a downstream retry of a parked call: the answers it carries
@@ -256,8 +262,8 @@ func (g *Gateway) resume(ctx context.Context, call *server.CallRequest, st relay
 	switch {
 	case h == nil || h.tenant != call.Tenant || h.tool != call.Name || !h.parked:
 		g.heldMu.Unlock()
-		return nil, &mcp.ToolError{Code: mcp.FailureOutcomeUnknown, Message: "the upstream call these answers were for has ended: its wait for them expired, and it was cancelled upstream; " +
-			"whether it took effect is unknown: check before calling again"}
+		return nil, &mcp.ToolError{Code: mcp.FailureOutcomeUnknown, Message: "the upstream call these answers were for has ended: its wait for them expired, and it was cancelled upstream " +
+			"unless it had ended on its own; whether it took effect is unknown: check before calling again"}
 	case h.serving || h.round != st.Round:
 		g.heldMu.Unlock()
 		return nil, jsonrpc.NewError(jsonrpc.CodeInvalidParams, "these answers are for round %d of the call, which is not the round waiting for answers (another retry answered it)", st.Round)

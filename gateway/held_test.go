@@ -100,6 +100,50 @@ func TestHeldCallExpires(t *testing.T) {
 	}
 }
 
+// A held call whose upstream stops asking and answers while the call
+// waits for its client is recorded as lost when the wait expires — its
+// answer reached nobody — not as cancelled.
+func TestHeldCallThatEndedWhileWaitingIsLost(t *testing.T) {
+	u := newUpstream(t)
+	release, returned := make(chan struct{}), make(chan struct{})
+	must(t, u.srv.AddTool(server.Tool{Name: "impatient"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		actx, stop := context.WithCancel(ctx)
+		defer stop()
+		go func() {
+			select {
+			case <-release:
+				stop()
+			case <-actx.Done():
+			}
+		}()
+		_, err := call.Elicit(actx, mcp.ElicitParams{Message: "still there?", RequestedSchema: json.RawMessage(`{"type":"object"}`)})
+		defer close(returned)
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("went ahead without an answer")}}, nil
+	}))
+	opts := u.options(mcp.Legacy)
+	// Long against what it waits for: a local HTTP response.
+	opts.InputWait = time.Second
+	f := newFront(t, opts, nil)
+	c := f.dial(t, mcp.Modern, &client.Options{Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`)}})
+	_, err := c.CallTool(context.Background(), "impatient", nil, nil)
+	var ie *client.InputError
+	if !errors.As(err, &ie) {
+		t.Fatalf("the call ended with %v, want the gateway's input round", err)
+	}
+	if rec := f.awaitForward(t, "impatient"); rec.Outcome != gateway.OutcomeInput {
+		t.Fatalf("the parked request was recorded %+v", rec)
+	}
+	close(release)
+	<-returned
+	rec := f.awaitForward(t, "impatient")
+	if rec.Outcome != gateway.OutcomeLost || rec.CancelPropagated {
+		t.Fatalf("a held call that answered while it waited was recorded %+v, want lost and not cancelled", rec)
+	}
+}
+
 // A held call's round belongs to the tenant and the call it was issued
 // for: another tenant's retry with the same state is refused before the
 // gateway sees it, and the owner's retry still completes the call.

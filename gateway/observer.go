@@ -21,7 +21,7 @@ const (
 	OutcomeToolError     Outcome = "tool_error"     // the upstream's result had isError set
 	OutcomeProtocolError Outcome = "protocol_error" // the upstream answered with a JSON-RPC error
 	OutcomeUnavailable   Outcome = "unavailable"    // never reached the upstream (circuit open, not connected, unreachable)
-	OutcomeLost          Outcome = "lost"           // the connection ended with the request in flight: outcome unknown
+	OutcomeLost          Outcome = "lost"           // no answer reached the client: the connection ended with the request in flight (outcome unknown), or a held call's upstream answered after its client stopped waiting
 	OutcomeCancelled     Outcome = "cancelled"      // the downstream cancelled, or a clock fired; the upstream was told
 	OutcomeInput         Outcome = "input_required" // the upstream asked a 2026-07-28 downstream for input
 	OutcomeFailed        Outcome = "failed"         // anything else the gateway could not forward
