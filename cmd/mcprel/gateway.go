@@ -200,6 +200,9 @@ func applyCredentials(ups map[string]*gateway.Upstream, tokenEnv, tokenFile, hea
 		if tok == "" {
 			return usagef("gateway: --upstream-token-env %s: environment variable %s is empty or unset", u.Name, name)
 		}
+		if strings.ContainsAny(tok, "\r\n") {
+			return usagef("gateway: --upstream-token-env %s: environment variable %s must hold one token on one line", u.Name, name)
+		}
 		h.Set("Authorization", "Bearer "+tok)
 	}
 	for _, v := range tokenFile {

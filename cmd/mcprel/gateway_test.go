@@ -62,6 +62,7 @@ func TestGatewayUsageErrors(t *testing.T) {
 		{[]string{"--upstream", http1, "--upstream-token-env", "b=MCPREL_TEST_TOKEN"}, token, `--upstream-token-env names upstream "b", which no --upstream defines`},
 		{[]string{"--upstream", http1, "--upstream-token-env", "a=MCPREL_TEST_UNSET_TOKEN"}, nil, "--upstream-token-env a: environment variable MCPREL_TEST_UNSET_TOKEN is empty or unset"},
 		{[]string{"--upstream", http1, "--upstream-token-env", "a=MCPREL_TEST_TOKEN"}, []string{"MCPREL_TEST_TOKEN= \t "}, "--upstream-token-env a: environment variable MCPREL_TEST_TOKEN is empty or unset"},
+		{[]string{"--upstream", http1, "--upstream-token-env", "a=MCPREL_TEST_TOKEN"}, []string{"MCPREL_TEST_TOKEN=secret-two\nX-Injected: yes"}, "--upstream-token-env a: environment variable MCPREL_TEST_TOKEN must hold one token on one line"},
 		{[]string{"--upstream", "a=cat", "--upstream-token-env", "a=MCPREL_TEST_TOKEN"}, token, `--upstream-token-env: upstream "a" is a stdio server`},
 		{[]string{"--upstream", http1, "--upstream-token-env", "a=MCPREL_TEST_TOKEN", "--upstream-limits", "a=rate=fast"}, token, "--upstream-limits a: rate=fast: want a number of at least 0"},
 		// --upstream-token-file
