@@ -1,14 +1,21 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -284,6 +291,86 @@ func TestLegacyUpstreamSessionPerTenant(t *testing.T) {
 	}
 	if st := f.gw.Upstreams()[0]; st.Sessions != 2 {
 		t.Fatalf("the gateway holds %d tenant sessions, want 2", st.Sessions)
+	}
+}
+
+// A tenant's 2025-era upstream session is dialled for every call of the
+// tenant's that waits for it: the first call's cancellation ends that
+// call alone, and the one waiting beside it is served once the session
+// is up.
+func TestTenantSessionDialOutlivesTheCallThatBeganIt(t *testing.T) {
+	u := newUpstream(t)
+	up, err := url.Parse(u.url)
+	must(t, err)
+	var armed atomic.Bool
+	dialing, release := make(chan struct{}, 1), make(chan struct{})
+	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: up.Scheme, Host: up.Host})
+	ps := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if armed.Load() && r.Method == http.MethodPost {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			if bytes.Contains(body, []byte(`"initialize"`)) {
+				dialing <- struct{}{}
+				<-release // the tenant's session is being dialled
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ps.Close)
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open) // before ps.Close, which waits for its handlers
+	f := newFront(t, gateway.Options{
+		Upstreams: []gateway.Upstream{{Name: "up", URL: ps.URL + up.Path}},
+		Client:    client.Options{Era: mcp.Legacy},
+	}, &streamhttp.HandlerOptions{Tokens: map[string]string{"tok-a": "alice"}})
+	armed.Store(true) // the gateway's own session is up: what comes now is alice's
+	c := f.dial(t, mcp.Modern, &client.Options{Header: http.Header{"Authorization": {"Bearer tok-a"}}})
+
+	first, cancel := context.WithCancel(context.Background())
+	firstDone := make(chan error, 1)
+	go func() {
+		_, err := c.CallTool(first, "echo", map[string]any{"text": "first"}, nil)
+		firstDone <- err
+	}()
+	select {
+	case <-dialing:
+	case <-time.After(wait):
+		t.Fatal("alice's session was never dialled")
+	}
+	second := make(chan error, 1)
+	go func() {
+		res, err := c.CallTool(context.Background(), "echo", map[string]any{"text": "second"}, nil)
+		if err == nil && !strings.Contains(text(res), "second") {
+			err = fmt.Errorf("answered %q", text(res))
+		}
+		second <- err
+	}()
+	awaitRunning(t, f.srv, 2) // both wait for the session
+	cancel()
+	if err := <-firstDone; err == nil {
+		t.Fatal("the cancelled call succeeded")
+	}
+	awaitRunning(t, f.srv, 1) // the first has ended, the dial goes on
+	open()
+	select {
+	case err := <-second:
+		must(t, err)
+	case <-time.After(wait):
+		t.Fatal("the call waiting for the session never ended")
+	}
+}
+
+// awaitRunning returns once srv runs n calls: a state with no event to
+// wait on, looked at until it holds.
+func awaitRunning(t *testing.T, srv *server.Server, n int) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for srv.Load().Running != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway runs %d calls, want %d", srv.Load().Running, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -25,6 +25,10 @@ type tenantSession struct {
 // to make room; when none is idle the call is refused, retryably.
 func (l *link) session(ctx context.Context, tenant string) (*client.Client, func(), error) {
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, nil, &errUnavailable{after: time.Second, why: "the gateway is closing"}
+	}
 	s := l.sessions[tenant]
 	if s != nil && s.c != nil && isDone(s.c) && s.inflight == 0 {
 		// Its process died, or its stream ended: a new one.
@@ -40,18 +44,10 @@ func (l *link) session(ctx context.Context, tenant string) (*client.Client, func
 		}
 		s = &tenantSession{ready: make(chan struct{})}
 		l.sessions[tenant] = s
-		s.inflight++
-		l.mu.Unlock()
-		c, err := l.dial(ctx, tenant)
-		l.mu.Lock()
-		s.c, s.err = c, err
-		if err != nil && l.sessions[tenant] == s {
-			delete(l.sessions, tenant) // the next call dials again
-		}
-		close(s.ready)
-	} else {
-		s.inflight++
+		l.closing.Add(1)
+		go l.dialSession(tenant, s)
 	}
+	s.inflight++
 	l.mu.Unlock()
 	release := func() {
 		l.mu.Lock()
@@ -70,6 +66,28 @@ func (l *link) session(ctx context.Context, tenant string) (*client.Client, func
 		return nil, nil, s.err
 	}
 	return s.c, release, nil
+}
+
+// dialSession dials tenant's session s for every call that waits for
+// it, so under none of their contexts: the first one's cancellation
+// would fail them all. Close waits for it (closing).
+func (l *link) dialSession(tenant string, s *tenantSession) {
+	defer l.closing.Done()
+	c, err := l.dial(l.g.ctx, tenant)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil && l.sessions[tenant] != s {
+		// The link closed while it dialled: no one else will close it.
+		l.mu.Unlock()
+		l.closeClient(c)
+		l.mu.Lock()
+		c, err = nil, &errUnavailable{after: time.Second, why: "the gateway is closing"}
+	}
+	s.c, s.err = c, err
+	if err != nil && l.sessions[tenant] == s {
+		delete(l.sessions, tenant) // the next call dials again
+	}
+	close(s.ready)
 }
 
 // evictLocked closes the least recently used idle session.
