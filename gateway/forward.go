@@ -30,6 +30,10 @@ const maxRelayedState = 64 << 10
 // said nothing of its own.
 const defaultRetryAfter = time.Second
 
+// maxRetryAfter bounds the Retry-After of an upstream's passed on as
+// retryAfterMs: an upstream may say anything, up to centuries.
+const maxRetryAfter = 10 * time.Minute
+
 // errRelayInput is what the gateway's per-call request handler answers a
 // 2026-07-28 upstream's input round with when the downstream client is of
 // that era too: the client ends the call with an *InputError carrying the
@@ -252,9 +256,8 @@ func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, q *ser
 		rec.CancelPropagated = de.Cancel == client.CancelSent || de.Cancel == client.CancelQueued
 		return &mcp.ToolError{Code: mcp.FailureTimeout, Message: fmt.Sprintf("upstream %q did not answer in time (%s clock)", l.up.Name, de.Clock)}
 	case errors.As(err, &tl):
-		rec.Outcome = OutcomeFailed
-		return &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf(
-			"upstream %q answered with more than the gateway takes in (%d bytes); the answer was dropped unread, and the call may have taken effect", l.up.Name, tl.Limit)}
+		rec.Outcome = OutcomeLost
+		return l.outcomeUnknown(tp, fmt.Sprintf("it answered with more than the gateway takes in (%d bytes), and the answer was dropped unread", tl.Limit))
 	case se != nil:
 		rec.Outcome = OutcomeFailed
 		return &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf("upstream %q answered HTTP %d", l.up.Name, se.Status)}
@@ -319,8 +322,8 @@ func (l *link) unavailable(err error) error {
 		msg = ue.why
 	case errors.As(err, &se):
 		msg = fmt.Sprintf("upstream %q answered HTTP %d", l.up.Name, se.Status)
-		if d, ok := retry.ParseRetryAfter(se.RetryAfter, time.Now()); ok && se.RetryAfter != "" {
-			after = d
+		if d, ok := retry.ParseRetryAfter(se.RetryAfter, time.Now()); ok {
+			after = min(max(d, 10*time.Millisecond), maxRetryAfter)
 		}
 	case errors.As(err, &ce):
 		msg = fmt.Sprintf("upstream %q could not be reached", l.up.Name)

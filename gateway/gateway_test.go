@@ -6,12 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -300,28 +296,20 @@ func TestLegacyUpstreamSessionPerTenant(t *testing.T) {
 // is up.
 func TestTenantSessionDialOutlivesTheCallThatBeganIt(t *testing.T) {
 	u := newUpstream(t)
-	up, err := url.Parse(u.url)
-	must(t, err)
 	var armed atomic.Bool
 	dialing, release := make(chan struct{}, 1), make(chan struct{})
-	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: up.Scheme, Host: up.Host})
-	ps := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if armed.Load() && r.Method == http.MethodPost {
-			body, _ := io.ReadAll(r.Body)
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			if bytes.Contains(body, []byte(`"initialize"`)) {
-				dialing <- struct{}{}
-				<-release // the tenant's session is being dialled
-			}
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(ps.Close)
 	var once sync.Once
 	open := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(open) // before ps.Close, which waits for its handlers
+	endpoint := u.inFront(t, func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+		if armed.Load() && bytes.Contains(body, []byte(`"initialize"`)) {
+			dialing <- struct{}{}
+			<-release // the tenant's session is being dialled
+		}
+		return false
+	})
+	t.Cleanup(open) // before the proxy's Close, which waits for its handlers
 	f := newFront(t, gateway.Options{
-		Upstreams: []gateway.Upstream{{Name: "up", URL: ps.URL + up.Path}},
+		Upstreams: []gateway.Upstream{{Name: "up", URL: endpoint}},
 		Client:    client.Options{Era: mcp.Legacy},
 	}, &streamhttp.HandlerOptions{Tokens: map[string]string{"tok-a": "alice"}})
 	armed.Store(true) // the gateway's own session is up: what comes now is alice's

@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -37,27 +36,67 @@ func TestGatewayTimeoutIsNotProofTheCallNeverRan(t *testing.T) {
 		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("charged")}}, nil
 	}))
 	inner := proxyTo(u.url)
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(body))
+	endpoint := u.inFront(t, func(w http.ResponseWriter, r *http.Request, body []byte) bool {
 		if !bytes.Contains(body, []byte(`"tools/call"`)) {
-			inner.ServeHTTP(w, r)
-			return
+			return false
 		}
 		// Forwarded, and the upstream acted; the proxy's own timeout
 		// fired before it passed the answer on.
 		inner.ServeHTTP(httptest.NewRecorder(), r)
 		w.WriteHeader(http.StatusGatewayTimeout)
-	}))
-	t.Cleanup(proxy.Close)
-	f := newFront(t, gateway.Options{Upstreams: []gateway.Upstream{{Name: "up", URL: proxy.URL}}}, nil)
+		return true
+	})
+	f := newFront(t, gateway.Options{Upstreams: []gateway.Upstream{{Name: "up", URL: endpoint}}}, nil)
 	c := f.dial(t, mcp.Modern, nil)
 	res, err := c.CallTool(context.Background(), "charge", nil, nil)
 	must(t, err)
 	fail := failureOf(t, res)
-	t.Logf("charged %d time(s); the client was told %+v", charged.Load(), fail)
-	if charged.Load() == 1 && (fail.Code == mcp.FailureUpstreamUnavailable || fail.Retryable) {
+	if n := charged.Load(); n != 1 {
+		t.Fatalf("the upstream charged %d times, want once", n)
+	}
+	if fail.Code != mcp.FailureOutcomeUnknown || fail.Retryable {
 		t.Fatalf("the upstream charged once, and the client was told %s (retryable %v): %s", fail.Code, fail.Retryable, fail.Message)
+	}
+}
+
+// A 503 or 429 says the upstream refused the request unread: a
+// retryable upstream_unavailable, with the upstream's Retry-After passed
+// on — within bounds, whatever it says.
+func TestUpstreamRefusalPassesItsRetryAfterOn(t *testing.T) {
+	u := newUpstream(t)
+	var status atomic.Int32
+	var retryAfter atomic.Value
+	endpoint := u.inFront(t, func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+		if !bytes.Contains(body, []byte(`"tools/call"`)) {
+			return false
+		}
+		w.Header().Set("Retry-After", retryAfter.Load().(string))
+		w.WriteHeader(int(status.Load()))
+		return true
+	})
+	f := newFront(t, gateway.Options{Upstreams: []gateway.Upstream{{Name: "up", URL: endpoint}}}, nil)
+	c := f.dial(t, mcp.Modern, nil)
+	for _, tc := range []struct {
+		status     int
+		retryAfter string
+		wantMs     int64
+	}{
+		{http.StatusServiceUnavailable, "7", 7000},
+		{http.StatusTooManyRequests, "99999999999", 600000}, // centuries: ten minutes at most
+		{http.StatusServiceUnavailable, "0", 10},
+		{http.StatusTooManyRequests, "soon", 1000}, // unreadable: the default
+	} {
+		status.Store(int32(tc.status))
+		retryAfter.Store(tc.retryAfter)
+		res, err := c.CallTool(context.Background(), "echo", map[string]any{"text": "x"}, nil)
+		must(t, err)
+		fail := failureOf(t, res)
+		if fail.Code != mcp.FailureUpstreamUnavailable || !fail.Retryable || fail.RetryAfterMs != tc.wantMs {
+			t.Fatalf("%d with Retry-After %q gave %+v, want a retryable upstream_unavailable after %d ms", tc.status, tc.retryAfter, fail, tc.wantMs)
+		}
+		if !strings.Contains(fail.Message, fmt.Sprint(tc.status)) {
+			t.Errorf("the failure does not say what the upstream answered: %q", fail.Message)
+		}
 	}
 }
 

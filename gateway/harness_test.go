@@ -1,9 +1,11 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -267,6 +269,26 @@ func eraPairs(t *testing.T, test func(t *testing.T, up, down eraCase)) {
 			t.Run(down.name+"-to-"+up.name, func(t *testing.T) { test(t, up, down) })
 		}
 	}
+}
+
+// inFront serves u through a proxy (proxyTo) that shows intercept each
+// POST's body first: when intercept answers the request itself (it
+// returns true), u never sees it. It returns the proxy's URL.
+func (u *upstream) inFront(t *testing.T, intercept func(w http.ResponseWriter, r *http.Request, body []byte) bool) string {
+	t.Helper()
+	inner := proxyTo(u.url)
+	ps := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			if intercept(w, r, body) {
+				return
+			}
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ps.Close)
+	return ps.URL
 }
 
 // options serves u as the gateway's one upstream "up", reached by a

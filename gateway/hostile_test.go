@@ -126,8 +126,8 @@ func TestHugeAnswerIsNeverHeld(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("the huge call never ended")
 	}
-	if fail.Code != mcp.FailureUpstream || fail.Retryable || !strings.Contains(fail.Message, "more than the gateway takes in") {
-		t.Fatalf("the huge answer gave %+v, want an upstream_error saying it was too large", fail)
+	if fail.Code != mcp.FailureOutcomeUnknown || fail.Retryable || !strings.Contains(fail.Message, "more than the gateway takes in") {
+		t.Fatalf("the huge answer gave %+v, want a non-retryable outcome_unknown saying it was too large", fail)
 	}
 }
 
