@@ -87,24 +87,30 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy) server.ToolHandle
 			f.rec.Outcome = OutcomeUnavailable
 			return nil, l.unavailable(err)
 		}
+		// A 2025-era upstream may ask mid-call, which a 2026-07-28 client
+		// can answer only across requests: the call is held, unless the
+		// client declared nothing the upstream could ask it (its
+		// questions are then refused on the way, as anywhere).
+		hold := call.Era == mcp.Modern && c.Era() != mcp.Modern && answersAny(call.ClientCapabilities)
 		sink := l.sink(&call.Request)
 		o := &client.CallOptions{
 			Idle:           tp.Idle + l.g.opts.ClockSlack,
 			Max:            tp.Max + l.g.opts.ClockSlack,
 			OnProgress:     sink.progress,
 			OnNotification: sink.note,
-			Meta:           l.g.passMeta(f.ctx, call.Meta),
+			Meta:           l.g.passMeta(f.ctx, call.Meta, hold),
 		}
 		if len(st.State) > 0 || call.InputResponses != nil {
 			o.Input = &client.InputAnswers{Responses: call.InputResponses, RequestState: st.State}
 		}
 		var args any
 		if len(call.Arguments) > 0 {
-			args = json.RawMessage(bytes.Clone(call.Arguments)) // a held call outlives the request's frame
+			args = json.RawMessage(call.Arguments)
+			if hold {
+				args = json.RawMessage(bytes.Clone(call.Arguments)) // a held call outlives the request's frame
+			}
 		}
-		if call.Era == mcp.Modern && c.Era() != mcp.Modern {
-			// A 2025-era upstream may ask mid-call, which a 2026-07-28
-			// client can answer only across requests: the call is held.
+		if hold {
 			h := l.g.hold(call, l.up.Name, sink)
 			o.OnRequest = h.ask
 			// The upstream call runs apart from this request (it keeps
@@ -334,6 +340,12 @@ func (l *link) unavailable(err error) error {
 	return &mcp.ToolError{Code: mcp.FailureUpstreamUnavailable, Message: msg + "; the request never reached it", Retryable: true, RetryAfter: after.Round(time.Millisecond)}
 }
 
+// answersAny reports whether a client declared any of the capabilities
+// an upstream's request during a call needs.
+func answersAny(caps mcp.ClientCapabilities) bool {
+	return caps.Elicitation != nil || caps.Sampling != nil || caps.Roots != nil
+}
+
 // lacks is the error an upstream's request gets when the downstream
 // client did not declare the capability it needs.
 func lacks(caps mcp.ClientCapabilities, method string) error {
@@ -469,7 +481,10 @@ func (l *link) relayedInput(ie *client.InputError, caps mcp.ClientCapabilities) 
 // protocol's, which speak of this hop (the progress token, the
 // 2026-07-28 era's per-request members), nor the caller's trace context,
 // which the gateway's own span continues and replaces.
-func (g *Gateway) passMeta(ctx context.Context, raw json.RawMessage) map[string]any {
+//
+// Its values are the request's bytes, valid while the request's handler
+// runs; keep copies them, for a call that outlives it.
+func (g *Gateway) passMeta(ctx context.Context, raw json.RawMessage, keep bool) map[string]any {
 	var out map[string]any
 	if len(raw) > 0 {
 		jsonrpc.Members(raw, func(k, v []byte) bool {
@@ -481,7 +496,10 @@ func (g *Gateway) passMeta(ctx context.Context, raw json.RawMessage) map[string]
 			if out == nil {
 				out = map[string]any{}
 			}
-			out[key] = json.RawMessage(bytes.Clone(v)) // the request's frame is not ours to keep
+			if keep {
+				v = bytes.Clone(v)
+			}
+			out[key] = json.RawMessage(v)
 			return true
 		})
 	}
@@ -535,7 +553,7 @@ func (l *link) request(ctx context.Context, q *server.Request, method, downName,
 	}
 	defer release()
 	sent := time.Now()
-	raw, err := c.Request(f.ctx, method, upName, params, &client.CallOptions{Meta: l.g.passMeta(f.ctx, q.Meta), OnNotification: l.sink(q).note})
+	raw, err := c.Request(f.ctx, method, upName, params, &client.CallOptions{Meta: l.g.passMeta(f.ctx, q.Meta, false), OnNotification: l.sink(q).note})
 	f.rec.InUpstream, f.rec.Reached = time.Since(sent), true
 	l.record(err)
 	if err == nil {

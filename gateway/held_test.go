@@ -52,12 +52,14 @@ func TestInputIsRelayedAcrossEras(t *testing.T) {
 		if asked.Load() != 2 || !strings.Contains(text(res), "file:///work") {
 			t.Fatalf("roots: asked %d times in all; result %q", asked.Load(), text(res))
 		}
-		// A client that did not declare elicitation is not asked:
-		// the upstream gets a refusal and says so in its result.
+		// A client that did not declare elicitation is not asked: the
+		// upstream's request is refused, and its tool passes the refusal
+		// on as its own error.
 		plain := f.dial(t, down.era, nil)
-		res, err = plain.CallTool(context.Background(), "ask", nil, nil)
-		if err == nil && !res.IsError {
-			t.Fatalf("a client without elicitation got %q", text(res))
+		_, err = plain.CallTool(context.Background(), "ask", nil, nil)
+		var rpc *jsonrpc.Error
+		if !errors.As(err, &rpc) || rpc.Code != jsonrpc.CodeMethodNotFound || !strings.Contains(rpc.Message, "did not declare the capability elicitation/create needs") {
+			t.Fatalf("a client without elicitation: %v, want the gateway's refusal passed on", err)
 		}
 	})
 }
