@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -28,8 +27,7 @@ type catalog struct {
 
 type entry struct {
 	link *link
-	name string // the upstream's name (or URI) for it
-	def  []byte // the definition registered, as JSON
+	def  [sha256.Size]byte // of the definition registered, as JSON: a changed one is registered again
 }
 
 func newCatalog() catalog {
@@ -126,9 +124,7 @@ type listing[T any] struct {
 	what    string           // in log lines
 	entries map[string]entry // the catalog's, by downstream name (or URI)
 	// names are the upstream's name for an item and the downstream's.
-	names func(T) (up, down string)
-	// def is what is compared to register again only what changed.
-	def    func(T) []byte
+	names  func(T) (up, down string)
 	add    func(down string, item T) error
 	remove func(down string)
 }
@@ -153,8 +149,9 @@ func serveListing[T any](g *Gateway, l *link, ls listing[T], items []T) {
 			continue
 		}
 		seen[down] = true
-		def := ls.def(it)
-		if had && prev.link == l && bytes.Equal(prev.def, def) {
+		b, _ := json.Marshal(it)
+		def := sha256.Sum256(b)
+		if had && prev.link == l && prev.def == def {
 			continue
 		}
 		if had && prev.link != l {
@@ -168,7 +165,7 @@ func serveListing[T any](g *Gateway, l *link, ls listing[T], items []T) {
 			}
 			continue
 		}
-		ls.entries[down] = entry{link: l, name: up, def: def}
+		ls.entries[down] = entry{link: l, def: def}
 	}
 	for down, e := range ls.entries {
 		if e.link == l && !seen[down] {
@@ -183,13 +180,6 @@ func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
 	serveListing(g, l, listing[mcp.Tool]{
 		what: "tool", entries: g.catalog.tools,
 		names: func(t mcp.Tool) (string, string) { return t.Name, l.downstreamName(t.Name) },
-		def: func(t mcp.Tool) []byte {
-			b, _ := json.Marshal(struct {
-				T mcp.Tool
-				P ToolPolicy
-			}{t, g.opts.Policy.forTool(l.downstreamName(t.Name))})
-			return b
-		},
 		add: func(name string, t mcp.Tool) error {
 			tp := g.opts.Policy.forTool(name)
 			return g.srv.AddTool(server.Tool{
@@ -212,7 +202,6 @@ func (g *Gateway) syncPrompts(l *link, prompts []mcp.Prompt) {
 	serveListing(g, l, listing[mcp.Prompt]{
 		what: "prompt", entries: g.catalog.prompts,
 		names: func(p mcp.Prompt) (string, string) { return p.Name, l.downstreamName(p.Name) },
-		def:   func(p mcp.Prompt) []byte { b, _ := json.Marshal(p); return b },
 		add: func(name string, p mcp.Prompt) error {
 			up := p.Name
 			p.Name = name
@@ -227,7 +216,6 @@ func (g *Gateway) syncResources(l *link, resources []mcp.Resource) {
 	serveListing(g, l, listing[mcp.Resource]{
 		what: "uri", entries: g.catalog.resources,
 		names:  func(r mcp.Resource) (string, string) { return r.URI, r.URI },
-		def:    func(r mcp.Resource) []byte { b, _ := json.Marshal(r); return b },
 		add:    func(_ string, r mcp.Resource) error { return g.srv.AddResource(r, l.forwardRead()) },
 		remove: func(uri string) { g.srv.RemoveResource(uri) },
 	}, resources)
@@ -238,7 +226,6 @@ func (g *Gateway) syncTemplates(l *link, templates []mcp.ResourceTemplate) {
 	serveListing(g, l, listing[mcp.ResourceTemplate]{
 		what: "uriTemplate", entries: g.catalog.templates,
 		names: func(t mcp.ResourceTemplate) (string, string) { return t.URITemplate, t.URITemplate },
-		def:   func(t mcp.ResourceTemplate) []byte { b, _ := json.Marshal(t); return b },
 		add: func(_ string, t mcp.ResourceTemplate) error {
 			return g.srv.AddResourceTemplate(t, l.forwardRead())
 		},
@@ -264,7 +251,7 @@ func upstreamMeta(m mcp.Meta) mcp.Meta {
 	}
 	out := mcp.Meta{}
 	for k, v := range m {
-		if !strings.HasPrefix(k, "dev.mcprel/") {
+		if !strings.HasPrefix(k, mcp.MetaPrefix) {
 			out[k] = v
 		}
 	}
