@@ -133,13 +133,13 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy) server.ToolHandle
 				h.ended <- heldEnd{res, err, rec.CancelPropagated}
 			}()
 			f.rec.Reached = true
-			res, err := h.serve(f.ctx, call, l.up.Name, &f.rec)
+			res, err := h.serve(f.ctx, call, &f.rec)
 			f.rec.InUpstream = time.Since(f.start)
 			f.settle(res, err)
 			return res, err
 		}
 		defer release()
-		o.OnRequest = l.relay(&call.Request, c)
+		o.OnRequest = relay(&call.Request)
 		sent := time.Now()
 		res, err := l.callTool(f.ctx, c, upstreamTool, args, o)
 		f.rec.InUpstream, f.rec.Reached = time.Since(sent), true
@@ -370,7 +370,7 @@ func lacks(caps mcp.ClientCapabilities, method string) error {
 // downstream client's behalf: a request on its 2025 session, or, for a
 // 2026-07-28 upstream's input round when the downstream is of that era
 // too, the gateway's own round (errRelayInput).
-func (l *link) relay(q *server.Request, c *client.Client) client.RequestHandler {
+func relay(q *server.Request) client.RequestHandler {
 	return func(ctx context.Context, method string, params json.RawMessage) (any, error) {
 		if err := lacks(q.ClientCapabilities, method); err != nil {
 			return nil, err

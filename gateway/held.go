@@ -163,7 +163,7 @@ func (h *held) ask(ctx context.Context, method string, params json.RawMessage) (
 // does next: it ends the call, or it asks (the request then ends with
 // input_required and the call waits for a retry), or the downstream
 // request ends first (the upstream call is cancelled).
-func (h *held) serve(ctx context.Context, call *server.CallRequest, upstream string, rec *ForwardRecord) (*mcp.CallToolResult, error) {
+func (h *held) serve(ctx context.Context, call *server.CallRequest, rec *ForwardRecord) (*mcp.CallToolResult, error) {
 	h.sink.serve(&call.Request)
 	defer h.sink.serve(nil) // until a retry serves it, nothing reaches a client
 	for {
@@ -183,7 +183,7 @@ func (h *held) serve(ctx context.Context, call *server.CallRequest, upstream str
 					break more
 				}
 			}
-			err := h.park(call, upstream, qs)
+			err := h.park(qs)
 			var full *errTooManyHeld
 			if !errors.As(err, &full) {
 				return nil, err
@@ -206,7 +206,7 @@ func (h *held) serve(ctx context.Context, call *server.CallRequest, upstream str
 
 // park ends the downstream request with the gateway's input_required
 // result for qs, and keeps the call waiting for a retry.
-func (h *held) park(call *server.CallRequest, upstream string, qs []*question) error {
+func (h *held) park(qs []*question) error {
 	reqs := make(map[string]mcp.InputRequest, len(qs))
 	h.g.heldMu.Lock()
 	if err := h.g.registerLocked(h); err != nil {
@@ -224,7 +224,7 @@ func (h *held) park(call *server.CallRequest, upstream string, qs []*question) e
 	h.serving = false
 	h.expiry = time.AfterFunc(h.g.opts.InputWait, func() { h.expire(round) })
 	h.g.heldMu.Unlock()
-	state, _ := json.Marshal(relayState{Upstream: upstream, Held: h.id, Round: round})
+	state, _ := json.Marshal(relayState{Upstream: h.upstream, Held: h.id, Round: round})
 	return &server.InputRequired{Requests: reqs, State: state}
 }
 
@@ -287,7 +287,7 @@ func (g *Gateway) resume(ctx context.Context, call *server.CallRequest, st relay
 	h.pending = nil
 	g.heldMu.Unlock()
 	if len(missing) > 0 {
-		return nil, h.park(call, st.Upstream, missing)
+		return nil, h.park(missing)
 	}
-	return h.serve(ctx, call, st.Upstream, rec)
+	return h.serve(ctx, call, rec)
 }
