@@ -47,17 +47,9 @@ const maxAnswersBytes = 1 << 20
 // methods (elicitation/create, sampling/createMessage, roots/list) and
 // whose values are the results to answer them with.
 func readAnswers(path string) (map[string]json.RawMessage, error) {
-	f, err := os.Open(path)
+	data, err := readSmallFile(path, maxAnswersBytes)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxAnswersBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxAnswersBytes {
-		return nil, fmt.Errorf("%s is larger than %d bytes: answers are a few results, not data", path, maxAnswersBytes)
 	}
 	var byMethod map[string]json.RawMessage
 	if err := json.Unmarshal(data, &byMethod); err != nil || byMethod == nil {

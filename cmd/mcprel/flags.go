@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"strings"
 )
 
@@ -111,4 +112,22 @@ func checkEndpoint(cmd, flagName, endpoint string) error {
 		return usagef("%s: %s %q names no host; give the endpoint's full URL, %s", cmd, flagName, endpoint, example)
 	}
 	return nil
+}
+
+// readSmallFile reads a file of at most limit bytes, read whole: a
+// policy, a secret, a few answers. A larger file is refused, not cut.
+func readSmallFile(path string, limit int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > limit {
+		return nil, fmt.Errorf("%s is larger than %d KiB", path, limit>>10)
+	}
+	return data, nil
 }

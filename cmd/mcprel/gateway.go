@@ -88,7 +88,7 @@ func gatewayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 	var policy *gateway.Policy
 	if *policyFile != "" {
-		data, err := readSmallFile(*policyFile)
+		data, err := readSmallFile(*policyFile, maxSecretFile)
 		if err != nil {
 			return usagef("gateway: --policy: %v", err)
 		}
@@ -214,7 +214,7 @@ func applyCredentials(ups map[string]*gateway.Upstream, tokenEnv, tokenFile, hea
 		if err != nil {
 			return err
 		}
-		data, err := readSmallFile(path)
+		data, err := readSmallFile(path, maxSecretFile)
 		if err != nil {
 			return usagef("gateway: --upstream-token-file %s: %v", u.Name, err)
 		}
@@ -233,7 +233,7 @@ func applyCredentials(ups map[string]*gateway.Upstream, tokenEnv, tokenFile, hea
 		if err != nil {
 			return err
 		}
-		data, err := readSmallFile(path)
+		data, err := readSmallFile(path, maxSecretFile)
 		if err != nil {
 			return usagef("gateway: --upstream-headers-file %s: %v", u.Name, err)
 		}
@@ -249,7 +249,7 @@ func applyCredentials(ups map[string]*gateway.Upstream, tokenEnv, tokenFile, hea
 		if u.Transport != gateway.Stdio {
 			return usagef("gateway: --upstream-env-file: upstream %q is an HTTP server; give its credentials with --upstream-token-env, --upstream-token-file or --upstream-headers-file", u.Name)
 		}
-		data, err := readSmallFile(path)
+		data, err := readSmallFile(path, maxSecretFile)
 		if err != nil {
 			return usagef("gateway: --upstream-env-file %s: %v", u.Name, err)
 		}
@@ -302,23 +302,6 @@ func parseEnvLines(data []byte) ([]string, error) {
 		env = append(env, line)
 	}
 	return env, sc.Err()
-}
-
-// readSmallFile reads a file of at most maxSecretFile bytes.
-func readSmallFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxSecretFile {
-		return nil, fmt.Errorf("%s is larger than %d KiB", path, maxSecretFile>>10)
-	}
-	return data, nil
 }
 
 // parseLimits reads "concurrent=N,queued=N,rate=R,burst=N,bytes=N".
