@@ -290,6 +290,39 @@ func TestLegacyUpstreamSessionPerTenant(t *testing.T) {
 	}
 }
 
+// Tenants' 2025-era sessions with one upstream share one pool of HTTP
+// connections: a connection a session left idle carries the next
+// session's requests, so tenants cost sessions, not sockets. (The
+// upstream offers no session stream here, which would hold a connection
+// per session.)
+func TestTenantSessionsShareTheUpstreamsConnections(t *testing.T) {
+	u := newUpstream(t)
+	u.noStream.Store(true)
+	const tenants = 6
+	tokens := map[string]string{}
+	for i := range tenants {
+		tokens[fmt.Sprint("tok-", i)] = fmt.Sprint("tenant-", i)
+	}
+	f := newFront(t, gateway.Options{
+		Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
+		Client:    client.Options{Era: mcp.Legacy},
+	}, &streamhttp.HandlerOptions{Tokens: tokens})
+	before := u.conns.Load()
+	for tok := range tokens {
+		c := f.dial(t, 0, &client.Options{Header: http.Header{"Authorization": {"Bearer " + tok}}})
+		_, err := c.CallTool(context.Background(), "echo", map[string]any{"text": tok}, nil)
+		must(t, err)
+	}
+	if st := f.gw.Upstreams()[0]; st.Sessions != tenants {
+		t.Fatalf("the gateway holds %d tenant sessions, want %d", st.Sessions, tenants)
+	}
+	// Apart, each session would open one at least; shared, no more are
+	// opened than requests were ever in flight at once.
+	if got := u.conns.Load() - before; got > 3 {
+		t.Fatalf("%d tenant sessions opened %d connections to the upstream: they do not share a pool", tenants, got)
+	}
+}
+
 // A tenant's 2025-era upstream session is dialled for every call of the
 // tenant's that waits for it: the first call's cancellation ends that
 // call alone, and the one waiting beside it is served once the session

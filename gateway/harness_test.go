@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,6 +41,9 @@ type upstream struct {
 	mu       sync.Mutex
 	headers  []http.Header // every request's headers, in order
 	sessions map[string]bool
+
+	conns    atomic.Int64 // TCP connections accepted
+	noStream atomic.Bool  // a 2025 session's GET stream is refused (405)
 }
 
 // askCancelled returns why the upstream's "ask" stopped waiting for its
@@ -133,15 +138,25 @@ func newUpstream(t *testing.T) *upstream {
 	}))
 	h, err := streamhttp.NewHandler(u.srv, nil)
 	must(t, err)
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.mu.Lock()
 		u.headers = append(u.headers, r.Header.Clone())
 		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
 			u.sessions[id] = true
 		}
 		u.mu.Unlock()
+		if r.Method == http.MethodGet && u.noStream.Load() {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
 		h.ServeHTTP(w, r)
 	}))
+	hs.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			u.conns.Add(1)
+		}
+	}
+	hs.Start()
 	t.Cleanup(hs.Close)
 	u.url = hs.URL
 	return u

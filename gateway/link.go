@@ -46,6 +46,12 @@ type link struct {
 	closed   bool
 
 	closing sync.WaitGroup // connections being closed apart (closeLater)
+
+	// hc carries every HTTP connection to the upstream — the primary's
+	// and each tenant's 2025 session — so that their pooled connections
+	// are bounded once per upstream, not once per session (nil: stdio, or
+	// Options.Client.HTTPClient given).
+	hc *http.Client
 }
 
 func newLink(g *Gateway, u Upstream, index int) (*link, error) {
@@ -56,6 +62,9 @@ func newLink(g *Gateway, u Upstream, index int) (*link, error) {
 		refresh:     make(chan struct{}, 1),
 		sessions:    map[string]*tenantSession{},
 		circuit:     circuit{threshold: g.opts.CircuitFailures, base: g.opts.CircuitCooldown, cap: g.opts.RestartCap},
+	}
+	if u.Transport != Stdio && g.opts.Client.HTTPClient == nil {
+		l.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
 	}
 	if u.Limits != (server.Limits{}) {
 		var err error
@@ -218,6 +227,9 @@ func (l *link) dial(ctx context.Context, tenant string) (*client.Client, error) 
 	o.Stderr = nil
 	o.Env, o.Environ = nil, nil
 	o.Header = nil
+	if l.hc != nil {
+		o.HTTPClient = l.hc
+	}
 	// The gateway relays elicitation, sampling and roots to the
 	// downstream client that made the call, when that client declared
 	// them (a request it did not is refused). A request outside any call
@@ -429,6 +441,9 @@ func (l *link) close() error {
 	}
 	wg.Wait()
 	l.closing.Wait()
+	if l.hc != nil {
+		l.hc.CloseIdleConnections()
+	}
 	return errors.Join(errs...)
 }
 
