@@ -39,13 +39,14 @@ func (rt *Runtime) upstreamStats() []metrics.UpstreamStats {
 	return out
 }
 
-// observeBoth tells a gateway's events to the caller's observer, when
-// there is one, and then to the metrics.
+// observeBoth tells a gateway's events to the metrics and then to the
+// caller's observer, when there is one: an observer that hears of an
+// event finds it already counted in a scrape.
 func observeBoth(mine gateway.Observer, m gateway.Observer) gateway.Observer {
 	if mine == nil {
 		return m
 	}
-	return observers{mine, m}
+	return observers{m, mine}
 }
 
 type observers []gateway.Observer
