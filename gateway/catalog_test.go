@@ -159,9 +159,9 @@ func TestLateResponseIsCounted(t *testing.T) {
 		_, err := c.CallTool(ctx, "stubborn", nil, &client.CallOptions{OnProgress: func(client.Progress) { reached <- struct{}{} }})
 		done <- err
 	}()
-	<-reached // the upstream has the call
+	recv(t, reached, "the upstream's first progress report") // the upstream has the call
 	cancel()
-	<-done
+	recv(t, done, "the cancelled call's end")
 	// The gateway's handler ends once it has queued the upstream's
 	// cancellation; echo is written after it, and the upstream answers in
 	// order: by the time echo's answer is read, the late one was too.

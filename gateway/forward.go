@@ -264,6 +264,12 @@ func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, q *ser
 	case errors.As(err, &tl):
 		rec.Outcome = OutcomeLost
 		return l.outcomeUnknown(tp, fmt.Sprintf("it answered with more than the gateway takes in (%d bytes), and the answer was dropped unread", tl.Limit))
+	case se != nil && se.Status >= 200 && se.Status < 300:
+		// The upstream took the request and sent back what is no
+		// JSON-RPC response (a truncated body, a page): what it did is
+		// in the answer nobody can read.
+		rec.Outcome = OutcomeLost
+		return l.outcomeUnknown(tp, fmt.Sprintf("it answered HTTP %d with no JSON-RPC response in the body", se.Status))
 	case se != nil:
 		rec.Outcome = OutcomeFailed
 		return &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf("upstream %q answered HTTP %d", l.up.Name, se.Status)}

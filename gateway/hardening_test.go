@@ -141,7 +141,7 @@ func TestHeldCallProgressReachesTheRetry(t *testing.T) {
 		}
 		select { // the downstream saw progress, or it never will
 		case <-seen:
-		case <-time.After(2 * time.Second):
+		case <-time.After(wait):
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -255,7 +255,7 @@ func TestListChangedOnACallsStream(t *testing.T) {
 	}))
 	t.Cleanup(hs.Close)
 	f := newFront(t, gateway.Options{Upstreams: []gateway.Upstream{{Name: "up", URL: hs.URL}}}, nil)
-	<-f.listed
+	recv(t, f.listed, "the first listing")
 	c := f.dial(t, mcp.Legacy, nil)
 	res, err := c.CallTool(context.Background(), "unlock", nil, nil)
 	must(t, err)
@@ -264,7 +264,7 @@ func TestListChangedOnACallsStream(t *testing.T) {
 	}
 	select {
 	case <-f.listed:
-	case <-time.After(2 * time.Second):
+	case <-time.After(wait):
 		t.Fatal("the upstream said its tools changed, on the call's stream, and the gateway never listed them again")
 	}
 }
@@ -291,5 +291,38 @@ func TestUpstreamsURLIsNotShownDownstream(t *testing.T) {
 	fail := failureOf(t, res)
 	if strings.Contains(fail.Message, "sk-live-123") || strings.Contains(fail.Message, ln.Addr().String()) {
 		t.Fatalf("the downstream client was told the upstream's URL: %q", fail.Message)
+	}
+}
+
+// An upstream that answers a call with HTTP 200 and a body that is no
+// JSON-RPC response (cut short here) took the request: the call's outcome
+// is unknown, not an upstream error, and the downstream client is told
+// neither the upstream's URL nor what the body held.
+func TestUnreadableAnswerIsOutcomeUnknown(t *testing.T) {
+	u := newUpstream(t)
+	front := u.inFront(t, func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+		if !bytes.Contains(body, []byte(`"tools/call"`)) {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"jsonrpc":"2.0","internal":"db-7.corp","id":`))
+		return true
+	})
+	secretURL := front + "/mcp?api_key=sk-live-123"
+	f := newFront(t, gateway.Options{Upstreams: []gateway.Upstream{{Name: "up", URL: secretURL}}}, nil)
+	c := f.dial(t, mcp.Modern, nil)
+	res, err := c.CallTool(context.Background(), "echo", map[string]any{"text": "x"}, nil)
+	must(t, err)
+	fail := failureOf(t, res)
+	if fail.Code != mcp.FailureOutcomeUnknown || !strings.Contains(fail.Message, "HTTP 200") {
+		t.Fatalf("an unreadable 200 answer failed the call with %+v, want outcome_unknown naming it", fail)
+	}
+	for _, secret := range []string{"sk-live-123", strings.TrimPrefix(front, "http://"), "db-7.corp"} {
+		if strings.Contains(fail.Message, secret) {
+			t.Fatalf("the downstream client was told %q: %q", secret, fail.Message)
+		}
+	}
+	if rec := f.awaitForward(t, "echo"); rec.Outcome != gateway.OutcomeLost {
+		t.Fatalf("the call was recorded %+v, want lost", rec)
 	}
 }

@@ -326,6 +326,19 @@ func text(res *mcp.CallToolResult) string {
 
 func ptr[T any](v T) *T { return &v }
 
+// recv receives from ch, or fails the test, naming what never came, once
+// wait has passed.
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(wait):
+		t.Fatalf("%s never happened", what)
+		panic("unreachable")
+	}
+}
+
 // structured is a result's structuredContent as JSON text.
 func structured(res *mcp.CallToolResult) string {
 	b, _ := json.Marshal(res.StructuredContent)

@@ -139,7 +139,7 @@ func TestHeldCallThatEndedWhileWaitingIsLost(t *testing.T) {
 		t.Fatalf("the parked request was recorded %+v", rec)
 	}
 	close(release)
-	<-returned
+	recv(t, returned, "the upstream's elicitation returning")
 	rec := f.awaitForward(t, "impatient")
 	if rec.Outcome != gateway.OutcomeLost || rec.CancelPropagated {
 		t.Fatalf("a held call that answered while it waited was recorded %+v, want lost and not cancelled", rec)
