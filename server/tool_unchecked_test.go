@@ -34,9 +34,10 @@ func TestUncheckedToolLeavesArgumentsToItsHandler(t *testing.T) {
 	if f.Error != nil || !strings.Contains(string(f.Result), "ran") || string(got) != `{"other":1}` {
 		t.Fatalf("the unchecked call: %s, handler got %s", f.Raw, got)
 	}
+	got = nil
 	f = c.Call(2, "tools/call", mcptest.ModernParams(map[string]any{"name": "checked", "arguments": map[string]any{"other": 1}}))
-	if !strings.Contains(string(f.Result), "invalid_arguments") {
-		t.Fatalf("the checked call was not refused: %s", f.Raw)
+	if !strings.Contains(string(f.Result), "invalid_arguments") || got != nil {
+		t.Fatalf("the checked call was not refused before its handler: %s, handler got %s", f.Raw, got)
 	}
 	// A remote $ref this server never fetches: refused when checked,
 	// served as given when not.
