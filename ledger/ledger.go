@@ -83,15 +83,25 @@ const (
 	InProgress State = 1
 	// Committed: the operation finished and its result is stored.
 	Committed State = 2
+	// OutcomeUnknown: a claim at most once (ClaimOnce) whose effect may
+	// have happened and whose answer was never stored — the request may
+	// have reached a receiver that does not honour the key, and its
+	// answer was lost, or its holder died. The ledger never lets the key
+	// run again: every later claim gets *UnknownError until an operator
+	// who checked closes the record (Resolve, Forget), or its retention
+	// ends.
+	OutcomeUnknown State = 3
 )
 
-// String returns "in_progress" or "committed".
+// String returns "in_progress", "committed" or "outcome_unknown".
 func (s State) String() string {
 	switch s {
 	case InProgress:
 		return "in_progress"
 	case Committed:
 		return "committed"
+	case OutcomeUnknown:
+		return "outcome_unknown"
 	}
 	return "unknown"
 }
@@ -147,6 +157,19 @@ func (e *InProgressError) Error() string {
 	return fmt.Sprintf("ledger: the operation for this key is still in progress; retry after %v", e.RetryAfter)
 }
 
+// UnknownError reports a key whose operation has an unknown outcome
+// (OutcomeUnknown): it may have taken effect, and nothing was run again.
+type UnknownError struct {
+	// Reason says why the outcome is unknown, as its claim recorded it.
+	Reason string
+	// Since is when it became unknown.
+	Since time.Time
+}
+
+func (e *UnknownError) Error() string {
+	return fmt.Sprintf("ledger: the outcome of the operation with this key is unknown (%s): it may have taken effect, and it is not run again", e.Reason)
+}
+
 // Errors.
 var (
 	ErrNotFound   = errors.New("ledger: no record for this key")
@@ -154,6 +177,10 @@ var (
 	// ErrLeaseLost: a two-phase claim's lease expired and another caller
 	// took the key over; this claim's result is not stored.
 	ErrLeaseLost = errors.New("ledger: the claim's lease expired and the key was taken over")
+	// ErrNotUnknown: Resolve or Forget found the key's record, but not
+	// with an unknown outcome — committed, or held by a live claim — and
+	// left it as it was.
+	ErrNotUnknown = errors.New("ledger: the key's operation does not have an unknown outcome")
 )
 
 // storable reports whether s is text every store can hold: valid UTF-8
@@ -289,6 +316,8 @@ func (l *Ledger) Do(ctx context.Context, op Op, effect func(ctx context.Context,
 		case rec != nil && rec.State == Committed:
 			out = replay(rec)
 			return nil
+		case rec != nil && rec.State == OutcomeUnknown:
+			return unknownOf(rec)
 		case rec != nil:
 			return &InProgressError{RetryAfter: max(rec.LeaseUntil.Sub(now), 100*time.Millisecond)}
 		}
@@ -330,6 +359,8 @@ func (l *Ledger) doExclusive(ctx context.Context, tx *store.Tx, op Op, now time.
 	case rec.State == Committed:
 		*out = replay(rec)
 		return nil
+	case rec.State == OutcomeUnknown:
+		return unknownOf(rec)
 	default:
 		return &InProgressError{RetryAfter: max(rec.LeaseUntil.Sub(now), 100*time.Millisecond)}
 	}
@@ -382,7 +413,8 @@ func waitBounded(ctx context.Context, err error) error {
 	}
 	var conflict *ConflictError
 	var busy *InProgressError
-	if ctx.Err() != nil && !errors.As(err, &conflict) && !errors.As(err, &busy) {
+	var unknown *UnknownError
+	if ctx.Err() != nil && !errors.As(err, &conflict) && !errors.As(err, &busy) && !errors.As(err, &unknown) {
 		return errors.Join(&InProgressError{RetryAfter: time.Second}, err)
 	}
 	return err
@@ -458,6 +490,19 @@ func scanRecord(row interface{ Scan(...any) error }) (*Record, error) {
 	rec.ExecutedAt, rec.LeaseUntil = fromMS(executed), fromMS(lease)
 	rec.leaseToken = token.String
 	return &rec, nil
+}
+
+// unknownOf is the UnknownError a record with an unknown outcome reads
+// as.
+func unknownOf(rec *Record) *UnknownError {
+	var why struct {
+		Reason string `json:"reason"`
+	}
+	_ = json.Unmarshal(rec.Result, &why)
+	if why.Reason == "" {
+		why.Reason = "no reason was recorded"
+	}
+	return &UnknownError{Reason: why.Reason, Since: rec.ExecutedAt}
 }
 
 func replay(rec *Record) Result {

@@ -1,0 +1,257 @@
+package ledger_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcprel/mcprel/internal/storetest"
+	"github.com/mcprel/mcprel/ledger"
+)
+
+// A key claimed at most once is never handed out again: an answer lost
+// makes its outcome unknown, and every later claim is told so; a claim
+// that honours keys may take it over.
+func TestClaimOnceLostAnswerIsUnknown(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		clk := newClock()
+		l := open(t, dsn, &ledger.Options{Lease: 10 * time.Second})
+		ledger.SetClock(l, clk.Now)
+		o := op("acme", "fwd-1", `{"cents":500}`)
+		claim, replayed, err := l.ClaimOnce(ctx, o)
+		if err != nil || replayed != nil || claim == nil {
+			t.Fatalf("ClaimOnce = %v, %v, %v", claim, replayed, err)
+		}
+		if err := claim.Unknown(ctx, "the connection to the upstream ended with the call in flight"); err != nil {
+			t.Fatal(err)
+		}
+		var unknown *ledger.UnknownError
+		if _, _, err := l.ClaimOnce(ctx, o); !errors.As(err, &unknown) || unknown.Reason != "the connection to the upstream ended with the call in flight" || !unknown.Since.Equal(clk.Now()) {
+			t.Fatalf("ClaimOnce after Unknown = %v, want UnknownError with its reason", err)
+		}
+		if _, err := claim.Complete(ctx, json.RawMessage(`{}`)); !errors.Is(err, ledger.ErrLeaseLost) {
+			t.Fatalf("Complete after Unknown = %v, want ErrLeaseLost", err)
+		}
+		// The arguments still decide first: another operation is a conflict.
+		var conflict *ledger.ConflictError
+		if _, _, err := l.ClaimOnce(ctx, op("acme", "fwd-1", `{"cents":1}`)); !errors.As(err, &conflict) {
+			t.Fatalf("ClaimOnce with other arguments = %v, want ConflictError", err)
+		}
+		if _, err := l.Do(ctx, o, reserve(nil, o, 1)); !errors.As(err, &unknown) {
+			t.Fatalf("Do on an unknown outcome = %v, want UnknownError", err)
+		}
+		rec, err := l.Lookup(ctx, "acme", "reserve", "fwd-1")
+		if err != nil || rec.State != ledger.OutcomeUnknown || rec.State.String() != "outcome_unknown" {
+			t.Fatalf("Lookup = %+v, %v", rec, err)
+		}
+		// A receiver that honours the key makes a second run safe.
+		again, _, err := l.Claim(ctx, o)
+		if err != nil || again == nil || again.Executions != 2 {
+			t.Fatalf("Claim of an unknown outcome = %+v, %v; want a takeover counting 2", again, err)
+		}
+		if _, err := again.Complete(ctx, json.RawMessage(`{"ok":true}`)); err != nil {
+			t.Fatal(err)
+		}
+		_, res, err := l.ClaimOnce(ctx, o)
+		if err != nil || res == nil || string(res.Data) != `{"ok":true}` {
+			t.Fatalf("ClaimOnce after completion = %+v, %v", res, err)
+		}
+	})
+}
+
+// A holder that dies leaves its claim to expire: at most once, the key's
+// outcome becomes unknown, not taken over; a holder that extends its lease
+// keeps the key.
+func TestClaimOnceExpiredLeaseIsUnknown(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		clk := newClock()
+		l := open(t, dsn, &ledger.Options{Lease: 10 * time.Second})
+		ledger.SetClock(l, clk.Now)
+		o := op("acme", "fwd-2", `{}`)
+		alive, _, err := l.ClaimOnce(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(8 * time.Second)
+		if err := alive.Extend(ctx); err != nil || !alive.LeaseUntil().Equal(clk.Now().Add(10*time.Second)) {
+			t.Fatalf("Extend = %v, lease until %v", err, alive.LeaseUntil())
+		}
+		clk.Advance(8 * time.Second) // past the first lease, within the second
+		var busy *ledger.InProgressError
+		if _, _, err := l.ClaimOnce(ctx, o); !errors.As(err, &busy) || busy.RetryAfter != 2*time.Second {
+			t.Fatalf("ClaimOnce of an extended claim = %v, want InProgressError after 2s", err)
+		}
+		clk.Advance(2 * time.Second) // the holder stopped extending
+		var unknown *ledger.UnknownError
+		if _, _, err := l.ClaimOnce(ctx, o); !errors.As(err, &unknown) || !unknown.Since.Equal(clk.Now()) {
+			t.Fatalf("ClaimOnce after the lease expired = %v, want UnknownError", err)
+		}
+		if _, _, err := l.ClaimOnce(ctx, o); !errors.As(err, &unknown) {
+			t.Fatalf("ClaimOnce again = %v, want UnknownError", err)
+		}
+		if err := alive.Extend(ctx); !errors.Is(err, ledger.ErrLeaseLost) {
+			t.Fatalf("Extend of an expired claim = %v, want ErrLeaseLost", err)
+		}
+		rec, err := l.Lookup(ctx, "acme", "reserve", "fwd-2")
+		if err != nil || rec.State != ledger.OutcomeUnknown || rec.Executions != 1 {
+			t.Fatalf("Lookup = %+v, %v", rec, err)
+		}
+	})
+}
+
+// An operator closes an unknown outcome: resolved with the result found,
+// which retries then get, or forgotten, which frees the key. Nothing else
+// can be closed that way.
+func TestResolveAndForget(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		clk := newClock()
+		l := open(t, dsn, &ledger.Options{Lease: 10 * time.Second})
+		ledger.SetClock(l, clk.Now)
+		lost := func(key string) ledger.Op {
+			o := op("acme", key, `{}`)
+			c, _, err := l.ClaimOnce(ctx, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Unknown(ctx, "lost"); err != nil {
+				t.Fatal(err)
+			}
+			return o
+		}
+		o := lost("r-1")
+		if err := l.Resolve(ctx, "acme", "reserve", "r-1", json.RawMessage(`{"content":[],"found":"by hand"}`)); err != nil {
+			t.Fatal(err)
+		}
+		_, res, err := l.ClaimOnce(ctx, o)
+		if err != nil || res == nil || !res.Replayed || string(res.Data) != `{"content":[],"found":"by hand"}` {
+			t.Fatalf("ClaimOnce after Resolve = %+v, %v", res, err)
+		}
+		if err := l.Resolve(ctx, "acme", "reserve", "r-1", json.RawMessage(`{}`)); !errors.Is(err, ledger.ErrNotUnknown) {
+			t.Fatalf("Resolve of a committed record = %v, want ErrNotUnknown", err)
+		}
+		if err := l.Forget(ctx, "acme", "reserve", "r-1"); !errors.Is(err, ledger.ErrNotUnknown) {
+			t.Fatalf("Forget of a committed record = %v, want ErrNotUnknown", err)
+		}
+		o2 := lost("r-2")
+		if err := l.Forget(ctx, "other-tenant", "reserve", "r-2"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("Forget in another tenant = %v, want ErrNotFound", err)
+		}
+		if err := l.Forget(ctx, "acme", "reserve", "r-2"); err != nil {
+			t.Fatal(err)
+		}
+		if c, _, err := l.ClaimOnce(ctx, o2); err != nil || c == nil {
+			t.Fatalf("ClaimOnce after Forget = %v, %v; want a fresh claim", c, err)
+		}
+		// A live claim is not the operator's to close; one whose lease
+		// expired is, before any caller came back to find it.
+		live, _, err := l.ClaimOnce(ctx, op("acme", "r-3", `{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Resolve(ctx, "acme", "reserve", "r-3", json.RawMessage(`{}`)); !errors.Is(err, ledger.ErrNotUnknown) {
+			t.Fatalf("Resolve of a live claim = %v, want ErrNotUnknown", err)
+		}
+		clk.Advance(10 * time.Second)
+		if err := l.Resolve(ctx, "acme", "reserve", "r-3", json.RawMessage(`{"late":1}`)); err != nil {
+			t.Fatalf("Resolve of an expired claim = %v", err)
+		}
+		if _, err := live.Complete(ctx, json.RawMessage(`{}`)); !errors.Is(err, ledger.ErrLeaseLost) {
+			t.Fatalf("Complete after Resolve = %v, want ErrLeaseLost", err)
+		}
+		if err := l.Resolve(ctx, "acme", "reserve", "none", json.RawMessage(`{}`)); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("Resolve of no record = %v, want ErrNotFound", err)
+		}
+		if err := l.Resolve(ctx, "acme", "reserve", "r-2", json.RawMessage(`{`)); err == nil {
+			t.Fatal("Resolve with a result that is not JSON succeeded")
+		}
+	})
+}
+
+// Many callers on separate handles find one expired claim at once: at
+// most once, every one of them is told the outcome is unknown and none
+// holds the key; and an operator resolving it while claims that honour
+// the key race to take it over: exactly one of them wins.
+func TestClaimOnceExpiryRace(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		clk := newClock()
+		var handles []*ledger.Ledger
+		for range 6 {
+			l := open(t, dsn, &ledger.Options{Lease: 10 * time.Second})
+			ledger.SetClock(l, clk.Now)
+			handles = append(handles, l)
+		}
+		o := op("acme", "race-once", `{}`)
+		if _, _, err := handles[0].ClaimOnce(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(10 * time.Second) // its holder is gone
+		var unknown, other atomic.Int64
+		barrier := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, l := range handles {
+			wg.Go(func() {
+				<-barrier
+				c, _, err := l.ClaimOnce(ctx, o)
+				var u *ledger.UnknownError
+				var busy *ledger.InProgressError
+				switch {
+				case errors.As(err, &u):
+					unknown.Add(1)
+				case errors.As(err, &busy):
+					other.Add(1) // lost the race to mark it; told to come back
+				default:
+					t.Errorf("ClaimOnce = %v, %v", c, err)
+				}
+			})
+		}
+		close(barrier)
+		wg.Wait()
+		if unknown.Load() == 0 || unknown.Load()+other.Load() != int64(len(handles)) {
+			t.Fatalf("%d told unknown, %d in progress, of %d", unknown.Load(), other.Load(), len(handles))
+		}
+		rec, err := handles[0].Lookup(ctx, "acme", "reserve", "race-once")
+		if err != nil || rec.State != ledger.OutcomeUnknown || rec.Executions != 1 {
+			t.Fatalf("record = %+v, %v", rec, err)
+		}
+
+		// The operator and the takeovers race on the unknown record.
+		var resolved, took atomic.Int64
+		barrier = make(chan struct{})
+		wg.Go(func() {
+			<-barrier
+			switch err := handles[0].Resolve(ctx, "acme", "reserve", "race-once", json.RawMessage(`{"by":"operator"}`)); {
+			case err == nil:
+				resolved.Add(1)
+			case !errors.Is(err, ledger.ErrNotUnknown):
+				t.Errorf("Resolve = %v", err)
+			}
+		})
+		for _, l := range handles[1:] {
+			wg.Go(func() {
+				<-barrier
+				c, res, err := l.Claim(ctx, o)
+				var busy *ledger.InProgressError
+				switch {
+				case err == nil && c != nil:
+					took.Add(1)
+				case err == nil && res != nil, errors.As(err, &busy):
+				default:
+					t.Errorf("Claim = %v, %v, %v", c, res, err)
+				}
+			})
+		}
+		close(barrier)
+		wg.Wait()
+		if resolved.Load()+took.Load() != 1 {
+			t.Fatalf("resolved %d times and taken over %d times, want one of them once", resolved.Load(), took.Load())
+		}
+	})
+}
