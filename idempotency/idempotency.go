@@ -17,7 +17,15 @@
 //     _meta, for clients to plan retries by;
 //   - an annotation on the request's record for observers (AnnotationKey):
 //     executed, replayed, conflict, in_progress, key_missing, unkeyed,
-//     rolled_back or unavailable.
+//     rolled_back, unavailable or unknown.
+//
+// An effect outside the database is External: claimed, run, then stored.
+// Where its receiver honours the key, a claim whose holder died is taken
+// over and run again with the same key. Where it does not (AtMostOnce: an
+// MCP server behind mcprel gateway), a key is never run twice: a call
+// that may have reached the receiver and got no answer leaves the key's
+// outcome unknown, and retries are told so ("outcome_unknown") until an
+// operator resolves it (ledger.Resolve, "mcprel ledger resolve").
 //
 // The handler reaches what the ledger gives it through Key(call) and
 // Tx(call). A policy stacked inside Keyed (package taskserver's AsTask)
@@ -40,6 +48,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/mcprel/mcprel/ledger"
@@ -62,7 +71,25 @@ const (
 	Unkeyed     = "unkeyed"     // an optional key was absent: ran without the ledger's protection
 	RolledBack  = "rolled_back" // the handler failed; nothing was stored
 	Unavailable = "unavailable" // the ledger's database failed; nothing was stored
+	Unknown     = "unknown"     // AtMostOnce: the outcome is unknown (recorded so, or found so); nothing ran again
 )
+
+// NotRun marks a handler's failure as one that provably did not start the
+// effect — the request never left for its receiver — so that in
+// AtMostOnce mode the key is freed and a retry runs. Every other failure
+// of an AtMostOnce tool leaves the key's outcome unknown. errors.Is and
+// errors.As see through it to err.
+func NotRun(err error) error {
+	if err == nil {
+		return nil
+	}
+	return notRun{err}
+}
+
+type notRun struct{ err error }
+
+func (n notRun) Error() string { return n.err.Error() }
+func (n notRun) Unwrap() error { return n.err }
 
 // Keyed is the policy that runs a tool's calls at most once per
 // idempotency key through l (see the package doc and Policy). The tool's
@@ -203,7 +230,7 @@ func (k *keyed) intercept(t *server.Tool, next server.CallHandler) (server.CallH
 		t.Meta = mcp.Meta{}
 	}
 	t.Meta[mcp.MetaKeyMode] = k.policy.Key.String()
-	maps.Copy(t.Meta, LedgerMeta(k.ledger, k.policy.External))
+	maps.Copy(t.Meta, ledgerMeta(k.ledger, k.policy.External, k.policy.AtMostOnce))
 	prev := t.Check
 	t.Check = func(ctx context.Context, call *server.CallRequest) (context.Context, error) {
 		if prev != nil {
@@ -226,14 +253,15 @@ func (k *keyed) intercept(t *server.Tool, next server.CallHandler) (server.CallH
 // for a schema that lists it as required; a call of a KeyOptional tool
 // without a key is unsafe to retry.
 func (k *keyed) check(call *server.CallRequest) error {
-	key, inArgs, te := keyOf(call)
+	arg := k.policy.keyArgument()
+	key, inArgs, te := keyOf(call, arg)
 	switch {
 	case te != nil:
 		call.Annotate(AnnotationKey, KeyMissing)
 		return te
 	case key == "" && k.policy.Key == KeyRequired:
 		call.Annotate(AnnotationKey, KeyMissing)
-		return errKeyRequired
+		return keyRequired(arg)
 	case key == "":
 		// Nothing dedupes this call: unless its author declared the tool
 		// safe to retry anyway, a retry may run it twice.
@@ -242,9 +270,9 @@ func (k *keyed) check(call *server.CallRequest) error {
 		}
 		return nil
 	case !inArgs:
-		call.SupplyArgument(mcp.ArgIdempotencyKey, key)
+		call.SupplyArgument(arg, key)
 	}
-	fp, err := ledger.FingerprintOf(call.DecodedArguments(), k.policy.Fields, mcp.ArgIdempotencyKey)
+	fp, err := ledger.FingerprintOf(call.DecodedArguments(), k.policy.Fields, arg)
 	if err != nil {
 		return &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: err.Error()}
 	}
@@ -252,47 +280,51 @@ func (k *keyed) check(call *server.CallRequest) error {
 	return nil
 }
 
-// keyOf finds a call's key in its arguments or its _meta. A key that is
-// not a string, is malformed, or is given twice with two values is
+// keyOf finds a call's key in its argument arg or its _meta. A key that
+// is not a string, is malformed, or is given twice with two values is
 // refused; "" means the call has none. inArgs says whether it was in the
 // arguments.
-func keyOf(call *server.CallRequest) (key string, inArgs bool, te *mcp.ToolError) {
+func keyOf(call *server.CallRequest, arg string) (key string, inArgs bool, te *mcp.ToolError) {
 	inMeta := call.KnownMeta.IdempotencyKey
 	var fromMeta string
 	if len(inMeta) > 0 && string(inMeta) != "null" {
 		if err := json.Unmarshal(inMeta, &fromMeta); err != nil {
-			return "", false, keyError("the idempotency key must be a string")
+			return "", false, keyError(arg, "the idempotency key must be a string")
 		}
 		if !ledger.ValidKey(fromMeta) {
-			return "", false, keyError("the idempotency key must be 1 to 255 bytes of printable text")
+			return "", false, keyError(arg, "the idempotency key must be 1 to 255 bytes of printable text")
 		}
 	}
-	v, ok := call.DecodedArguments()[mcp.ArgIdempotencyKey]
+	v, ok := call.DecodedArguments()[arg]
 	if !ok || v == nil {
 		return fromMeta, false, nil
 	}
 	fromArgs, isString := v.(string)
 	if !isString {
-		return "", false, keyError("the idempotency key must be a string")
+		return "", false, keyError(arg, "the idempotency key must be a string")
 	}
 	if !ledger.ValidKey(fromArgs) {
-		return "", false, keyError("the idempotency key must be 1 to 255 bytes of printable text")
+		return "", false, keyError(arg, "the idempotency key must be 1 to 255 bytes of printable text")
 	}
 	if fromMeta != "" && fromMeta != fromArgs {
-		return "", false, keyError(fmt.Sprintf("the idempotency key is given twice with two values (arguments.%s and _meta[%q])", mcp.ArgIdempotencyKey, mcp.MetaIdempotencyKey))
+		return "", false, keyError(arg, fmt.Sprintf("the idempotency key is given twice with two values (arguments.%s and _meta[%q])", arg, mcp.MetaIdempotencyKey))
 	}
 	return fromArgs, true, nil
 }
 
-func keyError(msg string) *mcp.ToolError {
-	return &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: msg, Details: map[string]any{"field": mcp.ArgIdempotencyKey}}
+func keyError(arg, msg string) *mcp.ToolError {
+	return &mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: msg, Details: map[string]any{"field": arg}}
 }
 
-var errKeyRequired = &mcp.ToolError{
-	Code: mcp.FailureKeyRequired,
-	Message: "this tool changes state and needs an idempotency key: generate a unique key (a UUID) for this operation, " +
-		"pass it as arguments." + mcp.ArgIdempotencyKey + " (or params._meta[\"" + mcp.MetaIdempotencyKey + "\"]), " +
-		"and reuse the same key on every retry of it",
+// keyRequired is the refusal of a call without the key its tool
+// requires, in argument arg.
+func keyRequired(arg string) *mcp.ToolError {
+	return &mcp.ToolError{
+		Code: mcp.FailureKeyRequired,
+		Message: "this tool changes state and needs an idempotency key: generate a unique key (a UUID) for this operation, " +
+			"pass it as arguments." + arg + " (or params._meta[\"" + mcp.MetaIdempotencyKey + "\"]), " +
+			"and reuse the same key on every retry of it",
+	}
 }
 
 // run runs one call through the ledger.
@@ -389,7 +421,11 @@ func withMarks(out mcp.Result, res ledger.Result) mcp.Result {
 // handler outside any transaction, store its result. It returns the
 // handler's kept answer when this call ran it.
 func (k *keyed) runExternal(ctx context.Context, req *server.CallRequest, sc *scope, op ledger.Op, next server.CallHandler) (ledger.Result, mcp.Result, error) {
-	claim, replayed, err := k.ledger.Claim(ctx, op)
+	claimKey := k.ledger.Claim
+	if k.policy.AtMostOnce {
+		claimKey = k.ledger.ClaimOnce
+	}
+	claim, replayed, err := claimKey(ctx, op)
 	if err != nil {
 		return ledger.Result{}, nil, err
 	}
@@ -409,7 +445,12 @@ func (k *keyed) runExternal(ctx context.Context, req *server.CallRequest, sc *sc
 				"tool", req.Name, "error", err)
 		}
 	}()
-	out, err := next(ctx, req)
+	var out mcp.Result
+	if k.policy.AtMostOnce {
+		out, err = k.runOnce(ctx, req, claim, next, &completed)
+	} else {
+		out, err = next(ctx, req)
+	}
 	out, data, err := k.kept(sc, out, err)
 	if err != nil {
 		return ledger.Result{}, nil, err
@@ -423,6 +464,100 @@ func (k *keyed) runExternal(ctx context.Context, req *server.CallRequest, sc *sc
 		return ledger.Result{}, nil, err
 	}
 	return res, out, nil
+}
+
+// runOnce runs an AtMostOnce handler under its claim, renewing the lease
+// while it runs. Whatever it answers is left to the caller to keep, except
+// a failure that may have reached the receiver: the key's outcome is then
+// recorded unknown (*completed set: the claim is not released), so that
+// no retry runs it again. A failure marked NotRun is left to release.
+func (k *keyed) runOnce(ctx context.Context, req *server.CallRequest, claim *ledger.Claim, next server.CallHandler, completed *bool) (mcp.Result, error) {
+	stop := k.renew(ctx, req, claim)
+	out, err := func() (out mcp.Result, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				stop()
+				k.markUnknown(ctx, req, claim, fmt.Sprintf("the handler panicked: %v", p))
+				*completed = true
+				panic(p)
+			}
+		}()
+		return next(ctx, req)
+	}()
+	stop()
+	var nr notRun
+	if err == nil || errors.As(err, &nr) {
+		return out, err
+	}
+	if _, _, kerr := k.kept(&scope{}, out, err); kerr == nil {
+		return out, err // a decision the handler made: stored as the outcome
+	}
+	*completed = true
+	k.markUnknown(ctx, req, claim, unknownReason(ctx, err))
+	req.Annotate(AnnotationKey, Unknown)
+	return nil, outcomeUnknownError{err}
+}
+
+// outcomeUnknownError is a failure after which the key's outcome was
+// recorded unknown: it goes to the caller as the handler gave it, and is
+// not the ledger's to map.
+type outcomeUnknownError struct{ err error }
+
+func (o outcomeUnknownError) Error() string { return o.err.Error() }
+func (o outcomeUnknownError) Unwrap() error { return o.err }
+
+// unknownReason says, for the record, why a call's outcome is unknown.
+func unknownReason(ctx context.Context, err error) string {
+	var te *mcp.ToolError
+	switch {
+	case errors.Is(context.Cause(ctx), context.DeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
+		return "the call ran out of time after it may have reached the receiver"
+	case ctx.Err() != nil:
+		return "the call was cancelled after it may have reached the receiver"
+	case errors.As(err, &te):
+		return te.Message
+	}
+	return err.Error()
+}
+
+// markUnknown records the claim's outcome unknown. If the store cannot be
+// reached, the claim's lease runs out instead, with the same result.
+func (k *keyed) markUnknown(ctx context.Context, req *server.CallRequest, claim *ledger.Claim, reason string) {
+	if err := claim.Unknown(context.WithoutCancel(ctx), reason); err != nil {
+		k.log.Warn("recording an unknown outcome failed; the key reads as unknown once its lease expires",
+			"tool", req.Name, "error", err)
+	}
+}
+
+// renew extends the claim's lease every third of it until stop is
+// called, so that a handler that runs longer than the lease keeps its
+// key, and one whose process dies loses it within a lease.
+func (k *keyed) renew(ctx context.Context, req *server.CallRequest, claim *ledger.Claim) (stop func()) {
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(max(k.ledger.Lease()/3, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := claim.Extend(context.WithoutCancel(ctx)); err != nil {
+					k.log.Warn("renewing an idempotency claim's lease failed", "tool", req.Name, "error", err)
+					if errors.Is(err, ledger.ErrLeaseLost) {
+						return
+					}
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(done) })
+		<-ended
+	}
 }
 
 // runUnkeyed runs a call of a KeyOptional tool made without a key: in a
@@ -490,7 +625,7 @@ func (h handlerFailed) Unwrap() error { return h.err }
 func (k *keyed) kept(sc *scope, res mcp.Result, err error) (mcp.Result, json.RawMessage, error) {
 	if err != nil {
 		var te *mcp.ToolError
-		if !errors.As(err, &te) || te.Retryable || te.Code == mcp.FailureInvalidArguments || slices.Contains(k.policy.Preconditions, te.Code) {
+		if !errors.As(err, &te) || te.Retryable || te.Code == mcp.FailureInvalidArguments || te.Code == mcp.FailureOutcomeUnknown || slices.Contains(k.policy.Preconditions, te.Code) {
 			return nil, nil, handlerFailed{err}
 		}
 		res = te.Result()
@@ -550,6 +685,16 @@ func withMeta(res *mcp.CallToolResult, marks mcp.Meta) *mcp.CallToolResult {
 // and annotates the call with it. A storage failure is the server's to
 // classify and log (server.StorageAdvice words the retryable answer).
 func (k *keyed) ledgerError(req *server.CallRequest, key string, err error) error {
+	var lost outcomeUnknownError
+	if errors.As(err, &lost) {
+		req.Annotate(AnnotationKey, Unknown)
+		return lost.err // the handler's own words; the record says unknown
+	}
+	var unknown *ledger.UnknownError
+	if errors.As(err, &unknown) {
+		req.Annotate(AnnotationKey, Unknown)
+		return k.unknownFailure(key, unknown)
+	}
 	var h handlerFailed
 	if errors.As(err, &h) {
 		if !isStorageFailure(h.err) {
@@ -591,6 +736,29 @@ func (k *keyed) ledgerError(req *server.CallRequest, key string, err error) erro
 	return &mcp.ToolError{Code: mcp.FailureLedger, Retryable: true, RetryAfter: server.StorageRetryAfter, Message: unreachable}
 }
 
+// unknownFailure is what a retry of an operation whose outcome is unknown
+// is told: nothing ran, and a retry will not run it either — find out what
+// happened first.
+func (k *keyed) unknownFailure(key string, u *ledger.UnknownError) error {
+	check := "lookup_operation (the ledger's record of the key)"
+	if k.policy.ReconcileWith != "" {
+		check = k.policy.ReconcileWith + ", or lookup_operation for the ledger's record of the key"
+	}
+	details := map[string]any{"idempotencyKey": key, "reason": u.Reason}
+	if !u.Since.IsZero() {
+		details["since"] = u.Since.UTC().Format(time.RFC3339Nano)
+	}
+	if k.policy.ReconcileWith != "" {
+		details["reconcileWith"] = k.policy.ReconcileWith
+	}
+	return &mcp.ToolError{
+		Code: mcp.FailureOutcomeUnknown,
+		Message: "an earlier call with this idempotency key may have taken effect, and its answer was lost (" + u.Reason + "); " +
+			"it is not run again with this key. Check with " + check + " before deciding: a new operation needs a new key",
+		Details: details,
+	}
+}
+
 // isStorageFailure reports whether err is a failure of the database, as
 // package store reports it (store.Error).
 func isStorageFailure(err error) bool {
@@ -606,19 +774,28 @@ func isStorageFailure(err error) bool {
 // the ledger's database without a key (a versioned write) may set it too,
 // with external false.
 func LedgerMeta(l *ledger.Ledger, external bool) mcp.Meta {
+	return ledgerMeta(l, external, false)
+}
+
+// ledgerMeta is LedgerMeta for a tool of any mode.
+func ledgerMeta(l *ledger.Ledger, external, atMostOnce bool) mcp.Meta {
 	d := l.DB().Dialect()
 	m := mcp.Meta{
 		mcp.MetaLedgerStore:     d.String(),
 		mcp.MetaLedgerShared:    d == store.Postgres,
 		mcp.MetaReturnedRecords: mcp.ReturnedRecordsDefensiveCopy,
 	}
-	if external {
+	switch {
+	case external && atMostOnce:
+		m[mcp.MetaLedgerTransaction] = []string{mcp.LedgerKeyClaim, mcp.LedgerArgumentFingerprint, mcp.LedgerResult}
+		m[mcp.MetaEffect] = mcp.EffectAtMostOnce
+	case external:
 		// The claim and its fingerprint commit first, the result in a
 		// second commit of the same record; the effect is the provider's,
 		// under the key the handler passes on (Call.Key).
 		m[mcp.MetaLedgerTransaction] = []string{mcp.LedgerKeyClaim, mcp.LedgerArgumentFingerprint, mcp.LedgerResult}
 		m[mcp.MetaEffect] = mcp.EffectUpstreamKey
-	} else {
+	default:
 		m[mcp.MetaLedgerTransaction] = []string{mcp.LedgerKeyClaim, mcp.LedgerArgumentFingerprint, mcp.LedgerEffectRecord, mcp.LedgerResult}
 		m[mcp.MetaEffect] = mcp.EffectInTransaction
 	}

@@ -3,6 +3,8 @@ package idempotency
 import (
 	"fmt"
 	"time"
+
+	"github.com/mcprel/mcprel/mcp"
 )
 
 // KeyMode says whether a tool's calls carry an idempotency key.
@@ -73,6 +75,26 @@ type Policy struct {
 	// runs again. The ledger's lease must outlast the tool's maximum
 	// deadline.
 	External bool
+	// AtMostOnce is for an External effect whose receiver does not honour
+	// the key (an MCP server without idempotency, behind mcprel gateway):
+	// the key is claimed at most once (ledger.ClaimOnce) and never run
+	// again. A call that ends without an answer to store — the handler
+	// failed, was cancelled or ran out of time after it may have reached
+	// the receiver — leaves the key's outcome unknown, and so does a
+	// claim whose process died; every retry with that key is then told
+	// "outcome_unknown", not run, until an operator resolves it. Only a
+	// failure the handler marks NotRun (the request provably never left)
+	// frees the key. The claim's lease is renewed while the handler runs,
+	// so the tool's deadlines need not fit in it.
+	AtMostOnce bool
+	// KeyArgument names the argument that carries the key; "" means
+	// "idempotencyKey" (mcp.ArgIdempotencyKey). The key may always come
+	// in params._meta["dev.mcprel/idempotencyKey"] instead.
+	KeyArgument string
+	// ReconcileWith names the read (a tool) that finds out what an
+	// operation whose outcome is unknown did, for the advice a retry is
+	// given (optional).
+	ReconcileWith string
 	// Preconditions lists failure codes (mcp.ToolError.Code) that report a
 	// precondition the call found unmet rather than a decision it made:
 	// the SKU does not exist yet, the account is not open. Nothing was
@@ -89,9 +111,20 @@ func (p Policy) check(tool string, maxDeadline, lease time.Duration) error {
 	if p.Key > KeyOptional {
 		return fmt.Errorf("idempotency: tool %q: unknown key mode %d", tool, p.Key)
 	}
-	if p.External && (maxDeadline == 0 || maxDeadline > lease) {
+	if p.AtMostOnce && !p.External {
+		return fmt.Errorf("idempotency: tool %q: AtMostOnce is a kind of External effect; set External too", tool)
+	}
+	if p.External && !p.AtMostOnce && (maxDeadline == 0 || maxDeadline > lease) {
 		return fmt.Errorf("idempotency: tool %q: an External effect needs a maximum deadline (%v) within the ledger's lease (%v), or a second caller could take the key over while it runs",
 			tool, maxDeadline, lease)
 	}
 	return nil
+}
+
+// keyArgument is the argument that carries the key.
+func (p Policy) keyArgument() string {
+	if p.KeyArgument != "" {
+		return p.KeyArgument
+	}
+	return mcp.ArgIdempotencyKey
 }

@@ -56,6 +56,11 @@ const (
 	// EffectUpstreamKey: the effect is outside the ledger's database, and
 	// the key is passed on as the provider's own idempotency key.
 	EffectUpstreamKey = "upstream_key"
+	// EffectAtMostOnce: the effect is outside the ledger's database, at a
+	// receiver that does not honour the key; the key is claimed before
+	// the effect and never run again, and an answer lost leaves the
+	// outcome unknown (reported as FailureOutcomeUnknown), not retried.
+	EffectAtMostOnce = "at_most_once"
 )
 
 // ReturnedRecordsDefensiveCopy, the value of MetaReturnedRecords: a replay
