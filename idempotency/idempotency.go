@@ -219,7 +219,7 @@ func (k *keyed) intercept(t *server.Tool, next server.CallHandler) (server.CallH
 	k.class = t.Policy.Retry
 	srv := t.Server()
 	k.log = srv.Logger()
-	if err := k.policy.check(t.Name, srv.Deadlines(t.Policy).Max, k.ledger.Lease()); err != nil {
+	if err := k.policy.check(t.Name); err != nil {
 		return nil, err
 	}
 	if k.policy.External && t.Meta[mcp.MetaTaskSupport] != nil {
@@ -445,11 +445,16 @@ func (k *keyed) runExternal(ctx context.Context, req *server.CallRequest, sc *sc
 				"tool", req.Name, "error", err)
 		}
 	}()
+	// The lease is renewed while the handler runs, so a call may run
+	// longer than it; a holder that dies stops renewing.
+	stop := k.renew(ctx, req, claim)
+	defer stop()
 	var out mcp.Result
 	if k.policy.AtMostOnce {
-		out, err = k.runOnce(ctx, req, claim, next, &completed)
+		out, err = k.runOnce(ctx, req, claim, next, stop, &completed)
 	} else {
 		out, err = next(ctx, req)
+		stop()
 	}
 	out, data, err := k.kept(sc, out, err)
 	if err != nil {
@@ -466,13 +471,13 @@ func (k *keyed) runExternal(ctx context.Context, req *server.CallRequest, sc *sc
 	return res, out, nil
 }
 
-// runOnce runs an AtMostOnce handler under its claim, renewing the lease
-// while it runs. Whatever it answers is left to the caller to keep, except
-// a failure that may have reached the receiver: the key's outcome is then
-// recorded unknown (*completed set: the claim is not released), so that
-// no retry runs it again. A failure marked NotRun is left to release.
-func (k *keyed) runOnce(ctx context.Context, req *server.CallRequest, claim *ledger.Claim, next server.CallHandler, completed *bool) (mcp.Result, error) {
-	stop := k.renew(ctx, req, claim)
+// runOnce runs an AtMostOnce handler under its claim (stop ends the
+// claim's renewals). Whatever it answers is left to the caller to keep,
+// except a failure that may have reached the receiver: the key's outcome
+// is then recorded unknown (*completed set: the claim is not released),
+// so that no retry runs it again. A failure marked NotRun is left to
+// release.
+func (k *keyed) runOnce(ctx context.Context, req *server.CallRequest, claim *ledger.Claim, next server.CallHandler, stop func(), completed *bool) (mcp.Result, error) {
 	out, err := func() (out mcp.Result, err error) {
 		defer func() {
 			if p := recover(); p != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mcprel/mcprel/idempotency"
@@ -362,15 +363,39 @@ func TestIdempotencyPolicyNeedsALedger(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no ledger") {
 		t.Fatalf("AddTool without a ledger = %v", err)
 	}
-	k := newKeyed(t, storetest.SQLite(t), idempotency.KeyRequired, nil) // default lease 30 s
-	err = k.srv.AddTool(server.Tool{Name: "slow-pay", Policy: server.Policy{MaxTimeout: time.Minute}}, func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) { return nil, nil }, idempotency.Keyed(k.l,
-		idempotency.Policy{External: true}))
-	if err == nil || !strings.Contains(err.Error(), "lease") {
-		t.Fatalf("AddTool with a deadline beyond the lease = %v", err)
-	}
-	if k.srv.RemoveTool("slow-pay") {
-		t.Fatal("a refused tool was registered")
-	}
+}
+
+// An External call may run longer than the ledger's lease: its claim is
+// renewed while it runs, so a duplicate is still told it is in progress,
+// never handed the key.
+func TestExternalCallOutlivesTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, l := ledgerServer(t, &ledger.Options{Lease: 3 * time.Second})
+		entered, finish := make(chan struct{}, 2), make(chan struct{})
+		var charges atomic.Int64
+		err := srv.AddTool(server.Tool{Name: "slow-pay", Policy: server.Policy{MaxTimeout: time.Minute}}, func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) {
+			charges.Add(1)
+			entered <- struct{}{}
+			<-finish
+			return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("paid")}}, nil
+		}, idempotency.Keyed(l, idempotency.Policy{External: true}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := mcptest.Stdio(t, srv, nil)
+		params := mcptest.ModernParams(map[string]any{"name": "slow-pay", "arguments": map[string]any{"idempotencyKey": "pay-9"}})
+		c.Request(1, mcp.MethodToolsCall, params)
+		<-entered
+		time.Sleep(10 * time.Second) // three leases
+		synctest.Wait()
+		var dup callResult
+		json.Unmarshal(c.Call(2, mcp.MethodToolsCall, params).Result, &dup)
+		if f := dup.failure(t); f.Code != mcp.FailureInProgress || charges.Load() != 1 {
+			t.Fatalf("a duplicate after three leases = %+v, %d charges; want in_progress, one charge", f, charges.Load())
+		}
+		close(finish)
+		c.Await(1)
+	})
 }
 
 // A stored result comes back exactly, numbers beyond float64 included,

@@ -2,7 +2,6 @@ package idempotency
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/mcprel/mcprel/mcp"
 )
@@ -72,8 +71,9 @@ type Policy struct {
 	// safe if the external service accepts Call.Key as its own idempotency
 	// key (or the handler writes an outbox row instead): a claim whose
 	// process dies is taken over when its lease expires, and the effect
-	// runs again. The ledger's lease must outlast the tool's maximum
-	// deadline.
+	// runs again. The claim's lease is renewed while the handler runs,
+	// so the tool's deadlines need not fit in it; a process that dies
+	// stops renewing, and its claim expires within a lease.
 	External bool
 	// AtMostOnce is for an External effect whose receiver does not honour
 	// the key (an MCP server without idempotency, behind mcprel gateway):
@@ -84,8 +84,7 @@ type Policy struct {
 	// claim whose process died; every retry with that key is then told
 	// "outcome_unknown", not run, until an operator resolves it. Only a
 	// failure the handler marks NotRun (the request provably never left)
-	// frees the key. The claim's lease is renewed while the handler runs,
-	// so the tool's deadlines need not fit in it.
+	// frees the key.
 	AtMostOnce bool
 	// KeyArgument names the argument that carries the key; "" means
 	// "idempotencyKey" (mcp.ArgIdempotencyKey). The key may always come
@@ -105,18 +104,13 @@ type Policy struct {
 	Preconditions []string
 }
 
-// check refuses a policy that cannot be served for a tool whose calls
-// may run for maxDeadline, with a ledger whose claims last lease.
-func (p Policy) check(tool string, maxDeadline, lease time.Duration) error {
+// check refuses a policy that cannot be served.
+func (p Policy) check(tool string) error {
 	if p.Key > KeyOptional {
 		return fmt.Errorf("idempotency: tool %q: unknown key mode %d", tool, p.Key)
 	}
 	if p.AtMostOnce && !p.External {
 		return fmt.Errorf("idempotency: tool %q: AtMostOnce is a kind of External effect; set External too", tool)
-	}
-	if p.External && !p.AtMostOnce && (maxDeadline == 0 || maxDeadline > lease) {
-		return fmt.Errorf("idempotency: tool %q: an External effect needs a maximum deadline (%v) within the ledger's lease (%v), or a second caller could take the key over while it runs",
-			tool, maxDeadline, lease)
 	}
 	return nil
 }
