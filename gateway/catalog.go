@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
 )
@@ -182,6 +183,10 @@ func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
 		names: func(t mcp.Tool) (string, string) { return t.Name, l.downstreamName(t.Name) },
 		add: func(name string, t mcp.Tool) error {
 			tp := g.opts.Policy.forTool(name)
+			var policies []server.ToolInterceptor
+			if tp.Retry == server.RetryConditional {
+				policies = append(policies, idempotency.Keyed(g.opts.Ledger, tp.keyed()))
+			}
 			return g.srv.AddTool(server.Tool{
 				// The upstream judges its own arguments: it may read its
 				// schema otherwise than this server would, and take some
@@ -191,7 +196,7 @@ func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
 				InputSchema: t.InputSchema, OutputSchema: t.OutputSchema,
 				Annotations: t.Annotations, Meta: upstreamMeta(t.Meta),
 				Policy: server.Policy{Retry: tp.Retry, IdleTimeout: tp.Idle, MaxTimeout: tp.Max, Group: l.group, Waits: true},
-			}, l.forwardTool(t.Name, tp))
+			}, l.forwardTool(t.Name, tp), policies...)
 		},
 		remove: func(name string) { g.srv.RemoveTool(name) },
 	}, tools)

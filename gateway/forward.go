@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/retry"
@@ -75,7 +76,7 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy) server.ToolHandle
 		st, err := relayStateOf(&call.Request, l.up.Name)
 		if err != nil {
 			f.rec.Outcome = OutcomeFailed
-			return nil, err
+			return nil, idempotency.NotRun(err)
 		}
 		if st.Held != "" {
 			res, err := l.g.resume(f.ctx, call, st, &f.rec)
@@ -85,13 +86,15 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy) server.ToolHandle
 		c, release, err := l.acquire(f.ctx, call.Tenant)
 		if err != nil {
 			f.rec.Outcome = OutcomeUnavailable
-			return nil, l.unavailable(err)
+			return nil, idempotency.NotRun(l.unavailable(err))
 		}
 		// A 2025-era upstream may ask mid-call, which a 2026-07-28 client
 		// can answer only across requests: the call is held, unless the
 		// client declared nothing the upstream could ask it (its
-		// questions are then refused on the way, as anywhere).
-		hold := call.Era == mcp.Modern && c.Era() != mcp.Modern && answersAny(call.ClientCapabilities)
+		// questions are then refused on the way, as anywhere), or the
+		// call is keyed: its claim is one request's, and a held call
+		// would outlive it.
+		hold := call.Era == mcp.Modern && c.Era() != mcp.Modern && answersAny(call.ClientCapabilities) && tp.Retry != server.RetryConditional
 		sink := l.sink(&call.Request)
 		o := &client.CallOptions{
 			Idle:           tp.Idle + l.g.opts.ClockSlack,
@@ -148,8 +151,49 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy) server.ToolHandle
 			f.settle(res, nil)
 			return res, nil
 		}
-		return nil, l.callFailure(f.ctx, err, tp, &call.Request, &f.rec)
+		return nil, keyedFailure(tp, err, l.callFailure(f.ctx, err, tp, &call.Request, &f.rec), f.rec.Outcome)
 	}
+}
+
+// keyedFailure is how a keyed call's failure is told to the gateway's
+// ledger (package idempotency, at most once unless the upstream honours
+// the key): a request that provably never ran upstream is NotRun, which
+// frees its key for a retry; every other failure leaves the outcome
+// unknown, and the gateway's own words for one (a timeout, an HTTP 500,
+// a malformed answer) say so, for they are no decision of the upstream's
+// to replay. raw is the client's error, mapped what the downstream is told.
+func keyedFailure(tp ToolPolicy, raw, mapped error, outcome Outcome) error {
+	if tp.Retry != server.RetryConditional {
+		return mapped
+	}
+	if neverRan(raw, outcome) {
+		return idempotency.NotRun(mapped)
+	}
+	var te *mcp.ToolError
+	if errors.As(mapped, &te) && te.Code != mcp.FailureOutcomeUnknown {
+		return &mcp.ToolError{Code: mcp.FailureOutcomeUnknown, Retryable: false,
+			Message: te.Message + ": the call may or may not have taken effect; check before calling again with a new key"}
+	}
+	return mapped
+}
+
+// neverRan reports whether a forward that failed with err (and was
+// recorded as outcome) provably did not run upstream: the upstream could
+// not be reached or refused it unseen (a 503 or 429), asked for input
+// before acting (an input round), refused the request itself (unknown
+// tool, invalid params), or an HTTP 4xx that is no timeout or conflict.
+func neverRan(err error, outcome Outcome) bool {
+	var rpc *jsonrpc.Error
+	var se *client.StatusError
+	switch {
+	case outcome == OutcomeUnavailable, outcome == OutcomeInput:
+		return true
+	case errors.As(err, &rpc):
+		return rpc.Code == jsonrpc.CodeMethodNotFound || rpc.Code == jsonrpc.CodeInvalidParams
+	case errors.As(err, &se):
+		return se.Status >= 400 && se.Status < 500 && se.Status != http.StatusRequestTimeout && se.Status != http.StatusConflict
+	}
+	return false
 }
 
 // callTool calls the upstream's tool and returns its result to pass on

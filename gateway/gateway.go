@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/server"
 )
 
@@ -137,6 +138,12 @@ type Options struct {
 	// retry class. A tool it does not name is unsafe, with the server's
 	// standard deadlines.
 	Policy *Policy
+	// Ledger is the durable idempotency ledger conditional tools are
+	// forwarded through (see ToolPolicy): a keyed call is claimed before
+	// it is forwarded and its answer stored, so a retry is answered from
+	// the record; with it, the gateway serves lookup_operation. Nil: no
+	// tool may be conditional.
+	Ledger *ledger.Ledger
 	// Logger receives the gateway's own lines: upstreams starting,
 	// dying, restarting, their stderr, list refreshes. Nil means the
 	// server's logger.
@@ -278,7 +285,7 @@ func New(srv *server.Server, opts *Options) (*Gateway, error) {
 		}
 	}
 	o.withDefaults()
-	if err := o.Policy.check(); err != nil {
+	if err := o.Policy.check(o.Ledger != nil); err != nil {
 		return nil, err
 	}
 	g := &Gateway{srv: srv, opts: o, log: o.Logger, obs: o.Observer, prefix: len(o.Upstreams) > 1,
@@ -303,6 +310,11 @@ func New(srv *server.Server, opts *Options) (*Gateway, error) {
 			return nil, err
 		}
 		g.links = append(g.links, l)
+	}
+	if o.Ledger != nil {
+		if err := g.addLookup(o.Ledger); err != nil {
+			return nil, fmt.Errorf("gateway: serving %s: %w", LookupTool, err)
+		}
 	}
 	return g, nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/review"
 	"github.com/mcprel/mcprel/server"
 )
@@ -22,10 +23,32 @@ var (
 // a retry class.
 type ToolPolicy struct {
 	// Retry is the tool's class: RetrySafe for a tool the operator
-	// declares read-only, RetryUnsafe otherwise.
+	// declares read-only; RetryConditional for a mutation the gateway's
+	// ledger (Options.Ledger) runs once per idempotency key; RetryUnsafe
+	// otherwise.
 	Retry server.RetryClass
 	// Idle and Max are the tool's clocks; zero means the class's default.
 	Idle, Max time.Duration
+
+	// What follows is for a conditional tool.
+
+	// KeyRequired refuses a call without a key before it is forwarded
+	// ("idempotency_key_required"); otherwise a call without one is
+	// forwarded once, unprotected, and its result says retrySafe: false.
+	KeyRequired bool
+	// KeyArgument is the argument that carries the key; "" means
+	// "idempotencyKey". The key may also come in
+	// _meta["dev.mcprel/idempotencyKey"], which is passed upstream.
+	KeyArgument string
+	// UpstreamHonoursKey says the upstream deduplicates by the key itself
+	// (it receives it, in the argument or in _meta): a forward whose
+	// answer was lost may then be sent again with the same key. Without
+	// it, a keyed call is forwarded at most once, and a lost answer
+	// leaves its outcome unknown.
+	UpstreamHonoursKey bool
+	// ReconcileWith names the read tool that finds out what a call whose
+	// outcome is unknown did, for the advice its retries are given.
+	ReconcileWith string
 }
 
 // Policy is what the gateway knows of the tools it forwards, by the name
@@ -51,16 +74,29 @@ func (p *Policy) forTool(name string) ToolPolicy {
 	return tp
 }
 
-func (p *Policy) check() error {
+func (p *Policy) check(keeps bool) error {
 	for name, tp := range p.Tools {
 		if tp.Idle < 0 || tp.Max < 0 {
 			return fmt.Errorf("gateway: policy of tool %q: negative deadlines", name)
 		}
-		if tp.Retry == server.RetryConditional {
-			return fmt.Errorf("gateway: policy of tool %q: a conditional tool needs the gateway's idempotency ledger, which this gateway does not keep", name)
+		if tp.Retry == server.RetryConditional && !keeps {
+			return fmt.Errorf("gateway: policy of tool %q: a conditional tool needs the gateway's idempotency ledger (Options.Ledger), and this gateway has none", name)
+		}
+		if tp.Retry != server.RetryConditional && (tp.KeyRequired || tp.KeyArgument != "" || tp.UpstreamHonoursKey) {
+			return fmt.Errorf("gateway: policy of tool %q: an idempotency key is given for a tool that is not conditional", name)
 		}
 	}
 	return nil
+}
+
+// keyed is the ledger's policy for a conditional tool.
+func (tp ToolPolicy) keyed() idempotency.Policy {
+	p := idempotency.Policy{Key: idempotency.KeyOptional, External: true, AtMostOnce: !tp.UpstreamHonoursKey,
+		KeyArgument: tp.KeyArgument, ReconcileWith: tp.ReconcileWith}
+	if tp.KeyRequired {
+		p.Key = idempotency.KeyRequired
+	}
+	return p
 }
 
 // PolicyFromReview reads the gateway's policy from a policy in the
@@ -69,7 +105,14 @@ func (p *Policy) check() error {
 // downstream clients call it. Its deadlines are the tool's clocks
 // ("none" for max is refused: a forwarded call always ends). A tool is
 // safe only when the reviewer classes it SAFE (semantics.kind
-// "read-only"); everything else is forwarded as unsafe.
+// "read-only"). It is conditional when the reviewer classes it
+// CONDITIONAL — a keyed mutation (idempotency.key "required" or
+// "optional", idempotency.key_argument naming the argument) on the
+// gateway's durable ledger, whose external effect is guarded by
+// "upstream_key" (the upstream honours the key) or "at_most_once" (it
+// does not: forwarded at most once) — and retry.reconcile_with names the
+// read its unknown outcomes are checked with. Everything else is
+// forwarded as unsafe.
 func PolicyFromReview(rp *review.Policy) (*Policy, error) {
 	p := &Policy{Tools: map[string]ToolPolicy{}}
 	report := review.Review(rp)
@@ -93,10 +136,29 @@ func PolicyFromReview(rp *review.Policy) (*Policy, error) {
 			}
 			tp.Max = d.D
 		}
-		if report.Operations[i].Retry.Class == review.ClassSafe {
+		switch report.Operations[i].Retry.Class {
+		case review.ClassSafe:
 			tp.Retry = server.RetrySafe
+		case review.ClassConditional:
+			key, guard := deref(op.Idempotency.Key), deref(op.Idempotency.ExternalGuard)
+			if key == "version" || !deref(op.Semantics.ExternalEffect) || (guard != "upstream_key" && guard != "at_most_once") {
+				return nil, fmt.Errorf("gateway: policy of tool %q: a conditional tool behind the gateway is a keyed mutation of the upstream's (semantics.external_effect: true, idempotency.key: required or optional) guarded by upstream_key or at_most_once (idempotency.external_effect_guard)", op.Name)
+			}
+			tp.Retry = server.RetryConditional
+			tp.KeyRequired = key == "required"
+			tp.KeyArgument = op.Idempotency.KeyArgument
+			tp.UpstreamHonoursKey = guard == "upstream_key"
+			tp.ReconcileWith = op.Retry.ReconcileWith
 		}
 		p.Tools[op.Name] = tp
 	}
-	return p, p.check()
+	return p, nil
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }

@@ -184,6 +184,9 @@ func fromTool(s Server, t mcp.Tool) Operation {
 	case mcp.EffectUpstreamKey:
 		op.Semantics.ExternalEffect = ptr(true)
 		op.Idempotency.ExternalGuard = ptr("upstream_key")
+	case mcp.EffectAtMostOnce:
+		op.Semantics.ExternalEffect = ptr(true)
+		op.Idempotency.ExternalGuard = ptr("at_most_once")
 	}
 	if st, ok := metaString(m, mcp.MetaLedgerStore); ok {
 		op.Idempotency.Store.Kind = ptr(st)

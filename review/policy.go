@@ -132,9 +132,16 @@ type Idempotency struct {
 	Transaction Transaction `yaml:"transaction" json:"transaction"`
 	// ExternalGuard is how an external effect is kept to one execution:
 	// "none", "outbox" (a transactional outbox row written in the
-	// transaction) or "upstream_key" (the provider enforces the same key).
-	// Required when Semantics.ExternalEffect.
+	// transaction), "upstream_key" (the provider enforces the same key) or
+	// "at_most_once" (the key is claimed before the effect and never sent
+	// twice, for a provider that enforces nothing: an answer lost leaves
+	// the outcome unknown — what mcprel gateway does in front of an MCP
+	// server without idempotency). Required when Semantics.ExternalEffect.
 	ExternalGuard *string `yaml:"external_effect_guard" json:"external_effect_guard"`
+	// KeyArgument names the argument that carries the key (optional;
+	// default "idempotencyKey"). The key may also come in
+	// _meta["dev.mcprel/idempotencyKey"].
+	KeyArgument string `yaml:"key_argument" json:"key_argument"`
 }
 
 // Store is the idempotency store.
@@ -375,7 +382,7 @@ var enums = map[string][]string{
 	"retry.policy":                      {"never", "safe_only", "same_key_same_args", "same_version", "retry_on_timeout"},
 	"idempotency.key":                   {"required", "optional", "none", "version"},
 	"idempotency.store.kind":            {"none", "process-memory", "sqlite", "postgres", "upstream"},
-	"idempotency.external_effect_guard": {"none", "outbox", "upstream_key"},
+	"idempotency.external_effect_guard": {"none", "outbox", "upstream_key", "at_most_once"},
 	"results.returned_records":          {"defensive-copy", "aliased"},
 	"flow_control.queue_scope":          {"per-stream", "per-client"},
 	"flow_control.progress_overflow":    {"coalesce", "drop-oldest", "drop-newest", "block"},

@@ -355,7 +355,10 @@ func outsideBoundary(op *Operation) []string {
 	covered := guard == "outbox" || guard == "upstream_key"
 	tx := op.Idempotency.Transaction
 	var out []string
-	if is(op.Semantics.ExternalEffect) && !covered && op.Idempotency.ExternalGuard != nil {
+	switch {
+	case is(op.Semantics.ExternalEffect) && guard == "at_most_once":
+		out = append(out, atMostOnceOutside)
+	case is(op.Semantics.ExternalEffect) && !covered && op.Idempotency.ExternalGuard != nil:
 		out = append(out, "the external effect (it cannot commit with the key; a crash between them runs it again or loses the record)")
 	}
 	if isNot(tx.EffectRecord) && !covered && !is(op.Semantics.ExternalEffect) {
@@ -373,6 +376,10 @@ func outsideBoundary(op *Operation) []string {
 	}
 	return out
 }
+
+// atMostOnceOutside is what an effect claimed at most once leaves outside
+// the boundary: it never runs twice, but it is not exactly once.
+const atMostOnceOutside = "the external effect, claimed at most once (never sent twice, but the provider does not enforce the key: an answer lost after it acted leaves the outcome unknown until someone reconciles)"
 
 func reviewOperation(op *Operation) OperationReport {
 	missing := missingInputs(op)
@@ -437,11 +444,17 @@ func retryReview(op *Operation, r *OperationReport) RetryReview {
 	case !isMutation(op):
 		rv.Class = ClassSafe
 		rv.Reasons = append(rv.Reasons, "the application's contract says read-only with no external effect: a retry is a new request with a new JSON-RPC id")
-	case (key == "required" || key == "optional") && durable && shared && len(outsideBoundary(op)) == 0 && missingBoundary(op) == "":
+	case (key == "required" || key == "optional") && durable && shared && len(slices.DeleteFunc(outsideBoundary(op), func(s string) bool { return s == atMostOnceOutside })) == 0 && missingBoundary(op) == "":
 		rv.Class = ClassConditional
 		rv.Reasons = append(rv.Reasons,
 			fmt.Sprintf("a durable idempotency key (%s store) deduplicates the mutation: retry only with the same key and the same arguments", kind),
 			"the argument fingerprint and the committed result are stored with the key: a reused key with changed arguments is refused, a retry gets the committed result")
+		if is(op.Semantics.ExternalEffect) && str(op.Idempotency.ExternalGuard) == "at_most_once" {
+			rv.Reasons = append(rv.Reasons, "at most once, not exactly once: a retry with the key is never sent to the provider again; after an answer was lost it is told outcome_unknown (not retryable), and the operation is reconciled by a read, then resolved by an operator")
+			if op.Retry.ReconcileWith == "" {
+				r.warn("idempotency.external_effect_guard is at_most_once but retry.reconcile_with names no read: a caller told outcome_unknown has nothing to check with")
+			}
+		}
 		if key == "optional" {
 			rv.WithoutKey = ClassUnsafe
 			rv.Reasons = append(rv.Reasons, "the key is optional: a call made without one is UNSAFE (it runs every time); clients must send a key to retry")
@@ -672,6 +685,8 @@ func boundary(op *Operation) BoundaryReview {
 			b.Inside = append(b.Inside, "a transactional outbox row for the external effect (delivered after commit, at least once, with the key)")
 		case "upstream_key":
 			b.Outside = append(b.Outside, "the external effect, covered by the upstream key: the provider enforces the same key")
+		case "at_most_once":
+			b.Outside = append(b.Outside, atMostOnceOutside)
 		case "none":
 			b.Outside = append(b.Outside, "the external effect, uncovered")
 		default:

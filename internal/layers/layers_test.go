@@ -48,9 +48,10 @@ var layer = map[string][]string{
 	"retry":  {"jsonrpc", "mcp"},
 
 	// The gateway is the server in front, the client behind and the
-	// policies between: it forwards through their seams and knows no
-	// transport's insides, no database and no observability library.
-	"gateway": {"jsonrpc", "mcp", "server", "client", "retry", "review"},
+	// policies between (the ledger's, through package idempotency): it
+	// forwards through their seams and knows no transport's insides, no
+	// store and no observability library.
+	"gateway": {"jsonrpc", "mcp", "server", "client", "retry", "review", "idempotency", "ledger"},
 
 	// The assembly builds a whole runtime, so it may use every layer
 	// below the tools; only commands, examples and tests import it

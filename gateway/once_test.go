@@ -1,0 +1,290 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/internal/ledgertest"
+	"github.com/mcprel/mcprel/internal/mcptest"
+	"github.com/mcprel/mcprel/internal/storetest"
+	"github.com/mcprel/mcprel/ledger"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/transport/streamhttp"
+)
+
+// mailer is an upstream with a mutation and no idempotency of its own
+// ("send": every call sends), one that honours its key ("send_keyed":
+// a requestId it has seen is not sent again), and a read to reconcile
+// with. sent counts what was actually sent.
+type mailer struct {
+	url  string
+	sent atomic.Int64
+	// hold, when set, blocks "send" until it is closed.
+	hold chan struct{}
+	// drop, when set, is the number of answers to tools/call that the
+	// network in front of the upstream loses after the upstream acted.
+	drop atomic.Int64
+	// refuse, when set, is the number of tools/call requests answered 503
+	// before they reach the upstream.
+	refuse atomic.Int64
+
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func newMailer(t *testing.T) *mailer {
+	t.Helper()
+	m := &mailer{seen: map[string]bool{}}
+	srv := mcptest.NewServer(t, nil)
+	type sendArgs struct {
+		To        string `json:"to"`
+		Text      string `json:"text"`
+		RequestID string `json:"requestId,omitempty"`
+	}
+	must(t, server.AddTypedTool(srv, server.Tool{Name: "send"}, func(ctx context.Context, call *server.CallRequest, in sendArgs) (string, error) {
+		if m.hold != nil {
+			select {
+			case <-m.hold:
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		}
+		m.sent.Add(1)
+		return "sent to " + in.To, nil
+	}))
+	must(t, server.AddTypedTool(srv, server.Tool{Name: "send_keyed"}, func(ctx context.Context, call *server.CallRequest, in sendArgs) (string, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if !m.seen[in.RequestID] {
+			m.seen[in.RequestID] = true
+			m.sent.Add(1)
+		}
+		return "sent " + in.RequestID, nil
+	}))
+	must(t, server.AddTypedTool(srv, server.Tool{Name: "outbox", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: ptr(true)}}, func(ctx context.Context, call *server.CallRequest, in struct{}) (int64, error) {
+		return m.sent.Load(), nil
+	}))
+	h, err := streamhttp.NewHandler(srv, nil)
+	must(t, err)
+	// The network in front loses the answer of a call the upstream
+	// served: the connection is cut once the upstream has acted.
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Method") == mcp.MethodToolsCall && m.refuse.Add(-1) >= 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		if r.Method == http.MethodPost && m.drop.Load() > 0 {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, r)
+			if strings.Contains(rec.Body.String(), `"result"`) && m.drop.Add(-1) >= 0 {
+				conn, _, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					conn.Close()
+				}
+				return
+			}
+			for k, v := range rec.Header() {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.Code)
+			w.Write(rec.Body.Bytes())
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	m.url = hs.URL
+	return m
+}
+
+// keyedFront is a gateway in front of m whose policy makes "send"
+// conditional at most once and "send_keyed" conditional with a key the
+// upstream honours, on a SQLite ledger.
+func keyedFront(t *testing.T, m *mailer, hopts *streamhttp.HandlerOptions) (*front, *ledger.Ledger) {
+	t.Helper()
+	l := ledgertest.Open(t, storetest.SQLite(t), nil, nil, "")
+	f := newFront(t, gateway.Options{
+		Upstreams: []gateway.Upstream{{Name: "mail", URL: m.url}},
+		Ledger:    l,
+		Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{
+			"send":       {Retry: server.RetryConditional, KeyArgument: "requestId", ReconcileWith: "outbox"},
+			"send_keyed": {Retry: server.RetryConditional, KeyArgument: "requestId", UpstreamHonoursKey: true},
+			"outbox":     {Retry: server.RetrySafe},
+		}},
+	}, hopts)
+	return f, l
+}
+
+func send(t *testing.T, c *client.Client, tool, key, to string) *mcp.CallToolResult {
+	t.Helper()
+	args := map[string]any{"to": to, "text": "hello"}
+	if key != "" {
+		args["requestId"] = key
+	}
+	res, err := c.CallTool(context.Background(), tool, args, nil)
+	must(t, err)
+	return res
+}
+
+// A keyed call is forwarded once: a retry is answered from the ledger,
+// the key with other arguments is refused, and a call without a key is
+// forwarded every time and says it is not safe to retry.
+func TestKeyedCallIsForwardedOnce(t *testing.T) {
+	m := newMailer(t)
+	f, _ := keyedFront(t, m, nil)
+	for _, era := range []mcp.Era{mcp.Modern, mcp.Legacy} {
+		c := f.dial(t, era, nil)
+		key := "m-" + era.String()
+		before := m.sent.Load()
+		first := send(t, c, "send", key, "ops")
+		again := send(t, c, "send", key, "ops")
+		if first.IsError || again.IsError || text(again) != text(first) || again.Meta[mcp.MetaReplayed] != true || m.sent.Load() != before+1 {
+			t.Fatalf("first %+v, retry %+v, %d sent; want the retry replayed and one sent", first, again, m.sent.Load()-before)
+		}
+		if f := failureOf(t, send(t, c, "send", key, "dev")); f.Code != mcp.FailureKeyConflict || m.sent.Load() != before+1 {
+			t.Fatalf("the key with other arguments = %+v", f)
+		}
+		un1, un2 := send(t, c, "send", "", "ops"), send(t, c, "send", "", "ops")
+		if un1.Meta[mcp.MetaRetrySafe] != false || un2.Meta[mcp.MetaRetrySafe] != false || m.sent.Load() != before+3 {
+			t.Fatalf("unkeyed calls: %+v, %+v, %d sent", un1.Meta, un2.Meta, m.sent.Load()-before)
+		}
+	}
+}
+
+// The network loses the answer after the upstream sent: the call's
+// outcome is unknown, and a retry with its key is not forwarded again —
+// it is told outcome_unknown, naming the read to check with — until an
+// operator resolves the record.
+func TestLostAnswerIsNeverForwardedAgain(t *testing.T) {
+	m := newMailer(t)
+	f, l := keyedFront(t, m, nil)
+	c := f.dial(t, mcp.Modern, nil)
+	m.drop.Store(1)
+	lost := failureOf(t, send(t, c, "send", "m-1", "ops"))
+	if lost.Code != mcp.FailureOutcomeUnknown || lost.Retryable || m.sent.Load() != 1 {
+		t.Fatalf("the lost call = %+v, %d sent", lost, m.sent.Load())
+	}
+	for range 3 {
+		retry := failureOf(t, send(t, c, "send", "m-1", "ops"))
+		if retry.Code != mcp.FailureOutcomeUnknown || retry.Retryable || !strings.Contains(retry.Message, "outbox") || m.sent.Load() != 1 {
+			t.Fatalf("a retry = %+v, %d sent; want outcome_unknown naming outbox, nothing sent", retry, m.sent.Load())
+		}
+	}
+	res, err := c.CallTool(context.Background(), gateway.LookupTool, map[string]any{"tool": "send", "idempotencyKey": "m-1"}, nil)
+	must(t, err)
+	var op gateway.Operation
+	must(t, json.Unmarshal([]byte(structured(res)), &op))
+	if !op.Found || op.State != "outcome_unknown" || !strings.Contains(op.Reason, "ended while the call was in flight") {
+		t.Fatalf("lookup_operation = %+v", op)
+	}
+	must(t, l.Resolve(context.Background(), "", "send", "m-1", json.RawMessage(`{"content":[{"type":"text","text":"sent to ops (checked)"}]}`)))
+	after := send(t, c, "send", "m-1", "ops")
+	if after.IsError || text(after) != "sent to ops (checked)" || m.sent.Load() != 1 {
+		t.Fatalf("after the operator resolved it = %+v, %d sent", after, m.sent.Load())
+	}
+}
+
+// An upstream that honours the key gets the retry of a call whose answer
+// was lost: it dedupes, and its answer is stored for later retries.
+func TestUpstreamThatHonoursTheKeyGetsTheRetry(t *testing.T) {
+	m := newMailer(t)
+	f, _ := keyedFront(t, m, nil)
+	c := f.dial(t, mcp.Legacy, nil)
+	m.drop.Store(1)
+	if lost := failureOf(t, send(t, c, "send_keyed", "k-1", "ops")); lost.Code != mcp.FailureOutcomeUnknown {
+		t.Fatalf("the lost call = %+v", lost)
+	}
+	again := send(t, c, "send_keyed", "k-1", "ops")
+	third := send(t, c, "send_keyed", "k-1", "ops")
+	if again.IsError || text(again) != "sent k-1" || third.Meta[mcp.MetaReplayed] != true || m.sent.Load() != 1 {
+		t.Fatalf("retry %+v, then %+v, %d sent; want it forwarded again, deduplicated upstream, then replayed", again, third, m.sent.Load())
+	}
+}
+
+// Duplicates while the first is forwarded get the retryable in-progress
+// answer; one call reaches the upstream.
+func TestConcurrentDuplicatesReachTheUpstreamOnce(t *testing.T) {
+	m := newMailer(t)
+	m.hold = make(chan struct{})
+	f, _ := keyedFront(t, m, nil)
+	c := f.dial(t, mcp.Modern, nil)
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, _ := c.CallTool(context.Background(), "send", map[string]any{"to": "ops", "text": "hello", "requestId": "d-1"}, nil)
+		done <- res
+	}()
+	f.awaitInProgress(t, c, "send", "d-1")
+	for range 3 {
+		dup := failureOf(t, send(t, c, "send", "d-1", "ops"))
+		if dup.Code != mcp.FailureInProgress || !dup.Retryable || dup.RetryAfterMs <= 0 {
+			t.Fatalf("a duplicate = %+v", dup)
+		}
+	}
+	close(m.hold)
+	if first := recv(t, done, "the first call's answer"); first == nil || first.IsError {
+		t.Fatalf("the first call = %+v", first)
+	}
+	if again := send(t, c, "send", "d-1", "ops"); again.Meta[mcp.MetaReplayed] != true || m.sent.Load() != 1 {
+		t.Fatalf("after it = %+v, %d sent", again, m.sent.Load())
+	}
+}
+
+// awaitInProgress waits until the ledger holds key for tool, as
+// lookup_operation shows it.
+func (f *front) awaitInProgress(t *testing.T, c *client.Client, tool, key string) {
+	t.Helper()
+	for range 2000 {
+		res, err := c.CallTool(context.Background(), gateway.LookupTool, map[string]any{"tool": tool, "idempotencyKey": key}, nil)
+		must(t, err)
+		if strings.Contains(structured(res), `"state":"in_progress"`) {
+			return
+		}
+	}
+	t.Fatalf("%s %s was never in progress", tool, key)
+}
+
+// A keyed call the upstream refused unseen (a 503 before it reached the
+// server) frees its key: the retry is forwarded, and sends once.
+func TestKeyedCallThatNeverRanRunsOnRetry(t *testing.T) {
+	m := newMailer(t)
+	f, l := keyedFront(t, m, nil)
+	c := f.dial(t, mcp.Modern, nil)
+	m.refuse.Store(1)
+	refused := failureOf(t, send(t, c, "send", "n-1", "ops"))
+	if refused.Code != mcp.FailureUpstreamUnavailable || !refused.Retryable || m.sent.Load() != 0 {
+		t.Fatalf("the refused call = %+v, %d sent", refused, m.sent.Load())
+	}
+	if _, err := l.Lookup(context.Background(), "", "send", "n-1"); err == nil {
+		t.Fatal("a call that never ran upstream left its key claimed")
+	}
+	if again := send(t, c, "send", "n-1", "ops"); again.IsError || again.Meta[mcp.MetaReplayed] != false || m.sent.Load() != 1 {
+		t.Fatalf("the retry = %+v, %d sent", again, m.sent.Load())
+	}
+}
+
+// Tenants' keys are their own: the same key in two tenants is two calls,
+// and one tenant cannot look up another's.
+func TestKeyedCallsAreTheTenants(t *testing.T) {
+	m := newMailer(t)
+	f, _ := keyedFront(t, m, &streamhttp.HandlerOptions{Tokens: map[string]string{"tok-a": "alice", "tok-b": "bob"}})
+	a := f.dial(t, mcp.Modern, &client.Options{Header: http.Header{"Authorization": {"Bearer tok-a"}}})
+	b := f.dial(t, mcp.Modern, &client.Options{Header: http.Header{"Authorization": {"Bearer tok-b"}}})
+	send(t, a, "send", "same", "ops")
+	if res := send(t, b, "send", "same", "ops"); res.IsError || res.Meta[mcp.MetaReplayed] != false || m.sent.Load() != 2 {
+		t.Fatalf("bob's call with alice's key = %+v, %d sent", res, m.sent.Load())
+	}
+	res, err := b.CallTool(context.Background(), gateway.LookupTool, map[string]any{"tool": "send", "idempotencyKey": "same"}, nil)
+	must(t, err)
+	if !strings.Contains(structured(res), `"state":"committed"`) || !strings.Contains(structured(res), "sent to ops") {
+		t.Fatalf("bob's lookup = %s", structured(res))
+	}
+}
