@@ -166,6 +166,7 @@ func New(ctx context.Context, opts *Options) (_ *Runtime, err error) {
 	if o.Gateway != nil {
 		gw := *o.Gateway
 		gw.Logger = cmp.Or(gw.Logger, rt.logger)
+		gw.Ledger = cmp.Or(gw.Ledger, rt.ledger)
 		if gwMetrics != nil {
 			gw.Observer = observeBoth(gw.Observer, gatewayMetrics{gwMetrics})
 		}

@@ -64,8 +64,9 @@ type Options struct {
 	// this runtime (package gateway): their tools, resources and prompts
 	// are served as the runtime's own, and forwarded. Run connects them
 	// before serving; the shutdown closes them after the transport. The
-	// runtime sets its logger, and its metrics and tracing when those are
-	// on.
+	// runtime sets its logger, its ledger (for the policy's conditional
+	// tools) unless one is given, and its metrics and tracing when those
+	// are on.
 	Gateway *gateway.Options
 
 	// Addr, when set, serves Streamable HTTP on this address, HOST:PORT

@@ -76,6 +76,11 @@ const (
 	FailureUpstreamUnavailable = "upstream_unavailable"
 	FailureOutcomeUnknown      = "outcome_unknown"
 	FailureUpstream            = "upstream_error"
+	// FailureOperationFailed is an operation whose outcome was unknown
+	// and that an operator found had failed ("mcprel ledger resolve
+	// --failed"): retries with its key get this, with the operator's
+	// message.
+	FailureOperationFailed = "operation_failed"
 )
 
 // ToolError is a tool failure meant for the model: a handler returns it (or

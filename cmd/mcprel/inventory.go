@@ -277,11 +277,17 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 
 func describeRecord(rec ledger.Record) lookupResult {
 	out := lookupResult{Found: true, State: rec.State.String(), Executions: rec.Executions, ExpiresAt: rec.ExpiresAt.UTC().Format(time.RFC3339)}
-	if rec.State == ledger.Committed {
+	switch rec.State {
+	case ledger.Committed:
 		out.Result = rec.Result
 		out.ExecutedAt = rec.ExecutedAt.UTC().Format(time.RFC3339Nano)
 		out.Advice = "the operation committed: this is its result; a retry with the same key returns it without running again"
-	} else {
+	case ledger.OutcomeUnknown:
+		out.Result = rec.Result // {"reason": ...}
+		out.ExecutedAt = rec.ExecutedAt.UTC().Format(time.RFC3339Nano)
+		out.Advice = "the operation may have taken effect and its answer was lost: it is not run again with this key. " +
+			"Check what it did, then close the record: mcprel ledger resolve (--result FILE | --failed MESSAGE | --forget)"
+	default:
 		out.Advice = "the operation is still running: retry with the same key after a moment"
 	}
 	return out

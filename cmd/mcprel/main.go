@@ -5,6 +5,7 @@
 //	mcprel gateway --upstream NAME=COMMAND|NAME=URL  put any MCP server behind mcprel
 //	mcprel demo               run every race and failure against real servers and print the evidence
 //	mcprel ledger show        print the ledger's record of one operation
+//	mcprel ledger resolve     close an operation whose outcome is unknown
 //	mcprel call TOOL k=v...   call a tool on any MCP server (--stdio CMD or --url URL)
 //	mcprel review POLICY      review MCP operations for reliability (or --from-server URL, --stdio CMD)
 //	mcprel version            print the version
@@ -116,6 +117,7 @@ Commands:
                     put any MCP server behind mcprel: deadlines, cancellation,
                     progress, limits and honest failures for its tools
   ledger show       print the ledger's record of one operation
+  ledger resolve    close an operation whose outcome is unknown, after checking what it did
   call TOOL k=v...  call a tool on any MCP server (--stdio "CMD" or --url URL);
                     --list lists its tools
   review POLICY     review MCP operations for reliability (a YAML or JSON
@@ -125,7 +127,7 @@ Commands:
 
 Run "mcprel <command> -h" for a command's flags.
 Exit status: 0 success, 1 failure, 2 a mistake in the command line,
-3 "ledger show" found no record; "mcprel call": 10 the tool reported a
+3 "ledger show" or "ledger resolve" found no record; "mcprel call": 10 the tool reported a
 failure, 11 a protocol error, 12 the idle deadline, 13 the maximum
 deadline, 14 interrupted, 15 the server was overloaded, 16 no connection,
 17 the outcome is unknown and the call unsafe to retry: reconcile first.

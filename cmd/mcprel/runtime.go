@@ -134,7 +134,7 @@ func (f *runtimeFlags) options(ctx context.Context, fs *flag.FlagSet, stdin io.R
 		Server:         server.Options{Logger: logger},
 		DB:             f.db.dsn,
 		Store:          store.Options{Synchronous: f.db.synchronous},
-		Ledger:         ledger.Options{Retention: f.db.retention},
+		Ledger:         ledger.Options{Retention: f.db.retention, Lease: f.db.lease},
 		Tasks: tasks.Options{Lease: *f.taskLease, MinTTL: *f.taskMinTTL, Retain: *f.taskRetain,
 			MaxTasksPerTenant: *f.maxTasksPerTenant, MaxTasks: *f.maxTasks},
 		Runner:        tasks.RunnerOptions{Workers: *f.taskWorkers, MaxRunningPerTenant: *f.maxRunningPerTenant},

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/review"
+	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/transport/stdio"
+)
+
+// mailerEnv names the file a mail server with no idempotency of its own
+// writes each message it sends to, one line each: this test binary serves
+// as that server (TestMain) when the variable is set. The gateway passes
+// it on (it is not one of mcprel's MCPREL_ variables).
+const mailerEnv = "CMDTEST_MAILER_SENT"
+
+// serveMailer serves the tools examples/gateway/mail.yaml describes over
+// stdio: send_email sends every time it is called (a line in file) and,
+// asked to "stall", sends and then never answers; send_receipt sends once
+// per requestId; list_sent reads the file.
+func serveMailer(file string) {
+	srv, err := server.New(mcp.Implementation{Name: "mailer", Version: "1"}, &server.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	var mu sync.Mutex
+	sent := func() []string {
+		b, _ := os.ReadFile(file)
+		return strings.Fields(string(b))
+	}
+	record := func(line string) {
+		f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Fprintln(f, line)
+		f.Close()
+	}
+	type mail struct {
+		To        string `json:"to"`
+		RequestID string `json:"requestId,omitempty"`
+		Stall     bool   `json:"stall,omitempty"`
+	}
+	server.AddTypedTool(srv, server.Tool{Name: "send_email"}, func(ctx context.Context, call *server.CallRequest, in mail) (string, error) {
+		mu.Lock()
+		record(in.To)
+		mu.Unlock()
+		if in.Stall {
+			<-ctx.Done()
+			return "", ctx.Err()
+		}
+		return "sent to " + in.To, nil
+	})
+	server.AddTypedTool(srv, server.Tool{Name: "send_receipt"}, func(ctx context.Context, call *server.CallRequest, in mail) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, line := range sent() {
+			if line == "receipt:"+in.RequestID {
+				return "receipt " + in.RequestID, nil
+			}
+		}
+		record("receipt:" + in.RequestID)
+		return "receipt " + in.RequestID, nil
+	})
+	server.AddTypedTool(srv, server.Tool{Name: "purge_mailbox"}, func(ctx context.Context, call *server.CallRequest, in struct{}) (string, error) {
+		return "purged", nil
+	})
+	server.AddTypedTool(srv, server.Tool{Name: "list_sent"}, func(ctx context.Context, call *server.CallRequest, in struct{}) ([]string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return sent(), nil
+	})
+	stdio.NewConn(srv, os.Stdin, os.Stdout, nil).Serve(context.Background())
+}
+
+// startMailGateway runs "mcprel gateway --http" with the example policy
+// in front of the mailer, on db.
+func startMailGateway(t *testing.T, sentFile, db string) (*exec.Cmd, *client.Client) {
+	t.Helper()
+	policy, err := filepath.Abs("../../examples/gateway/mail.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, cmd, _ := startEndpoint(t, []string{mailerEnv + "=" + sentFile}, "gateway", "--http", "127.0.0.1:0",
+		"--policy", policy, "--db", db, "--lease", "1s",
+		"--upstream", "mail="+os.Args[0]+" -test.run=^$")
+	c, err := client.DialHTTP(t.Context(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return cmd, c
+}
+
+func countLines(t *testing.T, file string) int {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(strings.Fields(string(b)))
+}
+
+func failure(t *testing.T, res *mcp.CallToolResult) mcp.Failure {
+	t.Helper()
+	if !res.IsError || len(res.Content) == 0 {
+		t.Fatalf("the call succeeded: %+v", res)
+	}
+	b, _ := json.Marshal(res.Content[0])
+	var c struct {
+		Text string `json:"text"`
+	}
+	json.Unmarshal(b, &c)
+	var f mcp.Failure
+	if err := json.Unmarshal([]byte(c.Text), &f); err != nil {
+		t.Fatalf("the failure %q is not structured: %v", c.Text, err)
+	}
+	return f
+}
+
+// The gateway is killed (SIGKILL) while the upstream holds a keyed
+// send_email it already sent: a gateway started again on the same ledger
+// never forwards the key again — its retries are in_progress until the
+// dead claim's lease runs out, then outcome_unknown naming list_sent —
+// "mcprel ledger show" says so, and "mcprel ledger resolve" closes it
+// with what an operator found. The example policy's review agrees: the
+// tool is CONDITIONAL, at most once, and not production ready.
+func TestGatewayKilledMidCallNeverSendsTwice(t *testing.T) {
+	dir := t.TempDir()
+	sentFile, db := filepath.Join(dir, "sent"), filepath.Join(dir, "gw.db")
+	gw, c := startMailGateway(t, sentFile, db)
+	stalled := make(chan error, 1)
+	go func() {
+		_, err := c.CallTool(context.Background(), "send_email", map[string]any{"to": "ops", "requestId": "r-1", "stall": true}, nil)
+		stalled <- err
+	}()
+	for deadline := time.Now().Add(20 * time.Second); countLines(t, sentFile) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the upstream never sent")
+		}
+		time.Sleep(5 * time.Millisecond) // polling a file another process writes
+	}
+	gw.Process.Signal(syscall.SIGKILL)
+	gw.Wait()
+	if err := <-stalled; err == nil {
+		t.Fatal("the call whose gateway was killed succeeded")
+	}
+
+	_, c2 := startMailGateway(t, sentFile, db)
+	args := map[string]any{"to": "ops", "requestId": "r-1", "stall": true}
+	var last mcp.Failure
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		res, err := c2.CallTool(context.Background(), "send_email", args, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = failure(t, res)
+		if last.Code == mcp.FailureOutcomeUnknown {
+			break
+		}
+		if last.Code != mcp.FailureInProgress || !last.Retryable || time.Now().After(deadline) {
+			t.Fatalf("a retry after the kill = %+v; want in_progress until the lease ends, then outcome_unknown", last)
+		}
+		time.Sleep(time.Duration(last.RetryAfterMs) * time.Millisecond) // as the answer advises
+	}
+	if last.Retryable || !strings.Contains(last.Message, "list_sent") || countLines(t, sentFile) != 1 {
+		t.Fatalf("outcome_unknown = %+v, %d sent; want not retryable, naming list_sent, sent once", last, countLines(t, sentFile))
+	}
+
+	show := exec.Command(binary, "ledger", "show", "--db", db, "--tool", "send_email", "--key", "r-1")
+	out, err := show.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"state": "outcome_unknown"`) || !strings.Contains(string(out), "lease expired") {
+		t.Fatalf("ledger show: %v\n%s", err, out)
+	}
+	resolve := exec.Command(binary, "ledger", "resolve", "--db", db, "--tool", "send_email", "--key", "r-1", "--failed", "checked list_sent: it went out; do not resend")
+	if out, err := resolve.CombinedOutput(); err != nil || !strings.Contains(string(out), `"state": "committed"`) {
+		t.Fatalf("ledger resolve: %v\n%s", err, out)
+	}
+	res, err := c2.CallTool(context.Background(), "send_email", args, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := failure(t, res); f.Code != mcp.FailureOperationFailed || !strings.Contains(f.Message, "do not resend") || countLines(t, sentFile) != 1 {
+		t.Fatalf("after resolve = %+v, %d sent", f, countLines(t, sentFile))
+	}
+	again := exec.Command(binary, "ledger", "resolve", "--db", db, "--tool", "send_email", "--key", "r-1", "--forget")
+	if out, err := again.CombinedOutput(); err == nil || !strings.Contains(string(out), "committed, not of unknown outcome") {
+		t.Fatalf("resolving a committed record: %v\n%s", err, out)
+	}
+
+	p, err := review.Parse("mail.yaml", mustRead(t, "../../examples/gateway/mail.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range review.Review(p).Operations {
+		if op.Name == "send_email" && (op.Retry.Class != review.ClassConditional || op.Verdict == review.ProductionReady) {
+			t.Fatalf("the review of send_email: %s, %s", op.Retry.Class, op.Verdict)
+		}
+	}
+}
+
+// The other tools of the example policy behave as its review classes
+// them: send_receipt's upstream honours the key, so a retry is forwarded
+// and deduplicated there; purge_mailbox has no key and is UNSAFE; a
+// send_email without its required key is refused before it is sent.
+func TestGatewayMailPolicyAsReviewed(t *testing.T) {
+	dir := t.TempDir()
+	sentFile := filepath.Join(dir, "sent")
+	_, c := startMailGateway(t, sentFile, filepath.Join(dir, "gw.db"))
+	for range 2 {
+		res, err := c.CallTool(t.Context(), "send_receipt", map[string]any{"to": "ops", "requestId": "rc-1"}, nil)
+		if err != nil || res.IsError {
+			t.Fatalf("send_receipt: %v %+v", err, res)
+		}
+	}
+	res, err := c.CallTool(t.Context(), "send_email", map[string]any{"to": "ops"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := failure(t, res); f.Code != mcp.FailureKeyRequired || !strings.Contains(f.Message, "arguments.requestId") {
+		t.Fatalf("send_email without its key = %+v", f)
+	}
+	if n := countLines(t, sentFile); n != 1 {
+		t.Fatalf("%d sent, want the one receipt", n)
+	}
+	tools, err := c.ListTools(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	classes := map[string]any{}
+	for _, tool := range tools {
+		classes[tool.Name] = tool.Meta[mcp.MetaRetryClass]
+	}
+	want := map[string]any{"send_email": "conditional", "send_receipt": "conditional", "purge_mailbox": "unsafe", "list_sent": "safe", "lookup_operation": "safe"}
+	for name, class := range want {
+		if classes[name] != class {
+			t.Errorf("%s is advertised %v, want %v", name, classes[name], class)
+		}
+	}
+	p, err := review.Parse("mail.yaml", mustRead(t, "../../examples/gateway/mail.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reviewed := map[string]string{}
+	for _, op := range review.Review(p).Operations {
+		reviewed[op.Name] = strings.ToLower(op.Retry.Class)
+	}
+	for name, class := range reviewed {
+		if classes[name] != class {
+			t.Errorf("the review classes %s %s, the gateway advertises %v", name, class, classes[name])
+		}
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// "mcprel ledger resolve" refuses what it cannot do before it opens the
+// database, and exits 3 for a key with no record.
+func TestLedgerResolveUsage(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "l.db")
+	notResult := filepath.Join(dir, "not-a-result.json")
+	if err := os.WriteFile(notResult, []byte(`{"text":"no content array"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--db", db, "--key", "k"}, 2, "--tool and --key are required"},
+		{[]string{"--db", db, "--tool", "t", "--key", "k"}, 2, "exactly one of --result FILE, --failed MESSAGE and --forget"},
+		{[]string{"--db", db, "--tool", "t", "--key", "k", "--forget", "--failed", "x"}, 2, "exactly one of"},
+		{[]string{"--db", db, "--tool", "t", "--key", "k", "--result", notResult}, 2, "is not a tool result"},
+		{[]string{"--db", db, "--tool", "t", "--key", "k", "--result", filepath.Join(dir, "missing.json")}, 2, "--result:"},
+		{[]string{"--db", db, "--tool", "t", "--key", "k", "--forget", "--lease", "48h"}, 2, "--lease must be positive and no longer than --retention"},
+		{[]string{"--db", db, "--tool", "t", "--key", "k", "--forget"}, 3, "nothing to resolve"},
+	} {
+		cmd := exec.Command(binary, append([]string{"ledger", "resolve"}, tc.args...)...)
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != tc.code || !strings.Contains(string(out), tc.want) {
+			t.Errorf("ledger resolve %v: exit %d, %q; want exit %d with %q", tc.args, code, out, tc.code, tc.want)
+		}
+	}
+}
