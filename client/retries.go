@@ -89,7 +89,7 @@ func (c *Client) CallToolWithRetries(ctx context.Context, name string, args map[
 				return res, nil
 			}
 		default:
-			f = failureOf(err)
+			f = FailureOf(err)
 		}
 		var maxFired *DeadlineError
 		if ctx.Err() != nil && !errors.As(context.Cause(ctx), &maxFired) {
@@ -120,11 +120,11 @@ func (c *Client) CallToolWithRetries(ctx context.Context, name string, args map[
 	}
 }
 
-// failureOf says what a failed attempt was, as far as the client knows:
+// FailureOf says what a failed attempt was, as far as the client knows:
 // what only it can tell (a request that never left, which clock fired, an
 // HTTP refusal with its Retry-After) before what the server's answer says
 // (retry.Classify).
-func failureOf(err error) retry.Failure {
+func FailureOf(err error) retry.Failure {
 	var de *DeadlineError
 	var se *StatusError
 	var ce *ConnectError

@@ -196,7 +196,7 @@ func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
 				InputSchema: t.InputSchema, OutputSchema: t.OutputSchema,
 				Annotations: t.Annotations, Meta: upstreamMeta(t.Meta),
 				Policy: server.Policy{Retry: tp.Retry, IdleTimeout: tp.Idle, MaxTimeout: tp.Max, Group: l.group, Waits: true},
-			}, l.forwardTool(t.Name, tp), policies...)
+			}, l.forwardTool(t.Name, tp, l.planner(tp)), policies...)
 		},
 		remove: func(name string) { g.srv.RemoveTool(name) },
 	}, tools)

@@ -69,7 +69,7 @@ func relayStateOf(q *server.Request, upstream string) (relayState, error) {
 
 // forwardTool is the handler of one upstream tool: it forwards the call
 // and maps how it ended.
-func (l *link) forwardTool(upstreamTool string, tp ToolPolicy) server.ToolHandler {
+func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, planner *retry.Planner) server.ToolHandler {
 	return func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
 		f := l.begin(ctx, mcp.MethodToolsCall, call.Name)
 		defer f.end()
@@ -144,14 +144,59 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy) server.ToolHandle
 		defer release()
 		o.OnRequest = relay(&call.Request)
 		sent := time.Now()
-		res, err := l.callTool(f.ctx, c, upstreamTool, args, o)
+		res, err := l.attempt(f, planner, call, func() (*mcp.CallToolResult, error) {
+			return l.callTool(f.ctx, c, upstreamTool, args, o)
+		})
 		f.rec.InUpstream, f.rec.Reached = time.Since(sent), true
-		l.record(err)
 		if err == nil {
 			f.settle(res, nil)
 			return res, nil
 		}
 		return nil, keyedFailure(tp, err, l.callFailure(f.ctx, err, tp, &call.Request, &f.rec), f.rec.Outcome)
+	}
+}
+
+// planner plans the gateway's own retries of a tool upstream, on the
+// upstream's budget.
+func (l *link) planner(tp ToolPolicy) *retry.Planner {
+	return retry.NewPlanner(retry.Options{Table: retry.Table{Default: retry.Rule{Class: tp.retryClass()}},
+		MaxAttempts: tp.MaxAttempts, Budget: l.budget, Backoff: retry.Backoff{Base: l.g.opts.RetryBase}})
+}
+
+// attempt makes a call upstream, and again while the planner allows it:
+// never past the call's deadline, after a capped, jittered pause that
+// honours the upstream's Retry-After or retryAfterMs, within the
+// upstream's budget. Each attempt is a new request upstream with the same
+// arguments, and so the same key. A caller's cancel ends it at once.
+func (l *link) attempt(f *forward, planner *retry.Planner, call *server.CallRequest, send func() (*mcp.CallToolResult, error)) (*mcp.CallToolResult, error) {
+	deadline, _ := f.ctx.Deadline()
+	attempts := planner.Start(retry.Call{Tool: call.Name, HasIdempotencyKey: idempotency.Key(call) != "", Deadline: deadline})
+	for {
+		res, err := send()
+		l.record(err)
+		var fl retry.Failure
+		switch {
+		case err == nil && !res.IsError:
+			return res, nil
+		case err == nil:
+			var ok bool
+			if fl, ok = retry.FromResult(res); !ok || !fl.Retryable {
+				return res, nil // the upstream's answer stands
+			}
+		default:
+			fl = client.FailureOf(err)
+		}
+		if f.ctx.Err() != nil {
+			return res, err
+		}
+		d := attempts.Next(fl, time.Now())
+		if !d.Retry {
+			return res, err
+		}
+		f.rec.Retries++
+		if !sleep(f.ctx, d.Delay) {
+			return res, err
+		}
 	}
 }
 

@@ -193,6 +193,9 @@ type Options struct {
 	// ClockSlack is how much longer the client's clocks are than the
 	// server's (DefaultClockSlack).
 	ClockSlack time.Duration
+	// RetryBase is the first pause of the gateway's own retries upstream
+	// (see ToolPolicy.MaxAttempts); zero means retry.DefaultBase.
+	RetryBase time.Duration
 	// Client configures the connections to upstreams (message and list
 	// bounds, the client's name). Its Header, OnRequest, OnNotification,
 	// Stderr, Env, Environ, Restart and Logger are the gateway's own and
@@ -279,7 +282,7 @@ func New(srv *server.Server, opts *Options) (*Gateway, error) {
 	}
 	for _, v := range []int64{int64(o.CircuitFailures), int64(o.CircuitCooldown), int64(o.RestartBase), int64(o.RestartCap),
 		int64(o.StartWait), int64(o.MaxSessions), int64(o.SessionIdle), int64(o.ClockSlack),
-		int64(o.MaxHeld), int64(o.MaxHeldPerTenant), int64(o.InputWait)} {
+		int64(o.MaxHeld), int64(o.MaxHeldPerTenant), int64(o.InputWait), int64(o.RetryBase)} {
 		if v < 0 {
 			return nil, errors.New("gateway: negative options are errors, not \"unlimited\"")
 		}

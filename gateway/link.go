@@ -52,6 +52,10 @@ type link struct {
 	// are bounded once per upstream, not once per session (nil: stdio, or
 	// Options.Client.HTTPClient given).
 	hc *http.Client
+
+	// budget is the upstream's retry budget, which every tool's retries
+	// spend: retries stay a fraction of the calls.
+	budget *retry.Budget
 }
 
 func newLink(g *Gateway, u Upstream, index int) (*link, error) {
@@ -61,6 +65,7 @@ func newLink(g *Gateway, u Upstream, index int) (*link, error) {
 		firstListed: make(chan struct{}),
 		refresh:     make(chan struct{}, 1),
 		sessions:    map[string]*tenantSession{},
+		budget:      new(retry.Budget),
 		circuit:     circuit{threshold: g.opts.CircuitFailures, base: g.opts.CircuitCooldown, cap: g.opts.RestartCap},
 	}
 	if u.Transport != Stdio && g.opts.Client.HTTPClient == nil {

@@ -41,6 +41,9 @@ type ForwardRecord struct {
 	// CancelPropagated: the downstream cancelled (or a clock fired) and
 	// the upstream was sent its own cancellation.
 	CancelPropagated bool
+	// Retries counts the attempts the gateway made again upstream, its
+	// retry policy allowing (ToolPolicy.MaxAttempts).
+	Retries int
 }
 
 // EventKind names an UpstreamEvent.

@@ -193,20 +193,53 @@ func TestLostAnswerIsNeverForwardedAgain(t *testing.T) {
 	}
 }
 
-// An upstream that honours the key gets the retry of a call whose answer
-// was lost: it dedupes, and its answer is stored for later retries.
+// An upstream that honours the key gets the gateway's own retry of a
+// call whose answer was lost, with the same key: it dedupes, the call
+// succeeds, and its answer is stored for later retries.
 func TestUpstreamThatHonoursTheKeyGetsTheRetry(t *testing.T) {
 	m := newMailer(t)
 	f, _ := keyedFront(t, m, nil)
 	c := f.dial(t, mcp.Legacy, nil)
 	m.drop.Store(1)
-	if lost := failureOf(t, send(t, c, "send_keyed", "k-1", "ops")); lost.Code != mcp.FailureOutcomeUnknown {
-		t.Fatalf("the lost call = %+v", lost)
+	first := send(t, c, "send_keyed", "k-1", "ops")
+	if first.IsError || text(first) != "sent k-1" || m.sent.Load() != 1 {
+		t.Fatalf("the call whose first answer was lost = %+v, %d sent", first, m.sent.Load())
 	}
-	again := send(t, c, "send_keyed", "k-1", "ops")
-	third := send(t, c, "send_keyed", "k-1", "ops")
-	if again.IsError || text(again) != "sent k-1" || third.Meta[mcp.MetaReplayed] != true || m.sent.Load() != 1 {
-		t.Fatalf("retry %+v, then %+v, %d sent; want it forwarded again, deduplicated upstream, then replayed", again, third, m.sent.Load())
+	if rec := f.awaitForward(t, "send_keyed"); rec.Retries != 1 || rec.Outcome != gateway.OutcomeOK {
+		t.Fatalf("the forward was recorded %+v, want one retry, ok", rec)
+	}
+	if again := send(t, c, "send_keyed", "k-1", "ops"); again.Meta[mcp.MetaReplayed] != true || m.sent.Load() != 1 {
+		t.Fatalf("a retry = %+v, %d sent; want it replayed", again, m.sent.Load())
+	}
+}
+
+// The gateway retries a safe tool whose answer was lost, and never an
+// unsafe one, nor a keyed one whose upstream does not honour the key.
+func TestGatewayRetriesOnlyWhatCannotRunTwice(t *testing.T) {
+	m := newMailer(t)
+	l := ledgertest.Open(t, storetest.SQLite(t), nil, nil, "")
+	f := newFront(t, gateway.Options{
+		Upstreams: []gateway.Upstream{{Name: "mail", URL: m.url}},
+		Ledger:    l,
+		Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{
+			"outbox": {Retry: server.RetrySafe},
+			"send":   {Retry: server.RetryConditional, KeyArgument: "requestId"},
+		}},
+	}, nil)
+	c := f.dial(t, mcp.Modern, nil)
+	m.drop.Store(1)
+	res, err := c.CallTool(context.Background(), "outbox", nil, nil)
+	must(t, err)
+	if res.IsError || f.awaitForward(t, "outbox").Retries != 1 {
+		t.Fatalf("a safe read whose answer was lost = %+v", res)
+	}
+	m.drop.Store(1)
+	if fail := failureOf(t, send(t, c, "send", "", "ops")); fail.Code != mcp.FailureOutcomeUnknown || m.sent.Load() != 1 {
+		t.Fatalf("an unkeyed mutation whose answer was lost = %+v, %d sent; want outcome_unknown, sent once", fail, m.sent.Load())
+	}
+	m.drop.Store(1)
+	if fail := failureOf(t, send(t, c, "send", "once-1", "ops")); fail.Code != mcp.FailureOutcomeUnknown || m.sent.Load() != 2 {
+		t.Fatalf("a keyed call at most once whose answer was lost = %+v, %d sent; want outcome_unknown, sent once", fail, m.sent.Load())
 	}
 }
 

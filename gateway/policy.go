@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/idempotency"
+	"github.com/mcprel/mcprel/retry"
 	"github.com/mcprel/mcprel/review"
 	"github.com/mcprel/mcprel/server"
 )
@@ -49,6 +50,27 @@ type ToolPolicy struct {
 	// ReconcileWith names the read tool that finds out what a call whose
 	// outcome is unknown did, for the advice its retries are given.
 	ReconcileWith string
+
+	// MaxAttempts caps the gateway's own attempts of one call upstream,
+	// the first included (0: retry.DefaultMaxAttempts). The gateway makes
+	// a call again only when that cannot run it twice: a safe tool; a
+	// conditional one whose upstream honours the key, with the same key;
+	// or, at most once, a request that provably never left the gateway.
+	// An unsafe tool is never retried.
+	MaxAttempts int
+}
+
+// retryClass is the class the gateway's own retries of the tool are
+// planned by: a keyed tool forwarded at most once may be sent again only
+// when its request never left (retry.Unsafe).
+func (tp ToolPolicy) retryClass() retry.Class {
+	switch {
+	case tp.Retry == server.RetrySafe:
+		return retry.Safe
+	case tp.Retry == server.RetryConditional && tp.UpstreamHonoursKey:
+		return retry.Conditional
+	}
+	return retry.Unsafe
 }
 
 // Policy is what the gateway knows of the tools it forwards, by the name
@@ -149,6 +171,9 @@ func PolicyFromReview(rp *review.Policy) (*Policy, error) {
 			tp.KeyArgument = op.Idempotency.KeyArgument
 			tp.UpstreamHonoursKey = guard == "upstream_key"
 			tp.ReconcileWith = op.Retry.ReconcileWith
+		}
+		if tp.Retry != server.RetryUnsafe && op.Retry.MaxAttempts != nil {
+			tp.MaxAttempts = max(*op.Retry.MaxAttempts, 1)
 		}
 		p.Tools[op.Name] = tp
 	}

@@ -12,7 +12,7 @@ type gatewayMetrics struct{ m *metrics.GatewayMetrics }
 func (g gatewayMetrics) Forwarded(r gateway.ForwardRecord) {
 	g.m.Forwarded(metrics.Forward{
 		Upstream: r.Upstream, Method: r.Method, Name: r.Name, Outcome: string(r.Outcome),
-		InUpstream: r.InUpstream, Total: r.Total, Reached: r.Reached, CancelPropagated: r.CancelPropagated,
+		InUpstream: r.InUpstream, Total: r.Total, Reached: r.Reached, CancelPropagated: r.CancelPropagated, Retries: r.Retries,
 	})
 }
 

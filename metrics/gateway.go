@@ -26,6 +26,8 @@ type Forward struct {
 	// CancelPropagated: the downstream cancelled (or a clock fired) and
 	// the upstream was sent its own cancellation.
 	CancelPropagated bool
+	// Retries counts the attempts the gateway made again upstream.
+	Retries int
 }
 
 // UpstreamStats is one upstream's state at a scrape.
@@ -52,6 +54,7 @@ type GatewayMetrics struct {
 	inUpstream *prometheus.HistogramVec
 	total      *prometheus.HistogramVec
 	cancels    *prometheus.CounterVec
+	retries    *prometheus.CounterVec
 	events     *prometheus.CounterVec
 	state      *upstreamCollector
 }
@@ -80,12 +83,15 @@ func NewGateway(reg prometheus.Registerer, namespace string, upstreams func() []
 		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "cancellations_propagated_total",
 			Help: "Forwarded requests whose downstream cancellation or deadline was carried upstream as the upstream's own cancellation, by upstream."},
 			[]string{"upstream"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "retries_total",
+			Help: "Attempts the gateway made again upstream (a safe tool, a keyed one whose upstream honours the key, or a request that never left), by upstream."},
+			[]string{"upstream"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: sub, Name: "upstream_events_total",
 			Help: "What happened to upstream connections, by upstream and kind: connect_failed, died (a stdio process or an HTTP+SSE stream ended), reconnected, listed (its tools, prompts and resources listed again, after a connection or a list change)."},
 			[]string{"upstream", "kind"}),
 		state: newUpstreamCollector(namespace, upstreams),
 	}
-	for _, c := range []prometheus.Collector{m.forwarded, m.inUpstream, m.total, m.cancels, m.events, m.state} {
+	for _, c := range []prometheus.Collector{m.forwarded, m.inUpstream, m.total, m.cancels, m.retries, m.events, m.state} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -106,6 +112,9 @@ func (m *GatewayMetrics) Forwarded(f Forward) {
 	m.total.WithLabelValues(f.Upstream, f.Method).Observe(f.Total.Seconds())
 	if f.CancelPropagated {
 		m.cancels.WithLabelValues(f.Upstream).Inc()
+	}
+	if f.Retries > 0 {
+		m.retries.WithLabelValues(f.Upstream).Add(float64(f.Retries))
 	}
 }
 
