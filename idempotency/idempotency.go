@@ -498,7 +498,11 @@ func (k *keyed) runOnce(ctx context.Context, req *server.CallRequest, claim *led
 		return out, err // a decision the handler made: stored as the outcome
 	}
 	*completed = true
-	k.markUnknown(ctx, req, claim, unknownReason(ctx, err))
+	reason := unknownReason(ctx, err)
+	k.markUnknown(ctx, req, claim, reason)
+	// An operator acts on these (mcprel ledger resolve): said above info.
+	k.log.Warn("a keyed call's outcome is unknown: it may have taken effect, and its key is not run again until the record is resolved",
+		"id", req.ID, "tool", req.Name, "tenant", req.Tenant, "reason", reason)
 	req.Annotate(AnnotationKey, Unknown)
 	return nil, outcomeUnknownError{err}
 }
