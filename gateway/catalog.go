@@ -11,7 +11,9 @@ import (
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/retry"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/taskserver"
 )
 
 // catalog is what the gateway registered on the server, and for which
@@ -186,6 +188,12 @@ func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
 			var policies []server.ToolInterceptor
 			if tp.Retry == server.RetryConditional {
 				policies = append(policies, idempotency.Keyed(g.opts.Ledger, tp.keyed()))
+			}
+			if tp.Task != TaskNone {
+				// Run again after its gateway died only where that cannot
+				// do it twice; otherwise it ends failed, outcome unknown.
+				policies = append(policies, taskserver.AsTask(g.opts.Tasks, taskserver.Policy{
+					Required: tp.Task == TaskRequired, Resumable: tp.retryClass() != retry.Unsafe}))
 			}
 			return g.srv.AddTool(server.Tool{
 				// The upstream judges its own arguments: it may read its

@@ -20,6 +20,8 @@ import (
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/retry"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/tasks"
+	"github.com/mcprel/mcprel/taskserver"
 )
 
 // maxRelayedState bounds the upstream requestState the gateway carries in
@@ -71,6 +73,11 @@ func relayStateOf(q *server.Request, upstream string) (relayState, error) {
 // and maps how it ended.
 func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, planner *retry.Planner) server.ToolHandler {
 	return func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		if taskserver.TaskID(call) != "" {
+			var stop func()
+			ctx, stop = watchTask(ctx, call)
+			defer stop()
+		}
 		f := l.begin(ctx, mcp.MethodToolsCall, call.Name)
 		defer f.end()
 		st, err := relayStateOf(&call.Request, l.up.Name)
@@ -153,6 +160,45 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, planner *retry.Pl
 			return res, nil
 		}
 		return nil, keyedFailure(tp, err, l.callFailure(f.ctx, err, tp, &call.Request, &f.rec), f.rec.Outcome)
+	}
+}
+
+// taskCheckEvery is how often a task's forward checks in with its task:
+// it renews the task's lease (well within tasks.DefaultLease) and reads a
+// tasks/cancel, which a forward otherwise never sees.
+const taskCheckEvery = time.Second
+
+// watchTask checks in with call's task while its forward runs, and ends
+// the returned context — so the upstream call is cancelled its own way —
+// once the task is cancelled, taken over, or its process is shutting
+// down (the cause says which, for the task's outcome). A store that fails
+// for a moment stops nothing.
+func watchTask(ctx context.Context, call *server.CallRequest) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(taskCheckEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			err := taskserver.Checkpoint(ctx, call, "")
+			if errors.Is(err, tasks.ErrCancelled) || errors.Is(err, tasks.ErrShutdown) || errors.Is(err, tasks.ErrTerminal) || errors.Is(err, tasks.ErrLeaseLost) {
+				cancel(err)
+				return
+			}
+		}
+	})
+	return ctx, func() {
+		close(done)
+		wg.Wait()
+		cancel(nil)
 	}
 }
 

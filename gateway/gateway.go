@@ -17,6 +17,7 @@ import (
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/taskserver"
 )
 
 // Transport is how the gateway reaches an upstream.
@@ -144,6 +145,10 @@ type Options struct {
 	// the record; with it, the gateway serves lookup_operation. Nil: no
 	// tool may be conditional.
 	Ledger *ledger.Ledger
+	// Tasks runs the tools the policy makes durable tasks
+	// (ToolPolicy.Task), in the store its ledger is in. Nil: no tool may
+	// be a task.
+	Tasks *taskserver.Server
 	// Logger receives the gateway's own lines: upstreams starting,
 	// dying, restarting, their stderr, list refreshes. Nil means the
 	// server's logger.
@@ -288,7 +293,7 @@ func New(srv *server.Server, opts *Options) (*Gateway, error) {
 		}
 	}
 	o.withDefaults()
-	if err := o.Policy.check(o.Ledger != nil); err != nil {
+	if err := o.Policy.check(o.Ledger != nil, o.Tasks != nil); err != nil {
 		return nil, err
 	}
 	g := &Gateway{srv: srv, opts: o, log: o.Logger, obs: o.Observer, prefix: len(o.Upstreams) > 1,

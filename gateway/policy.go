@@ -58,7 +58,26 @@ type ToolPolicy struct {
 	// or, at most once, a request that provably never left the gateway.
 	// An unsafe tool is never retried.
 	MaxAttempts int
+
+	// Task makes the tool a durable task of the gateway's
+	// (Options.Tasks): TaskOptional runs a call as a task when the client
+	// can take one, TaskRequired only as one. The client gets a task id
+	// at once and polls; the gateway holds the upstream call. A task
+	// whose gateway died while it held the call ends failed — its outcome
+	// unknown — and is never run again, unless the tool is safe or its
+	// upstream honours the key. A keyed tool's task must be required: its
+	// creation is what the key makes idempotent.
+	Task TaskSupport
 }
+
+// TaskSupport says whether a tool runs as a gateway task.
+type TaskSupport uint8
+
+const (
+	TaskNone TaskSupport = iota
+	TaskOptional
+	TaskRequired
+)
 
 // retryClass is the class the gateway's own retries of the tool are
 // planned by: a keyed tool forwarded at most once may be sent again only
@@ -96,8 +115,14 @@ func (p *Policy) forTool(name string) ToolPolicy {
 	return tp
 }
 
-func (p *Policy) check(keeps bool) error {
+func (p *Policy) check(keeps, runsTasks bool) error {
 	for name, tp := range p.Tools {
+		if tp.Task != TaskNone && !runsTasks {
+			return fmt.Errorf("gateway: policy of tool %q: a task needs the gateway's task server (Options.Tasks), and this gateway has none", name)
+		}
+		if tp.Task == TaskOptional && tp.Retry == server.RetryConditional {
+			return fmt.Errorf("gateway: policy of tool %q: a keyed tool that runs as a task must require it (tasks.support: required): run inline, its forward would hold the ledger's transaction", name)
+		}
 		if tp.Idle < 0 || tp.Max < 0 {
 			return fmt.Errorf("gateway: policy of tool %q: negative deadlines", name)
 		}
@@ -111,10 +136,15 @@ func (p *Policy) check(keeps bool) error {
 	return nil
 }
 
-// keyed is the ledger's policy for a conditional tool.
+// keyed is the ledger's policy for a conditional tool. A task's key
+// claims the task's creation, in the ledger's transaction; the task runs
+// the forward once.
 func (tp ToolPolicy) keyed() idempotency.Policy {
 	p := idempotency.Policy{Key: idempotency.KeyOptional, External: true, AtMostOnce: !tp.UpstreamHonoursKey,
 		KeyArgument: tp.KeyArgument, ReconcileWith: tp.ReconcileWith}
+	if tp.Task != TaskNone {
+		p.External, p.AtMostOnce = false, false
+	}
 	if tp.KeyRequired {
 		p.Key = idempotency.KeyRequired
 	}
@@ -171,6 +201,12 @@ func PolicyFromReview(rp *review.Policy) (*Policy, error) {
 			tp.KeyArgument = op.Idempotency.KeyArgument
 			tp.UpstreamHonoursKey = guard == "upstream_key"
 			tp.ReconcileWith = op.Retry.ReconcileWith
+		}
+		switch deref(op.Tasks.Support) {
+		case "optional":
+			tp.Task = TaskOptional
+		case "required":
+			tp.Task = TaskRequired
 		}
 		if tp.Retry != server.RetryUnsafe && op.Retry.MaxAttempts != nil {
 			tp.MaxAttempts = max(*op.Retry.MaxAttempts, 1)

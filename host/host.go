@@ -167,6 +167,7 @@ func New(ctx context.Context, opts *Options) (_ *Runtime, err error) {
 		gw := *o.Gateway
 		gw.Logger = cmp.Or(gw.Logger, rt.logger)
 		gw.Ledger = cmp.Or(gw.Ledger, rt.ledger)
+		gw.Tasks = cmp.Or(gw.Tasks, rt.tasks)
 		if gwMetrics != nil {
 			gw.Observer = observeBoth(gw.Observer, gatewayMetrics{gwMetrics})
 		}

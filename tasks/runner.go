@@ -778,7 +778,7 @@ func (r *Runner) stopUnheld(ctx context.Context) {
 
 // interrupted is the error a task gets when its process stopped and it
 // cannot be resumed.
-var interrupted = json.RawMessage(`{"code":-32603,"message":"the task was interrupted: the process running it stopped before it finished"}`)
+var interrupted = json.RawMessage(`{"code":-32603,"message":"the task was interrupted: the process running it stopped before it finished, so whether it took effect is unknown; it is not run again","data":{"outcome":"unknown"}}`)
 
 func (r *Runner) takeOver(ctx context.Context, resume Resumer) {
 	for {
@@ -803,7 +803,7 @@ func (r *Runner) takeOver(ctx context.Context, resume Resumer) {
 				slot, err = r.reserveTakeover(t.Tenant)
 			}
 			if !ok || err != nil {
-				if ferr := r.store.Finish(ctx, t.ID, r.owner, Failed, "interrupted: the process running it stopped", nil, interrupted); ferr != nil && !errors.Is(ferr, ErrTerminal) {
+				if ferr := r.store.Finish(ctx, t.ID, r.owner, Failed, "interrupted: the process running it stopped; outcome unknown", nil, interrupted); ferr != nil && !errors.Is(ferr, ErrTerminal) {
 					r.log.Warn("could not end an interrupted task", "task", t.ID, "err", ferr)
 				}
 				r.event(Event{Kind: TaskTakenOver, Tool: t.Tool, Status: Failed})

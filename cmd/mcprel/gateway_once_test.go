@@ -95,10 +95,17 @@ func startMailGateway(t *testing.T, sentFile, db string) (*exec.Cmd, *client.Cli
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startGatewayWith(t, policy, sentFile, db, nil)
+}
+
+// startGatewayWith runs "mcprel gateway --http" with policy in front of
+// the mailer, on db, with a client of options o (nil: the defaults).
+func startGatewayWith(t *testing.T, policy, sentFile, db string, o *client.Options) (*exec.Cmd, *client.Client) {
+	t.Helper()
 	url, cmd, _ := startEndpoint(t, []string{mailerEnv + "=" + sentFile}, "gateway", "--http", "127.0.0.1:0",
-		"--policy", policy, "--db", db, "--lease", "1s",
+		"--policy", policy, "--db", db, "--lease", "1s", "--task-lease", "1s",
 		"--upstream", "mail="+os.Args[0]+" -test.run=^$")
-	c, err := client.DialHTTP(t.Context(), url, nil)
+	c, err := client.DialHTTP(t.Context(), url, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,5 +312,72 @@ func TestLedgerResolveUsage(t *testing.T) {
 		if code := cmd.ProcessState.ExitCode(); code != tc.code || !strings.Contains(string(out), tc.want) {
 			t.Errorf("ledger resolve %v: exit %d, %q; want exit %d with %q", tc.args, code, out, tc.code, tc.want)
 		}
+	}
+}
+
+// A keyed send_email made a required task: the gateway is killed while
+// the upstream holds the call it already sent. The gateway started again
+// on the same store takes the task over and ends it failed, its outcome
+// unknown — never sent again — and a retried creation with the key gets
+// that same task back.
+func TestGatewayKilledMidTaskEndsItUnknown(t *testing.T) {
+	dir := t.TempDir()
+	sentFile, db := filepath.Join(dir, "sent"), filepath.Join(dir, "gw.db")
+	mail := string(mustRead(t, "../../examples/gateway/mail.yaml"))
+	// send_email, the first operation, runs only as a task.
+	mail = strings.Replace(mail, "    tasks: {support: none}", "    tasks: {support: required}", 1)
+	policy := filepath.Join(dir, "tasks.yaml")
+	if err := os.WriteFile(policy, []byte(mail), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	withTasks := &client.Options{Capabilities: mcp.ClientCapabilities{Extensions: map[string]json.RawMessage{mcp.ExtensionTasks: json.RawMessage(`{}`)}}}
+	gw, c := startGatewayWith(t, policy, sentFile, db, withTasks)
+	args := map[string]any{"name": "send_email", "arguments": map[string]any{"to": "ops", "requestId": "task-1", "stall": true}}
+	taskOf := func(c *client.Client) string {
+		t.Helper()
+		raw, err := c.Request(t.Context(), mcp.MethodToolsCall, "send_email", args, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var created struct { // 2026-07-28: the task is the result
+			ResultType string `json:"resultType"`
+			ID         string `json:"taskId"`
+		}
+		if err := json.Unmarshal(raw, &created); err != nil || created.ResultType != "task" || created.ID == "" {
+			t.Fatalf("send_email did not create a task: %s", raw)
+		}
+		return created.ID
+	}
+	id := taskOf(c)
+	for deadline := time.Now().Add(20 * time.Second); countLines(t, sentFile) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the upstream never sent")
+		}
+		time.Sleep(5 * time.Millisecond) // polling a file another process writes
+	}
+	gw.Process.Signal(syscall.SIGKILL)
+	gw.Wait()
+
+	_, c2 := startGatewayWith(t, policy, sentFile, db, withTasks)
+	var got struct {
+		Status        string `json:"status"`
+		StatusMessage string `json:"statusMessage"`
+	}
+	for deadline := time.Now().Add(30 * time.Second); got.Status != "failed"; {
+		raw, err := c2.Request(t.Context(), mcp.MethodTasksGet, id, map[string]any{"taskId": id}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.Unmarshal(raw, &got)
+		if got.Status != "working" && got.Status != "failed" || time.Now().After(deadline) {
+			t.Fatalf("the task after its gateway was killed: %s", raw)
+		}
+		time.Sleep(50 * time.Millisecond) // a poll, as a client's
+	}
+	if !strings.Contains(got.StatusMessage, "outcome unknown") || countLines(t, sentFile) != 1 {
+		t.Fatalf("the task ended %+v, %d sent; want failed, outcome unknown, sent once", got, countLines(t, sentFile))
+	}
+	if again := taskOf(c2); again != id || countLines(t, sentFile) != 1 {
+		t.Fatalf("the retried creation got task %s (first %s), %d sent", again, id, countLines(t, sentFile))
 	}
 }

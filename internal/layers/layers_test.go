@@ -51,7 +51,7 @@ var layer = map[string][]string{
 	// policies between (the ledger's, through package idempotency): it
 	// forwards through their seams and knows no transport's insides, no
 	// store and no observability library.
-	"gateway": {"jsonrpc", "mcp", "server", "client", "retry", "review", "idempotency", "ledger"},
+	"gateway": {"jsonrpc", "mcp", "server", "client", "retry", "review", "idempotency", "ledger", "taskserver", "tasks"},
 
 	// The assembly builds a whole runtime, so it may use every layer
 	// below the tools; only commands, examples and tests import it
