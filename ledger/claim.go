@@ -88,9 +88,11 @@ func (l *Ledger) claim(ctx context.Context, op Op, once bool) (claim *Claim, rep
 			// The lease expired: whoever held it may have crashed with the
 			// request sent. The key is never handed out again.
 			data, _ := json.Marshal(map[string]string{"reason": "the claim's holder stopped before it recorded an answer (its lease expired)"})
-			res, err := tx.Exec(ctx, `UPDATE mcprel_ledger SET state = ?, result = ?, executed_at = ?, lease_until = NULL, lease_token = NULL
-				WHERE tenant = ? AND tool = ? AND idem_key = ? AND state = ? AND lease_token = ?`,
-				int(OutcomeUnknown), string(data), ms(now), op.Tenant, op.Tool, op.Key, int(InProgress), rec.leaseToken)
+			res, err := tx.Exec(ctx, `UPDATE mcprel_ledger SET state = ?, result = ?, executed_at = ?, lease_until = NULL, lease_token = NULL,
+					expires_at = CASE WHEN expires_at < ? THEN ? ELSE expires_at END
+				WHERE tenant = ? AND tool = ? AND idem_key = ? AND state = ? AND lease_token = ? AND lease_until <= ?`,
+				int(OutcomeUnknown), string(data), ms(now), ms(now.Add(l.retention)), ms(now.Add(l.retention)),
+				op.Tenant, op.Tool, op.Key, int(InProgress), rec.leaseToken, ms(now))
 			if err != nil {
 				return err
 			}
@@ -104,8 +106,8 @@ func (l *Ledger) claim(ctx context.Context, op Op, once bool) (claim *Claim, rep
 		// The lease expired (whoever held it may have crashed), or the
 		// outcome is unknown: the receiver honours the key, so take over.
 		res, err := tx.Exec(ctx, `UPDATE mcprel_ledger SET state = ?, result = NULL, executed_at = NULL, lease_token = ?, lease_until = ?, executions = executions + 1
-			WHERE tenant = ? AND tool = ? AND idem_key = ? AND state = ? AND `+sameToken,
-			int(InProgress), token, ms(now.Add(l.lease)), op.Tenant, op.Tool, op.Key, int(rec.State), rec.leaseToken)
+			WHERE tenant = ? AND tool = ? AND idem_key = ? AND state = ? AND `+sameToken+` AND (lease_until IS NULL OR lease_until <= ?)`,
+			int(InProgress), token, ms(now.Add(l.lease)), op.Tenant, op.Tool, op.Key, int(rec.State), rec.leaseToken, ms(now))
 		if err != nil {
 			return err
 		}
@@ -159,7 +161,11 @@ func (c *Claim) Extend(ctx context.Context) (err error) {
 	ctx, end := c.l.observe(ctx, "extend")
 	defer func() { end(err) }()
 	until := c.l.now().Add(c.l.lease)
-	if err := c.held(ctx, `lease_until = ?`, ms(until)); err != nil {
+	// A claim renewed past the record's retention keeps its record: it
+	// is kept a retention beyond the lease, never reaped or reused while
+	// held.
+	keep := ms(until.Add(c.l.retention))
+	if err := c.held(ctx, `lease_until = ?, expires_at = CASE WHEN expires_at < ? THEN ? ELSE expires_at END`, ms(until), keep, keep); err != nil {
 		return err
 	}
 	c.until = until
@@ -175,7 +181,10 @@ func (c *Claim) Unknown(ctx context.Context, reason string) (err error) {
 	ctx, end := c.l.observe(ctx, "unknown")
 	defer func() { end(err) }()
 	data, _ := json.Marshal(map[string]string{"reason": reason})
-	return c.held(ctx, `state = ?, result = ?, executed_at = ?, lease_until = NULL, lease_token = NULL`, int(OutcomeUnknown), string(data), ms(c.l.now()))
+	now := c.l.now()
+	keep := ms(now.Add(c.l.retention)) // an unknown outcome is kept a full retention from when it became unknown
+	return c.held(ctx, `state = ?, result = ?, executed_at = ?, lease_until = NULL, lease_token = NULL, expires_at = CASE WHEN expires_at < ? THEN ? ELSE expires_at END`,
+		int(OutcomeUnknown), string(data), ms(now), keep, keep)
 }
 
 // held updates the claim's record with set (and its args) if the claim
@@ -232,15 +241,17 @@ func (l *Ledger) Resolve(ctx context.Context, tenant, tool, key string, result j
 		int(Committed), string(result), ms(now), tenant, tool, key, int(OutcomeUnknown), int(InProgress), ms(now), ms(now))
 }
 
-// Forget removes an operation whose outcome was unknown, for an operator
+// Forget removes an operation whose outcome is unknown, for an operator
 // who found it never took effect: the key is free, and the next call with
-// it runs. It changes only what Resolve would, on the same terms.
+// it runs. Only a record of unknown outcome is removed — not a claim whose
+// lease expired, whose holder may be alive and only slow to renew: a
+// later claim makes that one unknown first.
 func (l *Ledger) Forget(ctx context.Context, tenant, tool, key string) (err error) {
 	ctx, end := l.observe(ctx, "forget")
 	defer func() { end(err) }()
 	now := l.now()
-	return l.close(ctx, tenant, tool, key, now, `DELETE FROM mcprel_ledger WHERE tenant = ? AND tool = ? AND idem_key = ?`+closable,
-		tenant, tool, key, int(OutcomeUnknown), int(InProgress), ms(now), ms(now))
+	return l.close(ctx, tenant, tool, key, now, `DELETE FROM mcprel_ledger WHERE tenant = ? AND tool = ? AND idem_key = ? AND state = ? AND expires_at > ?`,
+		tenant, tool, key, int(OutcomeUnknown), ms(now))
 }
 
 func (l *Ledger) close(ctx context.Context, tenant, tool, key string, now time.Time, stmt string, args ...any) error {

@@ -89,7 +89,8 @@ const (
 	// answer was lost, or its holder died. The ledger never lets the key
 	// run again: every later claim gets *UnknownError until an operator
 	// who checked closes the record (Resolve, Forget), or its retention
-	// ends.
+	// ends — a full retention after it became unknown; then the key is a
+	// new operation, as any expired key is.
 	OutcomeUnknown State = 3
 )
 

@@ -255,3 +255,62 @@ func TestClaimOnceExpiryRace(t *testing.T) {
 		}
 	})
 }
+
+// A claim renewed past the record's retention keeps its key: the record
+// lives a retention beyond the lease, never reused while held. An outcome
+// made unknown late in a record's life is kept a full retention from
+// then. Forget leaves a claim whose lease merely expired alone.
+func TestRetentionFollowsTheClaim(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		clk := newClock()
+		l := open(t, dsn, &ledger.Options{Lease: 10 * time.Second, Retention: 30 * time.Second})
+		ledger.SetClock(l, clk.Now)
+		o := op("acme", "long-1", `{}`)
+		holder, _, err := l.ClaimOnce(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 6 { // 42 s: past the retention the claim began with
+			clk.Advance(7 * time.Second)
+			if err := holder.Extend(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var busy *ledger.InProgressError
+		if c, _, err := l.ClaimOnce(ctx, o); !errors.As(err, &busy) {
+			t.Fatalf("ClaimOnce of a claim held past its first retention = %v, %v; want InProgressError", c, err)
+		}
+		if _, err := holder.Complete(ctx, json.RawMessage(`{"done":true}`)); err != nil {
+			t.Fatalf("Complete after renewals = %v", err)
+		}
+
+		late := op("acme", "late-1", `{}`)
+		c, _, err := l.ClaimOnce(ctx, late)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(9 * time.Second)
+		if err := c.Extend(ctx); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(9 * time.Second)
+		if err := c.Unknown(ctx, "lost"); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(25 * time.Second) // past the claim's first retention, within one from Unknown
+		var unknown *ledger.UnknownError
+		if _, _, err := l.ClaimOnce(ctx, late); !errors.As(err, &unknown) {
+			t.Fatalf("ClaimOnce 25 s after the outcome became unknown = %v, want UnknownError", err)
+		}
+
+		stalled := op("acme", "stalled-1", `{}`)
+		if _, _, err := l.ClaimOnce(ctx, stalled); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(11 * time.Second)
+		if err := l.Forget(ctx, "acme", "reserve", "stalled-1"); !errors.Is(err, ledger.ErrNotUnknown) {
+			t.Fatalf("Forget of a claim whose lease expired = %v, want ErrNotUnknown", err)
+		}
+	})
+}
