@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -159,4 +160,43 @@ func TestAtMostOnceCancelledAndLongCalls(t *testing.T) {
 			t.Fatalf("after the long call = %s, %d attempts", again.raw, n.Load())
 		}
 	})
+}
+
+// What no decision was is never stored as the key's outcome: a NotRun
+// failure, even one that is a ToolError, frees the key; a failed result
+// the receiver marks retryable is not replayed. A panic's text, or an
+// error's, is logged, never shown to later callers.
+func TestAtMostOnceStoresOnlyDecisions(t *testing.T) {
+	_, l := ledgerServer(t, nil)
+	c, n := forwardOnce(t, l, idempotency.Policy{Key: idempotency.KeyOptional, KeyArgument: "requestId"}, func(n int64, _ context.Context) (*mcp.CallToolResult, error) {
+		switch n {
+		case 1:
+			return nil, idempotency.NotRun(&mcp.ToolError{Code: mcp.FailureUpstream, Message: "the receiver answered HTTP 401"})
+		case 2:
+			return (&mcp.ToolError{Code: mcp.FailureOverloaded, Message: "busy", Retryable: true, RetryAfter: time.Second}).Result(), nil
+		case 3:
+			return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("sent")}}, nil
+		case 4:
+			panic("db password=hunter2")
+		}
+		return nil, errors.New("dial 10.0.0.5: secret internals")
+	})
+	if f := result(t, c.Call(1, mcp.MethodToolsCall, sendParams("s-1", nil))).failure(t); f.Code != mcp.FailureUpstream {
+		t.Fatalf("NotRun = %+v", f)
+	}
+	if f := result(t, c.Call(2, mcp.MethodToolsCall, sendParams("s-1", nil))).failure(t); f.Code != mcp.FailureOverloaded || !f.Retryable || n.Load() != 2 {
+		t.Fatalf("after NotRun = %+v, %d attempts; want the retry run", f, n.Load())
+	}
+	if ok := result(t, c.Call(3, mcp.MethodToolsCall, sendParams("s-1", nil))); ok.IsError || n.Load() != 3 {
+		t.Fatalf("after a retryable result = %s, %d attempts; want the retry run", ok.raw, n.Load())
+	}
+	c.Call(4, mcp.MethodToolsCall, sendParams("s-2", nil))
+	c.Call(5, mcp.MethodToolsCall, sendParams("s-3", nil))
+	for id, key := range map[int64]string{6: "s-2", 7: "s-3"} {
+		f := result(t, c.Call(id, mcp.MethodToolsCall, sendParams(key, nil))).failure(t)
+		b, _ := json.Marshal(f)
+		if f.Code != mcp.FailureOutcomeUnknown || strings.Contains(string(b), "hunter2") || strings.Contains(string(b), "10.0.0.5") {
+			t.Fatalf("a retry of %s = %s; want outcome_unknown without the handler's internals", key, b)
+		}
+	}
 }

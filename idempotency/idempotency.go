@@ -456,6 +456,17 @@ func (k *keyed) runExternal(ctx context.Context, req *server.CallRequest, sc *sc
 		out, err = next(ctx, req)
 		stop()
 	}
+	if err == nil {
+		// A failed result the receiver says may be retried decided
+		// nothing: it is not the key's outcome to replay.
+		if te := retryableResult(out); te != nil {
+			err = te
+		}
+	}
+	var nr notRun
+	if errors.As(err, &nr) {
+		return ledger.Result{}, nil, handlerFailed{err} // the key is released: a retry runs
+	}
 	out, data, err := k.kept(sc, out, err)
 	if err != nil {
 		return ledger.Result{}, nil, err
@@ -464,11 +475,38 @@ func (k *keyed) runExternal(ctx context.Context, req *server.CallRequest, sc *sc
 	// Store the outcome even if the call was cancelled meanwhile: the
 	// effect happened.
 	res, err := claim.Complete(context.WithoutCancel(ctx), data)
+	if err != nil && k.policy.AtMostOnce {
+		// The receiver answered and the answer cannot be stored: this
+		// caller gets it; the key is marked unknown (or reads so when
+		// its lease runs out), never run again.
+		k.log.Warn("a keyed call's answer could not be stored; its key's outcome is left unknown", "tool", req.Name, "error", err)
+		k.markUnknown(ctx, req, claim, "the answer could not be stored")
+		return ledger.Result{Data: data, ExecutedAt: time.Now()}, out, nil
+	}
 	if err != nil {
 		k.log.Warn("the effect completed but its result could not be stored", "tool", req.Name, "error", err)
 		return ledger.Result{}, nil, err
 	}
 	return res, out, nil
+}
+
+// retryableResult is the failure a failed tool result carries in its
+// _meta (mcp.MetaFailure), when it says the call may be retried; nil
+// otherwise.
+func retryableResult(out mcp.Result) *mcp.ToolError {
+	c, ok := out.(*mcp.CallToolResult)
+	if !ok || c == nil || !c.IsError {
+		return nil
+	}
+	raw, err := json.Marshal(c.Meta[mcp.MetaFailure])
+	if err != nil {
+		return nil
+	}
+	var f mcp.Failure
+	if json.Unmarshal(raw, &f) != nil || !f.Retryable || f.Code == "" {
+		return nil
+	}
+	return &mcp.ToolError{Code: f.Code, Message: f.Message, Retryable: true, RetryAfter: time.Duration(f.RetryAfterMs) * time.Millisecond, Details: f.Details}
 }
 
 // runOnce runs an AtMostOnce handler under its claim (stop ends the
@@ -482,7 +520,8 @@ func (k *keyed) runOnce(ctx context.Context, req *server.CallRequest, claim *led
 		defer func() {
 			if p := recover(); p != nil {
 				stop()
-				k.markUnknown(ctx, req, claim, fmt.Sprintf("the handler panicked: %v", p))
+				k.log.Warn("a keyed call's handler panicked; its key's outcome is unknown", "tool", req.Name, "panic", p)
+				k.markUnknown(ctx, req, claim, "the handler failed unexpectedly after it may have reached the receiver")
 				*completed = true
 				panic(p)
 			}
@@ -502,7 +541,7 @@ func (k *keyed) runOnce(ctx context.Context, req *server.CallRequest, claim *led
 	k.markUnknown(ctx, req, claim, reason)
 	// An operator acts on these (mcprel ledger resolve): said above info.
 	k.log.Warn("a keyed call's outcome is unknown: it may have taken effect, and its key is not run again until the record is resolved",
-		"id", req.ID, "tool", req.Name, "tenant", req.Tenant, "reason", reason)
+		"id", req.ID, "tool", req.Name, "tenant", req.Tenant, "reason", reason, "err", err)
 	req.Annotate(AnnotationKey, Unknown)
 	return nil, outcomeUnknownError{err}
 }
@@ -524,9 +563,11 @@ func unknownReason(ctx context.Context, err error) string {
 	case ctx.Err() != nil:
 		return "the call was cancelled after it may have reached the receiver"
 	case errors.As(err, &te):
-		return te.Message
+		return te.Message // the handler's words for callers
 	}
-	return err.Error()
+	// Another error's text is the handler's internals, logged, not told
+	// to every caller that retries the key.
+	return "the call failed after it may have reached the receiver"
 }
 
 // markUnknown records the claim's outcome unknown. If the store cannot be
