@@ -159,7 +159,8 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, planner *retry.Pl
 			f.settle(res, nil)
 			return res, nil
 		}
-		return nil, keyedFailure(tp, err, l.callFailure(f.ctx, err, tp, &call.Request, &f.rec), f.rec.Outcome)
+		mapped := l.callFailure(f.ctx, err, tp, &call.Request, &f.rec)
+		return nil, keyedFailure(tp, err, mapped, f.rec.Outcome)
 	}
 }
 
@@ -269,18 +270,24 @@ func keyedFailure(tp ToolPolicy, raw, mapped error, outcome Outcome) error {
 }
 
 // neverRan reports whether a forward that failed with err (and was
-// recorded as outcome) provably did not run upstream: the upstream could
-// not be reached or refused it unseen (a 503 or 429), asked for input
-// before acting (an input round), refused the request itself (unknown
-// tool, invalid params), or an HTTP 4xx that is no timeout or conflict.
+// recorded as outcome) provably did not run upstream: no connection could
+// be opened, or the gateway itself refused it (its circuit open, no
+// session), the upstream asked for input before acting (an input round),
+// it does not know the tool, or an HTTP 4xx refusal (a rate limit, a
+// credential refused) that is no timeout or conflict. A 503 is not proof:
+// a proxy answers it after it passed the request on; nor is an invalid
+// params error, which an SDK raises on a tool's output after the tool
+// ran.
 func neverRan(err error, outcome Outcome) bool {
 	var rpc *jsonrpc.Error
 	var se *client.StatusError
+	var ce *client.ConnectError
+	var ue *errUnavailable
 	switch {
-	case outcome == OutcomeUnavailable, outcome == OutcomeInput:
+	case outcome == OutcomeInput, errors.As(err, &ce), errors.As(err, &ue):
 		return true
 	case errors.As(err, &rpc):
-		return rpc.Code == jsonrpc.CodeMethodNotFound || rpc.Code == jsonrpc.CodeInvalidParams
+		return rpc.Code == jsonrpc.CodeMethodNotFound
 	case errors.As(err, &se):
 		return se.Status >= 400 && se.Status < 500 && se.Status != http.StatusRequestTimeout && se.Status != http.StatusConflict
 	}

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -35,7 +36,8 @@ type mailer struct {
 	drop atomic.Int64
 	// refuse, when set, is the number of tools/call requests answered 503
 	// before they reach the upstream.
-	refuse atomic.Int64
+	refuse     atomic.Int64
+	refuseWith atomic.Int64 // the status refused requests get (0: 503)
 
 	mu   sync.Mutex
 	seen map[string]bool
@@ -79,7 +81,7 @@ func newMailer(t *testing.T) *mailer {
 	// served: the connection is cut once the upstream has acted.
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && r.Header.Get("Mcp-Method") == mcp.MethodToolsCall && m.refuse.Add(-1) >= 0 {
-			w.WriteHeader(http.StatusServiceUnavailable)
+			w.WriteHeader(cmp.Or(int(m.refuseWith.Load()), http.StatusServiceUnavailable))
 			return
 		}
 		if r.Method == http.MethodPost && m.drop.Load() > 0 {
@@ -285,12 +287,23 @@ func (f *front) awaitInProgress(t *testing.T, c *client.Client, tool, key string
 	t.Fatalf("%s %s was never in progress", tool, key)
 }
 
-// A keyed call the upstream refused unseen (a 503 before it reached the
-// server) frees its key: the retry is forwarded, and sends once.
+// A keyed call refused before it reached the server (a 429) frees its
+// key: the retry is forwarded, and sends once. A 503 proves nothing — a
+// proxy answers it after passing the request on — so the key's outcome
+// is unknown then, and the call is not sent again.
 func TestKeyedCallThatNeverRanRunsOnRetry(t *testing.T) {
 	m := newMailer(t)
 	f, l := keyedFront(t, m, nil)
 	c := f.dial(t, mcp.Modern, nil)
+	m.refuseWith.Store(http.StatusServiceUnavailable)
+	m.refuse.Store(1)
+	if f := failureOf(t, send(t, c, "send", "n-503", "ops")); f.Code != mcp.FailureOutcomeUnknown || f.Retryable {
+		t.Fatalf("a keyed call answered 503 = %+v, want outcome_unknown", f)
+	}
+	if f := failureOf(t, send(t, c, "send", "n-503", "ops")); f.Code != mcp.FailureOutcomeUnknown || m.sent.Load() != 0 {
+		t.Fatalf("its retry = %+v, %d sent; want outcome_unknown, nothing sent", f, m.sent.Load())
+	}
+	m.refuseWith.Store(http.StatusTooManyRequests)
 	m.refuse.Store(1)
 	refused := failureOf(t, send(t, c, "send", "n-1", "ops"))
 	if refused.Code != mcp.FailureUpstreamUnavailable || !refused.Retryable || m.sent.Load() != 0 {
