@@ -28,6 +28,7 @@ type dbFlags struct {
 	retention   time.Duration
 	lease       time.Duration
 	readOnly    bool // ledger show: inspect, never create or change
+	mustExist   bool // ledger resolve: change a ledger that is there, never create one
 }
 
 // register adds the flags to fs. A read-only command gets only --db: how
@@ -69,6 +70,11 @@ func (f *dbFlags) check(fs *flag.FlagSet) error {
 	}
 	if f.lease <= 0 || f.lease > f.retention {
 		return usagef("%s: --lease must be positive and no longer than --retention (%v), not %v", fs.Name(), f.retention, f.lease)
+	}
+	if f.mustExist && !strings.Contains(f.dsn, "://") {
+		if _, err := os.Stat(f.dsn); err != nil {
+			return fmt.Errorf("%s: no ledger at %s: %w", fs.Name(), f.dsn, err)
+		}
 	}
 	return nil
 }
@@ -173,7 +179,7 @@ func showRecord(ctx context.Context, l *ledger.Ledger, op operationFlags, stdout
 func ledgerResolve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ledger resolve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var op operationFlags
+	op := operationFlags{db: dbFlags{mustExist: true}}
 	op.register(fs)
 	resultFile := fs.String("result", "", "a file holding the tool result the operation had, as JSON: an object with a \"content\" array, as tools/call returns it")
 	failed := fs.String("failed", "", "record the operation as failed with this message: retries with the key get it as an \"operation_failed\" failure")

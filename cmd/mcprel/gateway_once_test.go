@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/internal/ledgertest"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/review"
 	"github.com/mcprel/mcprel/server"
@@ -290,6 +291,8 @@ func mustRead(t *testing.T, path string) []byte {
 func TestLedgerResolveUsage(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "l.db")
+	existing := filepath.Join(dir, "existing.db")
+	ledgertest.Open(t, existing, nil, nil, "")
 	notResult := filepath.Join(dir, "not-a-result.json")
 	if err := os.WriteFile(notResult, []byte(`{"text":"no content array"}`), 0o600); err != nil {
 		t.Fatal(err)
@@ -305,7 +308,8 @@ func TestLedgerResolveUsage(t *testing.T) {
 		{[]string{"--db", db, "--tool", "t", "--key", "k", "--result", notResult}, 2, "is not a tool result"},
 		{[]string{"--db", db, "--tool", "t", "--key", "k", "--result", filepath.Join(dir, "missing.json")}, 2, "--result:"},
 		{[]string{"--db", db, "--tool", "t", "--key", "k", "--forget", "--lease", "48h"}, 2, "--lease must be positive and no longer than --retention"},
-		{[]string{"--db", db, "--tool", "t", "--key", "k", "--forget"}, 3, "nothing to resolve"},
+		{[]string{"--db", db, "--tool", "t", "--key", "k", "--forget"}, 1, "no ledger at " + db},
+		{[]string{"--db", existing, "--tool", "t", "--key", "k", "--forget"}, 3, "nothing to resolve"},
 	} {
 		cmd := exec.Command(binary, append([]string{"ledger", "resolve"}, tc.args...)...)
 		out, _ := cmd.CombinedOutput()
