@@ -222,14 +222,14 @@ func (f *front) awaitForward(t *testing.T, name string) gateway.ForwardRecord {
 	}
 }
 
-func newFront(t *testing.T, opts gateway.Options, hopts *streamhttp.HandlerOptions) *front {
+func newFront(t testing.TB, opts gateway.Options, hopts *streamhttp.HandlerOptions) *front {
 	t.Helper()
 	return newFrontOn(t, mcptest.NewServer(t, &server.Options{ProgressInterval: time.Nanosecond}), opts, hopts)
 }
 
 // newFrontOn is newFront on srv, which a test prepared (a task server on
-// it, say).
-func newFrontOn(t *testing.T, srv *server.Server, opts gateway.Options, hopts *streamhttp.HandlerOptions) *front {
+// it, say); a benchmark's too.
+func newFrontOn(t testing.TB, srv *server.Server, opts gateway.Options, hopts *streamhttp.HandlerOptions) *front {
 	t.Helper()
 	f := &front{srv: srv, listed: make(chan struct{}, 1), forwarded: make(chan gateway.ForwardRecord, 64)}
 	if opts.Observer == nil {

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -221,27 +220,13 @@ func (u *touchUpstream) checked(perCall int64, run batch) batch {
 // gateway, for a benchmark.
 func touchFront(b *testing.B, u *touchUpstream, l *ledger.Ledger) *front {
 	b.Helper()
-	f := &front{srv: mcptest.NewServer(b, nil)}
-	gw, err := gateway.New(f.srv, &gateway.Options{
+	return newFrontOn(b, mcptest.NewServer(b, nil), gateway.Options{
 		Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
 		Ledger:    l,
-		Logger:    slog.New(slog.DiscardHandler),
 		Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{
 			"touch": {Retry: server.RetryConditional, KeyArgument: "requestId"},
 		}},
-	})
-	must(b, err)
-	f.gw = gw
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	must(b, gw.Start(ctx))
-	b.Cleanup(func() { gw.Close() })
-	h, err := streamhttp.NewHandler(f.srv, nil)
-	must(b, err)
-	hs := httptest.NewServer(h)
-	b.Cleanup(hs.Close)
-	f.url = hs.URL
-	return f
+	}, nil)
 }
 
 // dialN connects n clients (the newest era) to url, closed when b ends.
