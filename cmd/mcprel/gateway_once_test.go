@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/internal/interop/gatewaycheck"
 	"github.com/mcprel/mcprel/internal/ledgertest"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/review"
@@ -126,23 +127,6 @@ func countLines(t *testing.T, file string) int {
 	return len(strings.Fields(string(b)))
 }
 
-func failure(t *testing.T, res *mcp.CallToolResult) mcp.Failure {
-	t.Helper()
-	if !res.IsError || len(res.Content) == 0 {
-		t.Fatalf("the call succeeded: %+v", res)
-	}
-	b, _ := json.Marshal(res.Content[0])
-	var c struct {
-		Text string `json:"text"`
-	}
-	json.Unmarshal(b, &c)
-	var f mcp.Failure
-	if err := json.Unmarshal([]byte(c.Text), &f); err != nil {
-		t.Fatalf("the failure %q is not structured: %v", c.Text, err)
-	}
-	return f
-}
-
 // The gateway is killed (SIGKILL) while the upstream holds a keyed
 // send_email it already sent: a gateway started again on the same ledger
 // never forwards the key again — its retries are in_progress until the
@@ -179,7 +163,7 @@ func TestGatewayKilledMidCallNeverSendsTwice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		last = failure(t, res)
+		last = gatewaycheck.Failure(t, res)
 		if last.Code == mcp.FailureOutcomeUnknown {
 			break
 		}
@@ -205,7 +189,7 @@ func TestGatewayKilledMidCallNeverSendsTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := failure(t, res); f.Code != mcp.FailureOperationFailed || !strings.Contains(f.Message, "do not resend") || countLines(t, sentFile) != 1 {
+	if f := gatewaycheck.Failure(t, res); f.Code != mcp.FailureOperationFailed || !strings.Contains(f.Message, "do not resend") || countLines(t, sentFile) != 1 {
 		t.Fatalf("after resolve = %+v, %d sent", f, countLines(t, sentFile))
 	}
 	again := exec.Command(binary, "ledger", "resolve", "--db", db, "--tool", "send_email", "--key", "r-1", "--forget")
@@ -242,7 +226,7 @@ func TestGatewayMailPolicyAsReviewed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := failure(t, res); f.Code != mcp.FailureKeyRequired || !strings.Contains(f.Message, "arguments.requestId") {
+	if f := gatewaycheck.Failure(t, res); f.Code != mcp.FailureKeyRequired || !strings.Contains(f.Message, "arguments.requestId") {
 		t.Fatalf("send_email without its key = %+v", f)
 	}
 	if n := countLines(t, sentFile); n != 1 {
