@@ -64,6 +64,14 @@ func (l *Ledger) claim(ctx context.Context, op Op, once bool) (claim *Claim, rep
 	if !ValidKey(op.Key) {
 		return nil, nil, ErrInvalidKey
 	}
+	// A retry of a finished operation — the usual reason a claimed key
+	// comes back — is answered with a read, which takes no write
+	// transaction: on PostgreSQL the write path would lock the row and
+	// commit durably, on SQLite queue behind every writer. A fresh key
+	// pays one read more before its claim's commit.
+	if res, ok, err := l.peekClaim(ctx, op, once); ok || err != nil {
+		return nil, res, waitBounded(ctx, err)
+	}
 	token := rand.Text()
 	var madeUnknown *UnknownError // committed, then returned
 	err = l.db.WriteBatched(ctx, func(tx *store.Tx) error {
@@ -124,6 +132,36 @@ func (l *Ledger) claim(ctx context.Context, op Op, once bool) (claim *Claim, rep
 		return nil, nil, madeUnknown
 	}
 	return claim, replayed, nil
+}
+
+// peekClaim answers a claim from a read when the record decides it
+// without a write: a committed result is replayed, a record of another
+// operation is a conflict, a live lease is in progress and, for a claim
+// at most once, an unknown outcome stays unknown. ok is false when only
+// the write path can decide: the key is free, its retention ended, its
+// lease expired (a takeover, or its outcome made unknown, is a write), or
+// a claim that may take over finds its outcome unknown.
+func (l *Ledger) peekClaim(ctx context.Context, op Op, once bool) (replayed *Result, ok bool, err error) {
+	rec, err := scanRecord(l.db.QueryRow(ctx, selectRecord+keyIs, op.Tenant, op.Tool, op.Key))
+	now := l.now()
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, err
+	case !rec.ExpiresAt.After(now):
+		return nil, false, nil
+	case rec.Fingerprint != op.Fingerprint:
+		return nil, true, &ConflictError{Tenant: op.Tenant, Tool: op.Tool, Key: op.Key}
+	case rec.State == Committed:
+		r := replay(rec)
+		return &r, true, nil
+	case rec.State == OutcomeUnknown && once:
+		return nil, true, unknownOf(rec)
+	case rec.State == InProgress && rec.LeaseUntil.After(now):
+		return nil, true, &InProgressError{RetryAfter: rec.LeaseUntil.Sub(now)}
+	}
+	return nil, false, nil
 }
 
 // sameToken matches the lease token a record was read with, NULL (an

@@ -314,3 +314,57 @@ func TestRetentionFollowsTheClaim(t *testing.T) {
 		}
 	})
 }
+
+// A claim the record decides without a write — a replay, a conflict, a
+// live lease, an unknown outcome — is answered with a read: it commits
+// nothing, so a retry of a finished forward costs no durable write.
+func TestClaimDecidedByTheRecordWritesNothing(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		l := open(t, dsn, nil)
+		done, live, lost := op("acme", "r-1", `{"a":1}`), op("acme", "r-2", `{}`), op("acme", "r-3", `{}`)
+		c, _, err := l.ClaimOnce(ctx, done)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Complete(ctx, json.RawMessage(`{"ok":1}`)); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := l.ClaimOnce(ctx, live); err != nil {
+			t.Fatal(err)
+		}
+		u, _, err := l.ClaimOnce(ctx, lost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := u.Unknown(ctx, "lost"); err != nil {
+			t.Fatal(err)
+		}
+		before := l.DB().WriteStats()
+		var conflict *ledger.ConflictError
+		var busy *ledger.InProgressError
+		var unknown *ledger.UnknownError
+		for _, claim := range []func(context.Context, ledger.Op) (*ledger.Claim, *ledger.Result, error){l.Claim, l.ClaimOnce} {
+			if _, res, err := claim(ctx, done); err != nil || res == nil || !res.Replayed || string(res.Data) != `{"ok":1}` {
+				t.Fatalf("a replay = %+v, %v", res, err)
+			}
+			if _, _, err := claim(ctx, op("acme", "r-1", `{"a":2}`)); !errors.As(err, &conflict) {
+				t.Fatalf("other arguments = %v, want ConflictError", err)
+			}
+			if _, _, err := claim(ctx, live); !errors.As(err, &busy) {
+				t.Fatalf("a live lease = %v, want InProgressError", err)
+			}
+		}
+		if _, _, err := l.ClaimOnce(ctx, lost); !errors.As(err, &unknown) {
+			t.Fatalf("an unknown outcome = %v, want UnknownError", err)
+		}
+		if after := l.DB().WriteStats(); after.Commits != before.Commits {
+			t.Fatalf("claims decided by the record committed %d write transactions, want none", after.Commits-before.Commits)
+		}
+		// A claim that honours the key takes an unknown outcome over: that
+		// is a write.
+		if c, _, err := l.Claim(ctx, lost); err != nil || c == nil {
+			t.Fatalf("Claim of an unknown outcome = %v, %v", c, err)
+		}
+	})
+}
