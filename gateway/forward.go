@@ -93,6 +93,9 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, planner *retry.Pl
 		c, release, err := l.acquire(f.ctx, call.Tenant)
 		if err != nil {
 			f.rec.Outcome = OutcomeUnavailable
+			if errors.Is(context.Cause(f.ctx), errTaskCancelled) {
+				return nil, l.taskCancelled(f.ctx, call, tp, false)
+			}
 			return nil, idempotency.NotRun(l.unavailable(err))
 		}
 		// A 2025-era upstream may ask mid-call, which a 2026-07-28 client
@@ -160,8 +163,34 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, planner *retry.Pl
 			return res, nil
 		}
 		mapped := l.callFailure(f.ctx, err, tp, &call.Request, &f.rec)
+		if errors.Is(context.Cause(f.ctx), errTaskCancelled) {
+			return nil, l.taskCancelled(f.ctx, call, tp, !neverRan(err, f.rec.Outcome))
+		}
 		return nil, keyedFailure(tp, err, mapped, f.rec.Outcome)
 	}
+}
+
+// errTaskCancelled ends a task's forward when tasks/cancel was asked of
+// its task: the upstream call is cancelled its own way, and what the
+// task becomes depends on what the upstream may have done (taskCancelled).
+var errTaskCancelled = errors.New("gateway: the task was cancelled (tasks/cancel)")
+
+// taskCancelled ends a task whose forward tasks/cancel stopped before the
+// upstream answered; sent says the request may have reached the upstream.
+// The task ends cancelled only where that hides no effect: the tool is a
+// read, or the request provably never reached the upstream. Otherwise the
+// upstream may have acted before the cancellation reached it, and the
+// task ends with the outcome unknown, as a call whose answer was lost
+// does — never "cancelled", which would say nothing happened. (An answer
+// that came first is the task's result: the forward returned it.)
+func (l *link) taskCancelled(ctx context.Context, call *server.CallRequest, tp ToolPolicy, sent bool) error {
+	if tp.Retry == server.RetrySafe || !sent {
+		// The checkpoint observes the intent and ends the task cancelled
+		// (tasks.ErrCancelled); it must not be cut short by the cancel
+		// that brought it here.
+		return taskserver.Checkpoint(context.WithoutCancel(ctx), call, "")
+	}
+	return l.outcomeUnknown(tp, "its task was cancelled (tasks/cancel) while the call was in flight, and no answer came before the cancellation reached it")
 }
 
 // taskCheckEvery is how often a task's forward checks in with its task:
@@ -171,9 +200,10 @@ const taskCheckEvery = time.Second
 
 // watchTask checks in with call's task while its forward runs, and ends
 // the returned context — so the upstream call is cancelled its own way —
-// once the task is cancelled, taken over, or its process is shutting
-// down (the cause says which, for the task's outcome). A store that fails
-// for a moment stops nothing.
+// once tasks/cancel was asked of the task (errTaskCancelled), or it was
+// ended or taken over elsewhere, or its process is shutting down (the
+// cause says which, for the task's outcome). A store that fails for a
+// moment stops nothing.
 func watchTask(ctx context.Context, call *server.CallRequest) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
@@ -189,8 +219,14 @@ func watchTask(ctx context.Context, call *server.CallRequest) (context.Context, 
 				return
 			case <-t.C:
 			}
-			err := taskserver.Checkpoint(ctx, call, "")
-			if errors.Is(err, tasks.ErrCancelled) || errors.Is(err, tasks.ErrShutdown) || errors.Is(err, tasks.ErrTerminal) || errors.Is(err, tasks.ErrLeaseLost) {
+			// The intent is read, not acted on: the task ends once the
+			// forward knows what its cancellation did (taskCancelled).
+			asked, err := taskserver.CancelRequested(ctx, call)
+			if asked {
+				cancel(errTaskCancelled)
+				return
+			}
+			if errors.Is(err, tasks.ErrShutdown) || errors.Is(err, tasks.ErrTerminal) || errors.Is(err, tasks.ErrLeaseLost) {
 				cancel(err)
 				return
 			}
@@ -272,7 +308,8 @@ func keyedFailure(tp ToolPolicy, raw, mapped error, outcome Outcome) error {
 // neverRan reports whether a forward that failed with err (and was
 // recorded as outcome) provably did not run upstream: no connection could
 // be opened, or the gateway itself refused it (its circuit open, no
-// session), the upstream asked for input before acting (an input round),
+// session), the request was withdrawn before any of it was written (a
+// cancel that came first), the upstream asked for input before acting (an input round),
 // it does not know the tool, or an HTTP 4xx refusal (a rate limit, a
 // credential refused) that is no timeout or conflict. A 503 is not proof:
 // a proxy answers it after it passed the request on; nor is an invalid
@@ -283,9 +320,12 @@ func neverRan(err error, outcome Outcome) bool {
 	var se *client.StatusError
 	var ce *client.ConnectError
 	var ue *errUnavailable
+	var cancelled *client.CancelledError
 	switch {
 	case outcome == OutcomeInput, errors.As(err, &ce), errors.As(err, &ue):
 		return true
+	case errors.As(err, &cancelled) && cancelled.Cancel == client.RequestNotSent:
+		return true // withdrawn from the client's queue before a byte of it was written
 	case errors.As(err, &rpc):
 		return rpc.Code == jsonrpc.CodeMethodNotFound
 	case errors.As(err, &se):

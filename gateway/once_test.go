@@ -29,8 +29,10 @@ import (
 type mailer struct {
 	url  string
 	sent atomic.Int64
-	// hold, when set, blocks "send" until it is closed.
-	hold chan struct{}
+	// hold, when set, blocks "send" until it is closed, and holdReads
+	// "outbox"; entered, when set, is told each tool call that arrives.
+	hold, holdReads chan struct{}
+	entered         chan string
 	// drop, when set, is the number of answers to tools/call that the
 	// network in front of the upstream loses after the upstream acted.
 	drop atomic.Int64
@@ -43,6 +45,23 @@ type mailer struct {
 	seen map[string]bool
 }
 
+// arrive tells entered of a call of tool and waits for hold to be
+// closed (if set) or the call to be cancelled.
+func (m *mailer) arrive(ctx context.Context, tool string, hold chan struct{}) error {
+	if m.entered != nil {
+		m.entered <- tool
+	}
+	if hold == nil {
+		return nil
+	}
+	select {
+	case <-hold:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func newMailer(t *testing.T) *mailer {
 	t.Helper()
 	m := &mailer{seen: map[string]bool{}}
@@ -53,12 +72,8 @@ func newMailer(t *testing.T) *mailer {
 		RequestID string `json:"requestId,omitempty"`
 	}
 	must(t, server.AddTypedTool(srv, server.Tool{Name: "send"}, func(ctx context.Context, call *server.CallRequest, in sendArgs) (string, error) {
-		if m.hold != nil {
-			select {
-			case <-m.hold:
-			case <-ctx.Done():
-				return "", ctx.Err()
-			}
+		if err := m.arrive(ctx, call.Name, m.hold); err != nil {
+			return "", err
 		}
 		m.sent.Add(1)
 		return "sent to " + in.To, nil
@@ -73,6 +88,9 @@ func newMailer(t *testing.T) *mailer {
 		return "sent " + in.RequestID, nil
 	}))
 	must(t, server.AddTypedTool(srv, server.Tool{Name: "outbox", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: ptr(true)}}, func(ctx context.Context, call *server.CallRequest, in struct{}) (int64, error) {
+		if err := m.arrive(ctx, call.Name, m.holdReads); err != nil {
+			return 0, err
+		}
 		return m.sent.Load(), nil
 	}))
 	h, err := streamhttp.NewHandler(srv, nil)

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -76,36 +77,72 @@ func TestUpstreamToolAsATask(t *testing.T) {
 }
 
 // tasks/cancel reaches the upstream: the forward checks in with its task,
-// sees the intent, and cancels the upstream call its own way.
-func TestCancelledTaskCancelsTheUpstreamCall(t *testing.T) {
+// sees the intent, and cancels the upstream call its own way. The call
+// had reached an upstream that does not honour the key, which may have
+// acted before the cancellation reached it: the task ends with its
+// outcome unknown, never "cancelled", and a retry of the keyed creation
+// gets that answer without a second send.
+func TestCancelledTaskOfAMutationEndsOutcomeUnknown(t *testing.T) {
 	m := newMailer(t)
 	m.hold = make(chan struct{}) // never released: only a cancellation ends it
+	m.entered = make(chan string, 4)
+	f, _ := taskFront(t, m)
+	c := taskClient(t, f)
+	ctx, cancel := context.WithCancel(context.Background())
+	type end struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan end, 1)
+	args := map[string]any{"to": "ops", "text": "hello", "requestId": "t-3"}
+	go func() {
+		res, err := c.CallToolTask(ctx, "send", args, nil, nil)
+		done <- end{res, err}
+	}()
+	recv(t, m.entered, "the upstream call") // the request reached the upstream
+	cancel()
+	got := recv(t, done, "the cancelled task's end")
+	if got.err != nil {
+		t.Fatalf("the task ended with %v, want a result saying its outcome is unknown", got.err)
+	}
+	if fl := failureOf(t, got.res); fl.Code != mcp.FailureOutcomeUnknown || fl.Retryable || !strings.Contains(fl.Message, "tasks/cancel") {
+		t.Fatalf("the cancelled task's result = %+v, want outcome_unknown, not retryable", fl)
+	}
+	if rec := f.awaitForward(t, "send"); rec.Outcome != gateway.OutcomeCancelled || !rec.CancelPropagated {
+		t.Fatalf("the forward was recorded %+v, want cancelled upstream", rec)
+	}
+	again, err := c.CallToolTask(context.Background(), "send", args, nil, nil)
+	if err != nil || failureOf(t, again).Code != mcp.FailureOutcomeUnknown {
+		t.Fatalf("the retried creation = %+v, %v; want the same task's unknown outcome", again, err)
+	}
+	select {
+	case tool := <-m.entered:
+		t.Fatalf("the retry reached the upstream (%s)", tool)
+	default:
+	}
+}
+
+// A read's task cancelled mid-call ends cancelled: nothing it did can be
+// hidden by that.
+func TestCancelledTaskOfAReadEndsCancelled(t *testing.T) {
+	m := newMailer(t)
+	m.holdReads = make(chan struct{})
+	m.entered = make(chan string, 4)
 	f, _ := taskFront(t, m)
 	c := taskClient(t, f)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		res, err := c.CallToolTask(ctx, "send", map[string]any{"to": "ops", "text": "hello", "requestId": "t-3"}, nil, func(status, _ string) {
-			if status == "working" {
-				cancel()
-			}
-		})
-		if err == nil {
-			t.Logf("result: %+v %s", res, text(res))
-		}
+		_, err := c.CallToolTask(ctx, "outbox", nil, nil, nil)
 		done <- err
 	}()
-	err := recv(t, done, "the cancelled task's end")
-	if err == nil {
-		t.Fatal("a cancelled task succeeded")
+	recv(t, m.entered, "the upstream call")
+	cancel()
+	var ce *client.CancelledError
+	if err := recv(t, done, "the cancelled task's end"); !errors.As(err, &ce) {
+		t.Fatalf("the read's task ended with %v, want it cancelled", err)
 	}
-	if rec := f.awaitForward(t, "send"); rec.Outcome != gateway.OutcomeCancelled || !rec.CancelPropagated {
+	if rec := f.awaitForward(t, "outbox"); rec.Outcome != gateway.OutcomeCancelled || !rec.CancelPropagated {
 		t.Fatalf("the forward was recorded %+v, want cancelled upstream", rec)
-	}
-	if m.sent.Load() != 0 {
-		t.Fatalf("%d sent", m.sent.Load())
-	}
-	if !strings.Contains(err.Error(), "cancel") {
-		t.Logf("the client's error: %v", err)
 	}
 }

@@ -7,7 +7,7 @@ func SetClock(s *Store, now func() time.Time) { s.now = now }
 
 // SetBeforeWrite makes f run inside each transition of s between its read
 // of the task and its write (op names the transition: "finish",
-// "cancel", "checkpoint", "takeover", "input"): a test runs a competing
+// "cancel", "checkpoint", "renew", "takeover", "input"): a test runs a competing
 // transition there. A creation runs it as "create" when it has counted the
 // task in and written it, and as "full" each time it passes over a shard
 // that holds its share.

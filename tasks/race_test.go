@@ -212,3 +212,52 @@ func TestStaleTransitionsLose(t *testing.T) {
 		}
 	})
 }
+
+// A renewal (Run.CancelRequested) reads the cancellation intent and
+// leaves the task working for its worker to end; a stalled worker's
+// renewal after another replica took its task over renews nothing.
+func TestRenewReadsTheIntentAndLosesToATakeover(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		a, b, clk := replicas(t, dsn, &tasks.Options{Lease: 10 * time.Second})
+		task := create(t, a, "acme", "w1")
+		if asked, err := a.Renew(ctx, task.ID, "w1"); err != nil || asked {
+			t.Fatalf("Renew before tasks/cancel = %v, %v", asked, err)
+		}
+		if _, err := a.RequestCancel(ctx, "acme", task.ID); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(5 * time.Second)
+		asked, err := a.Renew(ctx, task.ID, "w1")
+		got, _ := a.Get(ctx, "acme", task.ID)
+		if err != nil || !asked || got.Status != tasks.Working || !got.LeaseUntil.Equal(time.UnixMilli(clk.Now().Add(10*time.Second).UnixMilli())) {
+			t.Fatalf("Renew after tasks/cancel = %v, %v; the task is %s, its lease until %v", asked, err, got.Status, got.LeaseUntil)
+		}
+		// The worker ends it itself: here as a checkpoint would.
+		if err := a.Checkpoint(ctx, task.ID, "w1", tasks.CheckpointUpdate{}); !errors.Is(err, tasks.ErrCancelled) {
+			t.Fatalf("Checkpoint after the intent = %v, want ErrCancelled", err)
+		}
+		if _, err := a.Renew(ctx, task.ID, "w1"); !errors.Is(err, tasks.ErrTerminal) {
+			t.Fatalf("Renew of an ended task = %v, want ErrTerminal", err)
+		}
+
+		stalled := create(t, a, "acme", "w1")
+		clk.Advance(10 * time.Second) // w1's lease on it expired
+		var renewErr error
+		interleave(t, a, "renew", func() {
+			_, renewErr = a.Renew(ctx, stalled.ID, "w1")
+		}, func() {
+			if _, err := b.TakeOver(ctx, "w2", 10); err != nil {
+				t.Error(err)
+			}
+		})
+		got, _ = a.Get(ctx, "acme", stalled.ID)
+		if a.DB().Dialect() == store.Postgres {
+			if !errors.Is(renewErr, tasks.ErrLeaseLost) || got.Owner != "w2" || got.Attempts != 2 {
+				t.Fatalf("the stalled worker's Renew = %v; the task is owned by %q (attempt %d)", renewErr, got.Owner, got.Attempts)
+			}
+		} else if renewErr != nil || got.Owner != "w1" { // renewed first: not taken
+			t.Fatalf("Renew then TakeOver: %v; the task is owned by %q", renewErr, got.Owner)
+		}
+	})
+}

@@ -954,6 +954,26 @@ func (s *Store) checkpoint(ctx context.Context, id, owner string, u CheckpointUp
 	})
 }
 
+// Renew is Run.CancelRequested's write: owner's lease on the task is
+// renewed and the task marked updated, as at a checkpoint, and its
+// cancellation intent is read and left for the worker to act on — the
+// task stays working. It returns ErrLeaseLost when owner no longer holds
+// the task, ErrTerminal when it has ended.
+func (s *Store) Renew(ctx context.Context, id, owner string) (cancelRequested bool, err error) {
+	err = s.transition(ctx, func(tx *store.Tx) error {
+		t, err := s.owned(ctx, tx, id, owner)
+		if err != nil {
+			return err
+		}
+		s.barrier("renew")
+		now := s.now()
+		cancelRequested = t.CancelRequested
+		return applied(tx.Exec(ctx, `UPDATE mcprel_tasks SET updated_at = ?, lease_until = ? WHERE id = ?`+leaseHeld,
+			append([]any{ms(now), ms(now.Add(s.lease)), id}, held(t)...)...))
+	})
+	return cancelRequested, err
+}
+
 // atCheckpoint is where a worker meets its task's cancellation intent: in
 // one write transaction the task owner holds is read, and ended cancelled
 // if the intent was recorded (atCheckpoint then returns ErrCancelled once
