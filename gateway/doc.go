@@ -39,8 +39,10 @@
 // Options.CircuitFailures consecutive connection failures the upstream's
 // circuit opens and calls are refused at once until a ping to it succeeds.
 // A connection lost while a call was in flight gives outcome_unknown:
-// the upstream may have acted, so only a tool the policy calls read-only
-// says it may be retried. A stdio upstream that dies, or an HTTP+SSE
+// the upstream may have acted, so only a tool that may be sent again — a
+// read, or a keyed call whose upstream honours the key — says it may be
+// retried. A 503 is read the same way: the upstream probably did not
+// act, but a proxy can answer 503 after passing a request on. A stdio upstream that dies, or an HTTP+SSE
 // stream that ends, is connected again after a capped, jittered, steady
 // backoff that grows while it keeps failing, and everything it lists is
 // listed again.

@@ -289,7 +289,10 @@ func (l *link) attempt(f *forward, planner *retry.Planner, call *server.CallRequ
 // frees its key for a retry; every other failure leaves the outcome
 // unknown, and the gateway's own words for one (a timeout, an HTTP 500,
 // a malformed answer) say so, for they are no decision of the upstream's
-// to replay. raw is the client's error, mapped what the downstream is told.
+// to replay. Where the upstream honours the key, the ledger keeps no
+// unknown outcome — it frees the key, and a retry sends it again — and
+// the caller is told that retrying with the key is safe. raw is the
+// client's error, mapped what the downstream is told.
 func keyedFailure(tp ToolPolicy, raw, mapped error, outcome Outcome) error {
 	if tp.Retry != server.RetryConditional {
 		return mapped
@@ -299,8 +302,12 @@ func keyedFailure(tp ToolPolicy, raw, mapped error, outcome Outcome) error {
 	}
 	var te *mcp.ToolError
 	if errors.As(mapped, &te) && te.Code != mcp.FailureOutcomeUnknown {
-		return &mcp.ToolError{Code: mcp.FailureOutcomeUnknown, Retryable: false,
-			Message: te.Message + ": the call may or may not have taken effect; check before calling again with a new key"}
+		advice := "check before calling again with a new key"
+		if tp.UpstreamHonoursKey {
+			advice = resendAdvice(tp)
+		}
+		return &mcp.ToolError{Code: mcp.FailureOutcomeUnknown, Retryable: tp.UpstreamHonoursKey,
+			Message: te.Message + ": the call may or may not have taken effect; " + advice}
 	}
 	return mapped
 }
@@ -426,6 +433,16 @@ func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, q *ser
 	case errors.As(err, &rpc):
 		rec.Outcome = OutcomeProtocolError
 		return upstreamRPCError(l.up.Name, rpc)
+	case errors.As(err, &se) && se.Status == http.StatusServiceUnavailable:
+		// The upstream, or a proxy in front of it, says it is
+		// unavailable: probably it did not act on the request, but a proxy
+		// can answer 503 after passing a request on. A tool that may be
+		// sent again is told to retry; any other's outcome is unknown.
+		rec.Outcome = OutcomeUnavailable
+		if tp.resendable() {
+			return l.unavailable(err)
+		}
+		return l.outcomeUnknown(tp, "it answered HTTP 503 (unavailable): it probably did not act on the request, but an HTTP proxy can answer 503 after passing a request on")
 	case isUnreachable(err):
 		rec.Outcome = OutcomeUnavailable
 		return l.unavailable(err)
@@ -463,14 +480,27 @@ func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, q *ser
 
 // outcomeUnknown is the failure of a call that may have reached the
 // upstream and whose answer did not come back: whether it took effect is
-// unknown, and only a tool the policy calls safe may simply be made
-// again.
+// unknown. Only a tool that may be sent again (ToolPolicy.resendable) —
+// a read, or a keyed call whose upstream honours the key — is told it
+// may simply be made again.
 func (l *link) outcomeUnknown(tp ToolPolicy, why string) error {
+	advice := "check before calling again"
+	if tp.resendable() {
+		advice = resendAdvice(tp)
+	}
 	return &mcp.ToolError{
 		Code:      mcp.FailureOutcomeUnknown,
-		Message:   fmt.Sprintf("upstream %q: %s: the call may or may not have taken effect; check before calling again", l.up.Name, why),
-		Retryable: tp.Retry == server.RetrySafe,
+		Message:   fmt.Sprintf("upstream %q: %s: the call may or may not have taken effect; %s", l.up.Name, why, advice),
+		Retryable: tp.resendable(),
 	}
+}
+
+// resendAdvice says why a tool that may be sent again is safe to retry.
+func resendAdvice(tp ToolPolicy) string {
+	if tp.Retry == server.RetryConditional {
+		return "retrying with the same idempotency key is safe: the upstream deduplicates by it"
+	}
+	return "retrying is safe: the tool only reads"
 }
 
 // redact is err's text with the upstream's URL, which may carry
@@ -502,20 +532,25 @@ func upstreamRPCError(upstream string, e *jsonrpc.Error) error {
 
 // unavailable is the retryable failure of a request that never reached
 // the upstream: the circuit was open, it was not connected, it could not
-// be reached or refused it as unavailable, or the gateway holds as much
-// as it may. It names the upstream, never its URL.
+// be reached or refused it (429), or the gateway holds as much as it may —
+// or, for a tool that may be sent again, that it answered 503. It names
+// the upstream, never its URL.
 func (l *link) unavailable(err error) error {
 	after := defaultRetryAfter
 	var ue *errUnavailable
 	var se *client.StatusError
 	var ce *client.ConnectError
 	msg := fmt.Sprintf("upstream %q is unavailable", l.up.Name)
+	reached := "; the request never reached it"
 	switch {
 	case errors.As(err, &ue):
 		after = max(ue.after, 10*time.Millisecond)
 		msg = ue.why
 	case errors.As(err, &se):
 		msg = fmt.Sprintf("upstream %q answered HTTP %d", l.up.Name, se.Status)
+		if se.Status == http.StatusServiceUnavailable {
+			reached = "; it probably did not act on the request (a proxy may have passed it on), and this tool may be sent again"
+		}
 		if d, ok := retry.ParseRetryAfter(se.RetryAfter, time.Now()); ok {
 			after = min(max(d, 10*time.Millisecond), maxRetryAfter)
 		}
@@ -525,7 +560,7 @@ func (l *link) unavailable(err error) error {
 			msg += " (connection refused)"
 		}
 	}
-	return &mcp.ToolError{Code: mcp.FailureUpstreamUnavailable, Message: msg + "; the request never reached it", Retryable: true, RetryAfter: after.Round(time.Millisecond)}
+	return &mcp.ToolError{Code: mcp.FailureUpstreamUnavailable, Message: msg + reached, Retryable: true, RetryAfter: after.Round(time.Millisecond)}
 }
 
 // answersAny reports whether a client declared any of the capabilities

@@ -59,9 +59,12 @@ func TestGatewayTimeoutIsNotProofTheCallNeverRan(t *testing.T) {
 	}
 }
 
-// A 503 or 429 says the upstream refused the request unread: a
-// retryable upstream_unavailable, with the upstream's Retry-After passed
-// on — within bounds, whatever it says.
+// A 429 says the upstream refused the request unread, and a 503 that it
+// is unavailable and probably did not act on it: for a read, either is a
+// retryable upstream_unavailable with the upstream's Retry-After passed
+// on — within bounds, whatever it says. A proxy can answer 503 after
+// passing a request on, so for a tool that cannot be sent again a 503
+// leaves the outcome unknown, not retryable; a 429 proves nothing ran.
 func TestUpstreamRefusalPassesItsRetryAfterOn(t *testing.T) {
 	u := newUpstream(t)
 	var status atomic.Int32
@@ -74,7 +77,8 @@ func TestUpstreamRefusalPassesItsRetryAfterOn(t *testing.T) {
 		w.WriteHeader(int(status.Load()))
 		return true
 	})
-	f := newFront(t, gateway.Options{Upstreams: []gateway.Upstream{{Name: "up", URL: endpoint}}}, nil)
+	f := newFront(t, gateway.Options{Upstreams: []gateway.Upstream{{Name: "up", URL: endpoint}},
+		Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"echo": {Retry: server.RetrySafe, MaxAttempts: 1}}}}, nil)
 	c := f.dial(t, mcp.Modern, nil)
 	for _, tc := range []struct {
 		status     int
@@ -97,6 +101,20 @@ func TestUpstreamRefusalPassesItsRetryAfterOn(t *testing.T) {
 		if !strings.Contains(fail.Message, fmt.Sprint(tc.status)) {
 			t.Errorf("the failure does not say what the upstream answered: %q", fail.Message)
 		}
+	}
+	// "progress" is named by no policy: unsafe.
+	retryAfter.Store("1")
+	status.Store(http.StatusServiceUnavailable)
+	res, err := c.CallTool(context.Background(), "progress", map[string]any{"steps": 1}, nil)
+	must(t, err)
+	if fail := failureOf(t, res); fail.Code != mcp.FailureOutcomeUnknown || fail.Retryable || !strings.Contains(fail.Message, "503") {
+		t.Fatalf("an unsafe tool answered 503 gave %+v, want outcome_unknown, not retryable", fail)
+	}
+	status.Store(http.StatusTooManyRequests)
+	res, err = c.CallTool(context.Background(), "progress", map[string]any{"steps": 1}, nil)
+	must(t, err)
+	if fail := failureOf(t, res); fail.Code != mcp.FailureUpstreamUnavailable || !fail.Retryable {
+		t.Fatalf("an unsafe tool answered 429 gave %+v, want a retryable upstream_unavailable", fail)
 	}
 }
 

@@ -231,6 +231,18 @@ func TestUpstreamThatHonoursTheKeyGetsTheRetry(t *testing.T) {
 	if again := send(t, c, "send_keyed", "k-1", "ops"); again.Meta[mcp.MetaReplayed] != true || m.sent.Load() != 1 {
 		t.Fatalf("a retry = %+v, %d sent; want it replayed", again, m.sent.Load())
 	}
+	// Every answer lost, the gateway's retries spent: the caller is told
+	// the outcome is unknown and that its own retry with the key is safe —
+	// which it is: the key is free, and the upstream dedupes.
+	m.drop.Store(100)
+	lost := failureOf(t, send(t, c, "send_keyed", "k-2", "ops"))
+	if lost.Code != mcp.FailureOutcomeUnknown || !lost.Retryable || !strings.Contains(lost.Message, "same idempotency key") {
+		t.Fatalf("a keyed call whose every answer was lost = %+v, want a retryable outcome_unknown", lost)
+	}
+	m.drop.Store(0)
+	if again := send(t, c, "send_keyed", "k-2", "ops"); again.IsError || text(again) != "sent k-2" || m.sent.Load() != 2 {
+		t.Fatalf("the caller's retry = %+v, %d sent; want it sent again and deduplicated upstream", again, m.sent.Load())
+	}
 }
 
 // The gateway retries a safe tool whose answer was lost, and never an

@@ -92,6 +92,12 @@ func (tp ToolPolicy) retryClass() retry.Class {
 	return retry.Unsafe
 }
 
+// resendable reports whether a call of the tool may be sent upstream
+// again after a failure that may have reached the upstream: a read, or a
+// keyed call whose upstream honours the key. A downstream client is told
+// such a failure is retryable; any other tool's is an unknown outcome.
+func (tp ToolPolicy) resendable() bool { return tp.retryClass() != retry.Unsafe }
+
 // Policy is what the gateway knows of the tools it forwards, by the name
 // downstream clients call them.
 type Policy struct {
