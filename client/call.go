@@ -57,6 +57,9 @@ type CallOptions struct {
 
 	quiet   bool        // a probe: its failure is expected and not counted
 	headers [][2]string // Mcp-Param-* headers (2026-07-28 HTTP tools/call)
+	// asksTask: the request asks for a task, and in the 2026-07-28 era
+	// declares the tasks extension whatever Options.Capabilities say.
+	asksTask bool
 }
 
 // InputAnswers are the answers to an input_required result's requests,
@@ -334,7 +337,7 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 	} else {
 		opts.Idle = 0 // no progress will come: the idle clock has nothing to measure
 	}
-	body, err := c.params(params, token, opts.Meta)
+	body, err := c.params(params, token, opts.Meta, opts.asksTask)
 	if err != nil {
 		return nil, err
 	}
@@ -356,7 +359,7 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 		// never left may always be sent.
 		if t, err = c.restart(ctx, t); err == nil {
 			out.era, out.version = c.era, c.version
-			if out.params, err = c.params(params, token, opts.Meta); err == nil {
+			if out.params, err = c.params(params, token, opts.Meta, opts.asksTask); err == nil {
 				ex, err = t.start(maxCtx, out)
 			}
 		}
@@ -484,11 +487,11 @@ func mustInt(id jsonrpc.ID) int64 {
 // params encodes a request's params with the era's _meta: in the modern
 // era the protocol version, capabilities and client info, and in both a
 // progress token and the caller's members.
-func (c *Client) params(params any, token string, extra map[string]any) (json.RawMessage, error) {
+func (c *Client) params(params any, token string, extra map[string]any, asksTask bool) (json.RawMessage, error) {
 	if p, ok := params.(map[string]any); ok || params == nil {
 		// The common case, encoded once: the helpers build maps.
 		if _, has := p["_meta"]; !has {
-			b, err := appendObject(make([]byte, 0, 256), p, c.meta(nil, token, extra))
+			b, err := appendObject(make([]byte, 0, 256), p, c.meta(nil, token, extra, asksTask))
 			if err != nil {
 				return nil, fmt.Errorf("client: params: %w", err)
 			}
@@ -514,7 +517,7 @@ func (c *Client) params(params any, token string, extra map[string]any) (json.Ra
 			return nil, fmt.Errorf("client: params._meta must be an object: %w", err)
 		}
 	}
-	b, err := json.Marshal(c.meta(meta, token, extra))
+	b, err := json.Marshal(c.meta(meta, token, extra, asksTask))
 	if err != nil {
 		return nil, fmt.Errorf("client: _meta: %w", err)
 	}
@@ -615,8 +618,9 @@ func plainASCII(s string) bool {
 }
 
 // meta is a request's _meta: the caller's members, a progress token, and
-// in the modern era the protocol version, capabilities and client info.
-func (c *Client) meta(meta map[string]any, token string, extra map[string]any) map[string]any {
+// in the modern era the protocol version, capabilities (with the tasks
+// extension when the request asks for a task) and client info.
+func (c *Client) meta(meta map[string]any, token string, extra map[string]any, asksTask bool) map[string]any {
 	if meta == nil {
 		meta = make(map[string]any, len(extra)+4)
 	}
@@ -628,7 +632,11 @@ func (c *Client) meta(meta map[string]any, token string, extra map[string]any) m
 	}
 	if c.era == mcp.Modern {
 		meta[mcp.MetaProtocolVersion] = c.version
-		meta[mcp.MetaClientCapabilities] = encoded(c.capsJSON)
+		caps := c.capsJSON
+		if asksTask {
+			caps = c.taskCapsJSON
+		}
+		meta[mcp.MetaClientCapabilities] = encoded(caps)
 		meta[mcp.MetaClientInfo] = encoded(c.infoJSON)
 	}
 	return meta

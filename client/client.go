@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -179,8 +180,11 @@ type Client struct {
 	stats   *counters
 
 	capsJSON, infoJSON json.RawMessage // Options.Capabilities and Info, encoded once
-	closeMu            sync.Once
-	closed             error
+	// taskCapsJSON is capsJSON with the tasks extension declared: what a
+	// 2026-07-28 request that asks for a task (CallToolTask) carries.
+	taskCapsJSON json.RawMessage
+	closeMu      sync.Once
+	closed       error
 }
 
 // Stats counts what the client dropped or ignored.
@@ -290,6 +294,18 @@ func newClient(ctx context.Context, t transport, o Options, stats *counters) (*C
 	// here: a capability that is not JSON fails the connection, not
 	// each request.
 	if c.capsJSON, err = json.Marshal(o.Capabilities); err != nil {
+		t.close(o.StopGrace)
+		return nil, fmt.Errorf("client: Options.Capabilities: %w", err)
+	}
+	taskCaps := o.Capabilities
+	if taskCaps.Extensions[mcp.ExtensionTasks] == nil {
+		taskCaps.Extensions = maps.Clone(taskCaps.Extensions)
+		if taskCaps.Extensions == nil {
+			taskCaps.Extensions = map[string]json.RawMessage{}
+		}
+		taskCaps.Extensions[mcp.ExtensionTasks] = json.RawMessage(`{}`)
+	}
+	if c.taskCapsJSON, err = json.Marshal(taskCaps); err != nil {
 		t.close(o.StopGrace)
 		return nil, fmt.Errorf("client: Options.Capabilities: %w", err)
 	}

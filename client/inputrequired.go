@@ -288,9 +288,10 @@ func paramsObject(params any) (map[string]any, error) {
 // and gives the answers with tasks/update: each key once, at most
 // Options.MaxInputRounds times in the task's life.
 type taskInput struct {
-	c        *Client
-	rounds   int
-	answered map[string]bool
+	c         *Client
+	onRequest RequestHandler // the call's, or else the client's
+	rounds    int
+	answered  map[string]bool
 }
 
 // answer answers the requests in raw that were not answered yet; it
@@ -319,11 +320,11 @@ func (ti *taskInput) answer(ctx, pollCtx context.Context, id string, raw json.Ra
 	actx, stop := context.WithCancelCause(pollCtx)
 	defer stop(nil)
 	defer context.AfterFunc(ctx, func() { stop(context.Cause(ctx)) })()
-	answers, err := ti.c.answerInput(actx, ti.c.opts.OnRequest, mcp.MethodToolsCall, ti.rounds, &ir)
+	answers, err := ti.c.answerInput(actx, ti.onRequest, mcp.MethodToolsCall, ti.rounds, &ir)
 	if err != nil {
 		return false, err
 	}
-	if _, err := ti.c.roundTrip(pollCtx, mcp.MethodTasksUpdate, id, map[string]any{"taskId": id, "inputResponses": answers}, nil); err != nil {
+	if _, err := ti.c.roundTrip(pollCtx, mcp.MethodTasksUpdate, id, map[string]any{"taskId": id, "inputResponses": answers}, taskRequest); err != nil {
 		return false, err
 	}
 	if ti.answered == nil {

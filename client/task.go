@@ -22,7 +22,7 @@ const cancelWait = time.Minute
 // jitter, so that many clients do not poll in step) until the task is
 // terminal, and returns the result the call would have returned. A server
 // that answers the call at once (no task) has its answer returned as it
-// is.
+// is. It is StartToolTask and FollowTask under one pair of clocks.
 //
 // The call's clocks (o) apply to the task as a whole. Max bounds the whole
 // wait: the creating call, every poll and the fetch of the result. Idle
@@ -44,18 +44,72 @@ const cancelWait = time.Minute
 //
 // A task that asks for input while it runs (2026-07-28: status
 // input_required, its requests in tasks/get) is answered through
-// Options.OnRequest, and the answers given with tasks/update; the time
-// OnRequest takes does not count against Idle. Input the client cannot
-// give cancels the task and ends the wait with a *TaskAbandonedError
-// that wraps the *InputError. Input asked before the task is created
-// (an input_required result to the call itself) is answered as CallTool
-// answers it.
+// o.OnRequest, or else Options.OnRequest, and the answers given with
+// tasks/update; the time that takes does not count against Idle. Input
+// the client cannot give cancels the task and ends the wait with a
+// *TaskAbandonedError that wraps the *InputError. Input asked before the
+// task is created (an input_required result to the call itself) is
+// answered as CallTool answers it.
 //
-// In the 2026-07-28 era the client must declare the tasks extension
-// (Options.Capabilities.Extensions[mcp.ExtensionTasks]); in the
-// 2025-11-25 era the request carries params.task. onStatus, if not nil,
-// is told each status polled.
+// In the 2026-07-28 era the request declares the tasks extension, which
+// is what asks the server for a task (the client's Options.Capabilities
+// need not); in the 2025-11-25 era it carries params.task. onStatus, if
+// not nil, is told each status polled.
 func (c *Client) CallToolTask(ctx context.Context, name string, args any, o *CallOptions, onStatus func(status, message string)) (*mcp.CallToolResult, error) {
+	opts := taskClocks(o)
+	deadline := time.Now().Add(opts.Max)
+	maxErr := &DeadlineError{Clock: MaxClock, After: opts.Max}
+	callCtx, stop := context.WithDeadlineCause(ctx, deadline, maxErr)
+	defer stop()
+	id, res, err := c.startTask(callCtx, name, args, &opts)
+	if err != nil || res != nil {
+		return res, err
+	}
+	if onStatus != nil {
+		onStatus("working", "task "+id)
+	}
+	// Polling outlives the caller's cancel (to see the cancel's outcome),
+	// never the max clock.
+	pollCtx, stopPoll := context.WithDeadlineCause(context.WithoutCancel(ctx), deadline, maxErr)
+	defer stopPoll()
+	return c.followTask(ctx, pollCtx, id, time.Second, opts.Idle, opts.OnRequest, onStatus)
+}
+
+// StartToolTask is CallToolTask's first half: it calls the tool asking for
+// a durable task, under o's clocks, and returns the created task's id —
+// or, when the server answered the call at once (no task), its result.
+// The id is the only handle on the task's outcome: a caller that must
+// survive its own restart keeps it durably before anything else, and
+// follows the task with FollowTask, now or after the restart.
+func (c *Client) StartToolTask(ctx context.Context, name string, args any, o *CallOptions) (taskID string, answered *mcp.CallToolResult, err error) {
+	opts := taskClocks(o)
+	callCtx, stop := context.WithTimeoutCause(ctx, opts.Max, &DeadlineError{Clock: MaxClock, After: opts.Max})
+	defer stop()
+	return c.startTask(callCtx, name, args, &opts)
+}
+
+// FollowTask follows a task this client may read — one StartToolTask
+// created, here or in an earlier process, on this session where the
+// server binds tasks to one — to its end, as CallToolTask does after
+// creating it, under o's clocks from now: Max bounds the whole wait, Idle
+// the time without news of the task. When ctx ends the client sends
+// tasks/cancel and keeps polling until the task is terminal (at most a
+// minute, never past Max). Input the task asks for is answered through
+// o.OnRequest, or else Options.OnRequest.
+func (c *Client) FollowTask(ctx context.Context, taskID string, o *CallOptions, onStatus func(status, message string)) (*mcp.CallToolResult, error) {
+	opts := taskClocks(o)
+	pollCtx, stopPoll := context.WithTimeoutCause(context.WithoutCancel(ctx), opts.Max, &DeadlineError{Clock: MaxClock, After: opts.Max})
+	defer stopPoll()
+	return c.followTask(ctx, pollCtx, taskID, time.Second, opts.Idle, opts.OnRequest, onStatus)
+}
+
+// taskRequest is the options of a tasks/* request: in the 2026-07-28 era
+// each declares the tasks extension, which the server requires of every
+// one (-32021 otherwise).
+var taskRequest = &CallOptions{asksTask: true}
+
+// taskClocks is o with its clocks defaulted.
+func taskClocks(o *CallOptions) CallOptions {
 	var opts CallOptions
 	if o != nil {
 		opts = *o
@@ -66,11 +120,13 @@ func (c *Client) CallToolTask(ctx context.Context, name string, args any, o *Cal
 	if opts.Max <= 0 {
 		opts.Max = DefaultMax
 	}
-	deadline := time.Now().Add(opts.Max)
-	maxErr := &DeadlineError{Clock: MaxClock, After: opts.Max}
-	callCtx, stop := context.WithDeadlineCause(ctx, deadline, maxErr)
-	defer stop()
-	raw, err := c.withParamHeaders(callCtx, name, args, func(args any, headers [][2]string) (json.RawMessage, error) {
+	return opts
+}
+
+// startTask sends a tools/call that asks for a task and returns the
+// created task's id, or the server's answer when it made none.
+func (c *Client) startTask(ctx context.Context, name string, args any, opts *CallOptions) (string, *mcp.CallToolResult, error) {
+	raw, err := c.withParamHeaders(ctx, name, args, func(args any, headers [][2]string) (json.RawMessage, error) {
 		params := map[string]any{"name": name}
 		if args != nil {
 			params["arguments"] = args
@@ -78,28 +134,21 @@ func (c *Client) CallToolTask(ctx context.Context, name string, args any, o *Cal
 		if c.era == mcp.Legacy {
 			params["task"] = map[string]any{}
 		}
-		opts.headers = headers
-		return c.call(callCtx, mcp.MethodToolsCall, name, params, &opts)
+		opts.headers, opts.asksTask = headers, true
+		return c.call(ctx, mcp.MethodToolsCall, name, params, opts)
 	})
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	id, poll, ok := createdTask(raw, c.era)
+	id, ok := createdTask(raw, c.era)
 	if !ok {
 		var res mcp.CallToolResult
 		if err := json.Unmarshal(raw, &res); err != nil {
-			return nil, fmt.Errorf("client: tools/call answered %s: %w", clip(raw), err)
+			return "", nil, fmt.Errorf("client: tools/call answered %s: %w", clip(raw), err)
 		}
-		return &res, nil
+		return "", &res, nil
 	}
-	if onStatus != nil {
-		onStatus("working", "task "+id)
-	}
-	// Polling outlives the caller's cancel (to see the cancel's outcome),
-	// never the max clock.
-	pollCtx, stopPoll := context.WithDeadlineCause(context.WithoutCancel(ctx), deadline, maxErr)
-	defer stopPoll()
-	return c.followTask(ctx, pollCtx, id, poll, opts.Idle, onStatus)
+	return id, nil, nil
 }
 
 // TaskAbandonedError ends a task call whose clock fired: the client asked
@@ -133,36 +182,29 @@ func (e *TaskAbandonedError) Error() string {
 
 func (e *TaskAbandonedError) Unwrap() error { return e.Err }
 
-// createdTask reads a created task's id and poll interval from a
-// tools/call result, in the era's shape.
-func createdTask(raw json.RawMessage, era mcp.Era) (string, time.Duration, bool) {
+// createdTask reads a created task's id from a tools/call result, in the
+// era's shape. (Its poll interval is read from the first tasks/get, which
+// follows at once.)
+func createdTask(raw json.RawMessage, era mcp.Era) (string, bool) {
 	var modern struct {
-		ResultType     string `json:"resultType"`
-		TaskID         string `json:"taskId"`
-		PollIntervalMs *int64 `json:"pollIntervalMs"`
+		ResultType string `json:"resultType"`
+		TaskID     string `json:"taskId"`
 	}
 	var legacy struct {
 		Task *struct {
-			TaskID       string `json:"taskId"`
-			PollInterval *int64 `json:"pollInterval"`
+			TaskID string `json:"taskId"`
 		} `json:"task"`
-	}
-	poll := func(ms *int64) time.Duration {
-		if ms == nil || *ms <= 0 {
-			return time.Second
-		}
-		return time.Duration(*ms) * time.Millisecond
 	}
 	if era == mcp.Modern {
 		if json.Unmarshal(raw, &modern) == nil && modern.ResultType == mcp.ResultTask && modern.TaskID != "" {
-			return modern.TaskID, poll(modern.PollIntervalMs), true
+			return modern.TaskID, true
 		}
-		return "", 0, false
+		return "", false
 	}
 	if json.Unmarshal(raw, &legacy) == nil && legacy.Task != nil && legacy.Task.TaskID != "" {
-		return legacy.Task.TaskID, poll(legacy.Task.PollInterval), true
+		return legacy.Task.TaskID, true
 	}
-	return "", 0, false
+	return "", false
 }
 
 // polledTask is what tasks/get says, in either era.
@@ -200,14 +242,17 @@ func (p polledTask) terminal() bool {
 // followTask polls the task until it is terminal, under pollCtx (the max
 // clock) and the idle clock, cancelling it when ctx ends or a clock fires,
 // and returns its outcome.
-func (c *Client) followTask(ctx, pollCtx context.Context, id string, poll, idleAfter time.Duration, onStatus func(status, message string)) (*mcp.CallToolResult, error) {
+func (c *Client) followTask(ctx, pollCtx context.Context, id string, poll, idleAfter time.Duration, onRequest RequestHandler, onStatus func(status, message string)) (*mcp.CallToolResult, error) {
 	var cancelled, cancelErr error
 	var giveUp <-chan time.Time
 	idle := time.NewTimer(idleAfter)
 	defer idle.Stop()
 	last := polledTask{Status: "working"}
 	var lastUpdated time.Time // the latest lastUpdatedAt seen
-	input := taskInput{c: c}
+	if onRequest == nil {
+		onRequest = c.opts.OnRequest
+	}
+	input := taskInput{c: c, onRequest: onRequest}
 	abandon := func(err error) error {
 		if cancelled == nil {
 			c.stats.cancelled.Add(1)
@@ -310,7 +355,7 @@ func waitEnded(pollCtx context.Context, cancelled error) error {
 // fired has no time left to give it.
 func (c *Client) cancelTask(ctx context.Context, id string) error {
 	_, err := c.roundTrip(context.WithoutCancel(ctx), mcp.MethodTasksCancel, id, map[string]any{"taskId": id},
-		&CallOptions{Max: c.opts.ProbeTimeout})
+		&CallOptions{Max: c.opts.ProbeTimeout, asksTask: true})
 	return err
 }
 
@@ -324,7 +369,7 @@ func firstSet(vs ...*int64) int64 {
 }
 
 func (c *Client) getTask(ctx context.Context, id string) (polledTask, error) {
-	raw, err := c.roundTrip(ctx, mcp.MethodTasksGet, id, map[string]any{"taskId": id}, nil)
+	raw, err := c.roundTrip(ctx, mcp.MethodTasksGet, id, map[string]any{"taskId": id}, taskRequest)
 	if err != nil {
 		return polledTask{}, err
 	}
@@ -340,7 +385,7 @@ func (c *Client) getTask(ctx context.Context, id string) (polledTask, error) {
 func (c *Client) taskOutcome(ctx context.Context, id string, t polledTask, cancelled error) (*mcp.CallToolResult, error) {
 	if c.era == mcp.Legacy && t.Status != "cancelled" {
 		// The 2025-11-25 result is fetched from tasks/result.
-		raw, err := c.roundTrip(ctx, mcp.MethodTasksResult, "", map[string]any{"taskId": id}, nil)
+		raw, err := c.roundTrip(ctx, mcp.MethodTasksResult, "", map[string]any{"taskId": id}, taskRequest)
 		if err != nil {
 			return nil, err
 		}

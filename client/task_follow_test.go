@@ -1,0 +1,64 @@
+package client_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/taskserver"
+)
+
+// A task started by one client (StartToolTask, which declares the tasks
+// extension on its own request although the client's options do not) is
+// followed to its end by another that knows only its id (FollowTask), as a
+// process restarted with the id kept would: the input the task asks for
+// is answered by the follower's per-call OnRequest.
+func TestStartToolTaskThenFollowElsewhere(t *testing.T) {
+	for _, over := range []string{"stdio", "http"} {
+		t.Run(over, func(t *testing.T) {
+			release := make(chan struct{})
+			srv := askingTaskServer(t, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+				<-release // the starter is gone before the work begins
+				got, err := taskserver.Ask(ctx, req, map[string]mcp.InputRequest{"name": elicitName("name?")}, "who?")
+				if err != nil {
+					return nil, err
+				}
+				return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("hello " + accepted(t, got["name"]))}}, nil
+			})
+			starter := dialModern(t, srv, over, client.Options{})
+			id, answered, err := starter.StartToolTask(context.Background(), "ask", nil, nil)
+			if err != nil || answered != nil || id == "" {
+				t.Fatalf("StartToolTask = %q, %+v, %v; want a task", id, answered, err)
+			}
+			starter.Close()
+			close(release)
+			follower := dialModern(t, srv, over, client.Options{})
+			var asked []string
+			var statuses []string
+			res, err := follower.FollowTask(context.Background(), id,
+				&client.CallOptions{OnRequest: answerWith(map[string]string{"name?": "Ada"}, &asked)},
+				func(status, _ string) { statuses = append(statuses, status) })
+			if err != nil || firstText(res) != "hello Ada" || len(asked) != 1 {
+				t.Fatalf("FollowTask = %+v, %v (asked %v, statuses %v)", res, err, asked, statuses)
+			}
+		})
+	}
+}
+
+// A tool the server answers at once is no task: StartToolTask returns
+// its result, and no id.
+func TestStartToolTaskAnsweredAtOnce(t *testing.T) {
+	srv := askingTaskServer(t, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) { return nil, nil })
+	if err := srv.AddTool(server.Tool{Name: "now"}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("done")}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c := dialModern(t, srv, "stdio", client.Options{})
+	id, res, err := c.StartToolTask(context.Background(), "now", nil, nil)
+	if err != nil || id != "" || firstText(res) != "done" {
+		t.Fatalf("StartToolTask of a tool with no task = %q, %+v, %v", id, res, err)
+	}
+}
