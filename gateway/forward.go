@@ -221,7 +221,7 @@ func watchTask(ctx context.Context, call *server.CallRequest) (context.Context, 
 			}
 			// The intent is read, not acted on: the task ends once the
 			// forward knows what its cancellation did (taskCancelled).
-			asked, err := taskserver.CancelRequested(ctx, call)
+			asked, err := taskserver.Renew(ctx, call, "", nil)
 			if asked {
 				cancel(errTaskCancelled)
 				return

@@ -213,7 +213,7 @@ func TestStaleTransitionsLose(t *testing.T) {
 	})
 }
 
-// A renewal (Run.CancelRequested) reads the cancellation intent and
+// A renewal (Run.Renew) reads the cancellation intent and
 // leaves the task working for its worker to end; a stalled worker's
 // renewal after another replica took its task over renews nothing.
 func TestRenewReadsTheIntentAndLosesToATakeover(t *testing.T) {
@@ -221,23 +221,27 @@ func TestRenewReadsTheIntentAndLosesToATakeover(t *testing.T) {
 		ctx := context.Background()
 		a, b, clk := replicas(t, dsn, &tasks.Options{Lease: 10 * time.Second})
 		task := create(t, a, "acme", "w1")
-		if asked, err := a.Renew(ctx, task.ID, "w1"); err != nil || asked {
+		if asked, err := a.Renew(ctx, task.ID, "w1", tasks.CheckpointUpdate{}); err != nil || asked {
 			t.Fatalf("Renew before tasks/cancel = %v, %v", asked, err)
 		}
 		if _, err := a.RequestCancel(ctx, "acme", task.ID); err != nil {
 			t.Fatal(err)
 		}
 		clk.Advance(5 * time.Second)
-		asked, err := a.Renew(ctx, task.ID, "w1")
+		msg := "upstream task u-1: working"
+		asked, err := a.Renew(ctx, task.ID, "w1", tasks.CheckpointUpdate{StatusMessage: &msg, Data: json.RawMessage(`{"upstream":"u-1"}`)})
 		got, _ := a.Get(ctx, "acme", task.ID)
 		if err != nil || !asked || got.Status != tasks.Working || !got.LeaseUntil.Equal(time.UnixMilli(clk.Now().Add(10*time.Second).UnixMilli())) {
 			t.Fatalf("Renew after tasks/cancel = %v, %v; the task is %s, its lease until %v", asked, err, got.Status, got.LeaseUntil)
+		}
+		if got.StatusMessage != msg || string(got.Checkpoint) != `{"upstream":"u-1"}` || !got.UpdatedAt.Equal(time.UnixMilli(clk.Now().UnixMilli())) {
+			t.Fatalf("Renew saved message %q, data %s, updated %v", got.StatusMessage, got.Checkpoint, got.UpdatedAt)
 		}
 		// The worker ends it itself: here as a checkpoint would.
 		if err := a.Checkpoint(ctx, task.ID, "w1", tasks.CheckpointUpdate{}); !errors.Is(err, tasks.ErrCancelled) {
 			t.Fatalf("Checkpoint after the intent = %v, want ErrCancelled", err)
 		}
-		if _, err := a.Renew(ctx, task.ID, "w1"); !errors.Is(err, tasks.ErrTerminal) {
+		if _, err := a.Renew(ctx, task.ID, "w1", tasks.CheckpointUpdate{}); !errors.Is(err, tasks.ErrTerminal) {
 			t.Fatalf("Renew of an ended task = %v, want ErrTerminal", err)
 		}
 
@@ -245,7 +249,7 @@ func TestRenewReadsTheIntentAndLosesToATakeover(t *testing.T) {
 		clk.Advance(10 * time.Second) // w1's lease on it expired
 		var renewErr error
 		interleave(t, a, "renew", func() {
-			_, renewErr = a.Renew(ctx, stalled.ID, "w1")
+			_, renewErr = a.Renew(ctx, stalled.ID, "w1", tasks.CheckpointUpdate{})
 		}, func() {
 			if _, err := b.TakeOver(ctx, "w2", 10); err != nil {
 				t.Error(err)

@@ -113,17 +113,27 @@ func (r *Run) checkpoint(ctx context.Context, message string, data json.RawMessa
 	return err
 }
 
-// CancelRequested tells the store the task is alive, as Checkpoint does
-// (its lease is renewed, its lastUpdatedAt moved), and reports whether
-// its cancellation was requested — without ending it. It is for work
-// whose cancellation may leave an effect it must find out about before
-// the task ends: a call sent to another service, which may have acted by
-// the time it is cancelled. Such work stops what it does on true, and
-// then ends the task itself: with Checkpoint (ErrCancelled) when nothing
-// took effect, or with the outcome it found. It returns ErrShutdown,
+// Renew tells the store the task is alive, as Checkpoint does — its
+// lease renewed, its lastUpdatedAt moved, and message (if not empty) and
+// data (if not nil) saved as Save saves them — and reports whether its
+// cancellation was requested, without ending it. It is for work whose
+// cancellation may leave an effect it must find out about before the
+// task ends: a call sent to another service, which may have acted by the
+// time it is cancelled. Such work stops what it does on true, and then
+// ends the task itself: with Checkpoint (ErrCancelled) when nothing took
+// effect, or with the outcome it found. It returns ErrShutdown,
 // ErrTerminal and ErrLeaseLost as Checkpoint does.
-func (r *Run) CancelRequested(ctx context.Context) (bool, error) {
-	requested, err := r.runner.store.Renew(ctx, r.task.ID, r.runner.owner)
+func (r *Run) Renew(ctx context.Context, message string, data any) (cancelRequested bool, err error) {
+	u := CheckpointUpdate{}
+	if message != "" {
+		u.StatusMessage = &message
+	}
+	if data != nil {
+		if u.Data, err = json.Marshal(data); err != nil {
+			return false, fmt.Errorf("tasks: checkpoint data: %w", err)
+		}
+	}
+	requested, err := r.runner.store.Renew(ctx, r.task.ID, r.runner.owner, u)
 	if err == nil {
 		select {
 		case <-r.stop:

@@ -937,41 +937,58 @@ func (s *Store) Checkpoint(ctx context.Context, id, owner string, u CheckpointUp
 // checkpoint is Checkpoint, and when it observes the intent, how long
 // after the intent was recorded (see atCheckpoint).
 func (s *Store) checkpoint(ctx context.Context, id, owner string, u CheckpointUpdate) (time.Duration, error) {
-	if u.Data != nil && (!json.Valid(u.Data) || len(u.Data) > MaxRecordBytes) {
-		return 0, errors.New("tasks: checkpoint data must be JSON of at most 8 MiB")
+	if err := u.check(); err != nil {
+		return 0, err
 	}
 	return s.atCheckpoint(ctx, id, owner, func(tx *store.Tx, t Task, now time.Time) error {
-		msg := t.StatusMessage
-		if u.StatusMessage != nil {
-			msg = *u.StatusMessage
-		}
-		data := nullable(t.Checkpoint)
-		if u.Data != nil {
-			data = nullable(u.Data)
-		}
-		return applied(tx.Exec(ctx, `UPDATE mcprel_tasks SET status_message = ?, checkpoint = ?, updated_at = ?, lease_until = ?
-			WHERE id = ?`+leaseHeld, append([]any{msg, data, ms(now), ms(now.Add(s.lease)), id}, held(t)...)...))
+		return s.saveTx(ctx, tx, t, u, now)
 	})
 }
 
-// Renew is Run.CancelRequested's write: owner's lease on the task is
-// renewed and the task marked updated, as at a checkpoint, and its
-// cancellation intent is read and left for the worker to act on — the
-// task stays working. It returns ErrLeaseLost when owner no longer holds
-// the task, ErrTerminal when it has ended.
-func (s *Store) Renew(ctx context.Context, id, owner string) (cancelRequested bool, err error) {
+// Renew is Run.Renew's write: owner's lease on the task is renewed, the
+// task marked updated and u (a status message, checkpoint data) saved, as
+// at a checkpoint — but its cancellation intent is only read, and left
+// for the worker to act on: the task stays working. It returns
+// ErrLeaseLost when owner no longer holds the task, ErrTerminal when it
+// has ended.
+func (s *Store) Renew(ctx context.Context, id, owner string, u CheckpointUpdate) (cancelRequested bool, err error) {
+	if err := u.check(); err != nil {
+		return false, err
+	}
 	err = s.transition(ctx, func(tx *store.Tx) error {
 		t, err := s.owned(ctx, tx, id, owner)
 		if err != nil {
 			return err
 		}
 		s.barrier("renew")
-		now := s.now()
 		cancelRequested = t.CancelRequested
-		return applied(tx.Exec(ctx, `UPDATE mcprel_tasks SET updated_at = ?, lease_until = ? WHERE id = ?`+leaseHeld,
-			append([]any{ms(now), ms(now.Add(s.lease)), id}, held(t)...)...))
+		return s.saveTx(ctx, tx, t, u, s.now())
 	})
 	return cancelRequested, err
+}
+
+// check refuses checkpoint data no task keeps.
+func (u CheckpointUpdate) check() error {
+	if u.Data != nil && (!json.Valid(u.Data) || len(u.Data) > MaxRecordBytes) {
+		return errors.New("tasks: checkpoint data must be JSON of at most 8 MiB")
+	}
+	return nil
+}
+
+// saveTx writes what a worker brings to a checkpoint — its lease renewed,
+// the task marked updated, u saved — provided the task is still as t was
+// read (leaseHeld): otherwise errChanged.
+func (s *Store) saveTx(ctx context.Context, tx *store.Tx, t Task, u CheckpointUpdate, now time.Time) error {
+	msg := t.StatusMessage
+	if u.StatusMessage != nil {
+		msg = *u.StatusMessage
+	}
+	data := nullable(t.Checkpoint)
+	if u.Data != nil {
+		data = nullable(u.Data)
+	}
+	return applied(tx.Exec(ctx, `UPDATE mcprel_tasks SET status_message = ?, checkpoint = ?, updated_at = ?, lease_until = ?
+		WHERE id = ?`+leaseHeld, append([]any{msg, data, ms(now), ms(now.Add(s.lease)), t.ID}, held(t)...)...))
 }
 
 // atCheckpoint is where a worker meets its task's cancellation intent: in

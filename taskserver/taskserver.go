@@ -208,21 +208,32 @@ func Checkpoint(ctx context.Context, call *server.CallRequest, message string) e
 	return syncCheckpoint(ctx)
 }
 
-// CancelRequested tells the task's store it is alive (its lease renewed,
-// as at a Checkpoint) and reports whether tasks/cancel was asked of it,
-// without ending it: for a handler whose cancellation may leave an effect
-// it must report — a call it sent elsewhere may have acted by the time it
-// is cancelled. On true it stops that work, finds out what it did, and
-// returns: Checkpoint's tasks.ErrCancelled when nothing took effect, or
-// what it found (the answer that came first, or an outcome it cannot
-// know, said so). It returns tasks.ErrShutdown, ErrTerminal and
-// ErrLeaseLost as Checkpoint does. A synchronous call's cancellation is
-// its context's end: it reports false, or the context's cause.
-func CancelRequested(ctx context.Context, call *server.CallRequest) (bool, error) {
+// Renew tells the task's store it is alive, as a Checkpoint (with
+// message) or Save (with data) does, and reports whether tasks/cancel was
+// asked of it — without ending it: for a handler whose cancellation may
+// leave an effect it must report, such as a call it sent elsewhere that
+// may have acted by the time it is cancelled. On true it stops that work,
+// finds out what it did, and returns: Checkpoint's tasks.ErrCancelled
+// when nothing took effect, or what it found (the answer that came first,
+// or an outcome it cannot know, said so). It returns tasks.ErrShutdown,
+// ErrTerminal and ErrLeaseLost as Checkpoint does. A synchronous call's
+// cancellation is its context's end: it reports false, or the context's
+// cause.
+func Renew(ctx context.Context, call *server.CallRequest, message string, data any) (cancelRequested bool, err error) {
 	if tr := runOf(call); tr != nil {
-		return tr.run.CancelRequested(ctx)
+		return tr.run.Renew(ctx, message, data)
 	}
 	return false, syncCheckpoint(ctx)
+}
+
+// Attempt is which attempt at the task this run of its handler is: 1 for
+// the first, more after the process running it stopped and another took
+// it over (a Resumable tool); 0 for a synchronous call.
+func Attempt(call *server.CallRequest) int {
+	if tr := runOf(call); tr != nil {
+		return tr.run.Task().Attempts
+	}
+	return 0
 }
 
 // Save is Checkpoint with data that a Resumable tool continues from.
