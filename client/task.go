@@ -72,7 +72,7 @@ func (c *Client) CallToolTask(ctx context.Context, name string, args any, o *Cal
 	// never the max clock.
 	pollCtx, stopPoll := context.WithDeadlineCause(context.WithoutCancel(ctx), deadline, maxErr)
 	defer stopPoll()
-	return c.followTask(ctx, pollCtx, id, time.Second, opts.Idle, opts.OnRequest, onStatus)
+	return c.followTask(ctx, pollCtx, id, time.Second, opts.Idle, opts.OnRequest, true, onStatus)
 }
 
 // StartToolTask is CallToolTask's first half: it calls the tool asking for
@@ -90,17 +90,30 @@ func (c *Client) StartToolTask(ctx context.Context, name string, args any, o *Ca
 
 // FollowTask follows a task this client may read — one StartToolTask
 // created, here or in an earlier process, on this session where the
-// server binds tasks to one — to its end, as CallToolTask does after
-// creating it, under o's clocks from now: Max bounds the whole wait, Idle
-// the time without news of the task. When ctx ends the client sends
-// tasks/cancel and keeps polling until the task is terminal (at most a
-// minute, never past Max). Input the task asks for is answered through
+// server binds tasks to one — to its end, polling as CallToolTask does,
+// under o's clocks from now: Max bounds the whole wait, Idle the time
+// without news of the task. Input the task asks for is answered through
 // o.OnRequest, or else Options.OnRequest.
+//
+// Unlike CallToolTask it never cancels the task: when ctx ends or a
+// clock fires, the wait ends with a *TaskAbandonedError whose Left is
+// set, and the task goes on — to be followed again, or cancelled with
+// CancelTask. A caller that cancels keeps following: the task ends
+// cancelled, or completes first.
 func (c *Client) FollowTask(ctx context.Context, taskID string, o *CallOptions, onStatus func(status, message string)) (*mcp.CallToolResult, error) {
 	opts := taskClocks(o)
-	pollCtx, stopPoll := context.WithTimeoutCause(context.WithoutCancel(ctx), opts.Max, &DeadlineError{Clock: MaxClock, After: opts.Max})
+	pollCtx, stopPoll := context.WithTimeoutCause(ctx, opts.Max, &DeadlineError{Clock: MaxClock, After: opts.Max})
 	defer stopPoll()
-	return c.followTask(ctx, pollCtx, taskID, time.Second, opts.Idle, opts.OnRequest, onStatus)
+	return c.followTask(ctx, pollCtx, taskID, time.Second, opts.Idle, opts.OnRequest, false, onStatus)
+}
+
+// CancelTask asks the server to cancel a task (tasks/cancel) and returns
+// once it acknowledged: an intent recorded, not the end — the task may
+// still complete, and FollowTask tells how it ended. It is bounded by
+// Options.ProbeTimeout as well as ctx.
+func (c *Client) CancelTask(ctx context.Context, taskID string) error {
+	c.stats.cancelled.Add(1)
+	return c.cancelTask(ctx, taskID)
 }
 
 // taskRequest is the options of a tasks/* request: in the 2026-07-28 era
@@ -151,6 +164,24 @@ func (c *Client) startTask(ctx context.Context, name string, args any, opts *Cal
 	return id, nil, nil
 }
 
+// TaskFailedError ends the wait for a task that ended failed: Err is the
+// JSON-RPC error the task ended with — what the call would have answered
+// — which errors.As finds. A tasks/get or tasks/result that fails is no
+// TaskFailedError: the task may still be running.
+type TaskFailedError struct {
+	TaskID string
+	Err    *jsonrpc.Error
+}
+
+func (e *TaskFailedError) Error() string { return e.Err.Error() }
+func (e *TaskFailedError) Unwrap() error { return e.Err }
+
+// ErrTaskCancelled ends the wait for a task that ended cancelled when the
+// caller did not cancel it (another client did, or the server): errors.Is
+// finds it. A task the caller cancelled ends its wait with a
+// *CancelledError instead.
+var ErrTaskCancelled = errors.New("client: the task was cancelled")
+
 // TaskAbandonedError ends a task call whose clock fired: the client asked
 // the server to cancel the task and stopped waiting for it. The task may
 // still be working, and may yet complete or end cancelled: tasks/get with
@@ -160,9 +191,12 @@ type TaskAbandonedError struct {
 	// Status is the last status the client saw ("working",
 	// "input_required").
 	Status string
+	// Left is set when the client did not ask the server to cancel the
+	// task (FollowTask): it goes on.
+	Left bool
 	// CancelErr is why tasks/cancel was not acknowledged; nil when it
 	// was (an acknowledgement records the intent, it does not end the
-	// task).
+	// task) or was not sent (Left).
 	CancelErr error
 	// Err is what ended the wait: a *DeadlineError, a *CancelledError
 	// when the caller cancelled and the max clock fired before the task
@@ -173,7 +207,10 @@ type TaskAbandonedError struct {
 
 func (e *TaskAbandonedError) Error() string {
 	cancel := "the server acknowledged tasks/cancel"
-	if e.CancelErr != nil {
+	switch {
+	case e.Left:
+		return fmt.Sprintf("%v; task %s was last seen %s and was left running: read it with tasks/get", e.Err, e.TaskID, e.Status)
+	case e.CancelErr != nil:
 		cancel = "tasks/cancel failed (" + e.CancelErr.Error() + ")"
 	}
 	return fmt.Sprintf("%v; task %s was last seen %s and %s; it may still complete: read it with tasks/get",
@@ -242,7 +279,10 @@ func (p polledTask) terminal() bool {
 // followTask polls the task until it is terminal, under pollCtx (the max
 // clock) and the idle clock, cancelling it when ctx ends or a clock fires,
 // and returns its outcome.
-func (c *Client) followTask(ctx, pollCtx context.Context, id string, poll, idleAfter time.Duration, onRequest RequestHandler, onStatus func(status, message string)) (*mcp.CallToolResult, error) {
+//
+// With cancels false (FollowTask) it sends no tasks/cancel: ctx's end,
+// like a clock's, ends the wait and leaves the task running.
+func (c *Client) followTask(ctx, pollCtx context.Context, id string, poll, idleAfter time.Duration, onRequest RequestHandler, cancels bool, onStatus func(status, message string)) (*mcp.CallToolResult, error) {
 	var cancelled, cancelErr error
 	var giveUp <-chan time.Time
 	idle := time.NewTimer(idleAfter)
@@ -254,6 +294,9 @@ func (c *Client) followTask(ctx, pollCtx context.Context, id string, poll, idleA
 	}
 	input := taskInput{c: c, onRequest: onRequest}
 	abandon := func(err error) error {
+		if !cancels {
+			return &TaskAbandonedError{TaskID: id, Status: last.Status, Left: true, Err: err}
+		}
 		if cancelled == nil {
 			c.stats.cancelled.Add(1)
 			cancelErr = c.cancelTask(ctx, id)
@@ -314,6 +357,9 @@ func (c *Client) followTask(ctx, pollCtx context.Context, id string, poll, idleA
 		select {
 		case <-ctx.Done():
 			timer.Stop()
+			if !cancels {
+				return nil, abandon(&CancelledError{Cause: context.Cause(ctx)})
+			}
 			if cancelled == nil {
 				cancelled = context.Cause(ctx)
 				c.stats.cancelled.Add(1)
@@ -395,9 +441,9 @@ func (c *Client) taskOutcome(ctx context.Context, id string, t polledTask, cance
 	case t.Status == "cancelled" && cancelled != nil:
 		return nil, &CancelledError{Cause: cancelled}
 	case t.Status == "cancelled":
-		return nil, errors.New("client: the task was cancelled by someone else")
+		return nil, fmt.Errorf("%w by someone else", ErrTaskCancelled)
 	case t.Error != nil:
-		return nil, t.Error
+		return nil, &TaskFailedError{TaskID: id, Err: t.Error}
 	case t.Result == nil:
 		return nil, fmt.Errorf("client: task %s ended %s without a result", id, t.Status)
 	}

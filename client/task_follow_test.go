@@ -2,7 +2,9 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/mcp"
@@ -60,5 +62,57 @@ func TestStartToolTaskAnsweredAtOnce(t *testing.T) {
 	id, res, err := c.StartToolTask(context.Background(), "now", nil, nil)
 	if err != nil || id != "" || firstText(res) != "done" {
 		t.Fatalf("StartToolTask of a tool with no task = %q, %+v, %v", id, res, err)
+	}
+}
+
+// FollowTask never cancels the task it follows: its context's end leaves
+// the task running, to be followed again; CancelTask asks the server to
+// cancel it, and a follow sees it end cancelled.
+func TestFollowTaskLeavesTheTaskRunning(t *testing.T) {
+	release := make(chan struct{})
+	srv := askingTaskServer(t, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		for {
+			select {
+			case <-release:
+				return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("done")}}, nil
+			case <-time.After(5 * time.Millisecond):
+			}
+			if err := taskserver.Checkpoint(ctx, req, "waiting"); err != nil {
+				return nil, err
+			}
+		}
+	})
+	c := dialModern(t, srv, "stdio", client.Options{})
+	id, _, err := c.StartToolTask(context.Background(), "ask", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	_, err = c.FollowTask(ctx, id, nil, func(status, _ string) {
+		if status == "working" {
+			stop()
+		}
+	})
+	var abandoned *client.TaskAbandonedError
+	if !errors.As(err, &abandoned) || !abandoned.Left || c.Stats().Cancellations != 0 {
+		t.Fatalf("a follow whose context ended = %v (cancellations sent: %d), want the task left running", err, c.Stats().Cancellations)
+	}
+	close(release)
+	if res, err := c.FollowTask(context.Background(), id, nil, nil); err != nil || firstText(res) != "done" {
+		t.Fatalf("following it again = %+v, %v", res, err)
+	}
+
+	other, _, err := c.StartToolTask(context.Background(), "ask", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// release is closed: the task may complete before the cancel lands,
+	// which a follow reports as it is.
+	if err := c.CancelTask(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.FollowTask(context.Background(), other, nil, nil)
+	if !errors.Is(err, client.ErrTaskCancelled) && (err != nil || firstText(res) != "done") {
+		t.Fatalf("following a task cancelled with CancelTask = %+v, %v", res, err)
 	}
 }
