@@ -588,7 +588,14 @@ func (r *Runner) execute(ctx context.Context, t Task, work Work) {
 	// runner is shutting down: a task dispatched just before Shutdown is
 	// then left at once to another process rather than started here only
 	// to stop at its first checkpoint.
-	err := run.observed(r.store.checkpoint(ctx, t.ID, r.owner, CheckpointUpdate{}))
+	var err error
+	if t.ReadsCancel && t.Attempts > 1 {
+		// Taken over: the process that ran it before may have started
+		// what its work must find out about; the intent is left for it.
+		_, err = r.store.Renew(ctx, t.ID, r.owner, CheckpointUpdate{})
+	} else {
+		err = run.observed(r.store.checkpoint(ctx, t.ID, r.owner, CheckpointUpdate{}))
+	}
 	if err == nil {
 		select {
 		case <-r.stop:

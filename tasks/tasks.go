@@ -136,6 +136,8 @@ type Task struct {
 	CancelRequested bool
 	// CancelRequestedAt is when it was first recorded.
 	CancelRequestedAt time.Time
+	// ReadsCancel is NewTask.ReadsCancel.
+	ReadsCancel bool
 	// Owner is the process whose lease the task is under, until
 	// LeaseUntil; empty once the task is finished.
 	Owner      string
@@ -386,6 +388,13 @@ var migrations = []store.Migration{{
 		END $$;
 		CREATE TRIGGER mcprel_tasks_uncount AFTER DELETE ON mcprel_tasks
 			REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION mcprel_tasks_uncount()`,
+}, {
+	// Whether the task's work reads its cancellation intent itself
+	// (NewTask.ReadsCancel): such a task is never ended cancelled
+	// without its worker.
+	Version:  3,
+	SQLite:   `ALTER TABLE mcprel_tasks ADD COLUMN reads_cancel INTEGER NOT NULL DEFAULT 0`,
+	Postgres: `ALTER TABLE mcprel_tasks ADD COLUMN reads_cancel BOOLEAN NOT NULL DEFAULT FALSE`,
 }}
 
 // Open prepares the tasks schema in db and returns the store. opts may be
@@ -474,6 +483,15 @@ type NewTask struct {
 	// leased to it, so that if the process dies before its worker starts,
 	// the task is still taken over.
 	Owner string
+	// ReadsCancel says the task's work reads its cancellation intent
+	// itself (Run.Renew) and ends the task by what the cancellation left,
+	// because it may start what a cancellation cannot undo (a call to
+	// another service). Such a task is never ended cancelled without its
+	// worker: a cancel while no worker holds it, or found when it is
+	// taken over, is left for the worker that takes it over to read (or
+	// it ends failed as interrupted, its outcome unknown, when it cannot
+	// be resumed); one past its TTL ends failed, not cancelled.
+	ReadsCancel bool
 }
 
 // newID returns an unguessable task id: 128 random bits.
@@ -533,7 +551,7 @@ func (s *Store) CreateTx(ctx context.Context, tx *store.Tx, n NewTask) (Task, er
 		ID: newID(), Tenant: n.Tenant, Tool: n.Tool, Status: Working,
 		CreatedAt: now, UpdatedAt: now, TTL: s.TTL(n.TTL), PollInterval: s.pollInterval,
 		Request: append(json.RawMessage(nil), n.Request...), Owner: n.Owner,
-		LeaseUntil: now.Add(s.lease), Attempts: 1,
+		LeaseUntil: now.Add(s.lease), Attempts: 1, ReadsCancel: n.ReadsCancel,
 	}
 	t.ExpiresAt = now.Add(t.TTL)
 	// Count the task in, within the bounds, in this transaction, before
@@ -555,10 +573,10 @@ func (s *Store) CreateTx(ctx context.Context, tx *store.Tx, n NewTask) (Task, er
 	if err == nil {
 		_, err = tx.Exec(ctx, `INSERT INTO mcprel_tasks
 			(id, tenant, tool, status, created_at, updated_at, ttl_ms, expires_at, poll_ms, request, owner, lease_until,
-			attempts, tenant_shard, total_shard)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`,
+			attempts, tenant_shard, total_shard, reads_cancel)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)`,
 			t.ID, t.Tenant, t.Tool, int(Working), ms(now), ms(now), t.TTL.Milliseconds(), ms(t.ExpiresAt),
-			t.PollInterval.Milliseconds(), string(t.Request), t.Owner, ms(t.LeaseUntil), tenantShard, totalShard)
+			t.PollInterval.Milliseconds(), string(t.Request), t.Owner, ms(t.LeaseUntil), tenantShard, totalShard, t.ReadsCancel)
 	}
 	if err != nil {
 		// Leave the transaction as this call found it, so that a caller
@@ -738,7 +756,7 @@ func (e *FullError) Error() string {
 
 const selectTask = `SELECT id, tenant, tool, status, status_message, created_at, updated_at, expires_at,
 	poll_ms, request, result, error, cancel_requested, cancel_at, owner, lease_until, attempts,
-	checkpoint, input_requests, input_responses FROM mcprel_tasks `
+	checkpoint, input_requests, input_responses, reads_cancel FROM mcprel_tasks `
 
 func scanTask(row interface{ Scan(...any) error }) (Task, error) {
 	var (
@@ -749,11 +767,11 @@ func scanTask(row interface{ Scan(...any) error }) (Task, error) {
 		result, errObj, owner, checkpoint sql.NullString
 		inputReq, inputResp               sql.NullString
 		cancelAt, leaseUntil              sql.NullInt64
-		cancelRequested                   bool
+		cancelRequested, readsCancel      bool
 	)
 	err := row.Scan(&t.ID, &t.Tenant, &t.Tool, &status, &t.StatusMessage, &created, &updated, &expires,
 		&poll, &request, &result, &errObj, &cancelRequested, &cancelAt, &owner, &leaseUntil, &t.Attempts,
-		&checkpoint, &inputReq, &inputResp)
+		&checkpoint, &inputReq, &inputResp, &readsCancel)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Task{}, ErrNotFound
 	}
@@ -769,7 +787,7 @@ func scanTask(row interface{ Scan(...any) error }) (Task, error) {
 	t.Request = json.RawMessage(request)
 	t.Result, t.Error, t.Checkpoint = raw(result), raw(errObj), raw(checkpoint)
 	t.InputRequests, t.InputResponses = raw(inputReq), raw(inputResp)
-	t.CancelRequested = cancelRequested
+	t.CancelRequested, t.ReadsCancel = cancelRequested, readsCancel
 	if cancelAt.Valid {
 		t.CancelRequestedAt = time.UnixMilli(cancelAt.Int64)
 	}
@@ -899,10 +917,11 @@ func (s *Store) RequestCancel(ctx context.Context, tenant, id string) (Task, err
 			}
 			t.CancelRequested, t.CancelRequestedAt = true, time.UnixMilli(ms(now))
 		}
-		if !t.LeaseUntil.After(now) {
+		if !t.LeaseUntil.After(now) && !t.ReadsCancel {
 			// finishTx's guard holds the lease to the one read: a worker
 			// that renewed it meanwhile is alive and observes the intent
-			// at its next checkpoint instead.
+			// at its next checkpoint instead. A task whose work reads the
+			// intent itself waits for the worker that takes it over.
 			return s.finishTx(ctx, tx, &t, Cancelled, "cancelled while no worker held it", nil, nil, now)
 		}
 		return nil
@@ -1260,8 +1279,10 @@ func (s *Store) Heartbeat(ctx context.Context, owner string) (int, error) {
 // TakeOver gives owner up to limit unfinished tasks whose lease has
 // expired — their process died or stopped without finishing them — each
 // with its attempt counted. A task whose cancellation was requested is
-// ended cancelled instead, and not returned. The caller resumes each task
-// or ends it (Finish).
+// ended cancelled instead, and not returned — unless its work reads the
+// intent itself (ReadsCancel): it is returned, CancelRequested set, for
+// the work to find out what the cancellation left. The caller resumes
+// each task or ends it (Finish).
 func (s *Store) TakeOver(ctx context.Context, owner string, limit int) ([]Task, error) {
 	var out []Task
 	err := s.db.WriteBatched(ctx, func(tx *store.Tx) error {
@@ -1290,7 +1311,7 @@ func (s *Store) TakeOver(ctx context.Context, owner string, limit int) ([]Task, 
 			if t, err = scanTask(tx.QueryRow(ctx, selectTask+`WHERE id = ?`, t.ID)); err != nil {
 				return err
 			}
-			if t.CancelRequested {
+			if t.CancelRequested && !t.ReadsCancel {
 				if err := s.finishTx(ctx, tx, &t, Cancelled, "cancelled while its worker was gone", nil, nil, now); err != nil {
 					return err
 				}
@@ -1344,7 +1365,7 @@ func (s *Store) Expire(ctx context.Context, limit int) ([]Task, error) {
 		}
 		for _, t := range expired {
 			status, message, errObj := Failed, fmt.Sprintf("expired: still running when its TTL of %v passed; it was stopped", t.TTL), expiredError(t.TTL)
-			if t.CancelRequested {
+			if t.CancelRequested && !t.ReadsCancel {
 				status, message, errObj = Cancelled, "cancelled: its TTL passed before a worker observed the cancellation", nil
 			}
 			// Conditional on the state read: a worker's Finish that

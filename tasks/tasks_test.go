@@ -542,3 +542,51 @@ func TestRunnerReportsTheCancelDelay(t *testing.T) {
 		t.Fatalf("TaskEnded = %+v, want completed with no cancel delay", e)
 	}
 }
+
+// A task whose work reads its cancellation itself (ReadsCancel) is never
+// ended cancelled without a worker: a cancel while no worker holds it is
+// recorded and left, the task is taken over with the intent set for its
+// work to read, and one whose TTL passes ends failed, not cancelled.
+func TestReadsCancelIsNeverCancelledWithoutAWorker(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		s, clk := open(t, dsn, &tasks.Options{Lease: time.Second})
+		newTask := func(readsCancel bool) tasks.Task {
+			task, err := s.Create(ctx, tasks.NewTask{Tenant: "acme", Tool: "forward", Request: json.RawMessage(`{}`), Owner: "gone", ReadsCancel: readsCancel})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return task
+		}
+		reads, plain := newTask(true), newTask(false)
+		clk.Advance(time.Second) // their worker is gone
+		for _, task := range []tasks.Task{reads, plain} {
+			if _, err := s.RequestCancel(ctx, "acme", task.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, _ := s.Get(ctx, "acme", plain.ID); got.Status != tasks.Cancelled {
+			t.Fatalf("a task cancelled without a worker is %s, want cancelled at once", got.Status)
+		}
+		got, _ := s.Get(ctx, "acme", reads.ID)
+		if got.Status != tasks.Working || !got.CancelRequested || !got.ReadsCancel {
+			t.Fatalf("a ReadsCancel task cancelled without a worker: %+v", got)
+		}
+		taken, err := s.TakeOver(ctx, "w2", 10)
+		if err != nil || len(taken) != 1 || taken[0].ID != reads.ID || !taken[0].CancelRequested || taken[0].Attempts != 2 {
+			t.Fatalf("TakeOver = %+v, %v; want the ReadsCancel task, its intent set, attempt 2", taken, err)
+		}
+		// Its new worker renews it and reads the intent; the TTL then
+		// passes before it ends it: failed, never cancelled unseen.
+		if asked, err := s.Renew(ctx, reads.ID, "w2", tasks.CheckpointUpdate{}); err != nil || !asked {
+			t.Fatalf("the new worker's Renew = %v, %v", asked, err)
+		}
+		clk.Advance(2 * time.Hour)
+		if _, err := s.Expire(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := s.Get(ctx, "acme", reads.ID); got.Status != tasks.Failed {
+			t.Fatalf("a ReadsCancel task past its TTL is %s, want failed", got.Status)
+		}
+	})
+}

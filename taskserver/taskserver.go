@@ -65,6 +65,15 @@ type Policy struct {
 	// checkpoint (Resumed). Otherwise the task ends failed, as
 	// interrupted.
 	Resumable bool
+	// ReadsCancel: the handler reads tasks/cancel itself (Renew) and ends
+	// the task by what the cancellation left — a call it sent elsewhere
+	// may have acted — rather than stop at a Checkpoint. Its tasks are
+	// never ended cancelled without a worker (tasks.NewTask.ReadsCancel):
+	// one cancelled while the process running it was gone is taken over
+	// as any other, and a Resumable tool runs again with the intent left
+	// for it to read (Attempt tells it is a later attempt); any other
+	// ends failed as interrupted, its outcome unknown.
+	ReadsCancel bool
 	// Gather, when set, runs before a task is created, synchronously: it
 	// returns a *server.InputRequired for what the call needs from the
 	// client first (2026-07-28 multi round-trip requests), and nil once
@@ -378,7 +387,8 @@ func (tt *taskTool) create(ctx context.Context, call *server.CallRequest) (mcp.R
 		slot.Release()
 		return nil, err
 	}
-	n := tasks.NewTask{Tenant: call.Tenant, Tool: tt.name, Request: request, TTL: requestedTTL(call), Owner: ts.runner.Owner()}
+	n := tasks.NewTask{Tenant: call.Tenant, Tool: tt.name, Request: request, TTL: requestedTTL(call), Owner: ts.runner.Owner(),
+		ReadsCancel: tt.policy.ReadsCancel}
 	var t tasks.Task
 	if tx := idempotency.Tx(call); tx != nil {
 		if tx.DB() != ts.store.DB() {
@@ -514,7 +524,6 @@ func (ts *Server) resume(t tasks.Task) (tasks.Work, bool) {
 	}
 	return tt.work, true
 }
-
 func mustJSON(v any) json.RawMessage {
 	b, err := json.Marshal(v)
 	if err != nil {
