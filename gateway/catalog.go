@@ -185,15 +185,24 @@ func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
 		names: func(t mcp.Tool) (string, string) { return t.Name, l.downstreamName(t.Name) },
 		add: func(name string, t mcp.Tool) error {
 			tp := g.opts.Policy.forTool(name)
+			upTasks := l.upstreamTasksOf(t)
+			if tp.Task == TaskNone && g.opts.Tasks != nil {
+				tp.Task = mirroredTask(upTasks, tp, l.eraNow())
+			}
 			var policies []server.ToolInterceptor
 			if tp.Retry == server.RetryConditional {
 				policies = append(policies, idempotency.Keyed(g.opts.Ledger, tp.keyed()))
 			}
 			if tp.Task != TaskNone {
 				// Run again after its gateway died only where that cannot
-				// do it twice; otherwise it ends failed, outcome unknown.
+				// do it twice — or where the upstream's own task, whose
+				// id the task keeps, is followed again rather than made
+				// again; otherwise it ends failed, outcome unknown.
+				// A forward's cancellation is passed upstream, and the
+				// task ends by what it left (ReadsCancel).
 				policies = append(policies, taskserver.AsTask(g.opts.Tasks, taskserver.Policy{
-					Required: tp.Task == TaskRequired, Resumable: tp.retryClass() != retry.Unsafe}))
+					Required: tp.Task == TaskRequired, Resumable: tp.retryClass() != retry.Unsafe || upTasks != noUpstreamTask,
+					ReadsCancel: true}))
 			}
 			return g.srv.AddTool(server.Tool{
 				// The upstream judges its own arguments: it may read its
@@ -204,10 +213,27 @@ func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
 				InputSchema: t.InputSchema, OutputSchema: t.OutputSchema,
 				Annotations: t.Annotations, Meta: upstreamMeta(t.Meta),
 				Policy: server.Policy{Retry: tp.Retry, IdleTimeout: tp.Idle, MaxTimeout: tp.Max, Group: l.group, Waits: true},
-			}, l.forwardTool(t.Name, tp, l.planner(tp)), policies...)
+			}, l.forwardTool(t.Name, tp, upTasks, l.planner(tp)), policies...)
 		},
 		remove: func(name string) { g.srv.RemoveTool(name) },
 	}, tools)
+}
+
+// mirroredTask is whether the gateway runs a tool as a task of its own
+// when the policy does not say, from what the upstream declared of it: a
+// tool the upstream runs only as a task is one downstream too; one a
+// 2025-era upstream runs as a task when asked may be one (not a keyed
+// one, whose synchronous forward would hold the ledger's transaction).
+// A 2026-07-28 upstream decides per call, so its tools are tasks
+// downstream only where the policy makes them so.
+func mirroredTask(up upstreamTasks, tp ToolPolicy, era mcp.Era) TaskSupport {
+	switch {
+	case up == upstreamTaskRequired:
+		return TaskRequired
+	case up == upstreamTaskOptional && era == mcp.Legacy && tp.Retry != server.RetryConditional:
+		return TaskOptional
+	}
+	return TaskNone
 }
 
 // syncPrompts serves l's prompts, named as its tools are.

@@ -87,6 +87,20 @@
 // refused otherwise — never shown to a client it may not belong to.
 // Upstream.PerTenant gives each tenant a stdio process of its own.
 //
+// # An upstream's own tasks
+//
+// A tool the upstream runs as a task of its own (a 2025-era upstream's
+// execution.taskSupport; a 2026-07-28 upstream that refuses a plain call
+// with -32021 for the tasks extension; or the policy's task) is called
+// upstream as a task and followed (client.StartToolTask, FollowTask): the
+// downstream gets a task of the gateway's, whose status is the upstream
+// task's and whose end is its end. The upstream task's id is kept as the
+// gateway task's checkpoint before anything else, so that the gateway
+// that takes the task over follows the same upstream task and never calls
+// the tool again. tasks/cancel of the gateway's task is passed on as the
+// upstream's tasks/cancel, and the task ends as the upstream's does. A
+// synchronous downstream call of a task-only tool is followed inline.
+//
 // The package knows server, client, retry and mcp; it opens no listener
 // and parses no flags (package host assembles it, cmd/mcprel parses).
 package gateway

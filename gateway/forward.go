@@ -71,11 +71,15 @@ func relayStateOf(q *server.Request, upstream string) (relayState, error) {
 
 // forwardTool is the handler of one upstream tool: it forwards the call
 // and maps how it ended.
-func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, planner *retry.Planner) server.ToolHandler {
+func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, upTasks upstreamTasks, planner *retry.Planner) server.ToolHandler {
 	return func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		// left ends when the call is left to another process: its task
+		// taken over or ended elsewhere, its process shutting down. A
+		// synchronous call is never left: it ends with its request.
+		left := context.WithoutCancel(ctx)
 		if taskserver.TaskID(call) != "" {
 			var stop func()
-			ctx, stop = watchTask(ctx, call)
+			ctx, left, stop = watchTask(ctx, call)
 			defer stop()
 		}
 		f := l.begin(ctx, mcp.MethodToolsCall, call.Name)
@@ -104,7 +108,11 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, planner *retry.Pl
 		// questions are then refused on the way, as anywhere), or the
 		// call is keyed: its claim is one request's, and a held call
 		// would outlive it.
-		hold := call.Era == mcp.Modern && c.Era() != mcp.Modern && answersAny(call.ClientCapabilities) && tp.Retry != server.RetryConditional
+		// The upstream runs the call as a task of its own when it must,
+		// or when the gateway runs it as a task of its own: the gateway's
+		// follows the upstream's.
+		asTask := upTasks == upstreamTaskRequired || upTasks != noUpstreamTask && taskserver.TaskID(call) != ""
+		hold := !asTask && call.Era == mcp.Modern && c.Era() != mcp.Modern && answersAny(call.ClientCapabilities) && tp.Retry != server.RetryConditional
 		sink := l.sink(&call.Request)
 		o := &client.CallOptions{
 			Idle:           tp.Idle + l.g.opts.ClockSlack,
@@ -154,9 +162,29 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, planner *retry.Pl
 		defer release()
 		o.OnRequest = relay(&call.Request)
 		sent := time.Now()
-		res, err := l.attempt(f, planner, call, func() (*mcp.CallToolResult, error) {
-			return l.callTool(f.ctx, c, upstreamTool, args, o)
-		})
+		var res *mcp.CallToolResult
+		if !asTask {
+			res, err = l.attempt(f, planner, call, func() (*mcp.CallToolResult, error) {
+				return l.callTool(f.ctx, c, upstreamTool, args, o)
+			})
+			// A 2026-07-28 upstream that runs the tool only as a task
+			// refuses a plain call (-32021, the tasks extension): nothing
+			// ran, and the call is made again as a task.
+			asTask = err != nil && upTasks != noUpstreamTask && needsTask(err)
+		}
+		if asTask {
+			var started bool
+			res, err, started = l.callAsUpstreamTask(f, left, call, c, upstreamTool, args, o, tp)
+			if started {
+				f.rec.InUpstream, f.rec.Reached = time.Since(sent), true
+				if err != nil {
+					err = keyedFailure(tp, err, err, OutcomeFailed)
+				}
+				f.settle(res, err)
+				return res, err
+			}
+			l.record(err)
+		}
 		f.rec.InUpstream, f.rec.Reached = time.Since(sent), true
 		if err == nil {
 			f.settle(res, nil)
@@ -176,7 +204,8 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, planner *retry.Pl
 var errTaskCancelled = errors.New("gateway: the task was cancelled (tasks/cancel)")
 
 // taskCancelled ends a task whose forward tasks/cancel stopped before the
-// upstream answered; sent says the request may have reached the upstream.
+// upstream answered; sent says this attempt's request may have reached
+// the upstream.
 // The task ends cancelled only where that hides no effect: the tool is a
 // read, or the request provably never reached the upstream. Otherwise the
 // upstream may have acted before the cancellation reached it, and the
@@ -184,6 +213,9 @@ var errTaskCancelled = errors.New("gateway: the task was cancelled (tasks/cancel
 // does — never "cancelled", which would say nothing happened. (An answer
 // that came first is the task's result: the forward returned it.)
 func (l *link) taskCancelled(ctx context.Context, call *server.CallRequest, tp ToolPolicy, sent bool) error {
+	// A task taken over from a gateway that stopped may have been sent
+	// by that one.
+	sent = sent || taskserver.Attempt(call) > 1
 	if tp.Retry == server.RetrySafe || !sent {
 		// The checkpoint observes the intent and ends the task cancelled
 		// (tasks.ErrCancelled); it must not be cut short by the cancel
@@ -198,44 +230,58 @@ func (l *link) taskCancelled(ctx context.Context, call *server.CallRequest, tp T
 // tasks/cancel, which a forward otherwise never sees.
 const taskCheckEvery = time.Second
 
-// watchTask checks in with call's task while its forward runs, and ends
-// the returned context — so the upstream call is cancelled its own way —
-// once tasks/cancel was asked of the task (errTaskCancelled), or it was
-// ended or taken over elsewhere, or its process is shutting down (the
-// cause says which, for the task's outcome). A store that fails for a
-// moment stops nothing.
-func watchTask(ctx context.Context, call *server.CallRequest) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(ctx)
+// watchTask checks in with call's task while its forward runs. The
+// context it returns ends — so the upstream call is cancelled its own
+// way — once tasks/cancel was asked of the task (errTaskCancelled); it
+// goes on renewing the task's lease while the forward finds out what the
+// cancellation did. left, which the first context is under, ends once the
+// task was ended or taken over elsewhere, or its process is shutting down
+// (the cause says which, for the task's outcome). A store that fails for
+// a moment stops nothing.
+func watchTask(ctx context.Context, call *server.CallRequest) (_, left context.Context, stop func()) {
+	left, leave := context.WithCancelCause(ctx)
+	ctx, cancel := context.WithCancelCause(left)
+	// check reads the intent, and does not act on it: the task ends once
+	// the forward knows what its cancellation did (taskCancelled,
+	// upstreamTaskEnd). It reports whether the watch is over.
+	check := func() bool {
+		asked, err := taskserver.Renew(left, call, "", nil)
+		if asked {
+			cancel(errTaskCancelled)
+		}
+		if errors.Is(err, tasks.ErrShutdown) || errors.Is(err, tasks.ErrTerminal) || errors.Is(err, tasks.ErrLeaseLost) {
+			leave(err)
+			return true
+		}
+		return false
+	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(taskCheckEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
+	// Checked once before the forward starts: a task taken over with
+	// its cancellation requested meets it before anything is sent.
+	if !check() {
+		wg.Go(func() {
+			t := time.NewTicker(taskCheckEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-left.Done():
+					return
+				case <-t.C:
+				}
+				if check() {
+					return
+				}
 			}
-			// The intent is read, not acted on: the task ends once the
-			// forward knows what its cancellation did (taskCancelled).
-			asked, err := taskserver.Renew(ctx, call, "", nil)
-			if asked {
-				cancel(errTaskCancelled)
-				return
-			}
-			if errors.Is(err, tasks.ErrShutdown) || errors.Is(err, tasks.ErrTerminal) || errors.Is(err, tasks.ErrLeaseLost) {
-				cancel(err)
-				return
-			}
-		}
-	})
-	return ctx, func() {
+		})
+	}
+	return ctx, left, func() {
 		close(done)
 		wg.Wait()
 		cancel(nil)
+		leave(nil)
 	}
 }
 

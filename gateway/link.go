@@ -35,15 +35,18 @@ type link struct {
 
 	group *server.LimitGroup // the upstream's Limits, shared by its tools
 
-	mu       sync.Mutex
-	primary  *client.Client // nil while the upstream is down
-	era      mcp.Era
-	circuit  circuit
-	sessions map[string]*tenantSession // one upstream session (or process) per tenant, where sessions are
-	inflight int                       // calls forwarded now, over every connection
-	restarts int
-	late     uint64 // late responses counted by connections already closed
-	closed   bool
+	mu      sync.Mutex
+	primary *client.Client // nil while the upstream is down
+	era     mcp.Era
+	// tasksExtension: a 2026-07-28 upstream serves the tasks extension,
+	// so it may make any call a task of its own when asked.
+	tasksExtension bool
+	circuit        circuit
+	sessions       map[string]*tenantSession // one upstream session (or process) per tenant, where sessions are
+	inflight       int                       // calls forwarded now, over every connection
+	restarts       int
+	late           uint64 // late responses counted by connections already closed
+	closed         bool
 
 	closing sync.WaitGroup // connections being closed apart (closeLater)
 
@@ -303,6 +306,7 @@ func (l *link) setPrimary(c *client.Client) {
 	l.primary = c
 	if c != nil {
 		l.era = c.Era()
+		l.tasksExtension = c.ServerCapabilities().Extensions[mcp.ExtensionTasks] != nil
 		l.circuit.reset()
 	}
 	l.mu.Unlock()

@@ -86,6 +86,13 @@ type Front struct {
 // Start puts a gateway in front of p.
 func Start(t *testing.T, p Peer, opts gateway.Options) *Front {
 	t.Helper()
+	return StartOn(t, mcptest.NewServer(t, &server.Options{ProgressInterval: time.Millisecond}), p, opts)
+}
+
+// StartOn is Start on srv, which the test prepared: a task server on it,
+// say, for opts.Tasks.
+func StartOn(t *testing.T, srv *server.Server, p Peer, opts gateway.Options) *Front {
+	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = slog.New(stderrLines{p.Log})
 	}
@@ -93,7 +100,7 @@ func Start(t *testing.T, p Peer, opts gateway.Options) *Front {
 	if opts.Policy == nil {
 		opts.Policy = &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"wait": {Idle: WaitIdle, Max: WaitMax}}}
 	}
-	f := &Front{srv: mcptest.NewServer(t, &server.Options{ProgressInterval: time.Millisecond}), listed: make(chan struct{}, 1)}
+	f := &Front{srv: srv, listed: make(chan struct{}, 1)}
 	if opts.Observer == nil {
 		opts.Observer = listings{f.listed}
 	}
