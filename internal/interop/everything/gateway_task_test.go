@@ -67,8 +67,13 @@ func TestGatewayFollowsServerEverythingsTask(t *testing.T) {
 			if err != nil || res.IsError || !strings.Contains(textIn(res), "Research Report: tides") {
 				t.Fatalf("the research task: %+v, %v", res, err)
 			}
+			// The server's stages last a second each, and the gateway
+			// polls at the server's interval: under load it may see only
+			// some of them, never none.
 			mu.Lock()
-			seen := slices.Contains(messages, "Generating report...")
+			seen := slices.ContainsFunc(messages, func(m string) bool {
+				return slices.Contains([]string{"Gathering sources...", "Analyzing content...", "Synthesizing findings...", "Generating report..."}, m)
+			})
 			mu.Unlock()
 			if !seen {
 				t.Errorf("the server's stage messages never reached the client: %q", messages)
