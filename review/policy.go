@@ -58,6 +58,61 @@ type Operation struct {
 	Reconnect Reconnect `yaml:"reconnect" json:"reconnect"`
 	// Tasks is the operation's durable Task behaviour.
 	Tasks Tasks `yaml:"tasks" json:"tasks"`
+	// Probe says whether mcprel probe may call the operation, and how.
+	// The reviewer does not read it.
+	Probe Probe `yaml:"probe" json:"probe"`
+}
+
+// Probe is what mcprel probe may do with an operation (a tool) on a live
+// server. Nothing in a tool's listing says whether calling it charges a
+// card: the probe calls only a tool whose Probe says Call, with the
+// arguments given here, and reads what the rest of the operation's policy
+// says of it (semantics.kind, progress.emits, idempotency.key and
+// key_argument, tasks.support, deadlines) to choose its fixtures.
+type Probe struct {
+	// Call lets the probe call the tool.
+	Call bool `yaml:"call" json:"call"`
+	// Arguments are the call's arguments. For a read that emits progress,
+	// they make a call long enough to be cancelled midway: several
+	// seconds, a report at least every second. For a mutation they are
+	// the operation each fixture sends (its idempotency key is the
+	// probe's to add). For a task-capable tool, a task that runs a few
+	// seconds at least.
+	Arguments map[string]any `yaml:"arguments" json:"arguments"`
+	// Stall are arguments with which a call makes no progress for longer
+	// than the operation's deadlines: whether the server's own deadline
+	// ends it is what the deadline fixture finds out.
+	Stall map[string]any `yaml:"stall_arguments" json:"stall_arguments"`
+	// Flood are arguments with which a call sends progress as fast as it
+	// can, for the slow-consumer fixture.
+	Flood map[string]any `yaml:"flood_arguments" json:"flood_arguments"`
+	// Count is the read that counts a mutation's executions.
+	Count *ProbeCount `yaml:"count" json:"count"`
+	// Setup are calls the probe makes once, before the fixtures that
+	// call this tool (creating what a mutation acts on).
+	Setup []ProbeCall `yaml:"setup" json:"setup"`
+}
+
+// ProbeCount is a read whose result holds a number that each execution
+// of a mutation moves by Step: the probe reads it before and after, and
+// counts the executions between.
+type ProbeCount struct {
+	// Tool is the read, which the probe may always call.
+	Tool      string         `yaml:"tool" json:"tool"`
+	Arguments map[string]any `yaml:"arguments" json:"arguments"`
+	// Field is the number's member in the result's structuredContent
+	// (or in its first text content, parsed as a JSON object); dots
+	// reach into nested objects.
+	Field string `yaml:"field" json:"field"`
+	// Step is how much one execution moves it: -1 for a stock that each
+	// reservation takes one from. Zero means 1.
+	Step float64 `yaml:"step" json:"step"`
+}
+
+// ProbeCall is one call the probe makes as told.
+type ProbeCall struct {
+	Tool      string         `yaml:"tool" json:"tool"`
+	Arguments map[string]any `yaml:"arguments" json:"arguments"`
 }
 
 // Semantics is what the operation does to the world.
@@ -463,6 +518,22 @@ func (p *Policy) validate() error {
 		}
 		if m := op.Retry.MaxAttempts; m != nil && *m < 1 {
 			return fmt.Errorf("%s (%s): retry.max_attempts must be at least 1, not %d", at, op.Name, *m)
+		}
+		if err := op.Probe.validate(); err != nil {
+			return fmt.Errorf("%s (%s): probe: %w", at, op.Name, err)
+		}
+	}
+	return nil
+}
+
+// validate checks that what the probe is told to call names a tool.
+func (pr *Probe) validate() error {
+	if c := pr.Count; c != nil && (c.Tool == "" || c.Field == "") {
+		return errors.New("count needs a tool and a field")
+	}
+	for i, c := range pr.Setup {
+		if c.Tool == "" {
+			return fmt.Errorf("setup[%d] needs a tool", i)
 		}
 	}
 	return nil

@@ -49,6 +49,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = callCmd(ctx, args[1:], stdin, stdout, stderr)
 	case "review":
 		err = reviewCmd(ctx, args[1:], stdout, stderr)
+	case "probe":
+		err = probeCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v", "-version":
 		fmt.Fprintln(stdout, "mcprel", version)
 	case "help", "-h", "--help", "-help": // isHelp
@@ -122,6 +124,9 @@ Commands:
                     --list lists its tools
   review POLICY     review MCP operations for reliability (a YAML or JSON
                     policy, or --from-server URL / --stdio "CMD"); exit 20: refused
+  probe --stdio "CMD" | --url URL [--policy FILE]
+                    run the reliability fixtures live against any MCP server;
+                    exit 21: a fixture failed
   demo              run every race and failure against real servers; print records (--json, or --wire for frames)
   version           print the version (also --version, -v)
 

@@ -61,6 +61,10 @@ var layer = map[string][]string{
 
 	// The reviewer is pure: policy in, report out, no network.
 	"review": {"jsonrpc", "mcp", "retry"},
+	// The probe speaks the wire itself, so that it checks mcprel's server
+	// and client independently of both (TestProbeKnowsNeitherEnd); it
+	// reads the reviewer's policy vocabulary.
+	"probe": {"jsonrpc", "mcp", "review"},
 
 	// Commands, examples and test helpers sit on top and may use anything.
 	"cmd/...":      {"..."},
@@ -220,4 +224,23 @@ func TestHostOnlyAtTheTop(t *testing.T) {
 			t.Errorf("%s imports host: only commands, examples and tests assemble a runtime (%v)", rel, assemblyUsers)
 		}
 	}
+}
+
+// The probe knows neither mcprel's server nor its client, not even
+// through another package: it checks both from outside.
+func TestProbeKnowsNeitherEnd(t *testing.T) {
+	for _, p := range listPackages(t) {
+		if p.ImportPath != module+"/probe" {
+			continue
+		}
+		for _, dep := range p.Deps {
+			for _, end := range []string{"server", "client", "transport/stdio", "transport/streamhttp", "gateway", "host"} {
+				if dep == module+"/"+end || strings.HasPrefix(dep, module+"/"+end+"/") {
+					t.Errorf("probe depends on %s: it must speak the wire itself", dep)
+				}
+			}
+		}
+		return
+	}
+	t.Fatal("no package probe")
 }

@@ -1,0 +1,480 @@
+package probe
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
+)
+
+// Frame is one message on the wire as the probe saw it: the evidence a
+// failed fixture shows.
+type Frame struct {
+	// At is when, from the fixture's start.
+	At time.Duration `json:"at"`
+	// Dir is "sent", "received", or "note" for what the probe did that is
+	// no message (a stream closed, reading paused).
+	Dir  string `json:"dir"`
+	Text string `json:"text"`
+}
+
+// maxFrameText clips a frame's text in a report.
+const maxFrameText = 600
+
+// recorder keeps the frames of one fixture, in order.
+type recorder struct {
+	start time.Time
+	mu    sync.Mutex
+	fs    []Frame
+}
+
+func newRecorder() *recorder { return &recorder{start: time.Now()} }
+
+func (r *recorder) add(dir string, text []byte) {
+	t := string(text)
+	if len(t) > maxFrameText {
+		t = t[:maxFrameText] + fmt.Sprintf("… (%d bytes)", len(text))
+	}
+	r.mu.Lock()
+	r.fs = append(r.fs, Frame{At: time.Since(r.start).Round(time.Microsecond), Dir: dir, Text: t})
+	r.mu.Unlock()
+}
+
+func (r *recorder) note(format string, args ...any) { r.add("note", fmt.Appendf(nil, format, args...)) }
+
+func (r *recorder) frames() []Frame {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Frame(nil), r.fs...)
+}
+
+// inbound is a message the server sent, decoded, with when it came.
+type inbound struct {
+	msg jsonrpc.Message
+	raw []byte
+	at  time.Time
+}
+
+// isResponseTo reports whether m answers the request with id.
+func (m inbound) isResponseTo(id int64) bool {
+	n, ok := m.msg.ID.Int()
+	return m.msg.Kind == jsonrpc.KindResponse && ok && n == id
+}
+
+// progressOf returns a progress notification's token and value.
+func (m inbound) progressOf() (token string, value float64, ok bool) {
+	if m.msg.Kind != jsonrpc.KindNotification || m.msg.Method != mcp.NotificationProgress {
+		return "", 0, false
+	}
+	var p struct {
+		Token    json.RawMessage `json:"progressToken"`
+		Progress float64         `json:"progress"`
+	}
+	if json.Unmarshal(m.msg.Params, &p) != nil {
+		return "", 0, false
+	}
+	return strings.Trim(string(p.Token), `"`), p.Progress, true
+}
+
+// mailbox holds what one connection (or one HTTP response stream)
+// received, in order, for fixtures to wait on.
+type mailbox struct {
+	mu      sync.Mutex
+	msgs    []inbound
+	ended   error // the stream ended: io.EOF, or why
+	changed chan struct{}
+}
+
+func newMailbox() *mailbox { return &mailbox{changed: make(chan struct{})} }
+
+func (b *mailbox) put(m inbound) {
+	b.mu.Lock()
+	b.msgs = append(b.msgs, m)
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.mu.Unlock()
+}
+
+func (b *mailbox) end(err error) {
+	b.mu.Lock()
+	if b.ended == nil {
+		b.ended = err
+		close(b.changed)
+		b.changed = make(chan struct{})
+	}
+	b.mu.Unlock()
+}
+
+// wait returns the first message from index from on that ok accepts, and
+// the index after it; false once the deadline passed or the stream ended
+// without one.
+func (b *mailbox) wait(ctx context.Context, from int, timeout time.Duration, ok func(inbound) bool) (inbound, int, bool) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		b.mu.Lock()
+		for i := from; i < len(b.msgs); i++ {
+			if ok(b.msgs[i]) {
+				m := b.msgs[i]
+				b.mu.Unlock()
+				return m, i + 1, true
+			}
+		}
+		from = len(b.msgs)
+		ended, ch := b.ended, b.changed
+		b.mu.Unlock()
+		if ended != nil {
+			return inbound{}, from, false
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return inbound{}, from, false
+		case <-ctx.Done():
+			return inbound{}, from, false
+		}
+	}
+}
+
+// since returns the messages from index from on.
+func (b *mailbox) since(from int) []inbound {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if from >= len(b.msgs) {
+		return nil
+	}
+	return append([]inbound(nil), b.msgs[from:]...)
+}
+
+// count is how many messages came so far.
+func (b *mailbox) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.msgs)
+}
+
+// endedWith reports whether the stream ended, and how.
+func (b *mailbox) endedWith() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ended
+}
+
+// clientInfo is who the probe says it is.
+var clientInfo = map[string]any{"name": "mcprel-probe", "version": "0.1.0"}
+
+// params builds a request's params for era: the members given, with the
+// 2026-07-28 era's _meta (version, capabilities, client info) and a
+// progress token when one is asked for.
+func params(era Era, members map[string]any, token string, caps map[string]any) map[string]any {
+	out := make(map[string]any, len(members)+1)
+	for k, v := range members {
+		out[k] = v
+	}
+	meta := map[string]any{}
+	if m, ok := out["_meta"].(map[string]any); ok {
+		for k, v := range m {
+			meta[k] = v
+		}
+	}
+	if token != "" {
+		meta[mcp.MetaProgressToken] = token
+	}
+	if era == Modern {
+		if caps == nil {
+			caps = map[string]any{}
+		}
+		meta[mcp.MetaProtocolVersion] = mcp.Version20260728
+		meta[mcp.MetaClientCapabilities] = caps
+		meta[mcp.MetaClientInfo] = clientInfo
+	}
+	if len(meta) > 0 {
+		out["_meta"] = meta
+	}
+	return out
+}
+
+// requestFrame encodes a JSON-RPC request; id < 0 makes a notification.
+func requestFrame(id int64, method string, p any) []byte {
+	msg := map[string]any{"jsonrpc": "2.0", "method": method}
+	if id >= 0 {
+		msg["id"] = id
+	}
+	if p != nil {
+		msg["params"] = p
+	}
+	b, _ := json.Marshal(msg)
+	return b
+}
+
+// stdioPeer is one server process spoken to over stdio.
+type stdioPeer struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	box    *mailbox
+	rec    *recorder
+	stderr *tail
+	era    Era
+
+	wmu  sync.Mutex
+	next int64
+
+	gate chan struct{} // while not nil, the reader waits for it: the probe stopped reading
+	gmu  sync.Mutex
+}
+
+// tail keeps the end of what a process wrote on stderr.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const tailBytes = 4 << 10
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > tailBytes {
+		t.buf = t.buf[len(t.buf)-tailBytes:]
+	}
+	t.mu.Unlock()
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.buf))
+}
+
+// maxLine bounds a line the probe reads from a server.
+const maxLine = 32 << 20
+
+// startStdio starts argv and speaks era to it: the 2025 era's handshake
+// is made here.
+func startStdio(ctx context.Context, t *Target, era Era, rec *recorder, timeout time.Duration) (*stdioPeer, error) {
+	cmd := exec.Command(t.Command[0], t.Command[1:]...)
+	cmd.Env = append(os.Environ(), t.Env...)
+	p := &stdioPeer{cmd: cmd, box: newMailbox(), rec: rec, stderr: &tail{}, era: era, next: 1}
+	cmd.Stderr = p.stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, &UnreachableError{Target: t.String(), Err: err}
+	}
+	p.stdin = stdin
+	go p.read(stdout)
+	if era == Legacy {
+		if err := p.handshake(ctx, timeout); err != nil {
+			p.close()
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+func (p *stdioPeer) read(r io.Reader) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		p.gmu.Lock()
+		gate := p.gate
+		p.gmu.Unlock()
+		if gate != nil {
+			<-gate
+		}
+		line, err := readLine(br)
+		if len(bytes.TrimSpace(line)) > 0 {
+			p.rec.add("received", bytes.TrimSpace(line))
+			msg, derr := jsonrpc.Decode(bytes.TrimSpace(line))
+			if derr == nil {
+				p.box.put(inbound{msg: msg, raw: bytes.Clone(bytes.TrimSpace(line)), at: time.Now()})
+			} else {
+				p.box.put(inbound{raw: bytes.Clone(bytes.TrimSpace(line)), at: time.Now()})
+			}
+		}
+		if err != nil {
+			p.box.end(err)
+			return
+		}
+	}
+}
+
+// readLine reads one newline-ended line of at most maxLine bytes.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > maxLine {
+			return line, fmt.Errorf("a line longer than %d bytes", maxLine)
+		}
+		if err != bufio.ErrBufferFull {
+			return line, err
+		}
+	}
+}
+
+// pause stops reading the server's output (as a slow consumer does);
+// resume reads on.
+func (p *stdioPeer) pause() {
+	p.gmu.Lock()
+	if p.gate == nil {
+		p.gate = make(chan struct{})
+	}
+	p.gmu.Unlock()
+	p.rec.note("the probe stopped reading the server's output")
+}
+
+func (p *stdioPeer) resume() {
+	p.gmu.Lock()
+	if p.gate != nil {
+		close(p.gate)
+		p.gate = nil
+	}
+	p.gmu.Unlock()
+	p.rec.note("the probe reads the server's output again")
+}
+
+// write sends one frame.
+func (p *stdioPeer) write(frame []byte) error {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	p.rec.add("sent", frame)
+	_, err := p.stdin.Write(append(frame, '\n'))
+	return err
+}
+
+// id allocates a request id.
+func (p *stdioPeer) id() int64 {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	p.next++
+	return p.next
+}
+
+// request sends a request in the peer's era and returns its id.
+func (p *stdioPeer) request(method string, members map[string]any, token string) (int64, error) {
+	id := p.id()
+	return id, p.write(requestFrame(id, method, params(p.era, members, token, nil)))
+}
+
+// call sends a request and waits for its response.
+func (p *stdioPeer) call(ctx context.Context, method string, members map[string]any, timeout time.Duration) (inbound, error) {
+	from := p.box.count()
+	id, err := p.request(method, members, "")
+	if err != nil {
+		return inbound{}, err
+	}
+	m, _, ok := p.box.wait(ctx, from, timeout, func(m inbound) bool { return m.isResponseTo(id) })
+	if !ok {
+		return inbound{}, p.silent(method, timeout)
+	}
+	return m, nil
+}
+
+// silent is the error of a request the server did not answer.
+func (p *stdioPeer) silent(method string, timeout time.Duration) error {
+	if err := p.box.endedWith(); err != nil {
+		return fmt.Errorf("the server's output ended before it answered %s (%v)%s", method, err, p.stderrNote())
+	}
+	return fmt.Errorf("the server did not answer %s within %v", method, timeout)
+}
+
+func (p *stdioPeer) stderrNote() string {
+	if s := p.stderr.String(); s != "" {
+		return "; it wrote on stderr: " + lastLines(s, 3)
+	}
+	return ""
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// handshake makes the 2025 era's initialize exchange.
+func (p *stdioPeer) handshake(ctx context.Context, timeout time.Duration) error {
+	m, err := p.call(ctx, mcp.MethodInitialize, initializeParams(), timeout)
+	if err != nil {
+		return err
+	}
+	if m.msg.Error != nil {
+		return fmt.Errorf("the server refused initialize: %s", m.msg.Error.Message)
+	}
+	return p.write(requestFrame(-1, mcp.NotificationInitialized, nil))
+}
+
+func initializeParams() map[string]any {
+	return map[string]any{"protocolVersion": mcp.Version20251125, "capabilities": map[string]any{}, "clientInfo": clientInfo}
+}
+
+// notify sends a notification.
+func (p *stdioPeer) notify(method string, params any) error {
+	return p.write(requestFrame(-1, method, params))
+}
+
+// rss is the process's resident memory, in bytes, from /proc; false
+// where that cannot be read.
+func (p *stdioPeer) rss() (int64, bool) {
+	if p.cmd.Process == nil {
+		return 0, false
+	}
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/status")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err == nil
+		}
+	}
+	return 0, false
+}
+
+// close ends the process: its stdin closed, then a kill after a moment.
+func (p *stdioPeer) close() {
+	p.resume()
+	p.stdin.Close()
+	done := make(chan struct{})
+	go func() { p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// errorText is a JSON-RPC error's code and message, for a report.
+func errorText(e *jsonrpc.Error) string {
+	if e == nil {
+		return ""
+	}
+	return fmt.Sprintf("%d %s", e.Code, e.Message)
+}
+
+// errNoResponse is what a fixture tells when a response it needed never
+// came.
+var errNoResponse = errors.New("no response")
