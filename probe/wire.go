@@ -345,12 +345,12 @@ func (p *stdioPeer) pause() {
 
 func (p *stdioPeer) resume() {
 	p.gmu.Lock()
+	defer p.gmu.Unlock()
 	if p.gate != nil {
 		close(p.gate)
 		p.gate = nil
+		p.rec.note("the probe reads the server's output again")
 	}
-	p.gmu.Unlock()
-	p.rec.note("the probe reads the server's output again")
 }
 
 // write sends one frame.

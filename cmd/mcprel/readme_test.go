@@ -70,7 +70,7 @@ func TestReadmeCommandLinesAreTested(t *testing.T) {
 		{regexp.MustCompile(`^bin/mcprel serve --http `), "TestReadmeCallAndReviewLines (starts the endpoint the call lines use)"},
 		{regexp.MustCompile(`^bin/mcprel gateway `), "TestReadmeGatewayLines (starts the endpoint its call lines use)"},
 		{regexp.MustCompile(`^bin/mcprel call --url http://127\.0\.0\.1:8081/`), "TestReadmeGatewayLines"},
-		{regexp.MustCompile(`^bin/mcprel (call|review) `), "TestReadmeCallAndReviewLines"},
+		{regexp.MustCompile(`^bin/mcprel (call|review|probe) `), "TestReadmeCallAndReviewLines"},
 		{regexp.MustCompile(`^npx @modelcontextprotocol/inspector@`), "internal/interop/inspector TestReadmeInspectorLines"},
 		{regexp.MustCompile(`^(git clone <this repository> mcprel|cd your-server && go mod init example\.com/your-server|go work init \. \.\./mcprel)$`), "TestReadmeLibrarySetup"},
 	}
@@ -108,7 +108,7 @@ func readmeLinesWith(t *testing.T, prefix string) []readmeLine {
 	return out
 }
 
-// Every "mcprel call" and "mcprel review" command line the README shows
+// Every "mcprel call", "mcprel review" and "mcprel probe" command line the README shows
 // works as written, in order, from the repository's root with $PWD a fresh
 // directory, against the endpoint the README's own "mcprel serve --http"
 // line starts where they name http://127.0.0.1:8080/mcp: an example that
@@ -126,8 +126,10 @@ func TestReadmeCallAndReviewLines(t *testing.T) {
 		if strings.Contains(l.text, gatewayURL) {
 			continue // TestReadmeGatewayLines
 		}
-		if strings.HasPrefix(l.text, "bin/mcprel call ") || strings.HasPrefix(l.text, "bin/mcprel review ") {
-			lines = append(lines, l)
+		for _, cmd := range []string{"call", "review", "probe"} {
+			if strings.HasPrefix(l.text, "bin/mcprel "+cmd+" ") {
+				lines = append(lines, l)
+			}
 		}
 	}
 	for _, l := range lines {
