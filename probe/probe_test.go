@@ -50,7 +50,7 @@ operations:
 `
 
 // fastTiming keeps a run of the fake server's fixtures short.
-var fastTiming = probe.Timing{Answer: 5 * time.Second, Quiet: 200 * time.Millisecond, Pause: 500 * time.Millisecond, Deadline: 5 * time.Second}
+var fastTiming = probe.Timing{Answer: 5 * time.Second, Quiet: 500 * time.Millisecond, Pause: 500 * time.Millisecond, Deadline: 5 * time.Second}
 
 func probeFake(t *testing.T, bugs string) *probe.Report {
 	t.Helper()
