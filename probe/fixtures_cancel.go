@@ -3,7 +3,6 @@ package probe
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
@@ -50,11 +49,8 @@ func fixtureCancelBeforeCompletion(ctx context.Context, r *run) outcome {
 	if err != nil {
 		return fail("sending the call: %v", err)
 	}
-	if _, _, ok := c.progress(ctx, 0, r.timing.Answer); !ok {
-		if m, ok := c.response(ctx, 0); ok {
-			return notApplicable("%q answered (%s) before it reported progress: give it probe arguments that run longer", slow.Name, describe(m))
-		}
-		return fail("%q reported no progress within %v, so there was no call in flight to cancel", slow.Name, r.timing.Answer)
+	if o, ok := r.inFlight(ctx, c, slow); !ok {
+		return o
 	}
 	cancelAt := p.box.count()
 	if err := p.notify(mcp.NotificationCancelled, map[string]any{"requestId": c.id, "reason": "mcprel probe: cancelled before completion"}); err != nil {
@@ -238,30 +234,23 @@ const closedStreams = 8
 func streamCloseCancels(ctx context.Context, r *run, p *httpPeer) outcome {
 	slow := r.roles.slow
 	for i := range closedStreams {
-		id, s, err := p.request(ctx, mcp.MethodToolsCall, toolCall(slow, slow.Probe.Arguments), newToken(i), nil)
+		c, err := p.callTool(ctx, slow, slow.Probe.Arguments, newToken(i))
 		if err != nil {
 			return fail("%v", err)
 		}
-		c := &call{id: id, token: newToken(i), box: s.box, s: s}
-		if _, _, ok := c.progress(ctx, 0, r.timing.Answer); !ok {
-			if m, ok := c.response(ctx, 0); ok {
-				s.close()
-				return notApplicable("%q answered (%s) before it reported progress: give it probe arguments that run longer", slow.Name, describe(m))
-			}
-			s.close()
-			return fail("%q reported no progress within %v on its stream (HTTP %d, %s)", slow.Name, r.timing.Answer, s.status, s.header.Get("Content-Type"))
+		if o, ok := r.inFlight(ctx, c, slow); !ok {
+			return o
 		}
-		r.rec.note("the probe closes the stream of request %d", id)
-		s.close()
+		r.rec.note("the probe closes the stream of request %d", c.id)
+		c.s.close()
 	}
 	// The next call starts at once if the closed ones ended.
 	began := time.Now()
-	id, s, err := p.request(ctx, mcp.MethodToolsCall, toolCall(slow, slow.Probe.Arguments), newToken(99), nil)
+	c, err := p.callTool(ctx, slow, slow.Probe.Arguments, newToken(99))
 	if err != nil {
 		return fail("%v", err)
 	}
-	defer s.close()
-	c := &call{id: id, token: newToken(99), box: s.box, s: s}
+	defer c.s.close()
 	if _, _, ok := c.progress(ctx, 0, r.timing.Answer); !ok {
 		return fail("after %d streams closed mid-call, a new call of %q reported no progress within %v: the closed calls may still be running", closedStreams, slow.Name, r.timing.Answer)
 	}
@@ -271,15 +260,14 @@ func streamCloseCancels(ctx context.Context, r *run, p *httpPeer) outcome {
 
 func postedCancel(ctx context.Context, r *run, p *httpPeer) outcome {
 	slow := r.roles.slow
-	id, s, err := p.request(ctx, mcp.MethodToolsCall, toolCall(slow, slow.Probe.Arguments), newToken(1), nil)
+	c, err := p.callTool(ctx, slow, slow.Probe.Arguments, newToken(1))
 	if err != nil {
 		return fail("%v", err)
 	}
-	c := &call{id: id, token: newToken(1), box: s.box, s: s}
-	if _, _, ok := c.progress(ctx, 0, r.timing.Answer); !ok {
-		s.close()
-		return fail("%q reported no progress within %v (HTTP %d, %s)", slow.Name, r.timing.Answer, s.status, s.header.Get("Content-Type"))
+	if o, ok := r.inFlight(ctx, c, slow); !ok {
+		return o
 	}
+	id, s := c.id, c.s
 	status, body, err := p.notify(ctx, mcp.NotificationCancelled, map[string]any{"requestId": id, "reason": "mcprel probe: cancelled by POST"})
 	if err != nil || status >= 300 {
 		s.close()
@@ -310,15 +298,14 @@ func postedCancel(ctx context.Context, r *run, p *httpPeer) outcome {
 // drops is no cancellation, which a resumed stream (Last-Event-ID) shows.
 func droppedStream(ctx context.Context, r *run, p *httpPeer, detail string) outcome {
 	slow := r.roles.slow
-	id, s, err := p.request(ctx, mcp.MethodToolsCall, toolCall(slow, slow.Probe.Arguments), newToken(2), nil)
+	c, err := p.callTool(ctx, slow, slow.Probe.Arguments, newToken(2))
 	if err != nil {
 		return fail("%v", err)
 	}
-	c := &call{id: id, token: newToken(2), box: s.box, s: s}
-	if _, _, ok := c.progress(ctx, 0, r.timing.Answer); !ok {
-		s.close()
-		return fail("%q reported no progress within %v", slow.Name, r.timing.Answer)
+	if o, ok := r.inFlight(ctx, c, slow); !ok {
+		return o
 	}
+	id, s := c.id, c.s
 	last := s.lastEventID()
 	r.rec.note("the probe drops the stream of request %d", id)
 	s.close()
@@ -443,5 +430,3 @@ func fixtureDeadline(ctx context.Context, r *run) outcome {
 	}
 	return pass("the server ended the call after %v with %s", took.Round(time.Millisecond), how).with("ended_after_ms", ms(took))
 }
-
-var _ = fmt.Sprint

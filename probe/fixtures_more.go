@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/url"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -314,14 +313,14 @@ func fixtureSlowConsumer(ctx context.Context, r *run) outcome {
 		return fail("%v", err)
 	}
 	defer p.close(ctx)
-	id, s, err := p.request(ctx, mcp.MethodToolsCall, toolCall(op, op.Probe.Flood), newToken(1), nil)
+	c, err := p.callTool(ctx, op, op.Probe.Flood, newToken(1))
 	if err != nil {
 		return fail("%v", err)
 	}
+	s := c.s
 	defer s.close()
-	c := &call{id: id, token: newToken(1), box: s.box, s: s}
-	if _, _, ok := c.progress(ctx, 0, r.timing.Answer); !ok {
-		return fail("%q reported no progress within %v", op.Name, r.timing.Answer)
+	if o, ok := r.inFlight(ctx, c, op); !ok {
+		return o
 	}
 	s.pause()
 	r.rec.note("the probe stops reading the flooding stream for %v", r.timing.Pause)
@@ -359,8 +358,8 @@ func slowStdioConsumer(ctx context.Context, r *run, op *review.Operation) outcom
 	if err != nil {
 		return fail("%v", err)
 	}
-	if _, _, ok := c.progress(ctx, 0, r.timing.Answer); !ok {
-		return fail("%q reported no progress within %v", op.Name, r.timing.Answer)
+	if o, ok := r.inFlight(ctx, c, op); !ok {
+		return o
 	}
 	p.pause()
 	rss0, measured := p.rss()
@@ -432,11 +431,11 @@ func fixtureSSEHeaders(ctx context.Context, r *run) outcome {
 		seen = append(seen, fmt.Sprintf("no quiet stream to watch (HTTP %d %s)", quiet.status, quiet.header.Get("Content-Type")))
 	}
 	if slow := r.roles.slow; slow != nil && r.tools[slow.Name] {
-		id, s, err := p.request(ctx, mcp.MethodToolsCall, toolCall(slow, slow.Probe.Arguments), newToken(1), nil)
+		c, err := p.callTool(ctx, slow, slow.Probe.Arguments, newToken(1))
 		if err != nil {
 			return fail("%v", err)
 		}
-		c := &call{id: id, token: newToken(1), box: s.box, s: s}
+		s := c.s
 		if _, _, ok := c.progress(ctx, 0, r.timing.Answer); ok {
 			check(s, "the progress stream")
 			headers, first := s.headers.Sub(s.started), s.firstAt.Sub(s.started)
@@ -533,15 +532,14 @@ func resume2025(ctx context.Context, r *run) outcome {
 		return fail("%v", err)
 	}
 	defer p.close(ctx)
-	id, s, err := p.request(ctx, mcp.MethodToolsCall, toolCall(slow, slow.Probe.Arguments), newToken(1), nil)
+	c, err := p.callTool(ctx, slow, slow.Probe.Arguments, newToken(1))
 	if err != nil {
 		return fail("%v", err)
 	}
-	c := &call{id: id, token: newToken(1), box: s.box, s: s}
-	if _, _, ok := c.progress(ctx, 0, r.timing.Answer); !ok {
-		s.close()
-		return fail("%q reported no progress within %v", slow.Name, r.timing.Answer)
+	if o, ok := r.inFlight(ctx, c, slow); !ok {
+		return o
 	}
+	id, s := c.id, c.s
 	last := s.lastEventID()
 	s.close()
 	if last == "" {
@@ -743,5 +741,3 @@ func loopback(host string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
-
-var _ = strconv.Itoa

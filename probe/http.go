@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/review"
 )
 
 // httpPeer is a Streamable HTTP server spoken to in one era: stateless
@@ -294,6 +295,16 @@ func (p *httpPeer) request(ctx context.Context, method string, members map[strin
 	id := p.next.Add(1)
 	s, err := p.post(ctx, requestFrame(id, method, params(p.era, members, token, caps)), method, nameOf(method, members), nil)
 	return id, s, err
+}
+
+// callTool starts a tools/call of op with args, asking for progress
+// under token.
+func (p *httpPeer) callTool(ctx context.Context, op *review.Operation, args map[string]any, token string) (*call, error) {
+	id, s, err := p.request(ctx, mcp.MethodToolsCall, toolCall(op, args), token, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &call{id: id, token: token, box: s.box, s: s}, nil
 }
 
 // call sends a request and waits for its response.

@@ -3,6 +3,7 @@ package probe
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -221,3 +222,24 @@ func clip(s string, n int) string {
 
 // ms is d in milliseconds, for measurements.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// inFlight waits for c's first progress report: once one came, the call
+// is in flight (true). Otherwise the outcome says why not — not
+// applicable when op answered first (its probe arguments run too short),
+// failed when nothing came — and c's stream, if it has one, is closed.
+func (r *run) inFlight(ctx context.Context, c *call, op *review.Operation) (outcome, bool) {
+	if _, _, ok := c.progress(ctx, 0, r.timing.Answer); ok {
+		return outcome{}, true
+	}
+	if c.s != nil {
+		defer c.s.close()
+	}
+	if m, ok := c.response(ctx, 0); ok {
+		return notApplicable("%q answered (%s) before it reported progress: give it probe arguments that run longer", op.Name, describe(m)), false
+	}
+	how := ""
+	if c.s != nil {
+		how = fmt.Sprintf(" (HTTP %d, %s)", c.s.status, c.s.header.Get("Content-Type"))
+	}
+	return fail("%q reported no progress within %v%s", op.Name, r.timing.Answer, how), false
+}
