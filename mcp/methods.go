@@ -59,6 +59,11 @@ const (
 	// MetaExecutedAt, beside MetaReplayed, is when the operation committed
 	// (RFC 3339).
 	MetaExecutedAt = MetaPrefix + "executedAt"
+	// MetaDelivery, in a result's _meta, is what became of the intents
+	// the call handed to the transactional outbox: a list, one per
+	// receiver, each its operation id, target, state (pending, delivered
+	// or failed), attempts, next attempt and the receiver's answer.
+	MetaDelivery = MetaPrefix + "delivery"
 	// MetaRetrySafe is false on the result of a mutating call made without
 	// an idempotency key: it ran, and a retry would run it again.
 	MetaRetrySafe = MetaPrefix + "retrySafe"

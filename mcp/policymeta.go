@@ -61,6 +61,11 @@ const (
 	// the effect and never run again, and an answer lost leaves the
 	// outcome unknown (reported as FailureOutcomeUnknown), not retried.
 	EffectAtMostOnce = "at_most_once"
+	// EffectOutbox: the effect is outside the ledger's database, recorded
+	// as an intent of a transactional outbox in the ledger's transaction
+	// (so it commits with the key) and delivered after, with a key the
+	// receiver deduplicates by.
+	EffectOutbox = "outbox"
 )
 
 // ReturnedRecordsDefensiveCopy, the value of MetaReturnedRecords: a replay

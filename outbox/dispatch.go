@@ -114,6 +114,9 @@ func NewDispatcher(o *Outbox, opts *DispatcherOptions) (*Dispatcher, error) {
 // Outbox is the store the dispatcher delivers from.
 func (d *Dispatcher) Outbox() *Outbox { return d.o }
 
+// Has reports whether the dispatcher delivers to target.
+func (d *Dispatcher) Has(target string) bool { return d.opts.Receivers[target] != nil }
+
 // Notify tells the dispatcher an intent was committed: it looks for due
 // intents at once rather than at its next poll.
 func (d *Dispatcher) Notify() {

@@ -42,6 +42,7 @@ var layer = map[string][]string{
 	// transaction: idempotency.Tx), never the other way round.
 	"idempotency": {"jsonrpc", "mcp", "server", "ledger", "store"},
 	"taskserver":  {"jsonrpc", "mcp", "server", "tasks", "idempotency"},
+	"delivery":    {"jsonrpc", "mcp", "server", "idempotency", "outbox", "store"},
 	"metrics":     {"jsonrpc", "mcp", "server", "client", "retry"},
 	"tracing":     {"jsonrpc", "mcp", "server"},
 
@@ -162,7 +163,7 @@ func TestImportsFollowTheLayers(t *testing.T) {
 
 // policies are the packages that wrap a tool's handler as a
 // server.ToolInterceptor.
-var policies = []string{"idempotency", "taskserver"}
+var policies = []string{"idempotency", "taskserver", "delivery"}
 
 // Every policy composes through server's seam, and reaches no other
 // policy's unexported internals (an internal/ package under it).
