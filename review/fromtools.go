@@ -187,6 +187,11 @@ func fromTool(s Server, t mcp.Tool) Operation {
 	case mcp.EffectAtMostOnce:
 		op.Semantics.ExternalEffect = ptr(true)
 		op.Idempotency.ExternalGuard = ptr("at_most_once")
+	case mcp.EffectOutbox:
+		// The effect is another service's, its intent a row in the
+		// ledger's transaction: inside the atomic boundary.
+		op.Semantics.ExternalEffect = ptr(true)
+		op.Idempotency.ExternalGuard = ptr("outbox")
 	}
 	if st, ok := metaString(m, mcp.MetaLedgerStore); ok {
 		op.Idempotency.Store.Kind = ptr(st)

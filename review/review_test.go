@@ -2,6 +2,7 @@ package review_test
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -365,13 +366,22 @@ func TestFromTools(t *testing.T) {
 		mcp.MetaProgressIntervalMs: float64(50), mcp.MetaOutboxCapacity: float64(1024), mcp.MetaKeepAliveMs: float64(15000),
 	}
 	readOnly := true
+	// A tool whose effect is another service's, delivered through the
+	// transactional outbox: the intent commits with the key, inside the
+	// boundary.
+	outboxMeta := maps.Clone(mcprelMeta)
+	outboxMeta[mcp.MetaEffect] = "outbox"
 	p := review.FromTools(review.Server{Transport: "streamable-http", Loopback: true, Tools: []mcp.Tool{
 		{Name: "reserve", Meta: mcprelMeta},
 		{Name: "foreign", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: &readOnly, IdempotentHint: &readOnly}},
+		{Name: "send_payout", Meta: outboxMeta},
 	}})
 	r := review.Review(p)
 	if op := r.Operations[0]; op.Verdict != review.ProductionReady || op.Retry.Class != review.ClassConditional {
 		t.Fatalf("mcprel tool: %s %v missing %v", op.Verdict, op.Codes(), op.Missing)
+	}
+	if op := r.Operations[2]; op.Verdict != review.ProductionReady || op.Retry.Class != review.ClassConditional {
+		t.Fatalf("a tool with an outbox: %s %v missing %v", op.Verdict, op.Codes(), op.Missing)
 	}
 	op := r.Operations[1]
 	if op.Verdict == review.ProductionReady || op.Retry.Class != review.ClassUnsafe {
