@@ -38,12 +38,12 @@ import (
 
 // Policy is a tool's use of the outbox.
 type Policy struct {
-	// Wait makes a call that recorded intents wait, within its deadline,
-	// for the receivers' answers, which its result then shows; without
-	// it the call returns once the intents are committed, pending.
-	// Either way the operation's id (which the tool's own result gives)
-	// and lookup_operation tell how the delivery went.
-	Wait bool
+	// Wait is how long a call that recorded intents waits (within its
+	// deadline) for the receivers' answers, which its result then shows;
+	// zero returns once the intents are committed, pending. Either way
+	// the operation's id (which the tool's own result gives) and
+	// lookup_operation tell how the delivery went.
+	Wait time.Duration
 }
 
 // Outbox is the policy that gives a keyed tool's handler the outbox d
@@ -79,14 +79,16 @@ func Outbox(d *outbox.Dispatcher, p Policy) server.ToolInterceptor {
 			if len(ops) == 0 {
 				return res, nil
 			}
-			if p.Wait {
+			if p.Wait > 0 {
+				wctx, cancel := context.WithTimeout(ctx, p.Wait)
 				for i, op := range ops {
 					if op.State == outbox.Pending {
-						if now, err := d.Wait(ctx, call.Tenant, op.ID); err == nil {
+						if now, err := d.Wait(wctx, call.Tenant, op.ID); err == nil {
 							ops[i] = now
 						}
 					}
 				}
+				cancel()
 			}
 			meta := make(mcp.Meta, len(c.Meta)+1)
 			maps.Copy(meta, c.Meta)

@@ -135,7 +135,7 @@ func TestPayoutIsDeliveredOnceAndReplayed(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, dsn string) {
 		ctx := context.Background()
 		p := &provider{}
-		c, ob := payouts(t, dsn, p, delivery.Policy{Wait: true})
+		c, ob := payouts(t, dsn, p, delivery.Policy{Wait: 10 * time.Second})
 		tools, err := c.ListTools(ctx)
 		if err != nil || len(tools) != 1 || tools[0].Meta[mcp.MetaEffect] != mcp.EffectOutbox {
 			t.Fatalf("the tool's listing = %+v, %v; want its effect the outbox's", tools, err)
