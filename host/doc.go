@@ -54,10 +54,14 @@
 //     stop at their next checkpoint within ShutdownGrace (a second
 //     grace, after the calls'), then are left for the next process to
 //     take over when their lease expires; the maintainer stops.
-//  5. metrics: the metrics listener closes.
-//  6. reaper: the ledger's reaper stops.
-//  7. store: the database closes, after everything that writes to it.
-//  8. traces: spans still buffered are flushed (bounded by five seconds).
+//  5. outbox: with receivers (Outbox.Receivers), the outbox's dispatcher
+//     stops claiming intents, and the deliveries in flight are recorded
+//     (an intent it could not deliver stays pending, for the next
+//     process: the receiver dedupes by its key).
+//  6. metrics: the metrics listener closes.
+//  7. reaper: the ledger's reaper stops.
+//  8. store: the database closes, after everything that writes to it.
+//  9. traces: spans still buffered are flushed (bounded by five seconds).
 //
 // Over stdio, a client that closes stdin ends the connection without
 // step 1 (its calls are cancelled as the connection closes); the steps

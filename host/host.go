@@ -17,6 +17,7 @@ import (
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/metrics"
+	"github.com/mcprel/mcprel/outbox"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/store"
 	"github.com/mcprel/mcprel/tasks"
@@ -33,6 +34,7 @@ const (
 	stepCloseTransport = "close-transport"
 	stepUpstreams      = "upstreams"
 	stepTasks          = "tasks"
+	stepOutbox         = "outbox"
 	stepMetrics        = "metrics"
 	stepReaper         = "reaper"
 	stepStore          = "store"
@@ -56,6 +58,8 @@ type Runtime struct {
 	tasks   *taskserver.Server
 	metrics *metrics.Observer
 	gateway *gateway.Gateway
+	// dispatcher delivers the outbox's intents; nil without receivers.
+	dispatcher *outbox.Dispatcher
 
 	// HTTP: the handler and the bound listener, and the endpoint's URL.
 	handler  *streamhttp.Handler
@@ -163,6 +167,17 @@ func New(ctx context.Context, opts *Options) (_ *Runtime, err error) {
 	if rt.tasks, err = taskserver.New(rt.srv, st, &taskserver.Options{Runner: o.Runner}); err != nil {
 		return nil, err
 	}
+	if len(o.Dispatcher.Receivers) > 0 {
+		ob, err := outbox.Open(ctx, rt.db, &o.Outbox)
+		if err != nil {
+			return nil, err
+		}
+		do := o.Dispatcher
+		do.Logger = cmp.Or(do.Logger, rt.logger)
+		if rt.dispatcher, err = outbox.NewDispatcher(ob, &do); err != nil {
+			return nil, err
+		}
+	}
 	if o.Gateway != nil {
 		gw := *o.Gateway
 		gw.Logger = cmp.Or(gw.Logger, rt.logger)
@@ -215,6 +230,11 @@ func (rt *Runtime) Ledger() *ledger.Ledger { return rt.ledger }
 // that may run as durable tasks, before Run.
 func (rt *Runtime) Tasks() *taskserver.Server { return rt.tasks }
 
+// Dispatcher is the outbox's dispatcher — give it to delivery.Outbox for
+// the keyed tools whose effects are its receivers' — or nil when
+// Options.Dispatcher names no receiver.
+func (rt *Runtime) Dispatcher() *outbox.Dispatcher { return rt.dispatcher }
+
 // Logger is the logger the server writes its request lines to (with trace
 // ids when tracing is on).
 func (rt *Runtime) Logger() *slog.Logger { return rt.logger }
@@ -244,6 +264,13 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	maintCtx, stopMaintaining := context.WithCancel(context.Background())
 	maintained := make(chan struct{})
 	go func() { rt.tasks.Maintain(maintCtx, 0); close(maintained) }()
+	dispatchCtx, stopDispatching := context.WithCancel(context.Background())
+	dispatched := make(chan struct{})
+	if rt.dispatcher != nil {
+		go func() { rt.dispatcher.Run(dispatchCtx); close(dispatched) }()
+	} else {
+		close(dispatched)
+	}
 	var metricsServer *http.Server
 	if rt.metricsLn != nil {
 		metricsServer = rt.serveMetrics()
@@ -252,7 +279,7 @@ func (rt *Runtime) Run(ctx context.Context) error {
 		// The upstreams are listed before the first client can ask for
 		// the tools: over stdio it asks at once.
 		if err := rt.gateway.Start(ctx); err != nil {
-			rt.stop(&background{stopReaper, reaped, stopMaintaining, maintained, metricsServer})
+			rt.stop(&background{stopReaper, reaped, stopMaintaining, maintained, stopDispatching, dispatched, metricsServer})
 			return err
 		}
 	}
@@ -263,7 +290,7 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	} else {
 		err = rt.serveStdio(ctx)
 	}
-	rt.stop(&background{stopReaper, reaped, stopMaintaining, maintained, metricsServer})
+	rt.stop(&background{stopReaper, reaped, stopMaintaining, maintained, stopDispatching, dispatched, metricsServer})
 	return err
 }
 
@@ -283,6 +310,8 @@ type background struct {
 	reaped          chan struct{}
 	stopMaintaining context.CancelFunc
 	maintained      chan struct{}
+	stopDispatching context.CancelFunc
+	dispatched      chan struct{}
 	metrics         *http.Server
 }
 
@@ -326,6 +355,13 @@ func (rt *Runtime) stop(bg *background) {
 			cancel()
 			bg.stopMaintaining()
 			<-bg.maintained
+		}
+		rt.step(stepOutbox)
+		if bg != nil {
+			// After the calls and the tasks, which record intents; the
+			// deliveries in flight are recorded before the store closes.
+			bg.stopDispatching()
+			<-bg.dispatched
 		}
 		rt.step(stepMetrics)
 		switch {

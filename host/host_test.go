@@ -218,7 +218,7 @@ func TestRuntimeOverHTTP(t *testing.T) {
 			t.Fatalf("Run: %v", err)
 		}
 
-		want := []string{"drain", "refused", "held call returned", "close-transport", "upstreams", "tasks", "metrics", "reaper", "store", "traces", "flushed"}
+		want := []string{"drain", "refused", "held call returned", "close-transport", "upstreams", "tasks", "outbox", "metrics", "reaper", "store", "traces", "flushed"}
 		if got := rec.list(); !slices.Equal(got, want) {
 			t.Errorf("shutdown:\n got %q\nwant %q", got, want)
 		}
@@ -292,7 +292,7 @@ func TestHTTPFailureStillDrains(t *testing.T) {
 	if err := <-ran; err == nil {
 		t.Error("Run returned nil after the HTTP server failed")
 	}
-	want := []string{"drain", "close-transport", "upstreams", "tasks", "metrics", "reaper", "store", "traces", "flushed"}
+	want := []string{"drain", "close-transport", "upstreams", "tasks", "outbox", "metrics", "reaper", "store", "traces", "flushed"}
 	if got := rec.list(); !slices.Equal(got, want) {
 		t.Errorf("shutdown:\n got %q\nwant %q", got, want)
 	}
@@ -326,9 +326,9 @@ func TestRuntimeOverStdio(t *testing.T) {
 		want []string
 	}{
 		{"context ends", func(cancel context.CancelFunc, _ io.Closer) { cancel() },
-			[]string{"drain", "close-transport", "upstreams", "tasks", "metrics", "reaper", "store", "traces", "flushed"}},
+			[]string{"drain", "close-transport", "upstreams", "tasks", "outbox", "metrics", "reaper", "store", "traces", "flushed"}},
 		{"stdin closes", func(_ context.CancelFunc, stdin io.Closer) { stdin.Close() },
-			[]string{"upstreams", "tasks", "metrics", "reaper", "store", "traces", "flushed"}},
+			[]string{"upstreams", "tasks", "outbox", "metrics", "reaper", "store", "traces", "flushed"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &steps{}

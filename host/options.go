@@ -13,6 +13,7 @@ import (
 	"github.com/mcprel/mcprel/gateway"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/outbox"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/store"
 	"github.com/mcprel/mcprel/tasks"
@@ -59,6 +60,16 @@ type Options struct {
 	// runtime chains its metrics after OnEvent and appends its tracing
 	// observer to Observers.
 	Runner tasks.RunnerOptions
+
+	// Outbox configures the transactional outbox (package outbox), which
+	// the runtime opens in its store when Dispatcher.Receivers names a
+	// receiver: its bounds on pending intents and its retention.
+	Outbox outbox.Options
+	// Dispatcher delivers the outbox's intents while Run serves: its
+	// Receivers, by target name, its workers, lease and backoff. Its
+	// Logger defaults to the server's. Without receivers there is no
+	// outbox.
+	Dispatcher outbox.DispatcherOptions
 
 	// Gateway, when set, puts the upstream MCP servers it names behind
 	// this runtime (package gateway): their tools, resources and prompts

@@ -58,7 +58,7 @@ var layer = map[string][]string{
 	// The assembly builds a whole runtime, so it may use every layer
 	// below the tools; only commands, examples and tests import it
 	// (TestHostOnlyAtTheTop).
-	"host": {"jsonrpc", "mcp", "store", "ledger", "tasks", "server", "transport/stdio", "transport/streamhttp",
+	"host": {"jsonrpc", "mcp", "store", "ledger", "tasks", "outbox", "server", "transport/stdio", "transport/streamhttp",
 		"idempotency", "taskserver", "metrics", "tracing", "client", "retry", "gateway"},
 
 	// The reviewer is pure: policy in, report out, no network.
