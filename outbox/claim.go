@@ -211,6 +211,22 @@ func (o *Outbox) Reap(ctx context.Context, batch int) (int, error) {
 	return int(n), err
 }
 
+// Release gives up owner's leases: on the intents it claimed and did not
+// record an answer for, and on the store's dispatch lease. A dispatcher
+// that stops in order calls it once its deliveries have ended, so that
+// the next one — another replica, or this process restarted — delivers
+// at once rather than after the leases expire. The intents are delivered
+// again, with the same key.
+func (o *Outbox) Release(ctx context.Context, owner string) error {
+	return o.db.WriteTx(ctx, func(tx *store.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE mcprel_outbox SET owner = NULL, lease_until = NULL WHERE state = ? AND owner = ?`, int(Pending), owner); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM mcprel_outbox_dispatcher WHERE owner = ?`, owner)
+		return err
+	})
+}
+
 // HoldDispatch takes or renews the store-wide dispatch lease for owner,
 // until lease from now, and reports whether owner holds it: on SQLite one
 // dispatcher per file delivers, and the others stand by until its lease

@@ -131,11 +131,19 @@ func (d *Dispatcher) Notify() {
 const housekeeping = time.Minute
 
 // Run delivers until ctx ends, and then waits for the deliveries in
-// flight to be recorded. On SQLite only the dispatcher that holds the
-// store's dispatch lease delivers; the others stand by.
+// flight to be recorded and gives up its leases (Release). On SQLite only
+// the dispatcher that holds the store's dispatch lease delivers; the
+// others stand by.
 func (d *Dispatcher) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer func() {
+		wg.Wait()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := d.o.Release(rctx, d.opts.Owner); err != nil {
+			d.log.Warn("outbox: could not give up this dispatcher's leases; the next delivers once they expire", "err", err)
+		}
+	}()
 	slots := make(chan struct{}, d.opts.Workers)
 	poll := time.NewTicker(d.opts.Poll)
 	defer poll.Stop()

@@ -251,3 +251,45 @@ func TestHTTPReceiverVerdicts(t *testing.T) {
 		t.Errorf("no answer: %+v", a)
 	}
 }
+
+// holder is a receiver that holds every delivery until its caller gives
+// up, telling entered when one arrives: a delivery in flight at a stop.
+type holder struct{ entered chan string }
+
+func (h *holder) Deliver(ctx context.Context, d outbox.Delivery) outbox.Answer {
+	h.entered <- d.Key
+	<-ctx.Done()
+	return outbox.Answer{Verdict: outbox.Retry, Error: "no answer"}
+}
+
+// A dispatcher stopped in order while delivering gives up its leases: the
+// next one — another process, or this one restarted — delivers at once,
+// with the same key, not an hour later when they would have expired.
+func TestAStoppedDispatcherReleasesItsLeases(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		o1, o2 := open(t, dsn, nil), open(t, dsn, nil)
+		op, err := put(t, o1, intent("acme", "k1"), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := &holder{entered: make(chan string, 1)}
+		d1, err := outbox.NewDispatcher(o1, &outbox.DispatcherOptions{Receivers: map[string]outbox.Receiver{"payouts": h},
+			Lease: time.Hour, Poll: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(context.Background())
+		stopped := make(chan struct{})
+		go func() { d1.Run(ctx); close(stopped) }()
+		firstKey := <-h.entered
+		stop()
+		<-stopped
+
+		r := &receiver{}
+		d2 := dispatch(t, o2, outbox.DispatcherOptions{Receivers: map[string]outbox.Receiver{"payouts": r}, Lease: time.Hour})
+		got := waitEnded(t, d2, "acme", op.ID)
+		if got.State != outbox.Delivered || got.Attempts != 2 || r.count() != 1 || r.deliveries[0].Key != firstKey {
+			t.Fatalf("after the first dispatcher stopped: %+v, %d deliveries; want delivered on the second attempt with the key %s", got, r.count(), firstKey)
+		}
+	})
+}

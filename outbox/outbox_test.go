@@ -181,6 +181,13 @@ func TestClaimLeaseAndTakeover(t *testing.T) {
 		if err := o.Renew(ctx, first[0], "w1", 10*time.Second); !errors.Is(err, outbox.ErrLeaseLost) {
 			t.Fatalf("w1's renewal = %v, want ErrLeaseLost", err)
 		}
+		// w1 stopping gives up its leases, not w2's.
+		if err := o.Release(ctx, "w1"); err != nil {
+			t.Fatal(err)
+		}
+		if again, err := o.Claim(ctx, "w5", 10, 10*time.Second); err != nil || len(again) != 0 {
+			t.Fatalf("w1's release freed w2's lease: w5 claimed %+v, %v", again, err)
+		}
 		// A retry leaves it pending until its next attempt.
 		if err := o.Deliver(ctx, second[0], "w2", outbox.Answer{Verdict: outbox.Retry, Status: 503}, clk.Now().Add(time.Minute)); err != nil {
 			t.Fatal(err)
