@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/outbox"
 	"github.com/mcprel/mcprel/store"
 )
 
@@ -152,10 +153,18 @@ func ledgerShow(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer closeDB()
-	return showRecord(ctx, l, op, stdout)
+	// A database with an outbox shows the operation's deliveries too;
+	// opened read-only, it is read, never created.
+	ob, err := outbox.Open(ctx, l.DB(), nil)
+	if err != nil {
+		ob = nil
+	}
+	return showRecord(ctx, l, ob, op, stdout)
 }
 
-func showRecord(ctx context.Context, l *ledger.Ledger, op operationFlags, stdout io.Writer) error {
+// showRecord prints the record of op's key, and its deliveries in ob
+// (which may be nil).
+func showRecord(ctx context.Context, l *ledger.Ledger, ob *outbox.Outbox, op operationFlags, stdout io.Writer) error {
 	rec, err := l.Lookup(ctx, *op.tenant, *op.tool, *op.key)
 	if errors.Is(err, ledger.ErrNotFound) {
 		json.NewEncoder(stdout).Encode(lookupResult{Advice: "no operation with this key committed (or its record expired)"})
@@ -164,9 +173,15 @@ func showRecord(ctx context.Context, l *ledger.Ledger, op operationFlags, stdout
 	if err != nil {
 		return err
 	}
+	var ops []outbox.Operation
+	if ob != nil {
+		if ops, err = ob.Lookup(ctx, *op.tenant, *op.tool, *op.key); err != nil {
+			return err
+		}
+	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
-	return enc.Encode(describeRecord(rec))
+	return enc.Encode(describeRecord(rec, ops))
 }
 
 // ledgerResolve is "mcprel ledger resolve": an operator who checked what
@@ -250,7 +265,7 @@ func ledgerResolve(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintln(stdout, `{"forgotten":true,"advice":"the key is free: the next call with it runs the operation"}`)
 		return nil
 	}
-	return showRecord(ctx, l, op, stdout)
+	return showRecord(ctx, l, nil, op, stdout)
 }
 
 // maxResultFile bounds a --result file.

@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mcprel/mcprel/delivery"
 	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/outbox"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/store"
 )
@@ -92,6 +94,9 @@ type lookupResult struct {
 	Executions int             `json:"executions,omitempty"`
 	ExpiresAt  string          `json:"expiresAt,omitempty"`
 	Advice     string          `json:"advice"`
+	// Deliveries are the intents the operation recorded in the outbox
+	// (send_payout's payout), as they stand.
+	Deliveries []delivery.Status `json:"deliveries,omitempty"`
 }
 
 const (
@@ -100,8 +105,9 @@ const (
 )
 
 // addLedgerTools registers the ledger-backed demo tools on srv, whose
-// Options.Ledger is l.
-func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
+// Options.Ledger is l; lookup_operation shows the deliveries of ob, the
+// outbox, when there is one.
+func addLedgerTools(srv *server.Server, l *ledger.Ledger, ob *outbox.Outbox) error {
 	db := l.DB()
 	if err := db.Migrate(context.Background(), "demo", inventorySchema); err != nil {
 		return err
@@ -254,12 +260,17 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 		return err
 	}
 
+	keyed := `"charge_account","reserve_inventory"`
+	if ob != nil {
+		keyed += `,"send_payout"`
+	}
 	return server.AddTypedTool(srv, server.Tool{
 		Name: "lookup_operation",
 		Description: "Reconciles a keyed operation after a timeout or a lost response: whether the operation with this " +
-			"idempotencyKey committed, its stored result, when, and how many times it ran. Read-only; safe to retry. " +
+			"idempotencyKey committed, its stored result, when, how many times it ran, and for a payout whether the " +
+			"provider has paid it. Read-only; safe to retry. " +
 			"Never repeat an operation under a new key to find out.",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"tool":{"type":"string","enum":["charge_account","reserve_inventory"]},` +
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"tool":{"type":"string","enum":[` + keyed + `]},` +
 			`"idempotencyKey":` + keySchema + `},"required":["tool","idempotencyKey"],"additionalProperties":false}`),
 		Annotations: readOnly,
 		Policy:      server.Policy{Timeout: server.TimeoutFast, Retry: server.RetrySafe},
@@ -271,11 +282,19 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger) error {
 		if err != nil {
 			return lookupResult{}, err
 		}
-		return describeRecord(rec), nil
+		var ops []outbox.Operation
+		if ob != nil {
+			if ops, err = ob.Lookup(ctx, req.Tenant, in.Tool, in.IdempotencyKey); err != nil {
+				return lookupResult{}, err
+			}
+		}
+		return describeRecord(rec, ops), nil
 	})
 }
 
-func describeRecord(rec ledger.Record) lookupResult {
+// describeRecord is what lookup_operation and "mcprel ledger show" say of
+// a record, and of the deliveries ops its operation recorded.
+func describeRecord(rec ledger.Record, ops []outbox.Operation) lookupResult {
 	out := lookupResult{Found: true, State: rec.State.String(), Executions: rec.Executions, ExpiresAt: rec.ExpiresAt.UTC().Format(time.RFC3339)}
 	switch rec.State {
 	case ledger.Committed:
@@ -289,6 +308,20 @@ func describeRecord(rec ledger.Record) lookupResult {
 			"Check what it did, then close the record: mcprel ledger resolve (--result FILE | --failed MESSAGE | --forget)"
 	default:
 		out.Advice = "the operation is still running: retry with the same key after a moment"
+	}
+	if len(ops) > 0 && rec.State == ledger.Committed {
+		out.Deliveries = delivery.Describe(ops)
+		for _, op := range ops {
+			switch op.State {
+			case outbox.Pending:
+				out.Advice += fmt.Sprintf("; its delivery to %s is pending (%d attempts so far, the next at %s): it is delivered, with the same key, until %s takes or refuses it — do not retry under a new key",
+					op.Target, op.Attempts, op.NextAttempt.UTC().Format(time.RFC3339), op.Target)
+			case outbox.Delivered:
+				out.Advice += fmt.Sprintf("; %s took its delivery (its answer is here)", op.Target)
+			case outbox.Failed:
+				out.Advice += fmt.Sprintf("; its delivery failed — %s refused it for good, or could not be reached for too long (its answer says which) — and is not retried, nor is it by a retry with this key: check %s, then act under a new key if need be", op.Target, op.Target)
+			}
+		}
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/outbox"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/transport/streamhttp"
 )
@@ -31,6 +32,8 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	fs.SetOutput(stderr)
 	rf := runtimeFlags{cmd: "serve"}
 	rf.register(fs)
+	var of outboxFlags
+	of.register(fs)
 	lab := fs.Bool("lab", false, "also serve the lab tools that mcprel demo drives to order events with gates (lab_hold, lab_wait, lab_release, lab_tick, lab_flood, lab_task); not for production")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -40,14 +43,21 @@ func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return err
 	}
 	opts.Server.Instructions = demoInstructions
+	inProcess, err := of.apply(opts)
+	if err != nil {
+		return err
+	}
 	rt, ctx, stop, err := rf.start(ctx, opts, stderr)
 	if err != nil {
 		return err
 	}
 	defer stop()
+	if err := startPayouts(ctx, rt, inProcess); err != nil {
+		return err
+	}
 
 	srv := rt.Server()
-	if err := addServeTools(srv, rt.Ledger()); err != nil {
+	if err := addServeTools(srv, rt.Ledger(), rt.Dispatcher()); err != nil {
 		return err
 	}
 	var gates *labGates
@@ -111,31 +121,40 @@ func httpOptions(addr, path string, hosts, origins []string, authToken string, t
 // demoInstructions are the instructions "mcprel serve" gives the model.
 const demoInstructions = "mcprel demo server. echo returns its text; slow_count counts with progress and stops when cancelled. " +
 	"charge_account and reserve_inventory change state: give each operation an idempotencyKey and reuse it on retries; " +
+	"send_payout pays through a payment provider, once per idempotencyKey, however often it must be delivered. " +
 	"get_inventory and lookup_operation are the reads to reconcile with after a timeout. " +
 	"generate_report is a long job: clients that support tasks get a durable task to poll."
 
 // newDemoServer returns a server with the tools "mcprel serve" registers
-// on srv itself (the demo's and the ledger's), with l as the ledger, and
-// opts for everything else.
-func newDemoServer(l *ledger.Ledger, opts *server.Options) (*server.Server, error) {
+// on srv itself (the demo's and the ledger's), with l as the ledger, d as
+// the outbox's dispatcher (nil: no send_payout), and opts for everything
+// else.
+func newDemoServer(l *ledger.Ledger, d *outbox.Dispatcher, opts *server.Options) (*server.Server, error) {
 	o := *opts
 	o.Instructions = demoInstructions
 	srv, err := server.New(mcp.Implementation{Name: "mcprel", Version: version}, &o)
 	if err != nil {
 		return nil, err
 	}
-	if err := addServeTools(srv, l); err != nil {
+	if err := addServeTools(srv, l, d); err != nil {
 		return nil, err
 	}
 	return srv, nil
 }
 
-// addServeTools registers the demo tools and the ledger's on srv.
-func addServeTools(srv *server.Server, l *ledger.Ledger) error {
+// addServeTools registers the demo tools and the ledger's on srv, and
+// send_payout when there is an outbox dispatcher d.
+func addServeTools(srv *server.Server, l *ledger.Ledger, d *outbox.Dispatcher) error {
 	if err := addDemoTools(srv); err != nil {
 		return err
 	}
-	return addLedgerTools(srv, l)
+	if d == nil {
+		return addLedgerTools(srv, l, nil)
+	}
+	if err := addLedgerTools(srv, l, d.Outbox()); err != nil {
+		return err
+	}
+	return addPayoutTool(srv, l, d)
 }
 
 // checkMetricsFlags refuses the metrics flags that cannot go together:

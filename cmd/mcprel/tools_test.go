@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -11,8 +12,11 @@ import (
 
 	"github.com/mcprel/mcprel/internal/ledgertest"
 	"github.com/mcprel/mcprel/internal/mcptest"
+	"github.com/mcprel/mcprel/internal/payouts"
 	"github.com/mcprel/mcprel/internal/storetest"
+	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/outbox"
 	"github.com/mcprel/mcprel/server"
 )
 
@@ -54,6 +58,11 @@ var demoCalls = []demoCall{
 	{"lookup_operation", `{"tool":"reserve_inventory","idempotencyKey":"k-1"}`, nil, ""}, // found
 	{"lookup_operation", `{"tool":"reserve_inventory","idempotencyKey":"k-2"}`, nil, ""}, // found: a stored failure
 	{"lookup_operation", `{"tool":"charge_account","idempotencyKey":"never"}`, nil, ""},  // not found
+	{"send_payout", `{"account":"carol","cents":900,"idempotencyKey":"po-1"}`, nil, ""},
+	{"send_payout", `{"account":"carol","cents":900,"idempotencyKey":"po-1"}`, nil, ""}, // replayed
+	{"send_payout", `{"account":"carol","cents":901,"idempotencyKey":"po-1"}`, nil, mcp.FailureKeyConflict},
+	{"send_payout", `{"account":"carol","cents":900}`, nil, mcp.FailureKeyRequired},
+	{"lookup_operation", `{"tool":"send_payout","idempotencyKey":"po-1"}`, nil, ""}, // found, delivered
 }
 
 // Every result a demo tool returns must validate against the output schema
@@ -61,7 +70,7 @@ var demoCalls = []demoCall{
 // must have the one shape mcprel gives failures.
 func TestDemoToolResultsMatchTheirSchemas(t *testing.T) {
 	l := ledgertest.Open(t, storetest.SQLite(t), nil, nil, "")
-	srv, err := newDemoServer(l, &server.Options{Logger: mcptest.NewServer(t, nil).Logger()})
+	srv, err := newDemoServer(l, payoutDispatcher(t, l), &server.Options{Logger: mcptest.NewServer(t, nil).Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,4 +143,30 @@ func TestDemoToolResultsMatchTheirSchemas(t *testing.T) {
 	if missing := slices.DeleteFunc(slices.Sorted(maps.Keys(schemas)), func(n string) bool { return succeeded[n] }); len(missing) > 0 {
 		t.Errorf("no successful call of %v: add one to demoCalls", missing)
 	}
+}
+
+// payoutDispatcher is an outbox in l's store delivering send_payout's
+// payouts to the demo provider, in this process, running until the test
+// ends.
+func payoutDispatcher(t *testing.T, l *ledger.Ledger) *outbox.Dispatcher {
+	t.Helper()
+	ctx := context.Background()
+	ob, err := outbox.Open(ctx, l.DB(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := payouts.Open(ctx, l.DB(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := outbox.NewDispatcher(ob, &outbox.DispatcherOptions{Receivers: map[string]outbox.Receiver{
+		payoutTarget: &outbox.HTTPReceiver{URL: "http://payouts.in-process/payouts", Client: p.Client()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { d.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return d
 }
