@@ -86,7 +86,7 @@ func runLab(ctx context.Context, self, db string) ([]Record, error) {
 			return records, err
 		}
 	}
-	h, err := startHTTPLab(ctx, self, db)
+	h, err := startHTTPLab(ctx, self, db, nil)
 	if err != nil {
 		p.stop()
 		return records, err
@@ -120,7 +120,10 @@ func runLab(ctx context.Context, self, db string) ([]Record, error) {
 		return records, err
 	}
 	records = append(records, sseRecord(headers))
-	err = keep(reconnectRecord(ctx, self, db))
+	if err = keep(reconnectRecord(ctx, self, db)); err != nil {
+		return records, err
+	}
+	err = keep(outboxRecord(ctx, self, db))
 	return records, err
 }
 

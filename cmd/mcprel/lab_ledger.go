@@ -380,7 +380,7 @@ func (w *wireLog) requests() []postedRequest {
 // then the refetch. It adds the backoff schedule the client draws from.
 func reconnectRecord(ctx context.Context, self, db string) (Record, error) {
 	r := Record{Section: "streams", Name: "the reconnect plan (Streamable HTTP, 2026-07-28)"}
-	h, err := startHTTPLab(ctx, self, db)
+	h, err := startHTTPLab(ctx, self, db, nil)
 	if err != nil {
 		return r, err
 	}

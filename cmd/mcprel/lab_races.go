@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -207,9 +208,11 @@ type httpLab struct {
 	logs *logLines
 }
 
-// startHTTPLab starts an HTTP lab server on db, on a free loopback port.
-func startHTTPLab(ctx context.Context, self, db string) (*httpLab, error) {
-	cmd := exec.CommandContext(ctx, self, "serve", "--http", "127.0.0.1:0", "--lab", "--db", db, "--log-format", "json")
+// startHTTPLab starts an HTTP lab server on db, on a free loopback port,
+// with extra flags and env added to its environment.
+func startHTTPLab(ctx context.Context, self, db string, env []string, extra ...string) (*httpLab, error) {
+	cmd := exec.CommandContext(ctx, self, append([]string{"serve", "--http", "127.0.0.1:0", "--lab", "--db", db, "--log-format", "json"}, extra...)...)
+	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err

@@ -119,8 +119,15 @@ func TestDemoRecords(t *testing.T) {
 		t.Errorf("reconnect: listen request ids %v, want two, the second new", ids)
 	}
 	prefix(rc, "refetched", "tools/list after the new stream was acknowledged")
-	if len(records) != 15 {
-		t.Errorf("%d records, want 15", len(records))
+	ob := "outbox: the server SIGKILLed between the commit and the delivery, then restarted"
+	prefix(ob, "demo-alice's call answered", "accepted, operation op_")
+	want(ob, "demo-alice after the restart", "delivered on attempt 2; paid once")
+	want(ob, "demo-bob after the restart", "delivered on attempt 2; paid once")
+	want(ob, "a retry with demo-bob's key", "replayed true, the same operation: true")
+	want(ob, "provider", "3 deliveries reached it, 2 payouts made, 1 answered from its key")
+	want(ob, "one delivery key per payout", true)
+	if len(records) != 16 {
+		t.Errorf("%d records, want 16", len(records))
 	}
 }
 
@@ -138,7 +145,7 @@ func TestDemoJSON(t *testing.T) {
 	if err := json.Unmarshal(out, &records); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if len(records) != 15 || records[0].Section != "lab" || records[0].Facts["final response"] != false {
+	if len(records) != 16 || records[0].Section != "lab" || records[0].Facts["final response"] != false {
 		t.Fatalf("records: %+v", records)
 	}
 }
