@@ -2,20 +2,17 @@ package gateway_test
 
 import (
 	"context"
-	"crypto/rand"
-	"flag"
 	"fmt"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/internal/benchtest"
 	"github.com/mcprel/mcprel/internal/ledgertest"
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/internal/storetest"
@@ -58,14 +55,14 @@ import (
 func BenchmarkKeyedForward(b *testing.B) {
 	up := newTouchUpstream(b)
 	dir := b.TempDir() // the SQLite file and the fsync probe share it
-	fsync := fsyncProbe(b, dir)
-	b.Run("fsync", func(b *testing.B) { measure(b, "fsync/s", fsync) })
-	direct := map[int]batch{}
+	fsync := benchtest.FsyncProbe(b, dir)
+	b.Run("fsync", func(b *testing.B) { benchtest.Measure(b, "fsync/s", fsync) })
+	direct := map[int]benchtest.Batch{}
 	for _, n := range []int{1, 8} {
-		direct[n] = up.checked(1, calls(dialN(b, up.url, n), func(c *client.Client, i int64) error {
+		direct[n] = up.checked(1, benchtest.Calls(benchtest.DialN(b, up.url, n), func(c *client.Client, i int64) error {
 			return touch(c, strconv.FormatInt(i, 10), "")
 		}))
-		b.Run(fmt.Sprintf("direct/callers=%d", n), func(b *testing.B) { measure(b, "calls/s", direct[n]) })
+		b.Run(fmt.Sprintf("direct/callers=%d", n), func(b *testing.B) { benchtest.Measure(b, "calls/s", direct[n]) })
 	}
 	stores := []struct {
 		name string
@@ -81,18 +78,18 @@ func BenchmarkKeyedForward(b *testing.B) {
 			var seq atomic.Int64 // fresh keys, unique over every run of this store
 			for _, n := range []int{1, 8} {
 				b.Run(fmt.Sprintf("callers=%d", n), func(b *testing.B) {
-					cs := dialN(b, f.url, n)
-					unkeyed := up.checked(1, calls(cs, func(c *client.Client, i int64) error {
+					cs := benchtest.DialN(b, f.url, n)
+					unkeyed := up.checked(1, benchtest.Calls(cs, func(c *client.Client, i int64) error {
 						return touch(c, "", "")
 					}))
-					b.Run("unkeyed", func(b *testing.B) { measure(b, "calls/s", unkeyed) })
+					b.Run("unkeyed", func(b *testing.B) { benchtest.Measure(b, "calls/s", unkeyed) })
 					b.Run("keyed", func(b *testing.B) {
-						keyed := up.checked(1, calls(cs, func(c *client.Client, i int64) error {
+						keyed := up.checked(1, benchtest.Calls(cs, func(c *client.Client, i int64) error {
 							return touch(c, fmt.Sprintf("k-%d", seq.Add(1)), "executed")
 						}))
 						w := l.DB().WriteStats()
-						measure(b, "calls/s", keyed, baseline{"x-unkeyed", unkeyed}, baseline{"x-fsync", fsync})
-						reportCommits(b, w, l.DB().WriteStats())
+						benchtest.Measure(b, "calls/s", keyed, benchtest.Baseline{Unit: "x-unkeyed", Run: unkeyed}, benchtest.Baseline{Unit: "x-fsync", Run: fsync})
+						benchtest.ReportCommits(b, w, l.DB().WriteStats())
 					})
 					b.Run("replay", func(b *testing.B) {
 						// One committed key per caller, each asked again and again.
@@ -101,79 +98,17 @@ func BenchmarkKeyedForward(b *testing.B) {
 							key[c] = fmt.Sprintf("r-%d", seq.Add(1))
 							must(b, touch(c, key[c], "executed"))
 						}
-						replay := up.checked(0, calls(cs, func(c *client.Client, i int64) error {
+						replay := up.checked(0, benchtest.Calls(cs, func(c *client.Client, i int64) error {
 							return touch(c, key[c], "replayed")
 						}))
 						w := l.DB().WriteStats()
-						measure(b, "calls/s", replay, baseline{"x-direct", direct[n]}, baseline{"x-unkeyed", unkeyed})
-						reportCommits(b, w, l.DB().WriteStats())
+						benchtest.Measure(b, "calls/s", replay, benchtest.Baseline{Unit: "x-direct", Run: direct[n]}, benchtest.Baseline{Unit: "x-unkeyed", Run: unkeyed})
+						benchtest.ReportCommits(b, w, l.DB().WriteStats())
 					})
 				})
 			}
 		})
 	}
-}
-
-// batch runs n operations and says how long they took.
-type batch func(n int) (time.Duration, error)
-
-// baseline is a batch that a measured one is reported against, as unit.
-type baseline struct {
-	unit string
-	run  batch
-}
-
-// measure runs b.N operations of run, timed, in up to 10 rounds; in each
-// round every baseline runs as many of its own, untimed, before or after
-// it (taking turns). It reports run's rate as unit and, for each
-// baseline, run's rate over the baseline's. Under -cpuprofile no
-// baseline runs, so that the profile is run's alone.
-func measure(b *testing.B, unit string, run batch, baselines ...baseline) {
-	b.Helper()
-	if f := flag.Lookup("test.cpuprofile"); f != nil && f.Value.String() != "" {
-		baselines = nil
-	}
-	b.StopTimer()
-	b.ResetTimer()
-	rounds := min(b.N, 10)
-	var took time.Duration
-	base := make([]time.Duration, len(baselines))
-	runBaselines := func(n int) {
-		for i, bl := range baselines {
-			d, err := bl.run(n)
-			if err != nil {
-				b.Fatalf("baseline %s: %v", bl.unit, err)
-			}
-			base[i] += d
-		}
-	}
-	for r := range rounds {
-		n := b.N/rounds + btoi(r < b.N%rounds)
-		if r%2 == 1 {
-			runBaselines(n)
-		}
-		b.StartTimer()
-		d, err := run(n)
-		b.StopTimer()
-		if err != nil {
-			b.Fatal(err)
-		}
-		took += d
-		if r%2 == 0 {
-			runBaselines(n)
-		}
-	}
-	b.ReportMetric(float64(b.N)/took.Seconds(), unit)
-	for i, bl := range baselines {
-		b.ReportMetric(base[i].Seconds()/took.Seconds(), bl.unit)
-	}
-}
-
-func btoi(v bool) int {
-	if v {
-		return 1
-	}
-	return 0
 }
 
 // touchUpstream is an upstream with one trivial mutation, "touch", that
@@ -204,7 +139,7 @@ func newTouchUpstream(b *testing.B) *touchUpstream {
 
 // checked is run, failing unless the upstream ran perCall calls for
 // each of its operations.
-func (u *touchUpstream) checked(perCall int64, run batch) batch {
+func (u *touchUpstream) checked(perCall int64, run benchtest.Batch) benchtest.Batch {
 	return func(n int) (time.Duration, error) {
 		before := u.calls.Load()
 		d, err := run(n)
@@ -229,19 +164,6 @@ func touchFront(b *testing.B, u *touchUpstream, l *ledger.Ledger) *front {
 	}, nil)
 }
 
-// dialN connects n clients (the newest era) to url, closed when b ends.
-func dialN(b *testing.B, url string, n int) []*client.Client {
-	b.Helper()
-	cs := make([]*client.Client, n)
-	for i := range cs {
-		c, err := client.DialHTTP(context.Background(), url, nil)
-		must(b, err)
-		b.Cleanup(func() { c.Close() })
-		cs[i] = c
-	}
-	return cs
-}
-
 // touch calls "touch" with key as its requestId ("": none) and checks how
 // the answer says it was served: want "executed" or "replayed" for a
 // keyed call through the gateway, "" for anything else.
@@ -261,70 +183,4 @@ func touch(c *client.Client, key, want string) error {
 		return fmt.Errorf("touch %q: want it %s, its _meta is %v", key, want, res.Meta)
 	}
 	return nil
-}
-
-// calls is a batch of calls shared among the clients, one caller each;
-// call gets each call's sequence number in the batch, from 1.
-func calls(cs []*client.Client, call func(c *client.Client, i int64) error) batch {
-	return func(n int) (time.Duration, error) {
-		var next atomic.Int64
-		var first atomic.Pointer[error]
-		var wg sync.WaitGroup
-		start := time.Now()
-		for _, c := range cs {
-			wg.Go(func() {
-				for i := next.Add(1); i <= int64(n); i = next.Add(1) {
-					if err := call(c, i); err != nil {
-						first.CompareAndSwap(nil, &err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		took := time.Since(start)
-		if err := first.Load(); err != nil {
-			return took, *err
-		}
-		return took, nil
-	}
-}
-
-// fsyncProbe is bench/internal/measure.FsyncRate as a batch: 4 KiB
-// written into a file in dir and fsynced, n times — what one durable
-// commit on that disk costs at least.
-func fsyncProbe(b *testing.B, dir string) batch {
-	f, err := os.CreateTemp(dir, "fsync-probe")
-	must(b, err)
-	b.Cleanup(func() {
-		f.Close()
-		os.Remove(f.Name())
-	})
-	buf := make([]byte, 4096)
-	rand.Read(buf)
-	var at int64
-	return func(n int) (time.Duration, error) {
-		start := time.Now()
-		for range n {
-			if _, err := f.WriteAt(buf, at%256*4096); err != nil {
-				return 0, err
-			}
-			if err := f.Sync(); err != nil {
-				return 0, err
-			}
-			at++
-		}
-		return time.Since(start), nil
-	}
-}
-
-// reportCommits reports the write transactions the store committed
-// between two of its counts, per operation, and the mean group-commit
-// batch.
-func reportCommits(b *testing.B, before, after store.WriteStats) {
-	commits, ops := after.Commits-before.Commits, after.Operations-before.Operations
-	b.ReportMetric(float64(commits)/float64(b.N), "commits/call")
-	if commits > 0 {
-		b.ReportMetric(float64(ops)/float64(commits), "ops/commit")
-	}
 }
