@@ -52,6 +52,10 @@ type Expect struct {
 	Text       string         `json:"text,omitempty"`
 	Structured map[string]any `json:"structured,omitempty"`
 	Meta       map[string]any `json:"meta,omitempty"`
+	// Delivery is the state the result's one outbox delivery must be in:
+	// a call's, in _meta["dev.mcprel/delivery"] (skipped for a client
+	// that hides _meta); a lookup's, in structuredContent.deliveries.
+	Delivery string `json:"delivery,omitempty"`
 }
 
 // Load returns the script.
@@ -136,6 +140,22 @@ func (r *Run) Judge(step Step, got json.RawMessage) string {
 			if !r.match(want.Structured[k], sc[k]) {
 				bad("structuredContent.%s = %v, want %v", k, sc[k], r.show(want.Structured[k]))
 			}
+		}
+	}
+	if want.Delivery != "" {
+		var sc struct{ Deliveries []map[string]any }
+		json.Unmarshal(res.StructuredContent, &sc)
+		ds := sc.Deliveries
+		if ds == nil && !r.NoMeta {
+			b, _ := json.Marshal(res.Meta["dev.mcprel/delivery"])
+			json.Unmarshal(b, &ds)
+		}
+		switch {
+		case ds == nil && r.NoMeta:
+		case len(ds) != 1:
+			bad("%d deliveries, want one %s", len(ds), want.Delivery)
+		case ds[0]["state"] != want.Delivery:
+			bad("the delivery is %v, want %s", ds[0]["state"], want.Delivery)
 		}
 	}
 	if want.Meta != nil && !r.NoMeta {

@@ -13,6 +13,7 @@ func TestJudge(t *testing.T) {
 		t.Fatal("scenario.json has no steps")
 	}
 	failureStep := Step{Expect: Expect{Failure: "insufficient_stock"}}
+	payStep := Step{Expect: Expect{Delivery: "delivered"}}
 	okStep := Step{Expect: Expect{Structured: map[string]any{"id": "$x", "n": 3.0}, Meta: map[string]any{"dev.mcprel/replayed": false}}}
 	const goodFailure = `{"isError":true,"content":[{"type":"text","text":"{\"code\":\"insufficient_stock\",\"message\":\"no\",\"retryable\":false}"}],` +
 		`"_meta":{"dev.mcprel/failure":{"code":"insufficient_stock","message":"no","retryable":false}}}`
@@ -37,6 +38,11 @@ func TestJudge(t *testing.T) {
 		{"a wrong member", &Run{}, okStep, `{"structuredContent":{"id":"a","n":4},"_meta":{"dev.mcprel/replayed":false}}`, "structuredContent.n"},
 		{"a wrong mark", &Run{}, okStep, `{"structuredContent":{"id":"a","n":3},"_meta":{"dev.mcprel/replayed":true}}`, "dev.mcprel/replayed"},
 		{"not JSON", &Run{}, okStep, `<html>`, "not a tools/call result"},
+		{"a delivered payout", &Run{}, payStep, `{"structuredContent":{},"_meta":{"dev.mcprel/delivery":[{"state":"delivered"}]}}`, ""},
+		{"a pending payout", &Run{}, payStep, `{"structuredContent":{},"_meta":{"dev.mcprel/delivery":[{"state":"pending"}]}}`, "the delivery is pending"},
+		{"a payout without its delivery", &Run{}, payStep, `{"structuredContent":{}}`, "0 deliveries"},
+		{"without _meta, for a client that hides it", &Run{NoMeta: true}, payStep, `{"structuredContent":{}}`, ""},
+		{"a lookup's delivery", &Run{NoMeta: true}, payStep, `{"structuredContent":{"deliveries":[{"state":"failed"}]}}`, "the delivery is failed"},
 	} {
 		got := tc.run.Judge(tc.step, []byte(tc.result))
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
