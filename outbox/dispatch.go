@@ -149,6 +149,7 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	defer poll.Stop()
 	lastHousekeeping := time.Time{}
 	sqlite := d.o.db.Dialect() == store.SQLite
+	var renewAt time.Time // when the SQLite dispatch lease is next renewed
 	for ctx.Err() == nil {
 		if time.Since(lastHousekeeping) > housekeeping {
 			lastHousekeeping = time.Now()
@@ -160,10 +161,17 @@ func (d *Dispatcher) Run(ctx context.Context) {
 			}
 		}
 		held := true
-		if sqlite {
+		if sqlite && time.Now().After(renewAt) {
+			// Taken, or renewed once a third of it has passed: not a
+			// write on every wake-up. (The lease only keeps a second
+			// dispatcher of the file idle; intents are claimed apart
+			// either way.)
 			var err error
 			if held, err = d.o.HoldDispatch(ctx, d.opts.Owner, d.opts.Lease); err != nil && ctx.Err() == nil {
 				d.log.Warn("outbox: could not take the dispatch lease", "err", err)
+			}
+			if held {
+				renewAt = time.Now().Add(d.opts.Lease / 3)
 			}
 		}
 		if free := d.opts.Workers - len(slots); held && free > 0 {
