@@ -106,12 +106,12 @@ const (
 	// What every tool's _meta says of the server's flow control (package
 	// server sets them): MetaProgressIntervalMs is the shortest time
 	// between two progress notifications of one request (reports in
-	// between are coalesced); MetaOutboxCapacity is the messages one
+	// between are coalesced); MetaQueueCapacity is the messages one
 	// outbound stream of the transport that answered the listing may hold
 	// (progress beyond it is dropped, oldest first, and flagged for
 	// refetch; a final response never is).
 	MetaProgressIntervalMs = MetaPrefix + "progressIntervalMs"
-	MetaOutboxCapacity     = MetaPrefix + "outboxCapacity"
+	MetaQueueCapacity      = MetaPrefix + "queueCapacity"
 	// MetaKeepAliveMs is the SSE keepalive cadence of a Streamable HTTP
 	// server ("mcprel serve --http" sets it from --keepalive; 0: none).
 	MetaKeepAliveMs = MetaPrefix + "keepAliveMs"

@@ -22,7 +22,7 @@ type Server struct {
 // it advertises and nothing else. An mcprel server says, in each tool's
 // _meta, its retry class, deadlines, key mode, ledger, flow control and
 // task support (mcp.MetaRetryClass and the keys beside it); its presence
-// (mcp.MetaOutboxCapacity) vouches for the lifecycle's invariants — progress
+// (mcp.MetaQueueCapacity) vouches for the lifecycle's invariants — progress
 // strictly increasing and resetting only the idle clock, coalesced and
 // flagged when dropped, final responses kept, keepalives that reset
 // nothing, cooperative and durable tasks — each proved by a fixture's test.
@@ -122,7 +122,7 @@ func fromTool(s Server, t mcp.Tool) Operation {
 	if maxT, ok := metaMs(m, mcp.MetaMaxTimeoutMs); ok {
 		op.Deadlines.Max = durationOf(maxT)
 	}
-	capacity, isMcprel := metaMs(m, mcp.MetaOutboxCapacity)
+	capacity, isMcprel := metaMs(m, mcp.MetaQueueCapacity)
 	if !isMcprel {
 		return op
 	}

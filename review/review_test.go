@@ -363,7 +363,7 @@ func TestFromTools(t *testing.T) {
 		mcp.MetaKeyMode: "required", mcp.MetaLedgerStore: "postgres", mcp.MetaLedgerShared: true,
 		mcp.MetaLedgerTransaction: []any{"key_claim", "argument_fingerprint", "effect_record", "result"},
 		mcp.MetaEffect:            "in_transaction", mcp.MetaReturnedRecords: "defensive-copy",
-		mcp.MetaProgressIntervalMs: float64(50), mcp.MetaOutboxCapacity: float64(1024), mcp.MetaKeepAliveMs: float64(15000),
+		mcp.MetaProgressIntervalMs: float64(50), mcp.MetaQueueCapacity: float64(1024), mcp.MetaKeepAliveMs: float64(15000),
 	}
 	readOnly := true
 	// A tool whose effect is another service's, delivered through the

@@ -159,7 +159,7 @@ func (ss *session) listTools(r *inflight, in *incoming) {
 	if !noCursor(r, in.params) {
 		return
 	}
-	res := &mcp.ListToolsResult{Tools: ss.srv.toolsFor(r.era, ss.cfg.OutboxCapacity)}
+	res := &mcp.ListToolsResult{Tools: ss.srv.toolsFor(r.era, ss.cfg.QueueCapacity)}
 	if res.Tools == nil {
 		res.Tools = []mcp.Tool{}
 	}

@@ -118,7 +118,7 @@ const (
 	// already ended, or that the session does not know: it was ignored.
 	// (A cancellation that crossed the response on the wire, usually.)
 	EventLateCancel EventKind = iota + 1
-	// EventProgressSent: a progress notification left the outbox for the
+	// EventProgressSent: a progress notification left the outbound queue for the
 	// transport to write (one that a newer value had replaced, or that was
 	// dropped or withdrawn, never does).
 	EventProgressSent

@@ -75,25 +75,25 @@ func (s *Server) policyMeta(own mcp.Meta, p Policy) mcp.Meta {
 	// same for every tool, advertised with each so that tools/list alone
 	// says it.
 	meta[mcp.MetaProgressIntervalMs] = s.opts.ProgressInterval.Milliseconds()
-	meta[mcp.MetaOutboxCapacity] = cmp.Or(s.opts.OutboxCapacity, outbound.DefaultCapacity)
+	meta[mcp.MetaQueueCapacity] = cmp.Or(s.opts.QueueCapacity, outbound.DefaultCapacity)
 	return meta
 }
 
 // toolsFor is the tool list a session's tools/list shows: the server's,
-// with the outbox capacity of the session's streams (conn.Config) in
+// with the queue capacity of the session's streams (conn.Config) in
 // place of the server's when its transport sized them otherwise (an HTTP
 // handler's StreamCapacity). The cached list is shared and never changed:
 // a session that differs gets copies of the tools' _meta.
 func (s *Server) toolsFor(era mcp.Era, capacity int) []mcp.Tool {
 	list := s.listTools(era)
-	if capacity <= 0 || capacity == s.opts.OutboxCapacity {
+	if capacity <= 0 || capacity == s.opts.QueueCapacity {
 		return list
 	}
 	out := make([]mcp.Tool, len(list))
 	for i, t := range list {
 		meta := make(mcp.Meta, len(t.Meta))
 		maps.Copy(meta, t.Meta)
-		meta[mcp.MetaOutboxCapacity] = capacity
+		meta[mcp.MetaQueueCapacity] = capacity
 		t.Meta = meta
 		out[i] = t
 	}

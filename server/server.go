@@ -77,9 +77,9 @@ type Options struct {
 	// DefaultProgressInterval.
 	ProgressInterval time.Duration
 
-	// OutboxCapacity is the number of messages each outbound stream may
+	// QueueCapacity is the number of messages each outbound stream may
 	// hold (see outbound.Queue). Zero means outbound.DefaultCapacity.
-	OutboxCapacity int
+	QueueCapacity int
 	// MaxSubscriptions bounds the subscriptions/listen streams one tenant
 	// (see WithTenant) may hold open at once, across every connection:
 	// over Streamable HTTP all 2026-07-28 requests share one session, so a
@@ -126,7 +126,7 @@ func (o *Options) validate() error {
 		"MaxQueuedCalls":        int64(o.MaxQueuedCalls),
 		"OverloadRetryAfter":    int64(o.OverloadRetryAfter),
 		"MaxInflightBytes":      o.MaxInflightBytes,
-		"OutboxCapacity":        int64(o.OutboxCapacity),
+		"QueueCapacity":         int64(o.QueueCapacity),
 		"MaxSubscriptions":      int64(o.MaxSubscriptions),
 		"MaxSubscriptionsTotal": int64(o.MaxSubscriptionsTotal),
 		"ListTTL":               int64(o.ListTTL),
@@ -214,7 +214,7 @@ func New(info mcp.Implementation, opts *Options) (*Server, error) {
 	o.MaxQueuedCalls = cmp.Or(o.MaxQueuedCalls, DefaultMaxQueuedCalls)
 	o.MaxInflightBytes = cmp.Or(o.MaxInflightBytes, DefaultMaxInflightBytes)
 	o.OverloadRetryAfter = cmp.Or(o.OverloadRetryAfter, DefaultOverloadRetryAfter)
-	o.OutboxCapacity = cmp.Or(o.OutboxCapacity, outbound.DefaultCapacity)
+	o.QueueCapacity = cmp.Or(o.QueueCapacity, outbound.DefaultCapacity)
 	o.MaxSubscriptions = cmp.Or(o.MaxSubscriptions, DefaultMaxSubscriptions)
 	o.MaxSubscriptionsTotal = cmp.Or(o.MaxSubscriptionsTotal, DefaultMaxSubscriptionsTotal)
 	o.ListTTL = cmp.Or(o.ListTTL, DefaultListTTL)

@@ -64,9 +64,9 @@ func (s *Server) newSession(cfg conn.Config) *session {
 	return ss
 }
 
-// NewQueue returns a queue sized by Options.OutboxCapacity.
+// NewQueue returns a queue sized by Options.QueueCapacity.
 func (ss *session) NewQueue() *outbound.Queue {
-	return outbound.New(ss.srv.opts.OutboxCapacity)
+	return outbound.New(ss.srv.opts.QueueCapacity)
 }
 
 // SetNotifyQueue sets where notifications not tied to a request go.

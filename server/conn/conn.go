@@ -43,12 +43,12 @@ type Config struct {
 	Name string
 	// Transport names the transport, for observers: "stdio" or "http".
 	Transport string
-	// OutboxCapacity is the number of messages each of the session's
+	// QueueCapacity is the number of messages each of the session's
 	// outbound streams holds, as its transport sized their queues:
-	// tools/list advertises it (mcp.MetaOutboxCapacity), so that what a
+	// tools/list advertises it (mcp.MetaQueueCapacity), so that what a
 	// tool says of its flow control is true on this transport. Zero means
-	// the server's Options.OutboxCapacity, the size of Session.NewQueue.
-	OutboxCapacity int
+	// the server's Options.QueueCapacity, the size of Session.NewQueue.
+	QueueCapacity int
 }
 
 // Stdio returns the configuration of a stdio connection: both eras, ids
@@ -94,7 +94,7 @@ type Session interface {
 	// them.
 	SetNotifyQueue(out *outbound.Queue)
 	// NewQueue returns an outbound queue sized by the server's
-	// Options.OutboxCapacity, for a stream that has no capacity of its
+	// Options.QueueCapacity, for a stream that has no capacity of its
 	// own.
 	NewQueue() *outbound.Queue
 

@@ -19,11 +19,11 @@ import (
 
 // TestSlowReaderGetsTheResult: a client that reads nothing while a call
 // reports 100,000 progress values still receives the final response, with
-// the refetch flag set, and the server never holds more than its outbox
+// the refetch flag set, and the server never holds more than its outbound queue
 // capacity for it.
 func TestSlowReaderGetsTheResult(t *testing.T) {
 	rec := mcptest.NewRecorder()
-	srv := mcptest.NewServer(t, rec.Hook(&server.Options{OutboxCapacity: 16, ProgressInterval: time.Nanosecond}))
+	srv := mcptest.NewServer(t, rec.Hook(&server.Options{QueueCapacity: 16, ProgressInterval: time.Nanosecond}))
 	addTool := func(name string, f func(req *server.CallRequest)) {
 		srv.AddTool(server.Tool{Name: name}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
 			f(req)
@@ -64,7 +64,7 @@ func TestSlowReaderGetsTheResult(t *testing.T) {
 		t.Fatalf("final = %s, want the result with the refetch flag", final)
 	}
 	if len(progress) == 0 || progress[len(progress)-1] != 100_000 || len(progress) > 16 {
-		t.Fatalf("%d progress notifications, last %v: want at most the outbox capacity, ending at 100000", len(progress), progress)
+		t.Fatalf("%d progress notifications, last %v: want at most the queue capacity, ending at 100000", len(progress), progress)
 	}
 	for i := 1; i < len(progress); i++ {
 		if progress[i] <= progress[i-1] {

@@ -56,12 +56,12 @@ type Options struct {
 
 // Conn is one MCP connection over a reader and a writer.
 type Conn struct {
-	srv    *server.Server
-	in     io.Reader
-	w      io.Writer
-	opts   Options
-	sess   conn.Session
-	outbox *outbound.Queue
+	srv   *server.Server
+	in    io.Reader
+	w     io.Writer
+	opts  Options
+	sess  conn.Session
+	queue *outbound.Queue
 
 	stopOnce sync.Once
 	stop     chan error // receives the reason Serve must end early
@@ -104,8 +104,8 @@ func NewConn(srv *server.Server, in io.Reader, out io.Writer, opts *Options) *Co
 	c.opts.CloseGrace = cmp.Or(c.opts.CloseGrace, DefaultCloseGrace)
 	c.opts.WriteTimeout = cmp.Or(c.opts.WriteTimeout, DefaultWriteTimeout)
 	c.sess = srv.NewSession(conn.Stdio())
-	c.outbox = c.sess.NewQueue()
-	c.sess.SetNotifyQueue(c.outbox)
+	c.queue = c.sess.NewQueue()
+	c.sess.SetNotifyQueue(c.queue)
 	return c
 }
 
@@ -163,7 +163,7 @@ func (c *Conn) Serve(ctx context.Context) error {
 	// A request a former reader is still finishing (one it ran itself
 	// past the handoff) logs and records its end there.
 	c.inflight.wait(grace)
-	c.outbox.Close()
+	c.queue.Close()
 	if !writerDone {
 		select {
 		case <-writeDone:
@@ -233,7 +233,7 @@ func (a *activity) wait(ctx context.Context) {
 type readerTurn struct {
 	c       *Conn
 	handoff *time.Timer // for the call it runs now, if it runs one
-	held    int         // holds on the outbox of calls it ran, not yet flushed
+	held    int         // holds on the outbound queue of calls it ran, not yet flushed
 }
 
 // begin is called as a call starts on the reading goroutine
@@ -243,14 +243,14 @@ type readerTurn struct {
 // call: once it fired, the new reader's timers are none of this
 // goroutine's business.
 func (t *readerTurn) begin() {
-	t.c.outbox.Hold()
+	t.c.queue.Hold()
 	t.handoff = time.AfterFunc(inlineBudget, t.c.handOff)
 }
 
 // handOff passes reading to a new goroutine: the reader's call outlasted
 // inlineBudget. What it queues goes to the writer from now on.
 func (c *Conn) handOff() {
-	c.outbox.Release()
+	c.queue.Release()
 	c.read()
 }
 
@@ -280,16 +280,16 @@ func (c *Conn) readLoop(ctx context.Context) (handedOff bool, err error) {
 			id, _ := oversize.ID()
 			m := jsonrpc.Message{Kind: cmp.Or(oversize.Kind(), jsonrpc.KindRequest), ID: id}
 			c.sess.Reject(ctx, m, jsonrpc.NewError(jsonrpc.CodeInvalidRequest,
-				"message exceeds the %d-byte limit", c.opts.MaxMessageBytes), c.outbox)
+				"message exceeds the %d-byte limit", c.opts.MaxMessageBytes), c.queue)
 		} else if len(bytes.TrimSpace(frame)) > 0 {
 			m, derr := jsonrpc.Decode(frame)
 			switch {
 			case derr != nil:
-				c.sess.Reject(ctx, m, derr, c.outbox)
+				c.sess.Reject(ctx, m, derr, c.queue)
 			case m.Kind == jsonrpc.KindRequest:
 				turn.handoff = nil
 				c.inflight.start()
-				c.sess.HandleRequest(ctx, m, conn.Prepared{RunHere: true, Begin: begin}, c.outbox)
+				c.sess.HandleRequest(ctx, m, conn.Prepared{RunHere: true, Begin: begin}, c.queue)
 				c.inflight.done()
 				if turn.handoff != nil {
 					if !turn.handoff.Stop() {
@@ -307,7 +307,7 @@ func (c *Conn) readLoop(ctx context.Context) (handedOff bool, err error) {
 					}
 				}
 			default:
-				c.sess.Handle(ctx, m, c.outbox)
+				c.sess.Handle(ctx, m, c.queue)
 			}
 		}
 		if turn.held > 0 && !lineBuffered(br) {
@@ -334,7 +334,7 @@ func lineBuffered(br *bufio.Reader) bool {
 }
 
 // flush writes what is queued, unless the writer is at it, and ends this
-// goroutine's holds on the outbox (Release wakes the writer for what is
+// goroutine's holds on the outbound queue (Release wakes the writer for what is
 // left).
 func (t *readerTurn) flush() {
 	if t.c.wmu.TryLock() {
@@ -342,7 +342,7 @@ func (t *readerTurn) flush() {
 		t.c.wmu.Unlock()
 	}
 	for ; t.held > 0; t.held-- {
-		t.c.outbox.Release()
+		t.c.queue.Release()
 	}
 }
 
@@ -396,7 +396,7 @@ func (c *Conn) prepareWriting() {
 	c.bw = bufio.NewWriterSize(&watchedWriter{w: c.w, watchdog: c.watchdog, timeout: c.opts.WriteTimeout}, 64<<10)
 }
 
-// writeLoop writes what is queued whenever the outbox says there is some,
+// writeLoop writes what is queued whenever the outbound queue says there is some,
 // until it closes, a write fails or stalls, or ctx ends.
 func (c *Conn) writeLoop(ctx context.Context) error {
 	errs := make(chan error, 1)
@@ -413,14 +413,14 @@ func (c *Conn) writeLoop(ctx context.Context) error {
 	}
 }
 
-// drain writes frames until the outbox is closed and empty or a write
+// drain writes frames until the outbound queue is closed and empty or a write
 // fails.
 func (c *Conn) drain(ctx context.Context) error {
-	ready := c.outbox.Ready()
+	ready := c.queue.Ready()
 	for {
 		c.wmu.Lock()
 		err := c.writeQueuedLocked()
-		done := c.outbox.Closed() && c.outbox.Len() == 0
+		done := c.queue.Closed() && c.queue.Len() == 0
 		c.wmu.Unlock()
 		if err != nil || done {
 			return err
@@ -435,7 +435,7 @@ func (c *Conn) drain(ctx context.Context) error {
 
 // writeQueuedLocked writes every queued frame and flushes once, so a burst
 // of responses costs one write and a lone response is not held back.
-// Frames are taken from the outbox under wmu, so whoever writes keeps
+// Frames are taken from the outbound queue under wmu, so whoever writes keeps
 // their order.
 func (c *Conn) writeQueuedLocked() error {
 	if c.werr != nil {
@@ -443,7 +443,7 @@ func (c *Conn) writeQueuedLocked() error {
 	}
 	wrote := false
 	for {
-		f, ok := c.outbox.TryNext()
+		f, ok := c.queue.TryNext()
 		if !ok {
 			break
 		}

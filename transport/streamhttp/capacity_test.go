@@ -14,7 +14,7 @@ import (
 	"github.com/mcprel/mcprel/transport/streamhttp"
 )
 
-// advertisedCapacity reads the outbox capacity the one tool of a
+// advertisedCapacity reads the queue capacity the one tool of a
 // tools/list result advertises.
 func advertisedCapacity(t *testing.T, result json.RawMessage) float64 {
 	t.Helper()
@@ -22,9 +22,9 @@ func advertisedCapacity(t *testing.T, result json.RawMessage) float64 {
 	if err := json.Unmarshal(result, &res); err != nil || len(res.Tools) != 1 {
 		t.Fatalf("tools/list answered %s (%v)", result, err)
 	}
-	n, ok := res.Tools[0].Meta[mcp.MetaOutboxCapacity].(float64)
+	n, ok := res.Tools[0].Meta[mcp.MetaQueueCapacity].(float64)
 	if !ok {
-		t.Fatalf("the tool advertises no %s: %s", mcp.MetaOutboxCapacity, result)
+		t.Fatalf("the tool advertises no %s: %s", mcp.MetaQueueCapacity, result)
 	}
 	return n
 }
@@ -56,16 +56,16 @@ func readResult(t *testing.T, resp *http.Response) json.RawMessage {
 }
 
 // What a tool says of its flow control is true on the transport that
-// lists it: the server's OutboxCapacity over stdio, which sizes a stdio
-// connection's outbox, and the handler's StreamCapacity over Streamable
+// lists it: the server's QueueCapacity over stdio, which sizes a stdio
+// connection's outbound queue, and the handler's StreamCapacity over Streamable
 // HTTP, which sizes each response stream, in both eras.
 func TestAdvertisedCapacityIsTheTransports(t *testing.T) {
-	srv := mcptest.NewServer(t, &server.Options{OutboxCapacity: 64})
+	srv := mcptest.NewServer(t, &server.Options{QueueCapacity: 64})
 	mcptest.NewGate(t, srv, "gate")
 
 	c := mcptest.Stdio(t, srv, nil)
 	if n := advertisedCapacity(t, c.Call(1, mcp.MethodToolsList, mcptest.Params(mcp.Modern, nil)).Result); n != 64 {
-		t.Errorf("stdio advertises %v; its outbox holds the server's 64", n)
+		t.Errorf("stdio advertises %v; its outbound queue holds the server's 64", n)
 	}
 
 	for _, tc := range []struct {

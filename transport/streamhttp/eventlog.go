@@ -65,7 +65,7 @@ const (
 type sessionLog struct {
 	name    string // the session's log name, as in conn.Config.Name
 	tenant  string
-	notify  conn.Session // where the GET stream's outbox is installed
+	notify  conn.Session // where the GET stream's outbound queue is installed
 	use     usage
 	streams map[string]*stream // by key
 	get     *stream            // the GET stream, if one is kept
@@ -226,7 +226,7 @@ func (l *eventLog) open(sl *sessionLog, out *outbound.Queue, id jsonrpc.ID, meth
 }
 
 // openGet starts the log of the session's GET stream, installs out as the
-// session's outbox for notifications not tied to a request, and attaches
+// session's outbound queue for notifications not tied to a request, and attaches
 // the connection. A GET stream kept from an earlier connection that no
 // client resumed is replaced. busy reports a GET stream with a connection
 // attached: a session has one GET stream at a time.

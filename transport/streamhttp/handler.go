@@ -64,7 +64,7 @@ func NewHandler(srv *server.Server, opts *HandlerOptions) (*Handler, error) {
 		}
 		h.events = newEventLog(r, perTenant, srv.Logger())
 	}
-	h.stateless = srv.NewSession(conn.Config{Modern: true, StreamPerRequest: true, Transport: "http", OutboxCapacity: h.opts.StreamCapacity})
+	h.stateless = srv.NewSession(conn.Config{Modern: true, StreamPerRequest: true, Transport: "http", QueueCapacity: h.opts.StreamCapacity})
 	go h.janitor()
 	return h, nil
 }
@@ -497,9 +497,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, sess conn.Sessio
 		st = h.writeJSON(w, r, rc, out, modern)
 	}
 	if cancel != nil {
-		// End the request before its outbox closes: a handler returning
+		// End the request before its outbound queue closes: a handler returning
 		// in between would otherwise be recorded as completed, with its
-		// response refused by the closed outbox.
+		// response refused by the closed outbound queue.
 		cancel(endCause(st.end))
 	}
 	args := []any{"id", m.ID, "method", m.Method, "sse", sse, "frames", st.frames, "final", st.final, "end", st.end}

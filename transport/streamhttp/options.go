@@ -98,7 +98,7 @@ type HandlerOptions struct {
 	MaxSessionsPerTenant int
 	// StreamCapacity is the number of messages one response stream may
 	// buffer for a slow reader (see outbound.Queue), and what tools/list
-	// over this handler advertises (mcp.MetaOutboxCapacity). Zero means
+	// over this handler advertises (mcp.MetaQueueCapacity). Zero means
 	// DefaultStreamCapacity.
 	StreamCapacity int
 	// Resume configures 2025-era stream resumption: event ids, and the

@@ -77,7 +77,7 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, m jsonrpc.M
 		// The log names the session by the first 8 characters of its id:
 		// enough to tell sessions apart and to find the client's, not
 		// enough to present it.
-		sess:     h.srv.NewSession(conn.Config{Legacy: true, TrackIDs: true, StreamPerRequest: true, Name: id[:8], Transport: "http", OutboxCapacity: h.opts.StreamCapacity}),
+		sess:     h.srv.NewSession(conn.Config{Legacy: true, TrackIDs: true, StreamPerRequest: true, Name: id[:8], Transport: "http", QueueCapacity: h.opts.StreamCapacity}),
 		ctx:      ctx,
 		cancel:   cancel,
 		lastUsed: time.Now(),
