@@ -264,12 +264,16 @@ func TestPayoutsSurviveSIGKILL(t *testing.T) {
 				t.Fatalf("iteration %d: child said %q, %v", iter, line, err)
 			}
 			in.Close() // go: the hook is set
+			// A child that outlives every kill point by far is stuck: its
+			// goroutines, which SIGQUIT prints to stderr, say where.
+			stuck := time.AfterFunc(time.Minute, func() { cmd.Process.Signal(syscall.SIGQUIT) })
 			if phase == "parent" {
 				// Not synchronisation: the random delay is the kill point.
 				time.Sleep(delay)
 				cmd.Process.Signal(syscall.SIGKILL)
 			}
 			err := cmd.Wait()
+			stuck.Stop()
 			status, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 			killed := status.Signaled() && status.Signal() == syscall.SIGKILL
 			switch {
@@ -284,6 +288,17 @@ func TestPayoutsSurviveSIGKILL(t *testing.T) {
 			p.applied = nil
 			p.mu.Unlock()
 			storetest.AwaitBackendsGone(t, dsn, app)
+			// On SQLite the child may leave its dispatch lease (an hour)
+			// behind, which keeps the next child's dispatcher standing by.
+			// It has expired on the parent's clock: take it over and give
+			// it up, here and not only if the parent's dispatcher below
+			// gets to it before it stops.
+			if _, err := o.HoldDispatch(ctx, "parent", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.Release(ctx, "parent"); err != nil {
+				t.Fatal(err)
+			}
 
 			// Before any retry: a record has its one intent, an intent its
 			// record.
