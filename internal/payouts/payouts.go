@@ -192,8 +192,14 @@ func (p *Provider) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
 		p.refuse(w, http.StatusRequestEntityTooLarge, "body_too_large", "the body is over 64 KiB")
+		return
+	case err != nil:
+		// The sender went away mid-body, most often: nothing was applied.
+		p.refuse(w, http.StatusBadRequest, "body_unreadable", "the body could not be read")
 		return
 	}
 	var in struct {

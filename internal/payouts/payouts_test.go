@@ -3,10 +3,12 @@ package payouts_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/mcprel/mcprel/internal/payouts"
@@ -98,6 +100,17 @@ func TestBadRequestsAreRefused(t *testing.T) {
 		if r := post(t, p, c.key, c.token, c.body); r.status != c.status || errorCode(r) != c.code {
 			t.Errorf("%s: %d %v, want %d %s", c.name, r.status, r.body, c.status, c.code)
 		}
+	}
+	// A sender that goes away mid-body is not told its body was too large.
+	r := httptest.NewRequest(http.MethodPost, "/payouts", io.MultiReader(strings.NewReader(`{"account":"a",`), iotest.ErrReader(io.ErrUnexpectedEOF)))
+	r.Header.Set("Idempotency-Key", "k")
+	r.Header.Set("Authorization", "Bearer secret")
+	w := httptest.NewRecorder()
+	p.ServeHTTP(w, r)
+	var cut map[string]any
+	json.Unmarshal(w.Body.Bytes(), &cut)
+	if got := errorCode(reply{body: cut}); w.Code != 400 || got != "body_unreadable" {
+		t.Errorf("a body cut short: %d %v, want 400 body_unreadable", w.Code, cut)
 	}
 	if r := post(t, p, "k", "secret", `{"account":"a","cents":1}`); r.status != 201 {
 		t.Fatalf("a good request: %+v", r)
