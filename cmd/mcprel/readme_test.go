@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/internal/interop/everything"
 )
 
@@ -67,6 +69,7 @@ func TestReadmeCommandLinesAreTested(t *testing.T) {
 		{regexp.MustCompile(`^go run \./cmd/mcprel demo$`), "TestReadmeDemoAndBuildLines"},
 		{regexp.MustCompile(`^go build -o bin/mcprel \./cmd/mcprel$`), "TestReadmeDemoAndBuildLines"},
 		{regexp.MustCompile(`^make check$`), ".ci/run (CI runs exactly this)"},
+		{regexp.MustCompile(`^bin/mcprel serve --http \S+ --payout-url `), "TestReadmePayoutLine"},
 		{regexp.MustCompile(`^bin/mcprel serve --http `), "TestReadmeCallAndReviewLines (starts the endpoint the call lines use)"},
 		{regexp.MustCompile(`^bin/mcprel gateway `), "TestReadmeGatewayLines (starts the endpoint its call lines use)"},
 		{regexp.MustCompile(`^bin/mcprel call --url http://127\.0\.0\.1:8081/`), "TestReadmeGatewayLines"},
@@ -115,7 +118,13 @@ func readmeLinesWith(t *testing.T, prefix string) []readmeLine {
 // stops working fails here.
 func TestReadmeCallAndReviewLines(t *testing.T) {
 	dir := t.TempDir()
-	serve := readmeLinesWith(t, "bin/mcprel serve --http ")[0]
+	var serve readmeLine
+	for _, l := range readmeLinesWith(t, "bin/mcprel serve --http ") {
+		if !strings.Contains(l.text, "--payout-url") { // TestReadmePayoutLine's
+			serve = l
+			break
+		}
+	}
 	words, err := splitCommand(serve.text)
 	if err != nil || len(words) < 4 {
 		t.Fatalf("README.md:%d: %q: %v", serve.number, serve.text, err)
@@ -284,5 +293,31 @@ func TestReadmeLibrarySetup(t *testing.T) {
 	cmd.Dir = server
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build in the README's workspace: %v\n%s", err, out)
+	}
+}
+
+// The README's "mcprel serve --payout-url" line works as written, with a
+// provider of the test's own in place of its example URL and the token in
+// MCPREL_PAYOUT_TOKEN, as it says: a payout is delivered there, once,
+// carrying the token.
+func TestReadmePayoutLine(t *testing.T) {
+	l := readmeLinesWith(t, "bin/mcprel serve --http 127.0.0.1:0 --payout-url ")[0]
+	words, err := splitCommand(strings.ReplaceAll(l.text, "bin/mcprel", binary))
+	if err != nil || len(words) != 6 {
+		t.Fatalf("README.md:%d: %q: %v; change this test with it", l.number, l.text, err)
+	}
+	p := startProvider(t, "readme-token")
+	words[5] = p.url
+	url, _, _ := startEndpoint(t, []string{"MCPREL_PAYOUT_TOKEN=readme-token"}, words[1:]...)
+	c, err := client.DialHTTP(context.Background(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, d := payout(t, c, "reader", 42, "readme-1"); d.State != "delivered" {
+		t.Fatalf("README.md:%d: the payout's delivery is %+v", l.number, d)
+	}
+	if paid, _ := p.Paid(context.Background(), "reader"); paid.Payouts != 1 {
+		t.Fatalf("README.md:%d: the provider paid %+v", l.number, paid)
 	}
 }
