@@ -2,29 +2,19 @@ package main
 
 import (
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/mcprel/mcprel/internal/readmetest"
 	"github.com/mcprel/mcprel/mcp"
 )
 
-// TestReadmeShowsThisFile keeps the README's library example compiling: the
-// README must quote main.go verbatim.
+// TestReadmeShowsThisFile keeps the README's library example compiling:
+// the README must quote main.go verbatim.
 func TestReadmeShowsThisFile(t *testing.T) {
-	src, err := os.ReadFile("main.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(readme), "```go\n"+string(src)+"```\n") {
-		t.Fatal("README.md does not quote examples/hello/main.go verbatim; copy the file into its ```go block")
-	}
+	readmetest.QuotesFile(t, "main.go")
 }
 
 // The tool's description promises "safe to retry"; what it advertises in

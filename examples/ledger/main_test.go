@@ -4,29 +4,20 @@ import (
 	"bufio"
 	"database/sql"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/mcprel/mcprel/internal/readmetest"
+
 	_ "modernc.org/sqlite"
 )
 
-// TestReadmeShowsThisFile keeps the README's ledger example compiling: the
-// README must quote main.go verbatim.
+// TestReadmeShowsThisFile keeps the README's ledger example compiling:
+// the README must quote main.go verbatim.
 func TestReadmeShowsThisFile(t *testing.T) {
-	src, err := os.ReadFile("main.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(readme), "```go\n"+string(src)+"```\n") {
-		t.Fatal("README.md does not quote examples/ledger/main.go verbatim; copy the file into its ```go block")
-	}
+	readmetest.QuotesFile(t, "main.go")
 }
 
 // TestRetryReservesOnce runs the example: two calls with one key reserve

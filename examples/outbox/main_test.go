@@ -12,23 +12,14 @@ import (
 	"testing"
 
 	"github.com/mcprel/mcprel/internal/payouts"
+	"github.com/mcprel/mcprel/internal/readmetest"
 	"github.com/mcprel/mcprel/store"
 )
 
 // TestReadmeShowsThisFile keeps the README's outbox example compiling:
 // the README must quote main.go verbatim.
 func TestReadmeShowsThisFile(t *testing.T) {
-	src, err := os.ReadFile("main.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(readme), "```go\n"+string(src)+"```\n") {
-		t.Fatal("README.md does not quote examples/outbox/main.go verbatim; copy the file into its ```go block")
-	}
+	readmetest.QuotesFile(t, "main.go")
 }
 
 // TestRetryPaysOnce runs the example against the demo provider: a payout
