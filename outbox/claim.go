@@ -17,7 +17,6 @@ import (
 func (o *Outbox) Claim(ctx context.Context, owner string, limit int, lease time.Duration) ([]Operation, error) {
 	var out []Operation
 	err := o.db.WriteTx(ctx, func(tx *store.Tx) error {
-		out = out[:0]
 		now := o.now()
 		due := `SELECT id FROM mcprel_outbox WHERE state = ? AND next_at <= ? AND (lease_until IS NULL OR lease_until <= ?)
 			ORDER BY next_at LIMIT ?`
@@ -28,25 +27,19 @@ func (o *Outbox) Claim(ctx context.Context, owner string, limit int, lease time.
 		// The due rows are chosen once (a materialized CTE): PostgreSQL
 		// may otherwise scan a LIMIT subquery of an IN again per row, and
 		// SKIP LOCKED would then hand it more rows each time.
-		rows, err := tx.Query(ctx, `WITH due AS MATERIALIZED (`+due+`)
+		var err error
+		out, err = queryOperations(ctx, tx, `WITH due AS MATERIALIZED (`+due+`)
 			UPDATE mcprel_outbox SET owner = ?, lease_until = ?, attempts = attempts + 1
 			WHERE id IN (SELECT id FROM due) AND state = ? AND (lease_until IS NULL OR lease_until <= ?)
 			RETURNING `+operationColumns,
 			int(Pending), ms(now), ms(now), limit, owner, ms(now.Add(lease)), int(Pending), ms(now))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			op, err := scanOperation(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, op)
-		}
-		return rows.Err()
+		return err
 	})
-	return out, err
+	if err != nil {
+		// Not one of them is claimed unless the transaction committed.
+		return nil, err
+	}
+	return out, nil
 }
 
 // Answer is what a receiver made of one delivery.
@@ -161,21 +154,11 @@ func (o *Outbox) GiveUp(ctx context.Context, limit int) (int, error) {
 	err := o.db.WriteTx(ctx, func(tx *store.Tx) error {
 		n = 0
 		now := o.now()
-		rows, err := tx.Query(ctx, selectOperation+`WHERE state = ? AND created_at <= ? AND (lease_until IS NULL OR lease_until <= ?) LIMIT ?`,
+		stale, err := queryOperations(ctx, tx, selectOperation+`WHERE state = ? AND created_at <= ? AND (lease_until IS NULL OR lease_until <= ?) LIMIT ?`,
 			int(Pending), ms(now.Add(-o.opts.GiveUpAfter)), ms(now), limit)
 		if err != nil {
 			return err
 		}
-		var stale []Operation
-		for rows.Next() {
-			op, err := scanOperation(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			stale = append(stale, op)
-		}
-		rows.Close()
 		answer, _ := json.Marshal(Answer{Error: "undelivered: the receiver did not take it within " + o.opts.GiveUpAfter.String()})
 		for _, op := range stale {
 			res, err := tx.Exec(ctx, `UPDATE mcprel_outbox SET state = ?, answer = ?, ended_at = ?, owner = NULL, lease_until = NULL

@@ -447,20 +447,29 @@ func (o *Outbox) Get(ctx context.Context, tenant, id string) (Operation, error) 
 // reconciling it, is shown.
 func (o *Outbox) Lookup(ctx context.Context, tenant, tool, key string) ([]Operation, error) {
 	var out []Operation
-	err := o.db.ReadTx(ctx, func(tx *store.Tx) error {
-		rows, err := tx.Query(ctx, selectOperation+`WHERE tenant = ? AND tool = ? AND idem_key = ? ORDER BY target`, tenant, tool, key)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			op, err := scanOperation(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, op)
-		}
-		return rows.Err()
+	err := o.db.ReadTx(ctx, func(tx *store.Tx) (err error) {
+		out, err = queryOperations(ctx, tx, selectOperation+`WHERE tenant = ? AND tool = ? AND idem_key = ? ORDER BY target`, tenant, tool, key)
+		return err
 	})
 	return out, err
+}
+
+// queryOperations runs a query of operationColumns and returns every row
+// it finds, its rows closed before it returns, so the transaction can go
+// on to write.
+func queryOperations(ctx context.Context, tx *store.Tx, query string, args ...any) ([]Operation, error) {
+	rows, err := tx.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Operation
+	for rows.Next() {
+		op, err := scanOperation(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, op)
+	}
+	return out, rows.Err()
 }
