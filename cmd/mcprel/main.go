@@ -21,6 +21,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+
+	"github.com/mcprel/mcprel/logbuf"
 )
 
 // version is the mcprel release this binary reports.
@@ -139,8 +141,9 @@ deadline, 14 interrupted, 15 the server was overloaded, 16 no connection,
 `)
 }
 
-// newLogger returns the request logger: text or JSON lines on w (stderr).
-func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+// newLogger returns the request logger: text or JSON lines on w (stderr,
+// in batches), a warning or an error written at once.
+func newLogger(w *logbuf.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, usagef("--log-level must be debug, info, warn or error, not %q", level)
@@ -148,9 +151,9 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: l}
 	switch format {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(logbuf.Handler(slog.NewTextHandler(w, opts), w)), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(logbuf.Handler(slog.NewJSONHandler(w, opts), w)), nil
 	}
 	return nil, usagef("--log-format must be text or json, not %q", format)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcprel/mcprel/host"
 	"github.com/mcprel/mcprel/ledger"
+	"github.com/mcprel/mcprel/logbuf"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/store"
@@ -40,6 +41,7 @@ type runtimeFlags struct {
 	limits              limitFlags
 	grace               *time.Duration
 	logLevel, logFormat *string
+	logs                *logbuf.Writer // the log lines' batches to stderr, written by stop
 	db                  dbFlags
 	metricsAddr         *string
 	metricsPath         *string
@@ -125,7 +127,8 @@ func (f *runtimeFlags) options(ctx context.Context, fs *flag.FlagSet, stdin io.R
 	if err := f.db.check(fs); err != nil {
 		return nil, err
 	}
-	logger, err := newLogger(stderr, *f.logLevel, *f.logFormat)
+	f.logs = logbuf.New(stderr, nil)
+	logger, err := newLogger(f.logs, *f.logLevel, *f.logFormat)
 	if err != nil {
 		return nil, err
 	}
@@ -195,6 +198,7 @@ func (f *runtimeFlags) start(ctx context.Context, opts *host.Options, stderr io.
 	}
 	if err != nil {
 		stopSignals()
+		f.logs.Close()
 		return nil, nil, nil, err
 	}
 	// The endpoint on a line of its own, first: scripts read it. Then the
@@ -208,5 +212,7 @@ func (f *runtimeFlags) start(ctx context.Context, opts *host.Options, stderr io.
 	if *f.metricsOpen && (*f.metricsAddr != "" || *f.metricsPath != "") {
 		fmt.Fprintln(stderr, "metrics: served without authentication (--metrics-open): anyone who can reach their listener reads them")
 	}
-	return rt, ctx, func() { rt.Close(); stopSignals() }, nil
+	// The log's last lines, shutdown's included, are written before the
+	// command returns, and so before anything it prints on its way out.
+	return rt, ctx, func() { rt.Close(); stopSignals(); f.logs.Close() }, nil
 }

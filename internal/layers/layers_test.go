@@ -22,6 +22,9 @@ var layer = map[string][]string{
 	"jsonrpc": {},
 	"mcp":     {"jsonrpc"},
 
+	// Batched log output: a leaf any layer may use.
+	"logbuf": {},
+
 	"store":  {},
 	"ledger": {"store"},
 	"tasks":  {"store"},
