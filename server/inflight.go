@@ -225,56 +225,74 @@ func (s *Server) report(ctx context.Context, rec RequestRecord) {
 		level = slog.LevelDebug
 	}
 	if s.log.Enabled(context.Background(), level) {
-		attrs := []slog.Attr{
-			slog.Any("id", rec.ID),
-			slog.String("method", rec.Method),
+		s.log.Handler().Handle(ctx, requestLine(level, rec))
+	}
+	s.observeEnd(ctx, rec)
+}
+
+// requestLine is the log record of a request that ended: built here
+// rather than through Logger.LogAttrs, because it is written for every
+// request at the default level — so without the caller's stack (a
+// source would name this function, for every request alike), with the
+// id's value unboxed and its attributes in one array, timed when the
+// request ended.
+func requestLine(level slog.Level, rec RequestRecord) slog.Record {
+	var buf [16]slog.Attr
+	attrs := append(buf[:0],
+		slog.Attr{Key: "id", Value: rec.ID.LogValue()},
+		slog.String("method", rec.Method))
+	if rec.Era != 0 {
+		attrs = append(attrs, slog.String("era", rec.Era.String()))
+	}
+	if rec.Transport != "" {
+		attrs = append(attrs, slog.String("transport", rec.Transport))
+	}
+	if rec.Session != "" {
+		attrs = append(attrs, slog.String("session", rec.Session))
+	}
+	if rec.Tool != "" {
+		attrs = append(attrs, slog.String("tool", rec.Tool))
+		if summary := rec.ArgumentSummary(); summary != "" {
+			attrs = append(attrs, slog.String("args", summary))
 		}
-		if rec.Era != 0 {
-			attrs = append(attrs, slog.String("era", rec.Era.String()))
-		}
-		if rec.Transport != "" {
-			attrs = append(attrs, slog.String("transport", rec.Transport))
-		}
-		if rec.Session != "" {
-			attrs = append(attrs, slog.String("session", rec.Session))
-		}
-		if rec.Tool != "" {
-			attrs = append(attrs, slog.String("tool", rec.Tool))
-			if summary := rec.ArgumentSummary(); summary != "" {
-				attrs = append(attrs, slog.String("args", summary))
-			}
-		}
-		attrs = append(attrs,
-			slog.String("outcome", rec.Outcome.String()),
-			slog.Duration("duration", rec.Duration),
-		)
-		if rec.Queued > 0 {
-			attrs = append(attrs, slog.Duration("queued", rec.Queued))
-		}
+	}
+	attrs = append(attrs,
+		slog.String("outcome", rec.Outcome.String()),
+		slog.Duration("duration", rec.Duration),
+	)
+	if rec.Queued > 0 {
+		attrs = append(attrs, slog.Duration("queued", rec.Queued))
+	}
+	if len(rec.Annotations) > 0 {
 		for _, k := range slices.Sorted(maps.Keys(rec.Annotations)) {
 			attrs = append(attrs, slog.String(k, rec.Annotations[k]))
 		}
-		if rec.Cause != nil {
-			attrs = append(attrs, slog.String("cause", rec.Cause.Error()))
-		}
-		if rec.ErrorCode != 0 {
-			attrs = append(attrs, slog.Int64("code", rec.ErrorCode))
-		}
-		if rec.IsError {
-			attrs = append(attrs, slog.Bool("is_error", true))
-		}
-		if rec.ProgressRefused > 0 {
-			attrs = append(attrs, slog.Uint64("progress_refused", rec.ProgressRefused))
-		}
-		if rec.ProgressDropped > 0 {
-			attrs = append(attrs, slog.Uint64("progress_dropped", rec.ProgressDropped))
-		}
-		if rec.ProgressRateLimited > 0 {
-			attrs = append(attrs, slog.Uint64("progress_rate_limited", rec.ProgressRateLimited))
-		}
-		s.log.LogAttrs(ctx, level, "request", attrs...)
 	}
-	s.observeEnd(ctx, rec)
+	if rec.Cause != nil {
+		attrs = append(attrs, slog.String("cause", rec.Cause.Error()))
+	}
+	if rec.ErrorCode != 0 {
+		attrs = append(attrs, slog.Int64("code", rec.ErrorCode))
+	}
+	if rec.IsError {
+		attrs = append(attrs, slog.Bool("is_error", true))
+	}
+	if rec.ProgressRefused > 0 {
+		attrs = append(attrs, slog.Uint64("progress_refused", rec.ProgressRefused))
+	}
+	if rec.ProgressDropped > 0 {
+		attrs = append(attrs, slog.Uint64("progress_dropped", rec.ProgressDropped))
+	}
+	if rec.ProgressRateLimited > 0 {
+		attrs = append(attrs, slog.Uint64("progress_rate_limited", rec.ProgressRateLimited))
+	}
+	at := rec.Start.Add(rec.Duration)
+	if rec.Start.IsZero() {
+		at = time.Now()
+	}
+	r := slog.NewRecord(at, level, "request", 0)
+	r.AddAttrs(attrs...)
+	return r
 }
 
 // encodeResult encodes a result response for this request, adding the

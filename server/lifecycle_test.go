@@ -189,7 +189,10 @@ func TestNoProgressWithoutToken(t *testing.T) {
 // script) reads to see what happened to any request.
 func TestRequestLogLine(t *testing.T) {
 	var buf syncBuffer
-	srv := mcptest.NewServer(t, &server.Options{Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	// What the logger was given goes on every line, the request's too.
+	logger := slog.New(slog.NewJSONHandler(&buf, nil)).With("replica", "r1")
+	began := time.Now()
+	srv := mcptest.NewServer(t, &server.Options{Logger: logger})
 	gate := mcptest.NewGate(t, srv, "gate")
 	c := mcptest.Stdio(t, srv, nil)
 	c.Request(1, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": "gate"}))
@@ -229,6 +232,13 @@ func TestRequestLogLine(t *testing.T) {
 		}
 		if _, ok := got["duration"]; !ok {
 			t.Errorf("request %s: no duration field", id)
+		}
+		if got["replica"] != "r1" {
+			t.Errorf("request %s: the logger's own attributes are missing: %v", id, got)
+		}
+		// Timed when the request ended: within the test, never zero.
+		if at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(got["time"])); err != nil || at.Before(began) || at.After(time.Now()) {
+			t.Errorf("request %s: time %v (%v), want between the test's start and now", id, got["time"], err)
 		}
 		for k, v := range want {
 			if got[k] != v {
