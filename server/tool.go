@@ -167,6 +167,7 @@ type registeredTool struct {
 	output  *jsonschema.Resolved // nil when the tool declares no output schema, or one that does not compile
 	headers []headerParam
 	props   map[string]bool // the arguments the input schema declares
+	flat    *flatSchema     // the input schema, when simple enough to judge on raw arguments
 	check   func(context.Context, *CallRequest) (context.Context, error)
 	handler CallHandler // the tool's handler inside its interceptors
 	lane    *lane       // guarded by admission.mu
@@ -293,6 +294,7 @@ func compileTool(t Tool) (*registeredTool, error) {
 		output:  output,
 		headers: headers,
 		props:   declaredProps(&schema),
+		flat:    flatSchemaOf(&schema),
 		check:   t.Check,
 		lane:    newLane(t.Policy.MaxConcurrent, t.Policy.MaxQueued, t.Policy.Rate, t.Policy.Burst),
 	}, nil
