@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/mcprel/mcprel/jsonrpc"
 )
@@ -46,11 +47,20 @@ var (
 // _meta is present but malformed. Whether the fields required in the modern
 // era are present is checked by RequestMeta.CheckModern.
 func ParseRequestMeta(params json.RawMessage) (RequestMeta, json.RawMessage, error) {
-	var m RequestMeta
-	if len(params) == 0 {
-		return m, nil, nil
+	raw, err := rawMeta(params)
+	if err != nil || raw == nil {
+		return RequestMeta{}, nil, err
 	}
-	// Only _meta is decoded: the other members are left to the method's
+	m, err := parseMeta(raw)
+	return m, raw, err
+}
+
+// rawMeta returns the _meta object of params, nil when absent or null.
+func rawMeta(params json.RawMessage) (json.RawMessage, error) {
+	if len(params) == 0 {
+		return nil, nil
+	}
+	// Only _meta is found: the other members are left to the method's
 	// own decoding, so no byte of them is read twice.
 	var meta []byte
 	if err := jsonrpc.Members(params, func(k, v []byte) bool {
@@ -60,21 +70,65 @@ func ParseRequestMeta(params json.RawMessage) (RequestMeta, json.RawMessage, err
 		return true
 	}); err != nil {
 		if !json.Valid(params) {
-			return m, nil, errors.New("invalid params: not valid JSON")
+			return nil, errors.New("invalid params: not valid JSON")
 		}
-		return m, nil, errors.New("invalid params: params must be an object")
+		return nil, errors.New("invalid params: params must be an object")
 	}
 	raw := bytes.TrimSpace(meta)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return m, nil, nil
+		return nil, nil
 	}
 	if raw[0] != '{' {
-		return m, nil, errors.New("params._meta must be an object")
+		return nil, errors.New("params._meta must be an object")
 	}
+	return raw, nil
+}
+
+func parseMeta(raw json.RawMessage) (RequestMeta, error) {
+	var m RequestMeta
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return m, raw, fmt.Errorf("invalid params._meta: %w", err)
+		return m, fmt.Errorf("invalid params._meta: %w", err)
 	}
-	return m, raw, nil
+	return m, nil
+}
+
+// MetaCache parses requests' _meta as ParseRequestMeta does, and
+// remembers the last _meta it parsed: a 2026-07-28 client sends the same
+// one — its version and capabilities — on every request, so a connection
+// decodes it once rather than per request. The RequestMeta it returns
+// shares its pointers with other requests': read them, never write
+// through them. Its zero value is ready; it is safe for concurrent use.
+type MetaCache struct {
+	mu   sync.Mutex
+	raw  []byte // the last _meta parsed, at most maxCachedMeta bytes
+	meta RequestMeta
+}
+
+// maxCachedMeta bounds the _meta a MetaCache keeps.
+const maxCachedMeta = 4 << 10
+
+// Parse is ParseRequestMeta, answered from the cache when params' _meta
+// is byte for byte the last one parsed. The raw _meta returned is always
+// params' own.
+func (c *MetaCache) Parse(params json.RawMessage) (RequestMeta, json.RawMessage, error) {
+	raw, err := rawMeta(params)
+	if err != nil || raw == nil {
+		return RequestMeta{}, nil, err
+	}
+	c.mu.Lock()
+	if c.raw != nil && bytes.Equal(raw, c.raw) {
+		m := c.meta
+		c.mu.Unlock()
+		return m, raw, nil
+	}
+	c.mu.Unlock()
+	m, err := parseMeta(raw)
+	if err == nil && len(raw) <= maxCachedMeta {
+		c.mu.Lock()
+		c.raw, c.meta = append(c.raw[:0], raw...), m
+		c.mu.Unlock()
+	}
+	return m, raw, err
 }
 
 // IsModern reports whether the request declares a protocol version in

@@ -18,8 +18,9 @@ import (
 // requests in flight, and open subscriptions. Its exported methods are
 // conn.Session's, documented there.
 type session struct {
-	srv *Server
-	cfg conn.Config
+	srv   *Server
+	cfg   conn.Config
+	metas mcp.MetaCache // the last _meta parsed: a client repeats its own on every request
 
 	mu           sync.Mutex
 	all          map[*inflight]struct{}
@@ -139,7 +140,7 @@ func (ss *session) handleRequest(ctx context.Context, m jsonrpc.Message, out *ou
 	meta, rawMeta := p.Meta, p.RawMeta
 	var metaErr error
 	if meta == nil {
-		parsed, raw, err := mcp.ParseRequestMeta(m.Params)
+		parsed, raw, err := ss.metas.Parse(m.Params)
 		meta, rawMeta, metaErr = &parsed, raw, err
 	}
 	r := ss.newRequest(ctx, m, out, meta)

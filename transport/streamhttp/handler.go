@@ -33,6 +33,7 @@ type Handler struct {
 	stateless conn.Session // every modern request, each on its own stream
 
 	reading readingBudget // bodies being read and decoded
+	metas   mcp.MetaCache // the last _meta parsed: clients repeat theirs on every request
 	events  *eventLog     // 2025-era streams kept for Last-Event-ID; nil when disabled
 
 	mu       sync.Mutex
@@ -236,7 +237,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	// the server is handed it with the request.
 	var p parsed
 	if m.Kind == jsonrpc.KindRequest {
-		p.meta, p.raw, p.err = mcp.ParseRequestMeta(m.Params)
+		p.meta, p.raw, p.err = h.metas.Parse(m.Params)
 	}
 	headerVersion := r.Header.Get(mcp.HeaderProtocolVersion)
 	sid := r.Header.Get(mcp.HeaderSessionID)
