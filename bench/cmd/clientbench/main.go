@@ -2,7 +2,7 @@
 // costs the process that calls: client CPU per echo call against one
 // `mcprel serve`, over stdio or Streamable HTTP, beside a raw driver — the
 // least a client can do: write the request, read the line or body, match
-// the id — in the same run. The two take turns, runs times, each making n
+// the id — and the go-sdk and mcp-go clients, in the same run. The two take turns, runs times, each making n
 // sequential calls and then n calls from conc goroutines; reported are
 // calls/s and this process's CPU per call (user+system), and their ratio.
 package main
@@ -36,7 +36,13 @@ func main() {
 	conc := flag.Int("conc", 16, "goroutines in the concurrent phase")
 	runs := flag.Int("runs", 3, "runs; the drivers take turns within each")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	only := flag.String("drivers", "raw,client,go-sdk,mcp-go", "the drivers to measure, comma-separated: raw, client (mcprel's), go-sdk, mcp-go")
 	flag.Parse()
+	drivers := strings.Split(*only, ",")
+	if !slices.Contains(drivers, "client") {
+		fmt.Fprintln(os.Stderr, "clientbench: -drivers must include client: the others are compared with it")
+		os.Exit(2)
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -49,14 +55,14 @@ func main() {
 	words := strings.Fields(*server)
 	var results = map[string][]phase{}
 	for run := range *runs {
-		for _, d := range []string{"raw", "client"} {
+		for _, d := range drivers {
 			p, err := measure(d, words, *useHTTP, *n, *conc)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "clientbench:", err)
 				pprof.StopCPUProfile()
 				os.Exit(1)
 			}
-			fmt.Printf("run %d %-6s seq %7.0f/s %6.1f µs/call   conc %7.0f/s %6.1f µs/call\n", run+1, d, p.seqRate, p.seqCPU, p.concRate, p.concCPU)
+			fmt.Printf("run %d %-7s seq %7.0f/s %6.1f µs/call   conc %7.0f/s %6.1f µs/call\n", run+1, d, p.seqRate, p.seqCPU, p.concRate, p.concCPU)
 			results[d] = append(results[d], p)
 		}
 	}
@@ -73,14 +79,22 @@ func main() {
 		transport = "http (2026-07-28)"
 	}
 	fmt.Printf("\n%s, n=%d, conc=%d, median of %d runs: client CPU µs/call (calls/s)\n", transport, *n, *conc, *runs)
-	for _, d := range []string{"raw", "client"} {
-		fmt.Printf("  %-6s  sequential %6.1f (%7.0f/s)   concurrent %6.1f (%7.0f/s)\n", d,
+	for _, d := range drivers {
+		fmt.Printf("  %-7s  sequential %6.1f (%7.0f/s)   concurrent %6.1f (%7.0f/s)\n", d,
 			med(d, func(p phase) float64 { return p.seqCPU }), med(d, func(p phase) float64 { return p.seqRate }),
 			med(d, func(p phase) float64 { return p.concCPU }), med(d, func(p phase) float64 { return p.concRate }))
 	}
-	fmt.Printf("  client / raw CPU:  sequential %.2f×   concurrent %.2f×\n",
-		med("client", func(p phase) float64 { return p.seqCPU })/med("raw", func(p phase) float64 { return p.seqCPU }),
-		med("client", func(p phase) float64 { return p.concCPU })/med("raw", func(p phase) float64 { return p.concCPU }))
+	fmt.Println("  ratios to client (mcprel's), calls/s and CPU per call:")
+	for _, d := range drivers {
+		if d == "client" {
+			continue
+		}
+		fmt.Printf("  %-7s  rate sequential %.2f× concurrent %.2f×   CPU sequential %.2f× concurrent %.2f×\n", d,
+			med(d, func(p phase) float64 { return p.seqRate })/med("client", func(p phase) float64 { return p.seqRate }),
+			med(d, func(p phase) float64 { return p.concRate })/med("client", func(p phase) float64 { return p.concRate }),
+			med(d, func(p phase) float64 { return p.seqCPU })/med("client", func(p phase) float64 { return p.seqCPU }),
+			med(d, func(p phase) float64 { return p.concCPU })/med("client", func(p phase) float64 { return p.concCPU }))
+	}
 }
 
 type phase struct{ seqRate, seqCPU, concRate, concCPU float64 }
@@ -110,6 +124,10 @@ func measure(driver string, server []string, useHTTP bool, n, conc int) (phase, 
 			return phase{}, err
 		}
 		call, stop = clientCaller(c), func() { c.Close() }
+	case driver == "go-sdk":
+		call, stop, err = goSDKCaller(server, useHTTP)
+	case driver == "mcp-go":
+		call, stop, err = mcpGoCaller(server, useHTTP)
 	case useHTTP:
 		call, stop, err = rawHTTP(server)
 	default:
