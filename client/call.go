@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -491,7 +493,13 @@ func (c *Client) params(params any, token string, extra map[string]any, asksTask
 	if p, ok := params.(map[string]any); ok || params == nil {
 		// The common case, encoded once: the helpers build maps.
 		if _, has := p["_meta"]; !has {
-			b, err := appendObject(make([]byte, 0, 256), p, c.meta(nil, token, extra, asksTask))
+			var b []byte
+			var err error
+			if fixed := c.fixedMeta(token, extra, asksTask); fixed != nil {
+				b, err = appendObjectMeta(make([]byte, 0, 256), p, fixed)
+			} else {
+				b, err = appendObject(make([]byte, 0, 256), p, c.meta(nil, token, extra, asksTask))
+			}
 			if err != nil {
 				return nil, fmt.Errorf("client: params: %w", err)
 			}
@@ -554,13 +562,77 @@ func appendObject(b []byte, members map[string]any, meta map[string]any) ([]byte
 		}
 		first = false
 		b = append(b, `"_meta":`...)
-		inner, err := appendObject(b, meta, nil)
-		if err != nil {
-			return nil, err
+		// In a fixed order: a server may recognise a _meta it has seen
+		// byte for byte, and a map's order changes from call to call.
+		b = append(b, '{')
+		for i, k := range slices.Sorted(maps.Keys(meta)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if err := appendValue(&b, k); err != nil {
+				return nil, err
+			}
+			b = append(b, ':')
+			if err := appendValue(&b, meta[k]); err != nil {
+				return nil, err
+			}
 		}
-		b = inner
+		b = append(b, '}')
 	}
 	return append(b, '}'), nil
+}
+
+// appendObjectMeta is appendObject with a _meta already encoded.
+func appendObjectMeta(b []byte, members map[string]any, meta encoded) ([]byte, error) {
+	b, err := appendObject(b, members, nil)
+	if err != nil {
+		return nil, err
+	}
+	b = b[:len(b)-1] // the closing brace
+	if len(members) > 0 {
+		b = append(b, ',')
+	}
+	b = append(b, `"_meta":`...)
+	b = append(b, meta...)
+	return append(b, '}'), nil
+}
+
+// fixedMeta is the _meta of a 2026-07-28 request that carries nothing of
+// its own — no progress token, no caller's members — encoded once per
+// protocol version: the same bytes on every such request. It is nil in
+// the 2025 era and for a request that carries more.
+func (c *Client) fixedMeta(token string, extra map[string]any, asksTask bool) encoded {
+	if c.era != mcp.Modern || token != "" || len(extra) > 0 {
+		return nil
+	}
+	f := c.fixed.Load()
+	if f == nil || f.version != c.version {
+		f = &fixedMetas{version: c.version}
+		for i, caps := range []json.RawMessage{c.capsJSON, c.taskCapsJSON} {
+			b, err := appendObject(nil, nil, map[string]any{
+				mcp.MetaProtocolVersion:    c.version,
+				mcp.MetaClientCapabilities: encoded(caps),
+				mcp.MetaClientInfo:         encoded(c.infoJSON),
+			})
+			if err != nil {
+				return nil
+			}
+			// appendObject wrote {"_meta":{…}}: keep the inner object.
+			f.meta[i] = b[len(`{"_meta":`) : len(b)-1]
+		}
+		c.fixed.Store(f)
+	}
+	if asksTask {
+		return f.meta[1]
+	}
+	return f.meta[0]
+}
+
+// fixedMetas are a version's fixed _meta, without and with the tasks
+// extension declared.
+type fixedMetas struct {
+	version string
+	meta    [2]encoded
 }
 
 // appendValue appends v's JSON: raw JSON compacted (checked in the same
