@@ -2,6 +2,7 @@ package server
 
 import (
 	"reflect"
+	"strconv"
 
 	"github.com/google/jsonschema-go/jsonschema"
 
@@ -76,8 +77,9 @@ func onlyAnnotations(s *jsonschema.Schema, allowed ...string) bool {
 	bare := *s
 	v := reflect.ValueOf(&bare).Elem()
 	for _, name := range append(allowed, annotations...) {
-		f := v.FieldByName(name)
-		f.Set(reflect.Zero(f.Type()))
+		if f := v.FieldByName(name); f.IsValid() {
+			f.Set(reflect.Zero(f.Type()))
+		}
 	}
 	return reflect.DeepEqual(bare, jsonschema.Schema{})
 }
@@ -135,7 +137,10 @@ func (p flatProp) accepts(v []byte) bool {
 				}
 			}
 		}
-		return true
+		// A number past float64's range (1e400) is not a number to the
+		// validator, which reads arguments as float64.
+		_, err := strconv.ParseFloat(string(v), 64)
+		return err == nil
 	}
 	return false
 }

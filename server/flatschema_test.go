@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -23,6 +24,8 @@ func TestFlatSchemaAgreesWithTheValidator(t *testing.T) {
 		`{"text":"hi","ok":"yes"}`, `{"text":"hi","nothing":0}`, `{"text":"hi","x":"1"}`,
 		`{"a":"x"}`, `{"a":"x","b":[1,2]}`, `{"a":1}`, `{"b":1}`, `{"a":5,"zz":{"deep":[null]}}`,
 		`[]`, `"text"`, `null`, ``,
+		`{"text":"hi","x":1e400}`, `{"text":"hi","x":-1e400}`, `{"text":"hi","n":1` + strings.Repeat("0", 400) + `}`,
+		`{"a":1e400}`, `{"a":-0.0}`,
 	}
 	fast := 0
 	for name, raw := range schemas {
