@@ -95,28 +95,31 @@ func parseMeta(raw json.RawMessage) (RequestMeta, error) {
 // MetaCache parses requests' _meta as ParseRequestMeta does, and
 // remembers the last _meta it parsed: a 2026-07-28 client sends the same
 // one — its version and capabilities — on every request, so a connection
-// decodes it once rather than per request. The RequestMeta it returns
-// shares its pointers with other requests': read them, never write
-// through them. Its zero value is ready; it is safe for concurrent use.
+// decodes it once rather than per request. A parse is shared only within
+// a scope (a tenant): the RequestMeta it returns shares its pointers with
+// the scope's other requests that sent the same bytes, so they must be
+// read, never written through, and one tenant's requests never reach
+// another's. Its zero value is ready; it is safe for concurrent use.
 type MetaCache struct {
-	mu   sync.Mutex
-	raw  []byte // the last _meta parsed, at most maxCachedMeta bytes
-	meta RequestMeta
+	mu    sync.Mutex
+	scope string
+	raw   []byte // the last _meta parsed, at most maxCachedMeta bytes
+	meta  RequestMeta
 }
 
 // maxCachedMeta bounds the _meta a MetaCache keeps.
 const maxCachedMeta = 4 << 10
 
 // Parse is ParseRequestMeta, answered from the cache when params' _meta
-// is byte for byte the last one parsed. The raw _meta returned is always
-// params' own.
-func (c *MetaCache) Parse(params json.RawMessage) (RequestMeta, json.RawMessage, error) {
+// is byte for byte the last one parsed in the same scope. The raw _meta
+// returned is always params' own.
+func (c *MetaCache) Parse(scope string, params json.RawMessage) (RequestMeta, json.RawMessage, error) {
 	raw, err := rawMeta(params)
 	if err != nil || raw == nil {
 		return RequestMeta{}, nil, err
 	}
 	c.mu.Lock()
-	if c.raw != nil && bytes.Equal(raw, c.raw) {
+	if c.raw != nil && c.scope == scope && bytes.Equal(raw, c.raw) {
 		m := c.meta
 		c.mu.Unlock()
 		return m, raw, nil
@@ -125,7 +128,7 @@ func (c *MetaCache) Parse(params json.RawMessage) (RequestMeta, json.RawMessage,
 	m, err := parseMeta(raw)
 	if err == nil && len(raw) <= maxCachedMeta {
 		c.mu.Lock()
-		c.raw, c.meta = append(c.raw[:0], raw...), m
+		c.scope, c.raw, c.meta = scope, append(c.raw[:0], raw...), m
 		c.mu.Unlock()
 	}
 	return m, raw, err

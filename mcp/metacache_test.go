@@ -25,7 +25,7 @@ func TestMetaCacheAgreesWithParseRequestMeta(t *testing.T) {
 	var c MetaCache
 	for _, p := range params {
 		want, wantRaw, wantErr := ParseRequestMeta([]byte(p))
-		got, gotRaw, gotErr := c.Parse([]byte(p))
+		got, gotRaw, gotErr := c.Parse("t", []byte(p))
 		if (wantErr == nil) != (gotErr == nil) || wantErr != nil && wantErr.Error() != gotErr.Error() {
 			t.Fatalf("%.60s: error %v, want %v", p, gotErr, wantErr)
 		}
@@ -55,9 +55,9 @@ func deref(s *string) string {
 func TestMetaCacheReturnsTheRequestsOwnBytes(t *testing.T) {
 	var c MetaCache
 	p := []byte(`{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}`)
-	c.Parse(p)
+	c.Parse("t", p)
 	q := bytes.Clone(p)
-	_, raw, _ := c.Parse(q)
+	_, raw, _ := c.Parse("t", q)
 	if &raw[0] != &q[9] {
 		t.Fatal("the raw _meta is not a subslice of the request's params")
 	}
@@ -70,7 +70,7 @@ func TestMetaCacheUnderConcurrency(t *testing.T) {
 	for _, v := range []string{"2026-07-28", "2025-11-25", "x"} {
 		wg.Go(func() {
 			for range 500 {
-				m, _, err := c.Parse([]byte(`{"_meta":{"io.modelcontextprotocol/protocolVersion":"` + v + `"}}`))
+				m, _, err := c.Parse("t", []byte(`{"_meta":{"io.modelcontextprotocol/protocolVersion":"`+v+`"}}`))
 				if err != nil || deref(m.ProtocolVersion) != v {
 					t.Errorf("got %v, %v; want %s", deref(m.ProtocolVersion), err, v)
 					return
@@ -79,4 +79,20 @@ func TestMetaCacheUnderConcurrency(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// Two tenants that send the same _meta never share its parse: what one's
+// handler could write through it, the other never sees.
+func TestMetaCacheKeepsTenantsApart(t *testing.T) {
+	var c MetaCache
+	p := []byte(`{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"x","version":"1"}}}`)
+	alice, _, _ := c.Parse("alice", p)
+	again, _, _ := c.Parse("alice", p)
+	if again.ClientInfo != alice.ClientInfo {
+		t.Fatal("a tenant's repeated _meta was parsed again")
+	}
+	bob, _, _ := c.Parse("bob", p)
+	if bob.ClientInfo == alice.ClientInfo {
+		t.Fatal("bob was given alice's parse")
+	}
 }

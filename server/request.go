@@ -26,7 +26,10 @@ type Request struct {
 	Meta json.RawMessage
 	// KnownMeta holds the members of params._meta that package mcp
 	// defines, decoded once: the protocol's, and mcprel's own such as
-	// mcp.MetaIdempotencyKey. Never nil.
+	// mcp.MetaIdempotencyKey. Never nil. What it points to, like
+	// ClientCapabilities' maps and ClientInfo, may be shared with the
+	// tenant's other requests that sent the same _meta: read it, never
+	// write to it.
 	KnownMeta *mcp.RequestMeta
 	// Era and ProtocolVersion say how the request is being served.
 	Era             mcp.Era

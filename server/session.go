@@ -140,7 +140,7 @@ func (ss *session) handleRequest(ctx context.Context, m jsonrpc.Message, out *ou
 	meta, rawMeta := p.Meta, p.RawMeta
 	var metaErr error
 	if meta == nil {
-		parsed, raw, err := ss.metas.Parse(m.Params)
+		parsed, raw, err := ss.metas.Parse(TenantFrom(ctx), m.Params)
 		meta, rawMeta, metaErr = &parsed, raw, err
 	}
 	r := ss.newRequest(ctx, m, out, meta)

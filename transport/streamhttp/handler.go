@@ -237,7 +237,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	// the server is handed it with the request.
 	var p parsed
 	if m.Kind == jsonrpc.KindRequest {
-		p.meta, p.raw, p.err = h.metas.Parse(m.Params)
+		p.meta, p.raw, p.err = h.metas.Parse(server.TenantFrom(r.Context()), m.Params)
 	}
 	headerVersion := r.Header.Get(mcp.HeaderProtocolVersion)
 	sid := r.Header.Get(mcp.HeaderSessionID)
