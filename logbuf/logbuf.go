@@ -6,9 +6,10 @@
 // A line is late by at most Options.Interval, never lost on a clean exit:
 // Close writes what is held, and a Writer bounds what it holds (a writer
 // that would exceed Options.Size waits for the batch to be written
-// instead of dropping lines). On a crash — SIGKILL, a panic outside the
-// goroutine that would flush — the lines of the last Interval, at most
-// Size bytes, are lost. Handler writes a warning or an error at once, so
+// instead of dropping lines; with a batch being written and the next
+// filling, it holds at most twice Size). On a crash — SIGKILL, a panic
+// outside the goroutine that would flush — the lines of the last
+// Interval, at most twice Size bytes, are lost. Handler writes a warning or an error at once, so
 // a line that matters is not among them.
 //
 // It is for any io.Writer beneath a log/slog handler:
@@ -19,6 +20,7 @@
 package logbuf
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"log/slog"
@@ -87,7 +89,13 @@ func (b *Writer) Write(p []byte) (int, error) {
 		b.mu.Unlock()
 		b.writing.Lock()
 		defer b.writing.Unlock()
-		return b.w.Write(p)
+		n, err := b.w.Write(p)
+		if err != nil {
+			b.mu.Lock()
+			b.err = cmp.Or(b.err, err)
+			b.mu.Unlock()
+		}
+		return n, err
 	}
 	b.buf = append(b.buf, p...)
 	if !b.armed {
@@ -107,6 +115,11 @@ func (b *Writer) Write(p []byte) (int, error) {
 func (b *Writer) Flush() error {
 	b.writing.Lock()
 	defer b.writing.Unlock()
+	return b.flushWriting()
+}
+
+// flushWriting is Flush, with b.writing held.
+func (b *Writer) flushWriting() error {
 	b.mu.Lock()
 	batch := b.buf
 	b.buf, b.spare = b.spare, nil
@@ -119,9 +132,7 @@ func (b *Writer) Flush() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.spare = batch[:0]
-	if err != nil && b.err == nil {
-		b.err = err
-	}
+	b.err = cmp.Or(b.err, err)
 	return b.err
 }
 
@@ -129,13 +140,17 @@ func (b *Writer) Flush() error {
 // goroutine that logs after Close loses nothing either. It does not close
 // the writer beneath.
 func (b *Writer) Close() error {
+	// Closed and flushed as one step: a write that finds the Writer
+	// closed waits for what was held to be written, and follows it.
+	b.writing.Lock()
+	defer b.writing.Unlock()
 	b.mu.Lock()
 	b.closed = true
 	if b.timer != nil {
 		b.timer.Stop()
 	}
 	b.mu.Unlock()
-	return b.Flush()
+	return b.flushWriting()
 }
 
 // Handler returns h, whose records at slog.LevelWarn and above are written
