@@ -493,12 +493,18 @@ func (c *Client) params(params any, token string, extra map[string]any, asksTask
 	if p, ok := params.(map[string]any); ok || params == nil {
 		// The common case, encoded once: the helpers build maps.
 		if _, has := p["_meta"]; !has {
-			var b []byte
+			meta := c.fixedMeta(token, extra, asksTask)
 			var err error
-			if fixed := c.fixedMeta(token, extra, asksTask); fixed != nil {
-				b, err = appendObjectMeta(make([]byte, 0, 256), p, fixed)
-			} else {
-				b, err = appendObject(make([]byte, 0, 256), p, c.meta(nil, token, extra, asksTask))
+			if meta == nil {
+				if m := c.meta(nil, token, extra, asksTask); len(m) == 0 {
+					meta = emptyObject
+				} else {
+					meta, err = appendSortedObject(nil, m)
+				}
+			}
+			var b []byte
+			if err == nil {
+				b, err = appendObject(make([]byte, 0, 256), p, meta)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("client: params: %w", err)
@@ -533,26 +539,19 @@ func (c *Client) params(params any, token string, extra map[string]any, asksTask
 	return json.Marshal(obj)
 }
 
-// appendObject appends the JSON object of members, with meta as its
-// _meta member when meta is not nil: one pass, members in no particular
-// order (a map's encoding would sort them), each value encoded on its
-// own, raw JSON appended as it is once it is known to be valid.
-func appendObject(b []byte, members map[string]any, meta map[string]any) ([]byte, error) {
+// appendObject appends the JSON object of members, with meta (encoded)
+// as its _meta member when meta is not nil: one pass, members in no
+// particular order (a map's encoding would sort them), each value encoded
+// on its own, raw JSON appended as it is once it is known to be valid.
+func appendObject(b []byte, members map[string]any, meta encoded) ([]byte, error) {
 	b = append(b, '{')
 	first := true
-	member := func(k string, v any) error {
+	for k, v := range members {
 		if !first {
 			b = append(b, ',')
 		}
 		first = false
-		if err := appendValue(&b, k); err != nil {
-			return err
-		}
-		b = append(b, ':')
-		return appendValue(&b, v)
-	}
-	for k, v := range members {
-		if err := member(k, v); err != nil {
+		if err := appendMember(&b, k, v); err != nil {
 			return nil, err
 		}
 	}
@@ -560,41 +559,35 @@ func appendObject(b []byte, members map[string]any, meta map[string]any) ([]byte
 		if !first {
 			b = append(b, ',')
 		}
-		first = false
-		b = append(b, `"_meta":`...)
-		// In a fixed order: a server may recognise a _meta it has seen
-		// byte for byte, and a map's order changes from call to call.
-		b = append(b, '{')
-		for i, k := range slices.Sorted(maps.Keys(meta)) {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			if err := appendValue(&b, k); err != nil {
-				return nil, err
-			}
-			b = append(b, ':')
-			if err := appendValue(&b, meta[k]); err != nil {
-				return nil, err
-			}
-		}
-		b = append(b, '}')
+		b = append(append(b, `"_meta":`...), meta...)
 	}
 	return append(b, '}'), nil
 }
 
-// appendObjectMeta is appendObject with a _meta already encoded.
-func appendObjectMeta(b []byte, members map[string]any, meta encoded) ([]byte, error) {
-	b, err := appendObject(b, members, nil)
-	if err != nil {
-		return nil, err
+var emptyObject = encoded("{}")
+
+// appendSortedObject appends the JSON object of members in the order of
+// their names: a _meta, which a server may recognise byte for byte, and
+// a map's order changes from call to call.
+func appendSortedObject(b []byte, members map[string]any) (encoded, error) {
+	b = append(b, '{')
+	for i, k := range slices.Sorted(maps.Keys(members)) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if err := appendMember(&b, k, members[k]); err != nil {
+			return nil, err
+		}
 	}
-	b = b[:len(b)-1] // the closing brace
-	if len(members) > 0 {
-		b = append(b, ',')
-	}
-	b = append(b, `"_meta":`...)
-	b = append(b, meta...)
 	return append(b, '}'), nil
+}
+
+func appendMember(b *[]byte, k string, v any) error {
+	if err := appendValue(b, k); err != nil {
+		return err
+	}
+	*b = append(*b, ':')
+	return appendValue(b, v)
 }
 
 // fixedMeta is the _meta of a 2026-07-28 request that carries nothing of
@@ -609,16 +602,14 @@ func (c *Client) fixedMeta(token string, extra map[string]any, asksTask bool) en
 	if f == nil || f.version != c.version {
 		f = &fixedMetas{version: c.version}
 		for i, caps := range []json.RawMessage{c.capsJSON, c.taskCapsJSON} {
-			b, err := appendObject(nil, nil, map[string]any{
+			var err error
+			if f.meta[i], err = appendSortedObject(nil, map[string]any{
 				mcp.MetaProtocolVersion:    c.version,
 				mcp.MetaClientCapabilities: encoded(caps),
 				mcp.MetaClientInfo:         encoded(c.infoJSON),
-			})
-			if err != nil {
+			}); err != nil {
 				return nil
 			}
-			// appendObject wrote {"_meta":{…}}: keep the inner object.
-			f.meta[i] = b[len(`{"_meta":`) : len(b)-1]
 		}
 		c.fixed.Store(f)
 	}
