@@ -228,29 +228,8 @@ func (ss *session) callTool(r *inflight, in *incoming) {
 	call.Request = ss.baseRequest(r, in)
 	// With no Check to read them, arguments a flat schema proves valid
 	// are never decoded; any others are, and judged by the validator.
-	if rt.check != nil || rt.schema != nil && (rt.flat == nil || !rt.flat.valid(args)) {
-		var err error
-		if call.args, err = decodeArguments(args); err != nil {
-			r.succeed((&mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "arguments are not valid JSON"}).Result())
-			return
-		}
-		// The tool's Check comes first: a call an interceptor refuses
-		// (one missing its idempotency key) is told so, whatever else is
-		// wrong with its arguments.
-		if rt.check != nil {
-			ctx, err := rt.check(in.ctx, call)
-			if err != nil {
-				ss.refuse(r, rt, err)
-				return
-			}
-			if ctx != nil {
-				in.ctx = ctx
-			}
-		}
-		if err := rt.validate(call); err != nil {
-			ss.refuse(r, rt, err)
-			return
-		}
+	if (rt.check != nil || !rt.provenValid(args)) && !ss.checkArguments(r, rt, in, call, args) {
+		return
 	}
 	// A queued call holds its raw arguments, which admission counts; the
 	// decoded copy would double that.
@@ -277,4 +256,32 @@ func (ss *session) refuse(r *inflight, rt *registeredTool, err error) {
 	} else {
 		r.succeed(res)
 	}
+}
+
+// checkArguments decodes a call's arguments, runs the tool's Check and
+// validates them, answering the call when they are refused; it reports
+// whether the call goes on. The Check comes first: a call an interceptor
+// refuses (one missing its idempotency key) is told so, whatever else is
+// wrong with its arguments.
+func (ss *session) checkArguments(r *inflight, rt *registeredTool, in *incoming, call *CallRequest, args json.RawMessage) bool {
+	var err error
+	if call.args, err = decodeArguments(args); err != nil {
+		r.succeed((&mcp.ToolError{Code: mcp.FailureInvalidArguments, Message: "arguments are not valid JSON"}).Result())
+		return false
+	}
+	if rt.check != nil {
+		ctx, err := rt.check(in.ctx, call)
+		if err != nil {
+			ss.refuse(r, rt, err)
+			return false
+		}
+		if ctx != nil {
+			in.ctx = ctx
+		}
+	}
+	if err := rt.validate(call); err != nil {
+		ss.refuse(r, rt, err)
+		return false
+	}
+	return true
 }

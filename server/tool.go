@@ -311,6 +311,12 @@ func declaredProps(s *jsonschema.Schema) map[string]bool {
 	return props
 }
 
+// provenValid reports whether args need no validator: the tool takes
+// anything (Tool.Unchecked), or its flat schema proves them valid.
+func (rt *registeredTool) provenValid(args json.RawMessage) bool {
+	return rt.schema == nil || rt.flat != nil && rt.flat.valid(args)
+}
+
 // validate checks a call's arguments, as decoded when it arrived and with
 // any a Check supplied, against the tool's input schema. The error is an
 // *mcp.ToolError with code invalid_arguments naming the offending field,
