@@ -76,8 +76,8 @@ func New(w io.Writer, opts *Options) *Writer {
 // Write holds p to be written with the next batch and returns at once,
 // unless what is held would pass Options.Size: then it first waits for
 // that to be written. A p larger than Size, or any p after Close, is
-// written through. A failure of the writer beneath is reported by Flush
-// and Close, not here: a log line has no one to tell.
+// written through, and a failure of that write returned. A failure of a
+// batch is reported by Flush and Close: a held line has no one to tell.
 func (b *Writer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	for !b.closed && len(b.buf) > 0 && len(b.buf)+len(p) > b.size {
