@@ -3,12 +3,11 @@ package client_test
 import (
 	"context"
 	"io"
-	"log/slog"
 	"testing"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/mcp"
-	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/transport/stdio"
 )
 
@@ -20,21 +19,8 @@ import (
 func BenchmarkCallEcho(b *testing.B) {
 	for _, era := range []mcp.Era{mcp.Legacy, mcp.Modern} {
 		b.Run(era.String(), func(b *testing.B) {
-			srv, err := server.New(mcp.Implementation{Name: "bench", Version: "1"}, &server.Options{
-				Logger: slog.New(slog.DiscardHandler),
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			type echoArgs struct {
-				Text string `json:"text"`
-			}
-			err = server.AddTypedTool(srv, server.Tool{Name: "echo"}, func(ctx context.Context, req *server.CallRequest, in echoArgs) (string, error) {
-				return in.Text, nil
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
+			srv := mcptest.NewServer(b, nil)
+			mcptest.AddEcho(b, srv)
 			toServer, fromClient := io.Pipe()
 			toClient, fromServer := io.Pipe()
 			conn := stdio.NewConn(srv, toServer, fromServer, nil)

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/transport/stdio"
 	"github.com/mcprel/mcprel/transport/streamhttp"
@@ -25,21 +25,10 @@ func benchServer(b *testing.B) *server.Server { return benchServerAt(b, slog.Lev
 // request, as mcprel serve does by default.
 func benchServerAt(b *testing.B, level slog.Level) *server.Server {
 	b.Helper()
-	srv, err := server.New(mcp.Implementation{Name: "bench", Version: "1"}, &server.Options{
+	srv := mcptest.NewServer(b, &server.Options{
 		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: level})),
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	type echoArgs struct {
-		Text string `json:"text"`
-	}
-	err = server.AddTypedTool(srv, server.Tool{Name: "echo"}, func(ctx context.Context, req *server.CallRequest, in echoArgs) (string, error) {
-		return in.Text, nil
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	mcptest.AddEcho(b, srv)
 	return srv
 }
 

@@ -529,3 +529,18 @@ func NewServer(t testing.TB, opts *server.Options) *server.Server {
 	}
 	return srv
 }
+
+// AddEcho registers the echo tool the benchmarks call: {text} in, the
+// same text out, as one text block.
+func AddEcho(t testing.TB, srv *server.Server) {
+	t.Helper()
+	type echoArgs struct {
+		Text string `json:"text"`
+	}
+	err := server.AddTypedTool(srv, server.Tool{Name: "echo"}, func(ctx context.Context, req *server.CallRequest, in echoArgs) (string, error) {
+		return in.Text, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
