@@ -265,7 +265,7 @@ func openSQLite(path string, o Options) (*DB, error) {
 		if err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}
-		read.SetMaxOpenConns(o.MaxConns)
+		keepReaders(read, o.MaxConns)
 		return &DB{dialect: SQLite, write: read, read: read, target: file,
 			stmts: stmtCache{on: true, stmts: map[stmtKey]*sql.Stmt{}}}, nil
 	}
@@ -290,9 +290,20 @@ func openSQLite(path string, o Options) (*DB, error) {
 		write.Close()
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	read.SetMaxOpenConns(o.MaxConns)
+	keepReaders(read, o.MaxConns)
 	return &DB{dialect: SQLite, write: write, read: read, writers: &writerQueue{}, target: file,
 		stmts: stmtCache{on: true, stmts: map[stmtKey]*sql.Stmt{}}}, nil
+}
+
+// keepReaders sizes a SQLite read pool: up to max connections, all of them
+// kept while in use. database/sql keeps 2 idle connections by default, so
+// with more concurrent readers than that every read past the second opened
+// a connection (its pragmas, its statements prepared again) and closed it
+// after: under 8 writers, a third of the ledger's CPU went there. What the
+// kept connections hold is bounded by max page caches.
+func keepReaders(read *sql.DB, max int) {
+	read.SetMaxOpenConns(max)
+	read.SetMaxIdleConns(max)
 }
 
 // checkFile tells, in words, why a SQLite file cannot be opened (for

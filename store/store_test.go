@@ -299,3 +299,39 @@ func TestNestedWriteFailsAtOnceOnSQLite(t *testing.T) {
 		t.Fatalf("after the transaction: %v", err)
 	}
 }
+
+// Concurrent readers reuse the read pool's connections: none is closed for
+// want of an idle slot and opened again (its pragmas run and its statements
+// prepared anew) on the next read.
+func TestReadersKeepTheirConnections(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, storetest.SQLite(t), &Options{MaxConns: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// All 8 readers hold a connection at once, then give it back.
+	var holding, reading sync.WaitGroup
+	holding.Add(8)
+	for range 8 {
+		reading.Go(func() {
+			tx, err := db.read.BeginTx(ctx, nil)
+			if err != nil {
+				t.Error(err)
+				holding.Done()
+				return
+			}
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT 1`).Scan(&n); err != nil {
+				t.Error(err)
+			}
+			holding.Done()
+			holding.Wait()
+			tx.Rollback()
+		})
+	}
+	reading.Wait()
+	if s := db.read.Stats(); s.MaxIdleClosed != 0 || s.Idle != 8 {
+		t.Fatalf("read pool after 8 concurrent readers: %d idle, %d closed for want of an idle slot; want 8 kept", s.Idle, s.MaxIdleClosed)
+	}
+}
