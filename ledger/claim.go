@@ -68,9 +68,17 @@ func (l *Ledger) claim(ctx context.Context, op Op, once bool) (claim *Claim, rep
 	// comes back — is answered with a read, which takes no write
 	// transaction: on PostgreSQL the write path would lock the row and
 	// commit durably, on SQLite queue behind every writer. A fresh key
-	// pays one read more before its claim's commit.
-	if res, ok, err := l.peekClaim(ctx, op, once); ok || err != nil {
-		return nil, res, waitBounded(ctx, err)
+	// pays one read more before its claim's commit — on SQLite only when
+	// this process saw its key recorded (see Do), which the write path
+	// answers the same way, later.
+	readFirst := l.recent == nil || l.recent.maybe(op)
+	if l.onRoute != nil {
+		l.onRoute(readFirst)
+	}
+	if readFirst {
+		if res, ok, err := l.peekClaim(ctx, op, once); ok || err != nil {
+			return nil, res, waitBounded(ctx, err)
+		}
 	}
 	token := rand.Text()
 	var madeUnknown *UnknownError // committed, then returned
@@ -125,6 +133,11 @@ func (l *Ledger) claim(ctx context.Context, op Op, once bool) (claim *Claim, rep
 		claim = &Claim{l: l, op: op, token: token, until: now.Add(l.lease), once: once, Executions: rec.Executions + 1}
 		return nil
 	})
+	var conflict *ConflictError
+	var busy *InProgressError
+	if err == nil || errors.As(err, &conflict) || errors.As(err, &busy) {
+		l.recent.add(op) // a duplicate now has a record to be answered from
+	}
 	if err != nil {
 		return nil, nil, waitBounded(ctx, err)
 	}

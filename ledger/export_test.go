@@ -5,3 +5,8 @@ import "time"
 // SetClock makes l read time from now, so tests can move past leases and
 // retention without waiting.
 func SetClock(l *Ledger, now func() time.Time) { l.now = now }
+
+// OnRoute calls f with each decision l makes to answer a call from a read
+// before it queues for the writer, or not.
+func OnRoute(l *Ledger, f func(readFirst bool)) { l.onRoute = f }
+

@@ -72,6 +72,8 @@ type Ledger struct {
 	lease     time.Duration
 	now       func() time.Time // time.Now; tests move it
 	observers []Observer
+	recent    *recentKeys          // SQLite: keys this process saw recorded
+	onRoute   func(readFirst bool) // tests: told whether a call is read first
 }
 
 // State is where a record is in its life.
@@ -260,7 +262,11 @@ func Open(ctx context.Context, db *store.DB, opts *Options) (*Ledger, error) {
 	if err := db.Migrate(ctx, "ledger", migrations); err != nil {
 		return nil, err
 	}
-	return &Ledger{db: db, retention: o.Retention, lease: o.Lease, now: time.Now, observers: o.Observers}, nil
+	l := &Ledger{db: db, retention: o.Retention, lease: o.Lease, now: time.Now, observers: o.Observers}
+	if db.Dialect() == store.SQLite {
+		l.recent = newRecentKeys()
+	}
+	return l, nil
 }
 
 // Lease is how long a two-phase claim holds its key.
@@ -293,13 +299,23 @@ func (l *Ledger) Do(ctx context.Context, op Op, effect func(ctx context.Context,
 	sqlite := l.db.Dialect() == store.SQLite
 	// On SQLite most duplicates arrive after the first call committed:
 	// while writers are queued, answer them with a read, which never
-	// queues behind them. A lone writer skips it: its write transaction
-	// finds a duplicate as cheaply. PostgreSQL writers do not queue, and
-	// the extra round trip would cost every fresh key more than it saves a
-	// replay.
+	// queues behind them. Only a key this process saw recorded is read
+	// first: a fresh key, the usual case, would pay a read that finds
+	// nothing (as much CPU as its write, since a read connection rereads
+	// what the writer changed), and a duplicate of a key recorded
+	// elsewhere is answered by the write path all the same, only later. A
+	// lone writer skips the read: its write transaction finds a duplicate
+	// as cheaply. PostgreSQL writers do not queue, and the extra round
+	// trip would cost every fresh key more than it saves a replay.
 	if sqlite && l.db.WriterBusy() {
-		if res, ok, err := l.peek(ctx, op); ok || err != nil {
-			return res, waitBounded(ctx, err)
+		readFirst := l.recent.maybe(op)
+		if l.onRoute != nil {
+			l.onRoute(readFirst)
+		}
+		if readFirst {
+			if res, ok, err := l.peek(ctx, op); ok || err != nil {
+				return res, waitBounded(ctx, err)
+			}
 		}
 	}
 	var out Result
@@ -336,6 +352,10 @@ func (l *Ledger) Do(ctx context.Context, op Op, effect func(ctx context.Context,
 		out = Result{Data: append(json.RawMessage(nil), data...), ExecutedAt: time.UnixMilli(ms(now)), Executions: 1}
 		return nil
 	})
+	var conflict *ConflictError
+	if err == nil || errors.As(err, &conflict) {
+		l.recent.add(op) // a duplicate now has a record to be answered from
+	}
 	if err != nil {
 		return Result{}, waitBounded(ctx, err)
 	}
