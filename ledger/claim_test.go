@@ -325,3 +325,86 @@ func TestExpiredKeyRace(t *testing.T) {
 		}
 	})
 }
+
+// On SQLite, which keeps no expiry index, the reaper reads the records in
+// key order, a paced number a tick, and each tick goes on where the last
+// one stopped; records still within retention are kept wherever they lie.
+func TestSweepGoesOnWhereItStopped(t *testing.T) {
+	ledger.SetReapPace(t, 10, 25)
+	l := open(t, storetest.SQLite(t), &ledger.Options{Retention: time.Hour})
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		do := func(key string) {
+			o := op("acme", key, `{}`)
+			if _, err := l.Do(ctx, o, reserve(nil, o, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 100 {
+			do(fmt.Sprintf("old-%03d", i))
+		}
+		time.Sleep(30 * time.Minute)
+		for i := range 10 { // interleaved in key order with the old ones
+			do(fmt.Sprintf("old-%03d-young", i*10))
+		}
+		time.Sleep(31 * time.Minute) // the 100 expired; the 10 young did not
+		count := func() int {
+			var n int
+			if err := l.DB().ReadTx(ctx, func(tx *store.Tx) error {
+				return tx.QueryRow(ctx, `SELECT COUNT(*) FROM mcprel_ledger`).Scan(&n)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { l.RunReaper(rctx, time.Minute, 100); close(done) }()
+		// Each tick reads 25 records: about 23 of them old ones.
+		var left []int
+		for range 6 {
+			time.Sleep(time.Minute)
+			synctest.Wait()
+			left = append(left, count())
+		}
+		for i := 1; i < len(left); i++ {
+			if left[i] > left[i-1] {
+				t.Fatalf("records after each tick: %v", left)
+			}
+		}
+		if left[0] < 110-25 || left[0] > 110-20 {
+			t.Fatalf("the first tick left %d of 110 records; it reads 25 (records after each tick: %v)", left[0], left)
+		}
+		if left[len(left)-1] != 10 {
+			t.Fatalf("records after each tick: %v; want the 10 young ones left at the end", left)
+		}
+		for i := range 10 {
+			if _, err := l.Lookup(ctx, "acme", "reserve", fmt.Sprintf("old-%03d-young", i*10)); err != nil {
+				t.Fatalf("a record within retention went: %v", err)
+			}
+		}
+		cancel()
+		<-done
+	})
+}
+
+// The expiry index is dropped on SQLite, where writing it cost every keyed
+// operation a page, and kept on PostgreSQL, whose reaper uses it.
+func TestExpiryIndexOnlyOnPostgres(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		l := open(t, dsn, nil)
+		q := `SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'mcprel_ledger_expires'`
+		want := 0
+		if l.DB().Dialect() == store.Postgres {
+			q, want = `SELECT COUNT(*) FROM pg_indexes WHERE indexname = 'mcprel_ledger_expires' AND schemaname = current_schema()`, 1
+		}
+		var n int
+		if err := l.DB().QueryRow(ctx, q).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != want {
+			t.Fatalf("%d expiry indexes on %s, want %d", n, l.DB().Dialect(), want)
+		}
+	})
+}

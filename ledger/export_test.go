@@ -10,3 +10,10 @@ func SetClock(l *Ledger, now func() time.Time) { l.now = now }
 // before it queues for the writer, or not.
 func OnRoute(l *Ledger, f func(readFirst bool)) { l.onRoute = f }
 
+// SetReapPace makes the SQLite reaper read chunk records at a time and at
+// least minVisit a tick, until the test ends.
+func SetReapPace(t interface{ Cleanup(func()) }, chunk, minVisit int) {
+	oldChunk, oldMin := reapChunk, reapMinVisit
+	reapChunk, reapMinVisit = chunk, minVisit
+	t.Cleanup(func() { reapChunk, reapMinVisit = oldChunk, oldMin })
+}
