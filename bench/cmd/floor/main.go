@@ -5,8 +5,9 @@
 // -http, over net/http. It is not a server anyone should run; it is the
 // baseline a real server's throughput is a fraction of.
 //
-// It answers initialize (any era's handshake), tools/call of echo, and
-// anything else with an empty result; notifications get no answer. Over
+// It answers initialize (any era's handshake), server/discover (offering
+// 2026-07-28 and 2025-11-25), tools/call of echo, and anything else with
+// an empty result; notifications get no answer. Over
 // HTTP it hands out one session id and accepts DELETE, so that a 2025
 // client's session dance works, and answers with one JSON body.
 package main
@@ -31,6 +32,9 @@ type request struct {
 		Arguments struct {
 			Text string `json:"text"`
 		} `json:"arguments"`
+		Meta struct {
+			ProtocolVersion string `json:"io.modelcontextprotocol/protocolVersion"`
+		} `json:"_meta"`
 	} `json:"params"`
 }
 
@@ -51,6 +55,14 @@ var initializeResult = map[string]any{
 	"serverInfo":      map[string]any{"name": "floor", "version": "1"},
 }
 
+// discoverResult lets a 2026-07-28 client choose that era.
+var discoverResult = map[string]any{
+	"resultType":        "complete",
+	"supportedVersions": []string{"2026-07-28", "2025-11-25"},
+	"capabilities":      map[string]any{"tools": map[string]any{}},
+	"serverInfo":        map[string]any{"name": "floor", "version": "1"},
+}
+
 // answer decodes one message and encodes its answer; nil for a
 // notification.
 func answer(msg []byte) []byte {
@@ -62,10 +74,19 @@ func answer(msg []byte) []byte {
 	switch req.Method {
 	case "initialize":
 		result = initializeResult
+	case "server/discover":
+		result = discoverResult
 	case "tools/call":
+		// A 2026-07-28 request carries its version; its result must say
+		// it is complete.
+		resultType := ""
+		if req.Params.Meta.ProtocolVersion != "" {
+			resultType = "complete"
+		}
 		result = struct {
-			Content []text `json:"content"`
-		}{[]text{{"text", req.Params.Arguments.Text}}}
+			ResultType string `json:"resultType,omitempty"`
+			Content    []text `json:"content"`
+		}{resultType, []text{{"text", req.Params.Arguments.Text}}}
 	}
 	out, _ := json.Marshal(response{"2.0", req.ID, result})
 	return out
