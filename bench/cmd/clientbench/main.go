@@ -27,6 +27,7 @@ import (
 
 	"github.com/mcprel/mcprel/bench/internal/machine"
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/mcp"
 )
 
 func main() {
@@ -36,7 +37,8 @@ func main() {
 	conc := flag.Int("conc", 16, "goroutines in the concurrent phase")
 	runs := flag.Int("runs", 3, "runs; the drivers take turns within each")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	only := flag.String("drivers", "raw,client,go-sdk,mcp-go", "the drivers to measure, comma-separated: raw, client (mcprel's), go-sdk, mcp-go")
+	only := flag.String("drivers", "raw,client,go-sdk,mcp-go", "the drivers to measure, comma-separated: raw, client (mcprel's, the newest era the server speaks), client-2025 and client-2026 (mcprel's, pinned to an era, no negotiation), go-sdk, mcp-go, ts-v1 and ts-v2 (the TypeScript SDK clients, stdio only; see -ts)")
+	flag.StringVar(&tsDir, "ts", "peers/ts-client", "the directory of calls.mjs with its node_modules (npm ci there), for the ts-v1 and ts-v2 drivers")
 	flag.Parse()
 	drivers := strings.Split(*only, ",")
 	if !slices.Contains(drivers, "client") {
@@ -62,7 +64,7 @@ func main() {
 				pprof.StopCPUProfile()
 				os.Exit(1)
 			}
-			fmt.Printf("run %d %-7s seq %7.0f/s %6.1f µs/call   conc %7.0f/s %6.1f µs/call\n", run+1, d, p.seqRate, p.seqCPU, p.concRate, p.concCPU)
+			fmt.Printf("run %d %-11s seq %7.0f/s %6.1f µs/call   conc %7.0f/s %6.1f µs/call\n", run+1, d, p.seqRate, p.seqCPU, p.concRate, p.concCPU)
 			results[d] = append(results[d], p)
 		}
 	}
@@ -80,7 +82,7 @@ func main() {
 	}
 	fmt.Printf("\n%s, n=%d, conc=%d, median of %d runs: client CPU µs/call (calls/s)\n", transport, *n, *conc, *runs)
 	for _, d := range drivers {
-		fmt.Printf("  %-7s  sequential %6.1f (%7.0f/s)   concurrent %6.1f (%7.0f/s)\n", d,
+		fmt.Printf("  %-11s  sequential %6.1f (%7.0f/s)   concurrent %6.1f (%7.0f/s)\n", d,
 			med(d, func(p phase) float64 { return p.seqCPU }), med(d, func(p phase) float64 { return p.seqRate }),
 			med(d, func(p phase) float64 { return p.concCPU }), med(d, func(p phase) float64 { return p.concRate }))
 	}
@@ -89,7 +91,7 @@ func main() {
 		if d == "client" {
 			continue
 		}
-		fmt.Printf("  %-7s  rate sequential %.2f× concurrent %.2f×   CPU sequential %.2f× concurrent %.2f×\n", d,
+		fmt.Printf("  %-11s  rate sequential %.2f× concurrent %.2f×   CPU sequential %.2f× concurrent %.2f×\n", d,
 			med(d, func(p phase) float64 { return p.seqRate })/med("client", func(p phase) float64 { return p.seqRate }),
 			med(d, func(p phase) float64 { return p.concRate })/med("client", func(p phase) float64 { return p.concRate }),
 			med(d, func(p phase) float64 { return p.seqCPU })/med("client", func(p phase) float64 { return p.seqCPU }),
@@ -103,10 +105,33 @@ type phase struct{ seqRate, seqCPU, concRate, concCPU float64 }
 type caller func(i int) error
 
 func measure(driver string, server []string, useHTTP bool, n, conc int) (phase, error) {
+	if strings.HasPrefix(driver, "ts-") {
+		if useHTTP {
+			return phase{}, fmt.Errorf("the %s driver speaks stdio only", driver)
+		}
+		return measureTS(strings.TrimPrefix(driver, "ts-"), server, n, conc)
+	}
 	var call caller
 	var stop func()
 	var err error
 	switch {
+	case (driver == "client-2025" || driver == "client-2026") && useHTTP:
+		url, kill, err := startHTTP(server)
+		if err != nil {
+			return phase{}, err
+		}
+		c, err := client.DialHTTP(context.Background(), url, &client.Options{Era: pinnedEra(driver)})
+		if err != nil {
+			kill()
+			return phase{}, err
+		}
+		call, stop = clientCaller(c), func() { c.Close(); kill() }
+	case driver == "client-2025" || driver == "client-2026":
+		c, err := client.DialStdio(context.Background(), server, &client.Options{Era: pinnedEra(driver)})
+		if err != nil {
+			return phase{}, err
+		}
+		call, stop = clientCaller(c), func() { c.Close() }
 	case driver == "client" && useHTTP:
 		url, kill, err := startHTTP(server)
 		if err != nil {
@@ -302,4 +327,35 @@ func startHTTP(server []string) (string, func(), error) {
 	}
 	kill()
 	return "", nil, fmt.Errorf("%s printed no URL", server[0])
+}
+
+// tsDir holds calls.mjs and the TypeScript SDKs it imports.
+var tsDir string
+
+// measureTS runs the TypeScript SDK client (sdk "v1" or "v2") in its own
+// Node process, which makes the same calls as measure and reports its own
+// calls/s and CPU per call.
+func measureTS(sdk string, server []string, n, conc int) (phase, error) {
+	args := append([]string{"calls.mjs", sdk, fmt.Sprint(n), fmt.Sprint(conc)}, server...)
+	cmd := exec.Command("node", args...)
+	cmd.Dir = tsDir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return phase{}, fmt.Errorf("node calls.mjs %s in %s (npm ci there first): %v: %s", sdk, tsDir, err, stderr.Bytes())
+	}
+	var p struct{ SeqRate, SeqCPU, ConcRate, ConcCPU float64 }
+	if err := json.Unmarshal(out, &p); err != nil {
+		return phase{}, fmt.Errorf("node calls.mjs %s printed %q: %v", sdk, out, err)
+	}
+	return phase{seqRate: p.SeqRate, seqCPU: p.SeqCPU, concRate: p.ConcRate, concCPU: p.ConcCPU}, nil
+}
+
+// pinnedEra is the era a client-YYYY driver is pinned to.
+func pinnedEra(driver string) mcp.Era {
+	if driver == "client-2026" {
+		return mcp.Modern
+	}
+	return mcp.Legacy
 }
