@@ -200,7 +200,7 @@ func (c *Client) CallToolRaw(ctx context.Context, name string, args any, o *Call
 	}
 	// One max clock for the call whole: a call refused for its
 	// Mcp-Param headers, the listing after it and the call sent again.
-	ctx, stop := context.WithTimeoutCause(ctx, opts.Max, &DeadlineError{Clock: MaxClock, After: opts.Max})
+	ctx, stop := maxClock(ctx, opts.Max)
 	defer stop()
 	raw, err := c.withParamHeaders(ctx, name, args, func(args any, headers [][2]string) (json.RawMessage, error) {
 		params := map[string]any{"name": name}
@@ -351,7 +351,7 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 	// The max clock runs from before the request is sent: a server that
 	// does not read it holds the caller no longer than one that does not
 	// answer it.
-	maxCtx, stopMax := context.WithTimeoutCause(ctx, opts.Max, &DeadlineError{Clock: MaxClock, After: opts.Max})
+	maxCtx, stopMax := maxClock(ctx, opts.Max)
 	defer stopMax()
 	t := c.transport()
 	ex, err := t.start(maxCtx, out)
@@ -454,6 +454,18 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 			return nil, &DeadlineError{Clock: IdleClock, After: opts.Idle, Cancel: c.giveUp(ex, id, "idle deadline", opts.quiet)}
 		}
 	}
+}
+
+// maxClock is ctx under a max clock of d, whose cause is a
+// *DeadlineError. When ctx already ends no later — a call passes through
+// three layers, each making sure of its clock — it is ctx itself:
+// context.WithDeadline would then add only a cancel of its own, which
+// nothing here needs, and its allocations.
+func maxClock(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if end, ok := ctx.Deadline(); ok && !end.After(time.Now().Add(d)) {
+		return ctx, func() {}
+	}
+	return context.WithTimeoutCause(ctx, d, &DeadlineError{Clock: MaxClock, After: d})
 }
 
 // ended is the error of a call whose max context ended: its own max

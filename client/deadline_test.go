@@ -164,3 +164,45 @@ func TestFallsBackToInitialize(t *testing.T) {
 		}
 	})
 }
+
+// A caller's own deadline sooner than the max clock ends the call then,
+// as the caller's: a *CancelledError for context.DeadlineExceeded, not
+// the client's *DeadlineError, and the server is told to cancel. A
+// caller's deadline later than the max clock leaves the max clock in
+// charge.
+func TestCallersDeadlineAgainstMax(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		caller     time.Duration
+		wantMax    bool
+		wantEndsAt time.Duration
+	}{
+		{"caller sooner", 2 * time.Second, false, 2 * time.Second},
+		{"max sooner", time.Hour, true, 5 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cl, f := dial(t, false, func(f *fakeServer, m jsonrpc.Message) {}) // never answers
+				ctx, cancel := context.WithTimeout(context.Background(), c.caller)
+				defer cancel()
+				start := time.Now()
+				_, err := cl.CallTool(ctx, "slow", nil, &client.CallOptions{Max: 5 * time.Second})
+				if time.Since(start) != c.wantEndsAt {
+					t.Fatalf("ended after %v, want %v: %v", time.Since(start), c.wantEndsAt, err)
+				}
+				var de *client.DeadlineError
+				var ce *client.CancelledError
+				switch {
+				case c.wantMax && (!errors.As(err, &de) || de.Clock != client.MaxClock):
+					t.Fatalf("%v; want the max clock's *DeadlineError", err)
+				case !c.wantMax && (!errors.As(err, &ce) || !errors.Is(err, context.DeadlineExceeded)):
+					t.Fatalf("%v; want a *CancelledError for the caller's deadline", err)
+				}
+				synctest.Wait()
+				if n := len(f.sent(mcp.NotificationCancelled)); n != 1 {
+					t.Fatalf("%d cancellations sent, want 1", n)
+				}
+			})
+		})
+	}
+}

@@ -124,7 +124,7 @@ func (c *Client) call(ctx context.Context, method, name string, params any, o *C
 	// One max clock for the whole call: every round's roundTrip reads its
 	// cause, so the call ends with the same *DeadlineError whichever
 	// round (or answer) it fires in.
-	ctx, stop := context.WithTimeoutCause(ctx, maxAfter, &DeadlineError{Clock: MaxClock, After: maxAfter})
+	ctx, stop := maxClock(ctx, maxAfter)
 	defer stop()
 	h := c.opts.OnRequest
 	if o != nil && o.OnRequest != nil {
