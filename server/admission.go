@@ -141,9 +141,10 @@ func (ln *lane) queueFull() bool { return ln.maxQueue != 0 && ln.queued >= ln.ma
 
 // lanesLocked returns the lanes a call must fit in: its tool's, its
 // group's when it has one, and its tenant's when tenants are limited
-// (created on first use).
-func (a *admission) lanesLocked(r *inflight) []*lane {
-	lanes := []*lane{r.lane}
+// (created on first use). They are put in buf, the caller's: this runs
+// for every call's admission and release, and needs no allocation.
+func (a *admission) lanesLocked(r *inflight, buf *[3]*lane) []*lane {
+	lanes := append(buf[:0], r.lane)
 	if r.group != nil {
 		lanes = append(lanes, r.group)
 	}
@@ -164,7 +165,8 @@ func (a *admission) lanesLocked(r *inflight) []*lane {
 func (a *admission) admit(r *inflight, now time.Time) (admitDecision, time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	lanes := a.lanesLocked(r)
+	var buf [3]*lane
+	lanes := a.lanesLocked(r, &buf)
 	defer a.forgetIdleTenantLocked(r.tenant, now)
 
 	// Rate limits first: a call over its rate is refused even when slots
@@ -255,7 +257,8 @@ func (a *admission) retryAfterLocked(ln *lane) time.Duration {
 func (a *admission) next(done *inflight, ran time.Duration) *inflight {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, ln := range a.lanesLocked(done) {
+	var buf [3]*lane
+	for _, ln := range a.lanesLocked(done, &buf) {
 		ln.running--
 		ln.bytes -= done.size
 	}
@@ -276,7 +279,8 @@ func (a *admission) next(done *inflight, ran time.Duration) *inflight {
 			continue
 		}
 		runnable := true
-		for _, l := range a.lanesLocked(head) {
+		var buf [3]*lane
+		for _, l := range a.lanesLocked(head, &buf) {
 			runnable = runnable && l.hasRoom()
 		}
 		if runnable {
@@ -287,7 +291,7 @@ func (a *admission) next(done *inflight, ran time.Duration) *inflight {
 		return nil
 	}
 	a.dequeueLocked(best)
-	for _, ln := range a.lanesLocked(best) {
+	for _, ln := range a.lanesLocked(best, &buf) {
 		ln.running++
 		ln.bytes += best.size // dequeueLocked gave them back
 	}
@@ -320,7 +324,8 @@ func (a *admission) dequeueLocked(r *inflight) {
 	if len(ln.queue) == 0 {
 		delete(a.waiting, ln)
 	}
-	for _, l := range a.lanesLocked(r) {
+	var buf [3]*lane
+	for _, l := range a.lanesLocked(r, &buf) {
 		l.queued--
 		l.bytes -= r.size
 	}

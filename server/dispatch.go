@@ -198,10 +198,12 @@ func (ss *session) callTool(r *inflight, in *incoming) {
 		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.name is required"))
 		return
 	}
-	var name string
-	if err := json.Unmarshal(nameRaw, &name); err != nil {
-		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: name must be a string"))
-		return
+	name, ok := plainString(nameRaw)
+	if !ok {
+		if err := json.Unmarshal(nameRaw, &name); err != nil {
+			r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: name must be a string"))
+			return
+		}
 	}
 	r.toolName = name
 	rt := ss.srv.lookupTool(name)
@@ -284,4 +286,20 @@ func (ss *session) checkArguments(r *inflight, rt *registeredTool, in *incoming,
 		return false
 	}
 	return true
+}
+
+// plainString reads a JSON string of printable ASCII without escapes — a
+// tool name, as good as always — without a decoder; ok is false for any
+// other value, which json.Unmarshal then reads (or refuses).
+func plainString(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	body := raw[1 : len(raw)-1]
+	for _, c := range body {
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return "", false
+		}
+	}
+	return string(body), true
 }

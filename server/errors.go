@@ -70,6 +70,12 @@ func (a *StorageAdvice) Unwrap() error { return a.Err }
 // error) is an internal error. An interceptor that runs the handler in a
 // transaction of its own may word the retryable answer (StorageAdvice).
 func (s *Server) hideStorageFailure(r *inflight, err error) error {
+	// Checked before the log's attributes are boxed: this runs for every
+	// call, and almost every error (nil included) is not a storage
+	// failure.
+	if _, ok := errors.AsType[storageFailure](err); !ok {
+		return err
+	}
 	return s.hideStorageFailureOf(err, "id", r.id, "method", r.method, "tool", r.toolName)
 }
 
