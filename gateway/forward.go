@@ -400,7 +400,25 @@ func (l *link) callTool(ctx context.Context, c *client.Client, name string, args
 	if err != nil {
 		return nil, &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf("upstream %q answered tools/call with a malformed result", l.up.Name)}
 	}
+	withoutHop(res)
 	return res, nil
+}
+
+// withoutHop takes from a result what its upstream's era added for its
+// hop alone: a 2026-07-28 upstream's resultType and its serverInfo. The
+// gateway's server adds its own for a downstream of that era; one of
+// 2025-11-25 gets neither, and no one downstream learns the upstream's
+// identity from a result.
+func withoutHop(res *mcp.CallToolResult) {
+	if res.ResultType == mcp.ResultComplete {
+		res.ResultType = ""
+	}
+	if _, ok := res.Meta[mcp.MetaServerInfo]; ok {
+		delete(res.Meta, mcp.MetaServerInfo)
+		if len(res.Meta) == 0 {
+			res.Meta = nil
+		}
+	}
 }
 
 // forward is one forwarded request's record and span.

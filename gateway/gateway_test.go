@@ -59,6 +59,23 @@ func TestForwardsAcrossEras(t *testing.T) {
 		if !strings.Contains(structured(res), `"hello"`) {
 			t.Fatalf("echo answered %+v", res)
 		}
+		// What the upstream's era added for its own hop stays there: a
+		// 2025 client sees no resultType and no serverInfo, a 2026 one
+		// the gateway's.
+		raw, err := c.CallToolRaw(context.Background(), "echo", map[string]any{"text": "hello"}, nil)
+		must(t, err)
+		var hop struct {
+			Meta       map[string]json.RawMessage `json:"_meta"`
+			ResultType *string                    `json:"resultType"`
+		}
+		must(t, json.Unmarshal(raw, &hop))
+		info, _ := json.Marshal(c.ServerInfo())
+		switch {
+		case down.era == mcp.Legacy && (hop.ResultType != nil || hop.Meta[mcp.MetaServerInfo] != nil):
+			t.Errorf("a 2025 client got members of the 2026 era: %s", raw)
+		case down.era == mcp.Modern && (hop.ResultType == nil || *hop.ResultType != mcp.ResultComplete || string(hop.Meta[mcp.MetaServerInfo]) != string(info)):
+			t.Errorf("a 2026 client got %s; want resultType complete and the gateway's serverInfo %s", raw, info)
+		}
 		res, err = c.CallTool(context.Background(), "fail", nil, nil)
 		must(t, err)
 		if !res.IsError || !strings.Contains(text(res), "card_declined") {

@@ -286,6 +286,20 @@ func Echo(t *testing.T, c *client.Client, text string) {
 	if tc, ok := res.Content[0].(*mcp.TextContent); !ok || tc.Text != text {
 		t.Fatalf("echo answered %+v, want %q", res.Content[0], text)
 	}
+	// What an upstream's era adds for its own hop stays there: a 2025
+	// client gets no resultType and no serverInfo, a 2026 one the
+	// gateway's own.
+	info, _ := res.Meta[mcp.MetaServerInfo].(map[string]any)
+	switch c.Era() {
+	case mcp.Legacy:
+		if res.ResultType != "" || res.Meta[mcp.MetaServerInfo] != nil {
+			t.Fatalf("echo answered a 2025 client with 2026 members: resultType %q, _meta %v", res.ResultType, res.Meta)
+		}
+	case mcp.Modern:
+		if res.ResultType != mcp.ResultComplete || info == nil || info["name"] != c.ServerInfo().Name {
+			t.Fatalf("echo answered a 2026 client with resultType %q, _meta %v; want complete and the gateway's serverInfo %q", res.ResultType, res.Meta, c.ServerInfo().Name)
+		}
+	}
 }
 
 // Failure decodes a failed result's structured body.
