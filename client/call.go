@@ -602,14 +602,49 @@ func appendMember(b *[]byte, k string, v any) error {
 	return appendValue(b, v)
 }
 
-// fixedMeta is the _meta of a 2026-07-28 request that carries nothing of
-// its own — no progress token, no caller's members — encoded once per
-// protocol version: the same bytes on every such request. It is nil in
-// the 2025 era and for a request that carries more.
+// fixedMeta is the _meta of a request that carries no members of its
+// caller's: in the 2026-07-28 era the version's, encoded once per protocol
+// version — the same bytes on every such request — and in both eras the
+// progress token, when there is one, appended. It is nil for a request
+// that carries the caller's members, and for a 2025 request with no
+// token.
 func (c *Client) fixedMeta(token string, extra map[string]any, asksTask bool) encoded {
-	if c.era != mcp.Modern || token != "" || len(extra) > 0 {
+	if len(extra) > 0 {
 		return nil
 	}
+	var fixed encoded
+	if c.era == mcp.Modern {
+		if fixed = c.versionMeta(asksTask); fixed == nil {
+			return nil
+		}
+	}
+	if token == "" {
+		return fixed
+	}
+	return withProgressToken(fixed, token)
+}
+
+// withProgressToken is fixed (an encoded object, or nil for none) with the
+// progress token as its last member: the token's key sorts after every
+// key of the version's _meta, so the members stay in the order
+// appendSortedObject gives them. A token is "p" and digits, the client's
+// own, and needs no escaping.
+func withProgressToken(fixed encoded, token string) encoded {
+	b := make([]byte, 0, len(fixed)+len(token)+20)
+	if len(fixed) > 2 {
+		b = append(b, fixed[:len(fixed)-1]...)
+		b = append(b, ',')
+	} else {
+		b = append(b, '{')
+	}
+	b = append(b, `"`+mcp.MetaProgressToken+`":"`...)
+	b = append(b, token...)
+	return append(b, `"}`...)
+}
+
+// versionMeta is the 2026-07-28 _meta of the negotiated version, without
+// or with the tasks extension declared, encoded once.
+func (c *Client) versionMeta(asksTask bool) encoded {
 	f := c.fixed.Load()
 	if f == nil || f.version != c.version {
 		f = &fixedMetas{version: c.version}

@@ -3,6 +3,8 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/mcprel/mcprel/client"
@@ -67,6 +69,50 @@ func TestModernMetaIsTheSameBytesEachTime(t *testing.T) {
 		a, b, cc := bytes.Index(m, []byte(`"a":`)), bytes.Index(m, []byte(`"b":`)), bytes.Index(m, []byte(`"c":`))
 		if a < 0 || !(a < b && b < cc) || !bytes.Contains(m, []byte(`"progressToken"`)) {
 			t.Fatalf("_meta %s: want a, b, c in order and a progress token", m)
+		}
+	}
+}
+
+// A request with a progress token and nothing else of the caller's
+// carries the fixed _meta with the token after it, in either era: valid
+// JSON, members in sorted order, the token the call's own.
+func TestProgressTokenJoinsTheFixedMeta(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		c, f := dial(t, legacy, func(f *fakeServer, m jsonrpc.Message) { result(f, m, "ok") })
+		ctx := context.Background()
+		if _, err := c.CallTool(ctx, "echo", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		plain := rawMeta(t, f.sent(mcp.MethodToolsCall)[0])
+		for range 3 {
+			if _, err := c.CallTool(ctx, "echo", nil, &client.CallOptions{OnProgress: func(client.Progress) {}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		calls := f.sent(mcp.MethodToolsCall)
+		tokens := map[string]bool{}
+		for _, m := range calls[1:] {
+			meta := rawMeta(t, m)
+			var members map[string]json.RawMessage
+			if err := json.Unmarshal(meta, &members); err != nil {
+				t.Fatalf("legacy %v: _meta %s is not JSON: %v", legacy, meta, err)
+			}
+			var token string
+			if err := json.Unmarshal(members[mcp.MetaProgressToken], &token); err != nil || token == "" || tokens[token] {
+				t.Fatalf("legacy %v: _meta %s: want a progress token of this call's own", legacy, meta)
+			}
+			tokens[token] = true
+			delete(members, mcp.MetaProgressToken)
+			var want map[string]json.RawMessage
+			json.Unmarshal(plain, &want)
+			if len(members) != len(want) {
+				t.Fatalf("legacy %v: _meta %s, without its token, differs from %s", legacy, meta, plain)
+			}
+			keys := []string{}
+			jsonrpc.Members(meta, func(k, _ []byte) bool { keys = append(keys, string(k)); return true })
+			if !slices.IsSorted(keys) {
+				t.Fatalf("legacy %v: _meta members %v not in order", legacy, keys)
+			}
 		}
 	}
 }
