@@ -652,7 +652,9 @@ type reapSweep struct {
 // sweep reads on through the records for one tick and deletes those
 // expired.
 func (l *Ledger) sweep(ctx context.Context, s *reapSweep, every time.Duration, batch int) {
-	budget := max(reapMinVisit, int(int64(s.lastTotal)*4*int64(every)/int64(l.retention)))
+	// In floating point: records × 4 × a tick in nanoseconds overflows an
+	// int64 from about 40 million records.
+	budget := max(reapMinVisit, int(float64(s.lastTotal)*4*float64(every)/float64(l.retention)))
 	for budget > 0 && ctx.Err() == nil {
 		now := l.now()
 		page, err := l.scanExpired(ctx, s.from, min(reapChunk, budget), batch, now)
