@@ -408,3 +408,16 @@ func TestExpiryIndexOnlyOnPostgres(t *testing.T) {
 		}
 	})
 }
+
+// A tick reads enough records to read them all in a quarter of the
+// retention, and never fewer than the minimum: with one-minute ticks and
+// a day's retention, 1/360 of the ledger a tick, at any size.
+func TestSweepBudget(t *testing.T) {
+	for _, c := range []struct{ total, want int }{
+		{0, 10_000}, {1_000_000, 10_000}, {10_000_000, 27_778}, {100_000_000, 277_778}, {3_000_000_000, 8_333_334},
+	} {
+		if got := ledger.SweepBudget(c.total, time.Minute, 24*time.Hour); got != c.want {
+			t.Errorf("%d records: %d a tick, want %d", c.total, got, c.want)
+		}
+	}
+}

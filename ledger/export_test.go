@@ -17,3 +17,6 @@ func SetReapPace(t interface{ Cleanup(func()) }, chunk, minVisit int) {
 	reapChunk, reapMinVisit = chunk, minVisit
 	t.Cleanup(func() { reapChunk, reapMinVisit = oldChunk, oldMin })
 }
+
+// SweepBudget is sweepBudget, for tests.
+var SweepBudget = sweepBudget

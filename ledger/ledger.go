@@ -35,6 +35,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode"
@@ -652,9 +653,7 @@ type reapSweep struct {
 // sweep reads on through the records for one tick and deletes those
 // expired.
 func (l *Ledger) sweep(ctx context.Context, s *reapSweep, every time.Duration, batch int) {
-	// In floating point: records × 4 × a tick in nanoseconds overflows an
-	// int64 from about 40 million records.
-	budget := max(reapMinVisit, int(float64(s.lastTotal)*4*float64(every)/float64(l.retention)))
+	budget := sweepBudget(s.lastTotal, every, l.retention)
 	for budget > 0 && ctx.Err() == nil {
 		now := l.now()
 		page, err := l.scanExpired(ctx, s.from, min(reapChunk, budget), batch, now)
@@ -672,6 +671,15 @@ func (l *Ledger) sweep(ctx context.Context, s *reapSweep, every time.Duration, b
 			return
 		}
 	}
+}
+
+// sweepBudget is how many records a tick of every reads, of a ledger of
+// total records kept for retention: enough to read them all in a quarter
+// of the retention, and at least reapMinVisit. In floating point: records
+// × 4 × a tick in nanoseconds overflows an int64 from about 40 million
+// records.
+func sweepBudget(total int, every, retention time.Duration) int {
+	return max(reapMinVisit, int(math.Ceil(float64(total)*4*float64(every)/float64(retention))))
 }
 
 // expiredPage is what one read of the reaper found.
