@@ -37,11 +37,17 @@ func main() {
 	conc := flag.Int("conc", 16, "goroutines in the concurrent phase")
 	runs := flag.Int("runs", 3, "runs; the drivers take turns within each")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	only := flag.String("drivers", "raw,client,go-sdk,mcp-go", "the drivers to measure, comma-separated: raw, client (mcprel's, the newest era the server speaks), client-2025 and client-2026 (mcprel's, pinned to an era, no negotiation), go-sdk, mcp-go, ts-v1 and ts-v2 (the TypeScript SDK clients, stdio only; see -ts)")
+	only := flag.String("drivers", "raw,client,go-sdk,mcp-go", "the drivers to measure, comma-separated: raw, client (mcprel's, the newest era the server speaks), client-2025 and client-2026 (mcprel's, pinned to an era), go-sdk, mcp-go, ts-v1 and ts-v2 (the TypeScript SDK clients, stdio only; see -ts)")
 	flag.StringVar(&tsDir, "ts", "peers/ts-client", "the directory of calls.mjs with its node_modules (npm ci there), for the ts-v1 and ts-v2 drivers")
 	flag.Parse()
-	drivers := strings.Split(*only, ",")
-	if !slices.Contains(drivers, "client") {
+	chosen := strings.Split(*only, ",")
+	for _, d := range chosen {
+		if _, ok := drivers[d]; !ok {
+			fmt.Fprintf(os.Stderr, "clientbench: unknown driver %q in -drivers\n", d)
+			os.Exit(2)
+		}
+	}
+	if !slices.Contains(chosen, "client") {
 		fmt.Fprintln(os.Stderr, "clientbench: -drivers must include client: the others are compared with it")
 		os.Exit(2)
 	}
@@ -57,7 +63,7 @@ func main() {
 	words := strings.Fields(*server)
 	var results = map[string][]phase{}
 	for run := range *runs {
-		for _, d := range drivers {
+		for _, d := range chosen {
 			p, err := measure(d, words, *useHTTP, *n, *conc)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "clientbench:", err)
@@ -81,13 +87,13 @@ func main() {
 		transport = "http (2026-07-28)"
 	}
 	fmt.Printf("\n%s, n=%d, conc=%d, median of %d runs: client CPU µs/call (calls/s)\n", transport, *n, *conc, *runs)
-	for _, d := range drivers {
+	for _, d := range chosen {
 		fmt.Printf("  %-11s  sequential %6.1f (%7.0f/s)   concurrent %6.1f (%7.0f/s)\n", d,
 			med(d, func(p phase) float64 { return p.seqCPU }), med(d, func(p phase) float64 { return p.seqRate }),
 			med(d, func(p phase) float64 { return p.concCPU }), med(d, func(p phase) float64 { return p.concRate }))
 	}
 	fmt.Println("  ratios to client (mcprel's), calls/s and CPU per call:")
-	for _, d := range drivers {
+	for _, d := range chosen {
 		if d == "client" {
 			continue
 		}
@@ -114,49 +120,19 @@ func measure(driver string, server []string, useHTTP bool, n, conc int) (phase, 
 	var call caller
 	var stop func()
 	var err error
-	switch {
-	case (driver == "client-2025" || driver == "client-2026") && useHTTP:
-		url, kill, err := startHTTP(server)
-		if err != nil {
-			return phase{}, err
-		}
-		c, err := client.DialHTTP(context.Background(), url, &client.Options{Era: pinnedEra(driver)})
-		if err != nil {
-			kill()
-			return phase{}, err
-		}
-		call, stop = clientCaller(c), func() { c.Close(); kill() }
-	case driver == "client-2025" || driver == "client-2026":
-		c, err := client.DialStdio(context.Background(), server, &client.Options{Era: pinnedEra(driver)})
-		if err != nil {
-			return phase{}, err
-		}
-		call, stop = clientCaller(c), func() { c.Close() }
-	case driver == "client" && useHTTP:
-		url, kill, err := startHTTP(server)
-		if err != nil {
-			return phase{}, err
-		}
-		c, err := client.DialHTTP(context.Background(), url, nil)
-		if err != nil {
-			kill()
-			return phase{}, err
-		}
-		call, stop = clientCaller(c), func() { c.Close(); kill() }
-	case driver == "client":
-		c, err := client.DialStdio(context.Background(), server, nil)
-		if err != nil {
-			return phase{}, err
-		}
-		call, stop = clientCaller(c), func() { c.Close() }
-	case driver == "go-sdk":
+	switch driver {
+	case "client", "client-2025", "client-2026":
+		call, stop, err = mcprelCaller(server, useHTTP, drivers[driver])
+	case "go-sdk":
 		call, stop, err = goSDKCaller(server, useHTTP)
-	case driver == "mcp-go":
+	case "mcp-go":
 		call, stop, err = mcpGoCaller(server, useHTTP)
-	case useHTTP:
-		call, stop, err = rawHTTP(server)
-	default:
-		call, stop, err = rawStdio(server)
+	case "raw":
+		if useHTTP {
+			call, stop, err = rawHTTP(server)
+		} else {
+			call, stop, err = rawStdio(server)
+		}
 	}
 	if err != nil {
 		return phase{}, err
@@ -352,10 +328,32 @@ func measureTS(sdk string, server []string, n, conc int) (phase, error) {
 	return phase{seqRate: p.SeqRate, seqCPU: p.SeqCPU, concRate: p.ConcRate, concCPU: p.ConcCPU}, nil
 }
 
-// pinnedEra is the era a client-YYYY driver is pinned to.
-func pinnedEra(driver string) mcp.Era {
-	if driver == "client-2026" {
-		return mcp.Modern
+// drivers are the drivers -drivers may name; for package client's, the
+// era it is pinned to (0: negotiated).
+var drivers = map[string]mcp.Era{
+	"raw": 0, "client": 0, "client-2025": mcp.Legacy, "client-2026": mcp.Modern,
+	"go-sdk": 0, "mcp-go": 0, "ts-v1": 0, "ts-v2": 0,
+}
+
+// mcprelCaller is package client on one connection to the server, in era
+// (0: negotiated).
+func mcprelCaller(server []string, useHTTP bool, era mcp.Era) (caller, func(), error) {
+	opts := &client.Options{Era: era}
+	if !useHTTP {
+		c, err := client.DialStdio(context.Background(), server, opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		return clientCaller(c), func() { c.Close() }, nil
 	}
-	return mcp.Legacy
+	url, kill, err := startHTTP(server)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := client.DialHTTP(context.Background(), url, opts)
+	if err != nil {
+		kill()
+		return nil, nil, err
+	}
+	return clientCaller(c), func() { c.Close(); kill() }, nil
 }
