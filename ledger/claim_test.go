@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/internal/storetest"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/store"
@@ -420,4 +422,92 @@ func TestSweepBudget(t *testing.T) {
 			t.Errorf("%d records: %d a tick, want %d", c.total, got, c.want)
 		}
 	}
+}
+
+// The reaper and a call that takes an expired key over race: the reaper
+// has found the record expired, the call renews it, and only then does the
+// reaper delete. The renewed record stays, on both stores: the delete is
+// conditional on the record still being expired, not on having been.
+func TestReaperRacesATakeover(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		clk := newClock()
+		const app = "ledger-reaper-race"
+		l := open(t, storetest.Tagged(dsn, app), &ledger.Options{Retention: time.Minute})
+		ledger.SetClock(l, clk.Now)
+		o := op("acme", "k", `{"quantity":1}`)
+		if _, err := l.Do(ctx, o, reserve(nil, o, 1)); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(2 * time.Minute) // expired; the reaper will find it so
+		reapAt := clk.Now()
+		clk.Advance(time.Second) // the takeover's record expires after reapAt
+
+		// The takeover holds its transaction open inside its effect.
+		entered, release := make(chan struct{}), make(chan struct{})
+		took := make(chan error, 1)
+		go func() {
+			_, err := l.Do(ctx, o, func(ctx context.Context, tx *store.Tx) (json.RawMessage, error) {
+				close(entered)
+				<-release
+				return reserve(nil, o, 2)(ctx, tx)
+			})
+			took <- err
+		}()
+		<-entered
+
+		reaped := make(chan int, 1)
+		scanned := make(chan struct{})
+		if l.DB().Dialect() == store.SQLite {
+			// The reaper reads (no writer waits for that), then queues
+			// for the writer the takeover holds.
+			ledger.OnScanned(l, func() { close(scanned) })
+		}
+		go func() {
+			n, err := l.Reap(ctx, reapAt, 10)
+			if err != nil {
+				t.Error(err)
+			}
+			reaped <- n
+		}()
+		if l.DB().Dialect() == store.SQLite {
+			<-scanned
+		} else {
+			// PostgreSQL: the reaper's DELETE found the old, expired row
+			// and waits for the takeover's row lock.
+			awaitLockWait(t, l.DB(), app, "DELETE FROM mcprel_ledger")
+		}
+		close(release)
+		if err := <-took; err != nil {
+			t.Fatal(err)
+		}
+		if n := <-reaped; n != 0 {
+			t.Fatalf("the reaper deleted %d records, want 0: the one it found was renewed", n)
+		}
+		rec, err := l.Lookup(ctx, "acme", "reserve", "k")
+		if err != nil || !strings.Contains(string(rec.Result), `"reserved":2`) {
+			t.Fatalf("the renewed record: %+v, %v", rec, err)
+		}
+	})
+}
+
+// awaitLockWait waits until a PostgreSQL backend named application (see
+// storetest.Tagged), running a statement that starts with prefix, waits
+// for a lock.
+func awaitLockWait(t *testing.T, db *store.DB, application, prefix string) {
+	t.Helper()
+	deadline := time.Now().Add(mcptest.Timeout)
+	for time.Now().Before(deadline) {
+		var n int
+		err := db.QueryRow(context.Background(), `SELECT COUNT(*) FROM pg_stat_activity
+			WHERE application_name = ? AND wait_event_type = 'Lock' AND query LIKE ? || '%'`, application, prefix).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // polling what PostgreSQL reports, not standing in for it
+	}
+	t.Fatalf("no statement %q waited for a lock within %v", prefix, mcptest.Timeout)
 }

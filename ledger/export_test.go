@@ -20,3 +20,7 @@ func SetReapPace(t interface{ Cleanup(func()) }, chunk, minVisit int) {
 
 // SweepBudget is sweepBudget, for tests.
 var SweepBudget = sweepBudget
+
+// OnScanned calls f when Reap, on SQLite, has read a chunk of records and
+// is about to delete the expired ones.
+func OnScanned(l *Ledger, f func()) { l.onScanned = f }

@@ -75,6 +75,7 @@ type Ledger struct {
 	observers []Observer
 	recent    *recentKeys          // SQLite: keys this process saw recorded
 	onRoute   func(readFirst bool) // tests: told whether a call is read first
+	onScanned func()               // tests: called when Reap has read a chunk, before it deletes
 }
 
 // State is where a record is in its life.
@@ -577,6 +578,9 @@ func (l *Ledger) Reap(ctx context.Context, now time.Time, batch int) (int, error
 			if err != nil {
 				return deleted, err
 			}
+			if l.onScanned != nil {
+				l.onScanned()
+			}
 			n, err := l.deleteExpired(ctx, page.expired, now)
 			deleted += n
 			if err != nil || page.next == nil {
@@ -588,9 +592,13 @@ func (l *Ledger) Reap(ctx context.Context, now time.Time, batch int) (int, error
 	}
 	var n int64
 	err := l.db.WriteTx(ctx, func(tx *store.Tx) error {
+		// The outer condition is checked again against a row a racing
+		// takeover renewed while this waited for its lock; the subquery's
+		// is not: without it, a record renewed after the subquery read it
+		// would be deleted, and its key run again.
 		q := `DELETE FROM mcprel_ledger WHERE (tenant, tool, idem_key) IN
-			(SELECT tenant, tool, idem_key FROM mcprel_ledger WHERE expires_at <= ? LIMIT ?)`
-		res, err := tx.Exec(ctx, q, ms(now), batch)
+			(SELECT tenant, tool, idem_key FROM mcprel_ledger WHERE expires_at <= ? LIMIT ?) AND expires_at <= ?`
+		res, err := tx.Exec(ctx, q, ms(now), batch, ms(now))
 		if err != nil {
 			return err
 		}
