@@ -15,6 +15,7 @@ func TestFlatSchemaAgreesWithTheValidator(t *testing.T) {
 		"typed":   `{"type":"object","properties":{"text":{"type":"string","description":"what to say"},"n":{"type":"integer"},"x":{"type":"number"},"ok":{"type":"boolean"},"nothing":{"type":"null"}},"required":["text"],"additionalProperties":false}`,
 		"open":    `{"type":"object","title":"t","properties":{"a":{"type":"string"}},"required":["a"]}`,
 		"true-ap": `{"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":{}}`,
+		"two":     `{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"string"}},"required":["a","b"]}`,
 	}
 	args := []string{
 		`{"text":"hi"}`, `{"text":""}`, `{"text":"hi","n":3,"x":-1.5e3,"ok":true,"nothing":null}`,
@@ -26,6 +27,12 @@ func TestFlatSchemaAgreesWithTheValidator(t *testing.T) {
 		`[]`, `"text"`, `null`, ``,
 		`{"text":"hi","x":1e400}`, `{"text":"hi","x":-1e400}`, `{"text":"hi","n":1` + strings.Repeat("0", 400) + `}`,
 		`{"a":1e400}`, `{"a":-0.0}`,
+		// Not an integer; a property given twice that is not required
+		// (a required one is caught by the count already), by its own
+		// name and escaped.
+		`{"text":"hi","n":1.5}`, `{"text":"hi","n":2E3}`, `{"text":"hi","n":1,"n":"x"}`, `{"text":"hi","n":1,"\u006e":"x"}`,
+		// One required property twice must not count as two.
+		`{"a":"x","a":"y"}`, `{"a":"x","\u0061":"y"}`, `{"a":"x","b":"y"}`,
 	}
 	fast := 0
 	for name, raw := range schemas {
