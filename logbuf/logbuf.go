@@ -9,8 +9,11 @@
 // instead of dropping lines; with a batch being written and the next
 // filling, it holds at most twice Size). On a crash — SIGKILL, a panic
 // outside the goroutine that would flush — the lines of the last
-// Interval, at most twice Size bytes, are lost. Handler writes a warning or an error at once, so
-// a line that matters is not among them.
+// Interval, at most twice Size bytes, are lost. Handler writes a warning
+// or an error at once, with what was held before it, so warnings and
+// errors are not among them; the info lines just before a crash may be.
+// A writer beneath that is slow delays lines past Interval too: a batch
+// waits for the one before it.
 //
 // It is for any io.Writer beneath a log/slog handler:
 //
@@ -30,15 +33,18 @@ import (
 
 // Options tunes a Writer. The zero value is the default.
 type Options struct {
-	// Size bounds the bytes held: a write that would pass it waits until
-	// what is held has been written. 0 means 64 KiB.
+	// Size bounds the bytes waiting to be written: a write that would
+	// pass it waits until they have been. With a batch being written and
+	// the next one filling, up to twice Size is held. 0 means 64 KiB.
 	Size int
 	// Interval bounds how late a line is written. 0 means 50 ms.
 	Interval time.Duration
 }
 
 // Writer is a batching io.Writer, safe for concurrent use. Each Write is
-// written whole and in the order the Writes returned.
+// written whole, and one goroutine's Writes in the order it made them.
+// (Between goroutines, a Write longer than Size, written through, may
+// overtake a shorter one that returned first.)
 type Writer struct {
 	w        io.Writer
 	size     int

@@ -41,7 +41,7 @@ type runtimeFlags struct {
 	limits              limitFlags
 	grace               *time.Duration
 	logLevel, logFormat *string
-	logs                *logbuf.Writer // the log lines' batches to stderr, written by stop
+	logs                *logbuf.Writer // the log lines' batches to stderr, written by stop (or when start fails)
 	db                  dbFlags
 	metricsAddr         *string
 	metricsPath         *string
