@@ -224,7 +224,7 @@ func (s *Server) report(ctx context.Context, rec RequestRecord) {
 	if rec.Method == mcp.MethodListen && rec.Outcome == Cancelled {
 		level = slog.LevelDebug
 	}
-	if s.log.Enabled(context.Background(), level) {
+	if s.log.Enabled(ctx, level) {
 		s.log.Handler().Handle(ctx, requestLine(level, rec))
 	}
 	s.observeEnd(ctx, rec)
