@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"encoding/json"
+	"hash/maphash"
 	"sync/atomic"
 )
 
@@ -9,14 +10,21 @@ import (
 // bytes.
 const maxRememberedMeta = 4 << 10
 
-// rememberedMeta is the last _meta decoded, and once it came twice in a
-// row, its decoded value, which is never handed out, only copied.
+// rememberedMeta is a _meta that came twice in a row, and its decoded
+// value, which is never handed out, only copied.
 type rememberedMeta struct {
 	raw     string
 	decoded map[string]any
 }
 
-var lastMeta atomic.Pointer[rememberedMeta]
+var (
+	lastMeta atomic.Pointer[rememberedMeta]
+	// lastSeen is the hash of the last _meta decoded: one seen once is
+	// remembered by it alone, so that a _meta that never repeats costs no
+	// copy.
+	lastSeen atomic.Uint64
+	metaSeed = maphash.MakeSeed()
+)
 
 // UnmarshalJSON decodes _meta as encoding/json decodes any object into a
 // map[string]any (numbers as float64; into a map that is not nil, members
@@ -31,20 +39,15 @@ func (m *Meta) UnmarshalJSON(data []byte) error {
 		return nil
 	}
 	var v map[string]any
-	last := lastMeta.Load()
-	if last != nil && last.decoded != nil && last.raw == string(data) {
+	if last := lastMeta.Load(); last != nil && last.raw == string(data) {
 		v = copyObject(last.decoded)
 	} else {
 		if err := json.Unmarshal(data, &v); err != nil {
 			return err
 		}
-		switch {
-		case len(data) > maxRememberedMeta:
-		case last != nil && last.raw == string(data):
-			// Twice in a row: worth keeping decoded.
-			lastMeta.Store(&rememberedMeta{raw: last.raw, decoded: copyObject(v)})
-		default:
-			lastMeta.Store(&rememberedMeta{raw: string(data)})
+		// Twice in a row: worth keeping decoded.
+		if h := maphash.Bytes(metaSeed, data); lastSeen.Swap(h) == h && len(data) <= maxRememberedMeta {
+			lastMeta.Store(&rememberedMeta{raw: string(data), decoded: copyObject(v)})
 		}
 	}
 	if *m == nil {

@@ -3,6 +3,7 @@ package mcp
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -23,6 +24,9 @@ func TestMetaDecodedAgainIsACopy(t *testing.T) {
 		}
 		if !reflect.DeepEqual(r.Meta, want) {
 			t.Fatalf("decode %d: _meta %#v, want %#v", i, r.Meta, want)
+		}
+		if last := lastMeta.Load(); i > 0 && (last == nil || !strings.Contains(raw, last.raw)) {
+			t.Fatalf("decode %d: the _meta that came again is not remembered", i)
 		}
 		// Scribble over everything this caller got.
 		r.Meta["n"] = "changed"
