@@ -81,7 +81,9 @@ type Session interface {
 	// keeps a client from making the server buffer without bound.
 	Handle(ctx context.Context, m jsonrpc.Message, out *outbound.Queue)
 	// HandleRequest is Handle for a request, with what the transport
-	// already knows of it.
+	// already knows of it. Like Handle's, m is a message as jsonrpc.Decode
+	// returns it: its params valid JSON, which the server reads without
+	// checking again.
 	HandleRequest(ctx context.Context, m jsonrpc.Message, p Prepared, out *outbound.Queue)
 	// Reject answers a frame that failed to decode. A frame that looked
 	// like a notification is never answered (notifications get no
@@ -149,7 +151,9 @@ type Session interface {
 type Prepared struct {
 	// Meta and RawMeta are the request's params._meta as
 	// mcp.ParseRequestMeta read it (without error), so that the server
-	// does not parse it again. A nil Meta has the server parse it.
+	// does not parse it again. A nil Meta has the server parse it. Meta
+	// may be shared by requests whose _meta were the same bytes
+	// (mcp.MetaCache): it is read, never written.
 	Meta    *mcp.RequestMeta
 	RawMeta json.RawMessage
 	// RunHere runs a call admitted at once on the calling goroutine, to
