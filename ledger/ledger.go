@@ -615,7 +615,9 @@ func (l *Ledger) Reap(ctx context.Context, now time.Time, batch int) (int, error
 // records as lets it go through them all in a quarter of the retention
 // (and at least reapMinVisit), so that reading costs each record about
 // four visits over its life, and a record is gone at most a quarter of the
-// retention after it expired. A small ledger is read through every tick.
+// retention after it expired — from the second pass on: the first, not
+// knowing the ledger's size yet, reads reapMinVisit a tick. A small ledger
+// is read through every tick.
 func (l *Ledger) RunReaper(ctx context.Context, every time.Duration, batch int) {
 	batch = max(batch, 1)
 	t := time.NewTicker(every)
