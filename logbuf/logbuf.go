@@ -20,6 +20,11 @@
 //	logs := logbuf.New(os.Stderr, nil)
 //	defer logs.Close()
 //	logger := slog.New(logbuf.Handler(slog.NewTextHandler(logs, nil), logs))
+//
+// NewTextHandler writes what slog's text handler writes, in about half
+// the time for a line of flat attributes (a request's log line):
+//
+//	logger := slog.New(logbuf.Handler(logbuf.NewTextHandler(logs, nil), logs))
 package logbuf
 
 import (

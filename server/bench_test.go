@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"github.com/mcprel/mcprel/logbuf"
 	"io"
 	"log/slog"
 	"net/http"
@@ -22,11 +23,13 @@ import (
 func benchServer(b *testing.B) *server.Server { return benchServerAt(b, slog.LevelWarn) }
 
 // benchServerAt is benchServer logging at level: at info, one line per
-// request, as mcprel serve does by default.
+// request, through the handler and the batching writer mcprel serve uses.
 func benchServerAt(b *testing.B, level slog.Level) *server.Server {
 	b.Helper()
+	logs := logbuf.New(io.Discard, nil)
+	b.Cleanup(func() { logs.Close() })
 	srv := mcptest.NewServer(b, &server.Options{
-		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: level})),
+		Logger: slog.New(logbuf.Handler(logbuf.NewTextHandler(logs, &slog.HandlerOptions{Level: level}), logs)),
 	})
 	mcptest.AddEcho(b, srv)
 	return srv

@@ -134,6 +134,7 @@ func (rec RequestRecord) ArgumentSummary() string {
 	}
 	slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.name, b.name) })
 	var b strings.Builder
+	b.Grow(len(rec.args)) // enough unless a value is cut or secret: one allocation
 	for i, m := range members {
 		if i > 0 {
 			b.WriteByte(' ')

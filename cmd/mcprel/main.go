@@ -151,7 +151,7 @@ func newLogger(w *logbuf.Writer, level, format string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: l}
 	switch format {
 	case "text":
-		return slog.New(logbuf.Handler(slog.NewTextHandler(w, opts), w)), nil
+		return slog.New(logbuf.Handler(logbuf.NewTextHandler(w, opts), w)), nil
 	case "json":
 		return slog.New(logbuf.Handler(slog.NewJSONHandler(w, opts), w)), nil
 	}
