@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/mcprel/mcprel/jsonrpc"
@@ -36,12 +37,22 @@ type sseEvent struct {
 // its "data: " field name and line end.
 const sseLineSlack = 16
 
+// sseReaders keeps the 64 KiB read buffers of ended streams: a call
+// answered with an event stream (every 2025-era call mcprel serves over
+// HTTP) would otherwise allocate and clear one per call.
+var sseReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
+
 // readSSE reads the events of body, each message at most max bytes, and
 // hands each to on until on reports true or the stream ends; it records
 // the stream's cursor. It reports whether on reported true. An event
 // past the limit is never held whole: on receives it with tooLarge set.
 func readSSE(body io.Reader, max int, cursor *sseCursor, on func(sseEvent) bool) bool {
-	r := bufio.NewReaderSize(body, 64<<10)
+	r := sseReaders.Get().(*bufio.Reader)
+	r.Reset(body)
+	defer func() {
+		r.Reset(nil) // nothing read here outlives the call: lines are copied out
+		sseReaders.Put(r)
+	}()
 	var ev sseEvent
 	dispatch := func() bool {
 		e := ev

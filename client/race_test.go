@@ -1,0 +1,5 @@
+//go:build race
+
+package client_test
+
+func init() { raceEnabled = true }
