@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 	"time"
 
@@ -305,6 +306,13 @@ func (c *Conn) readLoop(ctx context.Context) (handedOff bool, err error) {
 					if turn.held >= batchCalls || !lineBuffered(br) {
 						turn.flush()
 					}
+				} else if !lineBuffered(br) {
+					// The request went to a goroutine of its own (a call
+					// that waits on something else), or was answered
+					// here. Reading on blocks this goroutine's thread in
+					// the read, and the call would wait for another
+					// thread to be woken to run it: let it run first.
+					runtime.Gosched()
 				}
 			default:
 				c.sess.Handle(ctx, m, c.queue)
