@@ -74,6 +74,47 @@ func Members(obj []byte, fn func(key, value []byte) bool) error {
 	return errNotObject
 }
 
+// errNotArray is what Elements reports for JSON that is not an array.
+var errNotArray = errors.New("not a JSON array")
+
+// Elements calls fn with each element of the JSON array arr, in order:
+// its raw bytes, a subslice of arr, not a copy. It stops early when fn
+// returns false, and returns an error if arr is not an array. Like
+// Members, it is for valid JSON: it finds where each element ends and
+// checks only what it needs to.
+func Elements(arr []byte, fn func(value []byte) bool) error {
+	i := skipSpace(arr, 0)
+	if i >= len(arr) || arr[i] != '[' {
+		return errNotArray
+	}
+	i = skipSpace(arr, i+1)
+	if i < len(arr) && arr[i] == ']' {
+		return nil
+	}
+	for i < len(arr) {
+		end := valueEnd(arr, i)
+		if end < 0 {
+			return errNotArray
+		}
+		if !fn(arr[i:end]) {
+			return nil
+		}
+		i = skipSpace(arr, end)
+		if i >= len(arr) {
+			return errNotArray
+		}
+		switch arr[i] {
+		case ',':
+			i = skipSpace(arr, i+1)
+		case ']':
+			return nil
+		default:
+			return errNotArray
+		}
+	}
+	return errNotArray
+}
+
 // Member returns the raw value of obj's member key (the last one, if obj
 // repeats it, as encoding/json reads it), or nil when obj has none. See
 // Members for what obj must be.

@@ -3,6 +3,7 @@ package jsonrpc_test
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/mcprel/mcprel/jsonrpc"
@@ -92,6 +93,71 @@ func FuzzMembers(f *testing.F) {
 			if got[k] != v {
 				t.Fatalf("%q: member %q = %s, want %s", obj, k, got[k], v)
 			}
+		}
+	})
+}
+
+// elementsByJSON is what encoding/json reads of arr's elements.
+func elementsByJSON(arr []byte) ([]string, bool) {
+	var raw []json.RawMessage
+	if err := json.Unmarshal(arr, &raw); err != nil || raw == nil {
+		return nil, false
+	}
+	out := make([]string, len(raw))
+	for i, v := range raw {
+		out[i] = string(v)
+	}
+	return out, true
+}
+
+func elementsOf(arr []byte) ([]string, error) {
+	out := []string{}
+	err := jsonrpc.Elements(arr, func(v []byte) bool {
+		out = append(out, string(v))
+		return true
+	})
+	return out, err
+}
+
+// Elements reads every valid array as encoding/json does, each element
+// the bytes it was written with, and refuses what is not an array.
+func TestElementsAgreeWithEncodingJSON(t *testing.T) {
+	for _, arr := range []string{
+		`[]`, ` [ ] `, `[1]`, `[1,"x",null,true]`, "[\n {\"type\":\"text\",\"text\":\"a ] , [ \\\" b\"} ,\t[[],{}] ]",
+		`["\\",-1.5e+3]`, `[{"a":[1,{"b":"]"}]}]`,
+	} {
+		want, _ := elementsByJSON([]byte(arr))
+		got, err := elementsOf([]byte(arr))
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("%s: %q, %v; want %q", arr, got, err, want)
+		}
+	}
+	for _, notArray := range []string{`{}`, `"x"`, `1`, `null`, ``, `[1,]`, `[1 2]`, `["x`, `[1`} {
+		if _, err := elementsOf([]byte(notArray)); err == nil {
+			t.Errorf("%q: accepted", notArray)
+		}
+	}
+	arr := []byte(`[{"a":1},2]`)
+	var first []byte
+	jsonrpc.Elements(arr, func(v []byte) bool { first = v; return false })
+	if string(first) != `{"a":1}` || &first[0] != &arr[1] {
+		t.Errorf("the first element = %s, want a subslice of the array", first)
+	}
+}
+
+// For every valid JSON array, Elements agrees with encoding/json.
+func FuzzElements(f *testing.F) {
+	for _, s := range []string{`[]`, `[1,{"a":"]"},["\"\\"]]`, ` [ null , "x" ] `} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, arr []byte) {
+		want, ok := elementsByJSON(arr)
+		if !ok {
+			return // not a valid array: Elements' input must be valid
+		}
+		got, err := elementsOf(arr)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("%q: %q, %v; want %q", arr, got, err, want)
 		}
 	})
 }

@@ -1,8 +1,12 @@
 package mcp
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+
+	"github.com/mcprel/mcprel/jsonrpc"
 )
 
 // Content is one block of a tool result or prompt message. The concrete
@@ -148,28 +152,53 @@ func (c RawContent) MarshalJSON() ([]byte, error) {
 // PassThrough decodes a tools/call result for a program that passes it
 // on (a gateway): its content blocks stay RawContent and its
 // structuredContent raw JSON, so that it is encoded again as it came,
-// whatever the blocks' types, and costs one decode rather than one per
-// block.
+// whatever the blocks' types. It checks that data is JSON once and then
+// splits it without a reflective decode: only _meta, isError and
+// resultType are decoded, and the rest is sliced out of a copy of data.
 func PassThrough(data []byte) (*CallToolResult, error) {
-	type plain CallToolResult
-	var aux struct {
-		plain
-		Content           []json.RawMessage `json:"content"`
-		StructuredContent json.RawMessage   `json:"structuredContent"`
+	if !json.Valid(data) {
+		return nil, errors.New("mcp: a tools/call result that is not valid JSON")
 	}
-	if err := json.Unmarshal(data, &aux); err != nil {
-		return nil, err
+	data = bytes.Clone(data) // the blocks are kept: nothing of the caller's buffer is
+	r := &CallToolResult{Content: []Content{}}
+	var err error
+	member := func(key, v []byte) bool {
+		if string(v) == "null" {
+			switch string(key) {
+			case "content":
+				r.Content = []Content{}
+			case "structuredContent":
+				r.StructuredContent = nil
+			case "_meta":
+				r.Meta = nil
+			}
+			return true
+		}
+		switch string(key) {
+		case "content":
+			r.Content = r.Content[:0]
+			err = jsonrpc.Elements(v, func(block []byte) bool {
+				r.Content = append(r.Content, RawContent(block))
+				return true
+			})
+		case "structuredContent":
+			r.StructuredContent = json.RawMessage(v)
+		case "isError":
+			err = json.Unmarshal(v, &r.IsError)
+		case "resultType":
+			err = json.Unmarshal(v, &r.ResultType)
+		case "_meta":
+			err = r.Meta.UnmarshalJSON(v)
+		}
+		return err == nil
 	}
-	r := CallToolResult(aux.plain)
-	r.StructuredContent = nil
-	if len(aux.StructuredContent) > 0 && string(aux.StructuredContent) != "null" {
-		r.StructuredContent = aux.StructuredContent
+	if e := jsonrpc.Members(data, member); e != nil {
+		return nil, fmt.Errorf("mcp: a tools/call result: %w", e)
 	}
-	r.Content = make([]Content, len(aux.Content))
-	for i, raw := range aux.Content {
-		r.Content[i] = RawContent(raw)
+	if err != nil {
+		return nil, fmt.Errorf("mcp: a tools/call result: %w", err)
 	}
-	return &r, nil
+	return r, nil
 }
 
 // Text returns a text content block.
