@@ -51,6 +51,8 @@ fuzz:
 	$(GO) test ./jsonrpc -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(or $(FUZZTIME),300000x)
 	$(GO) test ./jsonrpc -run '^$$' -fuzz '^FuzzIDScanner$$' -fuzztime $(or $(FUZZTIME),300000x)
 	$(GO) test ./jsonrpc -run '^$$' -fuzz '^FuzzMembers$$' -fuzztime $(or $(FUZZTIME),300000x)
+	$(GO) test ./jsonrpc -run '^$$' -fuzz '^FuzzElements$$' -fuzztime $(or $(FUZZTIME),300000x)
+	$(GO) test ./logbuf -run '^$$' -fuzz '^FuzzTextHandler$$' -fuzztime $(or $(FUZZTIME),100000x)
 	$(GO) test ./transport/stdio -run '^$$' -fuzz '^FuzzSession$$' -fuzztime $(or $(FUZZTIME),8000x)
 	$(GO) test ./transport/streamhttp -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(or $(FUZZTIME),80000x)
 
