@@ -133,8 +133,14 @@ func (rec RequestRecord) ArgumentSummary() string {
 		return "(not a JSON object)"
 	}
 	slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.name, b.name) })
+	// One allocation, sized for what the summary holds: the string it
+	// returns keeps its buffer, so never the size of the arguments.
+	size := 0
+	for _, m := range members {
+		size += len(m.name) + 2 + min(len(m.value), maxSummaryBytes)
+	}
 	var b strings.Builder
-	b.Grow(len(rec.args)) // enough unless a value is cut or secret: one allocation
+	b.Grow(size)
 	for i, m := range members {
 		if i > 0 {
 			b.WriteByte(' ')
@@ -145,12 +151,27 @@ func (rec RequestRecord) ArgumentSummary() string {
 			b.WriteString("[secret]")
 			continue
 		}
-		if v := m.value; utf8.RuneCount(v) > 32 {
-			b.WriteString(string([]rune(string(v))[:31]))
+		if cut := runeOffset(m.value, 31); cut < len(m.value) && runeOffset(m.value[cut:], 1) < len(m.value)-cut {
+			b.Write(m.value[:cut]) // more than 32 characters: 31 of them and an ellipsis
 			b.WriteString("…")
 		} else {
-			b.Write(v)
+			b.Write(m.value)
 		}
 	}
 	return b.String()
+}
+
+// maxSummaryBytes is the most one value takes in an argument summary: 32
+// characters of up to four bytes each.
+const maxSummaryBytes = 32 * utf8.UTFMax
+
+// runeOffset returns the byte offset of b's nth character, or len(b) when
+// b has no more than n: where a cut after n characters falls.
+func runeOffset(b []byte, n int) int {
+	i := 0
+	for ; n > 0 && i < len(b); n-- {
+		_, size := utf8.DecodeRune(b[i:])
+		i += size
+	}
+	return i
 }
