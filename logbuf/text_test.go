@@ -61,7 +61,7 @@ func TestTextHandlerWritesWhatSlogWrites(t *testing.T) {
 			slog.String("era", "legacy"), slog.String("transport", "stdio"), slog.String("tool", "echo"),
 			slog.String("args", `text="hi"`), slog.String("outcome", "completed"), slog.Duration("duration", 121800*time.Nanosecond),
 			slog.Duration("queued", 0), slog.Uint64("progress_refused", math.MaxUint64), slog.Bool("is_error", true)),
-		record(at, slog.LevelDebug, "d", slog.Int64("n", math.MinInt64), slog.Float64("f", 1e21), slog.Float64("g", -0.5)),
+		record(at, slog.LevelDebug, "d", slog.Int64("n", math.MinInt64), slog.Float64("f", 1e21), slog.Float64("g", -0.5), slog.Float64("pi", math.Pi)),
 		record(at, slog.LevelWarn+2, "w", slog.Float64("nan", math.NaN()), slog.Float64("inf", math.Inf(-1)), slog.Duration("long", 1234*time.Hour)),
 		record(at, slog.Level(-8), "custom level"),
 		record(time.Time{}, slog.LevelError, "no time"),
@@ -91,8 +91,9 @@ func TestTextHandlerWritesWhatSlogWrites(t *testing.T) {
 	for _, ms := range []int{0, 5, 999, 42} {
 		sameAsSlog(t, h, record(at.Truncate(time.Second).Add(time.Duration(ms)*time.Millisecond+300*time.Microsecond), slog.LevelInfo, "same second"), nil)
 	}
-	sameAsSlog(t, h, record(at.In(kolkata), slog.LevelInfo, "same second, other zone"), nil)
 	sameAsSlog(t, h, record(at.Add(time.Second), slog.LevelInfo, "next second"), nil)
+	sameAsSlog(t, h, record(at.Add(time.Second).In(kolkata), slog.LevelInfo, "same second, other zone"), nil)
+	sameAsSlog(t, h, record(at.Add(2*time.Second).In(kolkata), slog.LevelInfo, "next second, that zone"), nil)
 }
 
 func TestTextHandlerKeepsSlogsOptions(t *testing.T) {

@@ -83,6 +83,7 @@ func TestPassThroughAgreesWithEncodingJSON(t *testing.T) {
 	refused := []string{
 		`{"content":"no"}`, `{"content":{}}`, `{"isError":"yes"}`, `{"isError":1}`, `{"_meta":[1]}`, `{"_meta":"m"}`,
 		`{"resultType":3}`, `[]`, `"x"`, `{"content":[1,]}`, `{`, ``,
+		`{"content":[tru]}`, `{"structuredContent":{]}`, `{"content":[]}x`, `{"content":[{"type":"text","text":"x}]}`,
 	}
 	for _, in := range results {
 		want, err := passThroughByJSON([]byte(in))
