@@ -178,7 +178,7 @@ func PassThrough(data []byte) (*CallToolResult, error) {
 		case "content":
 			r.Content = r.Content[:0]
 			err = jsonrpc.Elements(v, func(block []byte) bool {
-				r.Content = append(r.Content, RawContent(block))
+				r.Content = append(r.Content, RawContent(block[:len(block):len(block)])) // an append to one block never reaches the next
 				return true
 			})
 		case "structuredContent":

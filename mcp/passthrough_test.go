@@ -122,6 +122,15 @@ func TestPassThroughAgreesWithEncodingJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	copy(buf, bytes.Repeat([]byte("x"), len(buf)))
+	// Nor does a block reach into the next: the blocks share one copy.
+	two, err := mcp.PassThrough([]byte(`{"content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = append(two.Content[0].(mcp.RawContent), "!!!!!!!!!!!!!!!!"...)
+	if b, _ := json.Marshal(two.Content[1]); string(b) != `{"type":"text","text":"b"}` {
+		t.Errorf("an append to the first block changed the second: %s", b)
+	}
 	if b, _ := json.Marshal(res.Content[0]); string(b) != `{"type":"text","text":"mine"}` {
 		t.Errorf("a block holds the caller's buffer: %s", b)
 	}
