@@ -55,7 +55,8 @@ type outgoing struct {
 }
 
 // progressBuffer bounds the progress reports waiting for a slow caller:
-// past it the oldest are dropped, which only loses idle-clock resets.
+// past it the oldest are dropped (deliverProgress), so the caller skips
+// values but never misses the newest.
 const progressBuffer = 64
 
 // exchange is one request in flight: its progress reports and its
@@ -159,12 +160,26 @@ type reply struct {
 }
 
 // deliverProgress hands a report to the caller without ever blocking the
-// transport's reader.
+// transport's reader. When the caller has progressBuffer reports still to
+// take, the oldest gives way: a slow callback skips values, and still
+// sees the last one the server reported. (The reader is the only sender,
+// so a report taken out here is room for this one.)
 func (ex *exchange) deliverProgress(p Progress) {
-	select {
-	case ex.progress <- p:
-	default:
+	if ex.progress == nil { // the call asked for none: nothing takes it
 		ex.stats.dropped.Add(1)
+		return
+	}
+	for {
+		select {
+		case ex.progress <- p:
+			return
+		default:
+		}
+		select {
+		case <-ex.progress:
+			ex.stats.dropped.Add(1)
+		default:
+		}
 	}
 }
 
