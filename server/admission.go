@@ -222,7 +222,9 @@ func (a *admission) admit(r *inflight, now time.Time) (admitDecision, time.Durat
 	}
 	if canWait {
 		a.seq++
-		r.queued, r.seq = true, a.seq
+		// Set before the call is in the queue: a finishing handler may
+		// take it, run it and record it before admit's caller resumes.
+		r.queued, r.seq, r.queuedAt = true, a.seq, now
 		r.lane.queue = append(r.lane.queue, r)
 		for _, ln := range lanes {
 			ln.queued++

@@ -209,3 +209,23 @@ func TestLimitGroupBelongsToOneServer(t *testing.T) {
 		t.Fatalf("a second server took the group: %v", err)
 	}
 }
+
+// A queued call carries the time it joined the queue from the moment it
+// is in the queue: a finishing handler may take it, run it and record its
+// wait before the goroutine that admitted it goes on (TestObservers
+// once recorded a queued call with no wait that way).
+func TestQueuedCallKnowsWhenItJoined(t *testing.T) {
+	a := newAdmission(1, 1, 1<<30, Limits{}, time.Second)
+	ln := newLane(0, 0, 0, 0)
+	running := call(ln, "")
+	a.admit(running, time.Unix(0, 0)) // takes the only slot
+	joined := time.Unix(1000, 0)
+	waiting := call(ln, "")
+	if d, _ := a.admit(waiting, joined); d != admitQueued {
+		t.Fatalf("want queued, got %v", d)
+	}
+	// The slot's handler finishes and takes the queued call at once.
+	if next := a.next(running, time.Millisecond); next != waiting || !next.queuedAt.Equal(joined) {
+		t.Fatalf("the runner took %p with queuedAt %v; want %p, joined at %v", next, next.queuedAt, waiting, joined)
+	}
+}

@@ -54,7 +54,7 @@ type inflight struct {
 
 	mu           sync.Mutex
 	annotations  map[string]string // see Request.Annotate
-	queuedAt     time.Time         // when the call joined an admission queue
+	queuedAt     time.Time         // when the call joined an admission queue (set by admit, before any runner can take it)
 	ranAt        time.Time         // when its handler started
 	outcome      Outcome           // zero while running
 	ended        time.Time

@@ -35,10 +35,8 @@ func (ss *session) startCall(r *inflight, in *incoming, ln *lane, d Deadlines, e
 			ss.run(r)
 		}
 	case admitQueued:
-		// A finishing handler goroutine will pick it up.
-		r.mu.Lock()
-		r.queuedAt = time.Now()
-		r.mu.Unlock()
+		// A finishing handler goroutine will pick it up (admit recorded
+		// when it joined the queue).
 	case admitRefused:
 		r.fail(overloaded(retryAfter))
 	case admitRateLimited:
