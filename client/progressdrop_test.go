@@ -2,7 +2,6 @@ package client_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -70,11 +69,7 @@ func TestProgressForACallThatAskedForNone(t *testing.T) {
 			w.WriteHeader(http.StatusMethodNotAllowed)
 			return
 		}
-		var m struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-		}
-		json.NewDecoder(r.Body).Decode(&m)
+		m := readPosted(r)
 		switch m.Method {
 		case mcp.MethodDiscover:
 			w.Header().Set("Content-Type", "application/json")
