@@ -435,6 +435,11 @@ func (c *Conn) drain(ctx context.Context) error {
 		}
 		select {
 		case <-ready:
+			// Woken by the first of several calls finishing at once (the
+			// answers of a burst, read from an upstream in one read, say):
+			// let the others queue theirs before taking what is queued,
+			// so that they leave in one write, not one each.
+			runtime.Gosched()
 		case <-ctx.Done():
 			return ctx.Err()
 		}
