@@ -111,9 +111,14 @@ type writer struct {
 	bytes   int
 	answers int
 	err     error         // set once the stream failed or closing began: no new frames
-	room    chan struct{} // closed (and replaced) whenever a frame leaves
-	wake    chan struct{} // one pending wake-up for the writer goroutine
-	done    chan struct{} // closed when the writer goroutine returns
+	room    chan struct{} // closed (and replaced) when frames leave and roomWanted
+	// roomWanted is set by a sender that waits for room. Only then do
+	// frames leaving close room and make another: a channel a frame, on
+	// the path every call takes, for a wait that a reading server never
+	// causes.
+	roomWanted bool
+	wake       chan struct{} // one pending wake-up for the writer goroutine
+	done       chan struct{} // closed when the writer goroutine returns
 
 	onFail func(error) // called once if a write fails
 }
@@ -152,11 +157,13 @@ func (q *writer) enqueue(ctx context.Context, f *frame, wait bool) error {
 			}
 			return nil
 		}
-		room := q.room
-		q.mu.Unlock()
 		if !wait {
+			q.mu.Unlock()
 			return errQueueFull
 		}
+		q.roomWanted = true
+		room := q.room
+		q.mu.Unlock()
 		select {
 		case <-room:
 		case <-ctx.Done():
@@ -242,9 +249,7 @@ func (q *writer) run() {
 		if len(buf) > 0 {
 			_, err = q.w.Write(buf)
 		}
-		for _, f := range batch {
-			q.release(f, err)
-		}
+		q.release(batch, err)
 		if cap(buf) > maxBatchBytes {
 			buf = nil // one large frame's buffer is not kept
 		}
@@ -258,21 +263,30 @@ func (q *writer) run() {
 // maxBatchBytes bounds the frames the writer joins into one write.
 const maxBatchBytes = 64 << 10
 
-// release accounts for a frame that left the queue and tells its sender.
-func (q *writer) release(f *frame, err error) {
+// release accounts for frames that left the queue, wakes the senders
+// waiting for room (each checks again whether its frame fits) and tells
+// the frames' senders.
+func (q *writer) release(frames []*frame, err error) {
 	q.mu.Lock()
-	q.bytes -= len(f.b)
-	if f.answer {
-		q.answers--
+	for _, f := range frames {
+		q.bytes -= len(f.b)
+		if f.answer {
+			q.answers--
+		}
 	}
-	close(q.room)
-	q.room = make(chan struct{})
+	if q.roomWanted {
+		close(q.room)
+		q.room = make(chan struct{})
+		q.roomWanted = false
+	}
 	q.mu.Unlock()
-	if f.done != nil {
-		f.done <- err
-	}
-	if f.after != nil {
-		f.after()
+	for _, f := range frames {
+		if f.done != nil {
+			f.done <- err
+		}
+		if f.after != nil {
+			f.after()
+		}
 	}
 }
 
@@ -286,9 +300,7 @@ func (q *writer) fail(err error) {
 	rest := q.queue
 	q.queue = nil
 	q.mu.Unlock()
-	for _, f := range rest {
-		q.release(f, err)
-	}
+	q.release(rest, err)
 	if q.onFail != nil {
 		q.onFail(err)
 	}
