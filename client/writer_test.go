@@ -1,35 +1,26 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/mcprel/mcprel/internal/mcptest"
 )
 
 // gatedWriter blocks every Write until open is closed, as a server that
-// stops reading its stdin does.
+// stops reading its stdin does, and keeps what was written.
 type gatedWriter struct {
 	open chan struct{}
-	mu   sync.Mutex
-	buf  bytes.Buffer
+	mcptest.LogBuffer
 }
 
 func (g *gatedWriter) Write(p []byte) (int, error) {
 	<-g.open
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.buf.Write(p)
-}
-
-func (g *gatedWriter) String() string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.buf.String()
+	return g.LogBuffer.Write(p)
 }
 
 // A sender that finds the queue full waits for room and gets in once the
