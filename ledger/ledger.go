@@ -331,11 +331,17 @@ func (l *Ledger) Do(ctx context.Context, op Op, effect func(ctx context.Context,
 	var out Result
 	// Concurrent operations share a group commit on SQLite, each in its
 	// own savepoint: one fsync for many keys.
+	//
+	// The key is claimed first, by an insert that reports whether it took
+	// the key, and the record's result is stored after the effect. On
+	// SQLite, where the write transaction excludes other writers anyway,
+	// a SELECT of the key before one insert of the whole record writes
+	// the same pages but costs more CPU: a query goes through
+	// database/sql's rows, a statement does not. In BenchmarkEightWriters
+	// the claim first made 1.12× the operations (median of 8 paired
+	// runs); a lone writer the same.
 	err = l.db.WriteBatched(ctx, func(tx *store.Tx) error {
 		now := l.now()
-		if sqlite {
-			return l.doExclusive(ctx, tx, op, now, effect, &out)
-		}
 		rec, err := l.claimKey(ctx, tx, op, Committed, now, "")
 		switch {
 		case err != nil:
@@ -370,51 +376,6 @@ func (l *Ledger) Do(ctx context.Context, op Op, effect func(ctx context.Context,
 		return Result{}, waitBounded(ctx, err)
 	}
 	return out, nil
-}
-
-// doExclusive is Do's transaction on SQLite, where a write transaction
-// (BEGIN IMMEDIATE) excludes every other writer until it commits: the key
-// is looked up, and if it is free (or its retention ended) the effect runs
-// and the record is written once, claim and result in one statement. No
-// one can take the key between the look and the write.
-func (l *Ledger) doExclusive(ctx context.Context, tx *store.Tx, op Op, now time.Time, effect func(ctx context.Context, tx *store.Tx) (json.RawMessage, error), out *Result) error {
-	rec, err := scanRecord(tx.QueryRow(ctx, selectRecord+keyIs, op.Tenant, op.Tool, op.Key))
-	switch {
-	case errors.Is(err, ErrNotFound):
-	case err != nil:
-		return err
-	case !rec.ExpiresAt.After(now):
-		// Its retention ended: the key is free, and the write replaces it.
-	case rec.Fingerprint != op.Fingerprint:
-		return &ConflictError{Tenant: op.Tenant, Tool: op.Tool, Key: op.Key}
-	case rec.State == Committed:
-		*out = replay(rec)
-		return nil
-	case rec.State == OutcomeUnknown:
-		return unknownOf(rec)
-	default:
-		return &InProgressError{RetryAfter: max(rec.LeaseUntil.Sub(now), 100*time.Millisecond)}
-	}
-	data, err := effect(ctx, tx)
-	if err != nil {
-		return err
-	}
-	if !json.Valid(data) {
-		return fmt.Errorf("ledger: the effect's result is not JSON")
-	}
-	_, err = tx.Exec(ctx, `INSERT INTO mcprel_ledger
-		(tenant, tool, idem_key, fingerprint, state, result, created_at, executed_at, expires_at, lease_until, lease_token, executions)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, 1)
-		ON CONFLICT (tenant, tool, idem_key) DO UPDATE SET
-			fingerprint = excluded.fingerprint, state = excluded.state, result = excluded.result,
-			created_at = excluded.created_at, executed_at = excluded.executed_at, expires_at = excluded.expires_at,
-			lease_until = NULL, lease_token = NULL, executions = 1`,
-		op.Tenant, op.Tool, op.Key, op.Fingerprint[:], int(Committed), string(data), ms(now), ms(now), ms(now.Add(l.retention)))
-	if err != nil {
-		return err
-	}
-	*out = Result{Data: append(json.RawMessage(nil), data...), ExecutedAt: time.UnixMilli(ms(now)), Executions: 1}
-	return nil
 }
 
 // peek replays a committed record, or reports a conflict, without a write
