@@ -314,9 +314,11 @@ func (l *Ledger) Do(ctx context.Context, op Op, effect func(ctx context.Context,
 	// nothing (as much CPU as its write, since a read connection rereads
 	// what the writer changed), and a duplicate of a key recorded
 	// elsewhere is answered by the write path all the same, only later. A
-	// lone writer skips the read: its write transaction finds a duplicate
-	// as cheaply. PostgreSQL writers do not queue, and the extra round
-	// trip would cost every fresh key more than it saves a replay.
+	// lone writer skips the read: with no queue to wait in, its write
+	// transaction finds a duplicate for one statement more (the claim
+	// that takes nothing, then the read). PostgreSQL writers do not
+	// queue, and the extra round trip would cost every fresh key more
+	// than it saves a replay.
 	if sqlite && l.db.WriterBusy() {
 		readFirst := l.recent.maybe(op)
 		if l.onRoute != nil {
