@@ -83,8 +83,8 @@ var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "T
 // sent on with its headers to target, and its answer copied back as it
 // arrives, flushed after every read, as an event stream needs.
 func proxyHTTP(addr, target string) error {
-	if _, err := url.Parse(target); err != nil {
-		return err
+	if u, err := url.Parse(target); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("-upstream %q is not an http:// or https:// URL with a host", target)
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	// As many kept connections as callers: the default of 2 would close
@@ -128,7 +128,9 @@ func proxyHTTP(addr, target string) error {
 		for {
 			n, err := resp.Body.Read(buf)
 			if n > 0 {
-				w.Write(buf[:n])
+				if _, werr := w.Write(buf[:n]); werr != nil {
+					return // the client is gone; its request's context ends the upstream's
+				}
 				if flusher != nil {
 					flusher.Flush()
 				}
