@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,11 @@ import (
 // its time formatted once per second; any other record, and any handler
 // derived with WithAttrs or WithGroup, is slog's own. With AddSource or
 // ReplaceAttr set, it is slog's handler outright.
+//
+// Its HandleAttrs method, which Handler's handler has too, takes a
+// record's parts without the slog.Record: a server that asserts an
+// interface with that method on its handler can write its request
+// lines without building a record for each.
 func NewTextHandler(w io.Writer, opts *slog.HandlerOptions) slog.Handler {
 	if opts != nil && (opts.AddSource || opts.ReplaceAttr != nil) {
 		return slog.NewTextHandler(w, opts)
@@ -73,67 +79,94 @@ func (h *textHandler) WithGroup(name string) slog.Handler { return h.slow.WithGr
 
 func (h *textHandler) Handle(ctx context.Context, r slog.Record) error {
 	bp := linePool.Get().(*[]byte)
-	defer func() {
-		if cap(*bp) <= maxPooledLine {
-			linePool.Put(bp)
-		}
-	}()
-	line, ok := h.appendRecord((*bp)[:0], r)
-	*bp = line
-	if !ok {
+	defer putLine(bp)
+	b := h.appendHead((*bp)[:0], r.Time, r.Level, r.Message)
+	flat := true
+	r.Attrs(func(a slog.Attr) bool {
+		b, flat = appendAttr(b, a)
+		return flat
+	})
+	*bp = b
+	if !flat {
 		return h.slow.Handle(ctx, r)
 	}
-	_, err := h.w.Write(line)
+	_, err := h.w.Write(append(b, '\n'))
 	return err
 }
 
-// appendRecord appends r as slog's text handler would, and reports false
-// for a record it leaves to slog: one with an attribute whose key is empty
-// or whose value is a group, a time, a LogValuer or any other kind.
-func (h *textHandler) appendRecord(b []byte, r slog.Record) ([]byte, bool) {
+// HandleAttrs handles the record slog.NewRecord(t, level, msg, 0) with
+// attrs added, without building it: a Record copies attributes in and
+// out again, and allocates past its fifth, for a line a server writes
+// for every request. attrs is neither kept nor changed. A server finds
+// the method by asserting an interface of its own on its handler.
+func (h *textHandler) HandleAttrs(ctx context.Context, t time.Time, level slog.Level, msg string, attrs []slog.Attr) error {
+	bp := linePool.Get().(*[]byte)
+	defer putLine(bp)
+	b := h.appendHead((*bp)[:0], t, level, msg)
 	flat := true
-	r.Attrs(func(a slog.Attr) bool {
-		switch a.Value.Kind() {
-		case slog.KindString, slog.KindInt64, slog.KindUint64, slog.KindFloat64, slog.KindBool, slog.KindDuration:
-			flat = a.Key != ""
-		default:
-			flat = false
+	for _, a := range attrs {
+		if b, flat = appendAttr(b, a); !flat {
+			break
 		}
-		return flat
-	})
-	if !flat {
-		return b, false
 	}
-	if !r.Time.IsZero() {
+	*bp = b
+	if !flat {
+		r := slog.NewRecord(t, level, msg, 0)
+		r.AddAttrs(attrs...)
+		return h.slow.Handle(ctx, r)
+	}
+	_, err := h.w.Write(append(b, '\n'))
+	return err
+}
+
+func putLine(bp *[]byte) {
+	if cap(*bp) <= maxPooledLine {
+		linePool.Put(bp)
+	}
+}
+
+// appendHead appends a record's time, level and message as slog's text
+// handler does.
+func (h *textHandler) appendHead(b []byte, t time.Time, level slog.Level, msg string) []byte {
+	if !t.IsZero() {
 		b = append(b, "time="...)
-		b = h.appendTime(b, r.Time)
+		b = h.appendTime(b, t)
 		b = append(b, ' ')
 	}
 	b = append(b, "level="...)
-	b = appendString(b, r.Level.String())
+	b = appendString(b, level.String())
 	b = append(b, " msg="...)
-	b = appendString(b, r.Message)
-	r.Attrs(func(a slog.Attr) bool {
-		b = append(b, ' ')
-		b = appendString(b, a.Key)
-		b = append(b, '=')
-		switch v := a.Value; v.Kind() {
-		case slog.KindString:
-			b = appendString(b, v.String())
-		case slog.KindInt64:
-			b = strconv.AppendInt(b, v.Int64(), 10)
-		case slog.KindUint64:
-			b = strconv.AppendUint(b, v.Uint64(), 10)
-		case slog.KindFloat64:
-			b = strconv.AppendFloat(b, v.Float64(), 'g', -1, 64)
-		case slog.KindBool:
-			b = strconv.AppendBool(b, v.Bool())
-		case slog.KindDuration:
-			b = append(b, v.Duration().String()...)
-		}
-		return true
-	})
-	return append(b, '\n'), true
+	return appendString(b, msg)
+}
+
+// appendAttr appends a as slog's text handler would, and reports false
+// for one it leaves to slog: an empty key, or a value that is a group, a
+// time, a LogValuer or any other kind. A record it leaves to slog is
+// rare, and costs only the bytes appended before it was found out.
+func appendAttr(b []byte, a slog.Attr) ([]byte, bool) {
+	if a.Key == "" {
+		return b, false
+	}
+	b = append(b, ' ')
+	b = appendString(b, a.Key)
+	b = append(b, '=')
+	switch v := a.Value; v.Kind() {
+	case slog.KindString:
+		b = appendString(b, v.String())
+	case slog.KindInt64:
+		b = strconv.AppendInt(b, v.Int64(), 10)
+	case slog.KindUint64:
+		b = strconv.AppendUint(b, v.Uint64(), 10)
+	case slog.KindFloat64:
+		b = strconv.AppendFloat(b, v.Float64(), 'g', -1, 64)
+	case slog.KindBool:
+		b = strconv.AppendBool(b, v.Bool())
+	case slog.KindDuration:
+		b = append(b, v.Duration().String()...)
+	default:
+		return b, false
+	}
+	return b, true
 }
 
 // appendTime appends t as slog's text handler does (RFC 3339 with
@@ -168,13 +201,71 @@ func appendRFC3339Millis(b []byte, t time.Time) []byte {
 	return append(b[:n+prefixLen], b[n+prefixLen+1:]...) // drop the fourth digit
 }
 
-// appendString appends s, quoted when slog's text handler quotes it.
+// appendString appends s, quoted when slog's text handler quotes it. A
+// string of printable ASCII, as most are, is scanned once and quoted
+// here; strconv quotes any other the same way, a rune at a time.
 func appendString(b []byte, s string) []byte {
-	if needsQuoting(s) {
-		return strconv.AppendQuote(b, s)
+	quote, escape := len(s) == 0, 0
+	for i := 0; i < len(s); i++ {
+		switch asciiClass[s[i]] {
+		case plain:
+		case quoted:
+			quote = true
+		case quotedEscaped:
+			quote = true
+			escape++
+		case escaped:
+			escape++
+		default:
+			if needsQuoting(s) {
+				return strconv.AppendQuote(b, s)
+			}
+			return append(b, s...)
+		}
 	}
-	return append(b, s...)
+	if !quote {
+		return append(b, s...)
+	}
+	b = slices.Grow(b, len(s)+escape+2)
+	b = append(b, '"')
+	if escape == 0 {
+		b = append(b, s...)
+	} else {
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; asciiClass[c] == quotedEscaped || asciiClass[c] == escaped {
+				b = append(b, '\\', c)
+			} else {
+				b = append(b, c)
+			}
+		}
+	}
+	return append(b, '"')
 }
+
+// How a byte makes appendString treat a string.
+const (
+	plain         = iota
+	quoted        // the string is quoted: a space or '='
+	quotedEscaped // quoted, and the byte escaped: '"'
+	escaped       // escaped if the string is quoted: '\\'
+	unquick       // a control character, DEL or not ASCII: left to strconv
+)
+
+var asciiClass = func() (t [256]uint8) {
+	for c := range t {
+		switch {
+		case c < ' ' || c >= utf8.RuneSelf-1:
+			t[c] = unquick
+		case c == ' ' || c == '=':
+			t[c] = quoted
+		case c == '"':
+			t[c] = quotedEscaped
+		case c == '\\':
+			t[c] = escaped
+		}
+	}
+	return t
+}()
 
 // needsQuoting is slog's rule: empty, a space, '=', '"', a control
 // character, or a rune that is invalid, a space or not printable.

@@ -48,7 +48,8 @@ func TestTextHandlerWritesWhatSlogWrites(t *testing.T) {
 	kolkata := time.FixedZone("IST", 5*3600+1800)
 	at := time.Date(2026, 12, 4, 7, 16, 58, 297_654_321, time.UTC)
 	strs := []string{"", "plain", "two words", "a=b", `say "hi"`, `quote"only`, `back\slash`, "tab\there", "new\nline",
-		"nbsp\u00a0x", "zero\u200bwidth", "é", "emoji🙂", "bad\xffutf8", "del\x7f", "ctl\x01"}
+		"nbsp\u00a0x", "zero\u200bwidth", "é", "emoji🙂", "bad\xffutf8", "del\x7f", "ctl\x01",
+		`back\slash and space`, `q"and\both`, `\`, `"`, "=", " ", `text="a \"b\\"`, "~}|{"}
 	var cases []slog.Record
 	for _, s := range strs {
 		cases = append(cases,
@@ -189,3 +190,44 @@ func BenchmarkRequestLine(b *testing.B) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// HandleAttrs writes what Handle writes for the record of the same parts,
+// directly and through Handler: a flat record formatted here, and any
+// other left to slog whole, even when a flat attribute came first.
+func TestHandleAttrsWritesWhatSlogWrites(t *testing.T) {
+	at := time.Date(2026, 12, 4, 7, 16, 58, 297_654_321, time.UTC)
+	for _, attrs := range [][]slog.Attr{
+		nil,
+		{slog.Int64("id", 2), slog.String("args", `text="hi"`), slog.Duration("duration", time.Millisecond), slog.Bool("is_error", true)},
+		{slog.String("first", "flat"), slog.Any("err", errors.New("boom x"))},
+		{slog.String("first", "flat"), slog.Group("g", slog.String("a", "b"))},
+		{slog.String("first", "flat"), slog.String("", "empty key")},
+		{slog.Attr{}, slog.String("k", "v")},
+	} {
+		var want bytes.Buffer
+		r := record(at, slog.LevelInfo, "m", attrs...)
+		if err := slog.NewTextHandler(&want, nil).Handle(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+		var direct, flushed bytes.Buffer
+		if err := NewTextHandler(&direct, nil).(attrsHandler).HandleAttrs(context.Background(), at, slog.LevelInfo, "m", attrs); err != nil {
+			t.Fatal(err)
+		}
+		w := New(&flushed, nil)
+		if err := Handler(NewTextHandler(w, nil), w).(attrsHandler).HandleAttrs(context.Background(), at, slog.LevelInfo, "m", attrs); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		if direct.String() != want.String() || flushed.String() != want.String() {
+			t.Errorf("attrs %v:\n direct: %q\nflushed: %q\n   want: %q", attrs, direct.String(), flushed.String(), want.String())
+		}
+	}
+	// A warning is written at once, as Handle writes it.
+	var out bytes.Buffer
+	w := New(&out, nil)
+	defer w.Close()
+	Handler(NewTextHandler(w, nil), w).(attrsHandler).HandleAttrs(context.Background(), at, slog.LevelWarn, "w", nil)
+	if !strings.Contains(out.String(), "msg=w") {
+		t.Errorf("a warning waits for its batch: %q written", out.String())
+	}
+}
