@@ -1,9 +1,19 @@
 package server
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/logbuf"
+	"github.com/mcprel/mcprel/mcp"
 )
 
 // An argument summary keeps each value's first 32 characters (of its
@@ -49,5 +59,52 @@ func TestArgumentSummaryOfALargeArgument(t *testing.T) {
 	}
 	if want := `blob="` + strings.Repeat("A", 30) + `… n=1`; summary != want {
 		t.Errorf("summary %q, want %q", summary, want)
+	}
+}
+
+// Through logbuf's handlers the request line never becomes a
+// slog.Record (attrsHandler); what they write must be what slog's text
+// handler writes for the record requestLine builds: every attribute, a
+// line with more than an array's worth, one that slog must format (a
+// derived handler), and after a line that grew, one that did not.
+func TestRequestLineWithoutARecord(t *testing.T) {
+	at := time.Date(2026, 12, 4, 18, 30, 1, 234_567_890, time.UTC)
+	many := map[string]string{}
+	for i := range maxLineAttrs {
+		many[fmt.Sprintf("note%02d", i)] = fmt.Sprint("value ", i)
+	}
+	recs := []RequestRecord{
+		{ID: jsonrpc.IntID(7), Method: "tools/call", Tool: "echo", Era: mcp.Legacy, Transport: "stdio",
+			Outcome: Completed, Start: at, Duration: 23 * time.Microsecond, args: []byte(`{"text":"a \"quoted\\\\ word","password":"x"}`), secret: []string{"password"}},
+		{ID: jsonrpc.StringID("s 1"), Method: "tools/call", Tool: "slow", Era: mcp.Modern, Transport: "http", Session: "sess=1",
+			Outcome: Cancelled, Cause: errors.New("cancelled by the client: stop\n"), Start: at, Duration: time.Second, Queued: time.Millisecond,
+			Annotations: map[string]string{"tenant": "t1", "é": "naïve"}, ErrorCode: -32001, IsError: true,
+			ProgressRefused: 1, ProgressDropped: 2, ProgressRateLimited: 3},
+		{ID: jsonrpc.IntID(8), Method: "tools/list", Outcome: Completed, Start: at, Duration: time.Millisecond, Annotations: many},
+		{ID: jsonrpc.IntID(9), Method: "ping", Outcome: Completed, Start: at, Duration: time.Microsecond},
+	}
+	for _, derived := range []bool{false, true} {
+		var got, want bytes.Buffer
+		logs := logbuf.New(&got, nil)
+		var h slog.Handler = logbuf.Handler(logbuf.NewTextHandler(logs, nil), logs)
+		var wh slog.Handler = slog.NewTextHandler(&want, nil)
+		if derived {
+			h, wh = h.WithAttrs([]slog.Attr{slog.String("replica", "r1")}), wh.WithAttrs([]slog.Attr{slog.String("replica", "r1")})
+		}
+		if _, ok := h.(attrsHandler); !ok {
+			t.Fatalf("logbuf's handler (derived %v) takes no attributes without a record", derived)
+		}
+		s := &Server{log: slog.New(h)}
+		for _, rec := range recs {
+			s.logRequest(context.Background(), slog.LevelInfo, rec)
+			wh.Handle(context.Background(), requestLine(slog.LevelInfo, rec))
+		}
+		logs.Close()
+		if got.String() != want.String() {
+			t.Errorf("derived %v: the lines differ from slog's\n got: %s\nwant: %s", derived, got.String(), want.String())
+		}
+		if n := strings.Count(got.String(), "\n"); n != len(recs) {
+			t.Errorf("derived %v: %d lines, want %d", derived, n, len(recs))
+		}
 	}
 }

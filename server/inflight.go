@@ -225,10 +225,45 @@ func (s *Server) report(ctx context.Context, rec RequestRecord) {
 		level = slog.LevelDebug
 	}
 	if s.log.Enabled(ctx, level) {
-		s.log.Handler().Handle(ctx, requestLine(level, rec))
+		s.logRequest(ctx, level, rec)
 	}
 	s.observeEnd(ctx, rec)
 }
+
+// logRequest writes rec's line.
+func (s *Server) logRequest(ctx context.Context, level slog.Level, rec RequestRecord) {
+	h, ok := s.log.Handler().(attrsHandler)
+	if !ok {
+		s.log.Handler().Handle(ctx, requestLine(level, rec))
+		return
+	}
+	ap := linePool.Get().(*[maxLineAttrs]slog.Attr)
+	attrs := requestAttrs(ap[:0], rec)
+	h.HandleAttrs(ctx, rec.endedAt(), level, requestMsg, attrs)
+	clear(ap[:min(len(attrs), maxLineAttrs)]) // nothing of this request's kept alive by the pool
+	linePool.Put(ap)
+}
+
+// attrsHandler is a slog.Handler that takes a record's parts as they
+// are, without a slog.Record: logbuf's handlers, which mcprel's command
+// uses. The request line, written for every request at the default
+// level, then goes from the array requestAttrs fills to the line's bytes,
+// never copied into a record and out again.
+type attrsHandler interface {
+	HandleAttrs(ctx context.Context, t time.Time, level slog.Level, msg string, attrs []slog.Attr) error
+}
+
+// requestMsg is the request line's message.
+const requestMsg = "request"
+
+// maxLineAttrs is what a request line's attributes take without
+// growing: a request's annotations can add more.
+const maxLineAttrs = 16
+
+// linePool holds the arrays of request lines' attributes: passed to an
+// interface's method, an array of the stack's would escape to the heap,
+// one for every request.
+var linePool = sync.Pool{New: func() any { return new([maxLineAttrs]slog.Attr) }}
 
 // requestLine is the log record of a request that ended: built here
 // rather than through Logger.LogAttrs, because it is written for every
@@ -237,8 +272,23 @@ func (s *Server) report(ctx context.Context, rec RequestRecord) {
 // id's value unboxed and its attributes in one array, timed when the
 // request ended.
 func requestLine(level slog.Level, rec RequestRecord) slog.Record {
-	var buf [16]slog.Attr
-	attrs := append(buf[:0],
+	var buf [maxLineAttrs]slog.Attr
+	r := slog.NewRecord(rec.endedAt(), level, requestMsg, 0)
+	r.AddAttrs(requestAttrs(buf[:0], rec)...)
+	return r
+}
+
+// endedAt is when the request ended, the time of its log line.
+func (rec RequestRecord) endedAt() time.Time {
+	if rec.Start.IsZero() {
+		return time.Now()
+	}
+	return rec.Start.Add(rec.Duration)
+}
+
+// requestAttrs appends the request line's attributes to attrs.
+func requestAttrs(attrs []slog.Attr, rec RequestRecord) []slog.Attr {
+	attrs = append(attrs,
 		slog.Attr{Key: "id", Value: rec.ID.LogValue()},
 		slog.String("method", rec.Method))
 	if rec.Era != 0 {
@@ -286,13 +336,7 @@ func requestLine(level slog.Level, rec RequestRecord) slog.Record {
 	if rec.ProgressRateLimited > 0 {
 		attrs = append(attrs, slog.Uint64("progress_rate_limited", rec.ProgressRateLimited))
 	}
-	at := rec.Start.Add(rec.Duration)
-	if rec.Start.IsZero() {
-		at = time.Now()
-	}
-	r := slog.NewRecord(at, level, "request", 0)
-	r.AddAttrs(attrs...)
-	return r
+	return attrs
 }
 
 // encodeResult encodes a result response for this request, adding the
