@@ -59,10 +59,10 @@ type relayState struct {
 // relayStateOf reads the gateway's state from a downstream retry; the
 // zero state on a first attempt.
 func relayStateOf(q *server.Request, upstream string) (relayState, error) {
-	var st relayState
 	if q.RequestState == nil {
-		return st, nil
+		return relayState{}, nil // before st, which the decoder takes the address of: no allocation on a first attempt
 	}
+	var st relayState
 	if err := json.Unmarshal(q.RequestState, &st); err != nil || st.Upstream != upstream {
 		return st, jsonrpc.NewError(jsonrpc.CodeInvalidParams, "the requestState was not issued for this tool")
 	}
@@ -75,8 +75,9 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, upTasks upstreamT
 	return func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
 		// left ends when the call is left to another process: its task
 		// taken over or ended elsewhere, its process shutting down. A
-		// synchronous call is never left: it ends with its request.
-		left := context.WithoutCancel(ctx)
+		// synchronous call is never left: it ends with its request. It
+		// is made when first needed: most calls never run as a task.
+		var left context.Context
 		if taskserver.TaskID(call) != "" {
 			var stop func()
 			ctx, left, stop = watchTask(ctx, call)
@@ -173,6 +174,9 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, upTasks upstreamT
 			asTask = err != nil && upTasks != noUpstreamTask && needsTask(err)
 		}
 		if asTask {
+			if left == nil {
+				left = context.WithoutCancel(ctx)
+			}
 			var started bool
 			res, err, started = l.callAsUpstreamTask(f, left, call, c, upstreamTool, args, o, tp)
 			if started {
@@ -444,6 +448,15 @@ func (f *forward) end() {
 
 // settle records how a tool call that returned ended.
 func (f *forward) settle(res *mcp.CallToolResult, err error) {
+	if err == nil {
+		f.rec.Outcome = OutcomeOK
+		if res != nil && res.IsError {
+			f.rec.Outcome = OutcomeToolError
+		}
+		return
+	}
+	// Declared after the return above: errors.As takes their addresses,
+	// which puts them on the heap, and most calls succeed.
 	var ir *server.InputRequired
 	var te *mcp.ToolError
 	switch {
@@ -454,14 +467,10 @@ func (f *forward) settle(res *mcp.CallToolResult, err error) {
 		if te.Code == mcp.FailureOutcomeUnknown {
 			f.rec.Outcome = OutcomeLost
 		}
-	case err != nil && f.ctx.Err() != nil:
+	case f.ctx.Err() != nil:
 		f.rec.Outcome = OutcomeCancelled
-	case err != nil:
-		f.rec.Outcome = OutcomeProtocolError
-	case res != nil && res.IsError:
-		f.rec.Outcome = OutcomeToolError
 	default:
-		f.rec.Outcome = OutcomeOK
+		f.rec.Outcome = OutcomeProtocolError
 	}
 }
 
