@@ -130,7 +130,7 @@ func (s *Subscription) once(ctx context.Context, first bool, acked chan<- error)
 	if err != nil {
 		return false, err
 	}
-	notes := make(chan jsonrpc.Message, progressBuffer)
+	notes := make(chan jsonrpc.Message, notesBuffer)
 	deliver := func(m jsonrpc.Message) {
 		select {
 		case notes <- m:

@@ -56,8 +56,16 @@ type outgoing struct {
 
 // progressBuffer bounds the progress reports waiting for a slow caller:
 // past it the oldest are dropped (deliverProgress), so the caller skips
-// values but never misses the newest.
-const progressBuffer = 64
+// values but never misses the newest. Every call that asks for progress
+// allocates it whole, reports or not (a gateway asks on every call), so
+// it is kept small: a caller that falls eight reports behind would only
+// skip more of them with a longer queue.
+const progressBuffer = 8
+
+// notesBuffer bounds the notifications a listen stream holds for a slow
+// OnNotification; past it they are dropped, and the next refetch covers
+// them.
+const notesBuffer = 64
 
 // exchange is one request in flight: its progress reports and its
 // response, and the way to give up on it.
