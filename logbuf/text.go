@@ -86,11 +86,12 @@ func (h *textHandler) Handle(ctx context.Context, r slog.Record) error {
 		b, flat = appendAttr(b, a)
 		return flat
 	})
-	*bp = b
+	b = append(b, '\n')
+	*bp = b // with its newline: the pooled buffer grows to the lines it holds
 	if !flat {
 		return h.slow.Handle(ctx, r)
 	}
-	_, err := h.w.Write(append(b, '\n'))
+	_, err := h.w.Write(b)
 	return err
 }
 
@@ -109,13 +110,14 @@ func (h *textHandler) HandleAttrs(ctx context.Context, t time.Time, level slog.L
 			break
 		}
 	}
+	b = append(b, '\n')
 	*bp = b
 	if !flat {
 		r := slog.NewRecord(t, level, msg, 0)
 		r.AddAttrs(attrs...)
 		return h.slow.Handle(ctx, r)
 	}
-	_, err := h.w.Write(append(b, '\n'))
+	_, err := h.w.Write(b)
 	return err
 }
 

@@ -49,7 +49,7 @@ func TestTextHandlerWritesWhatSlogWrites(t *testing.T) {
 	at := time.Date(2026, 12, 4, 7, 16, 58, 297_654_321, time.UTC)
 	strs := []string{"", "plain", "two words", "a=b", `say "hi"`, `quote"only`, `back\slash`, "tab\there", "new\nline",
 		"nbsp\u00a0x", "zero\u200bwidth", "é", "emoji🙂", "bad\xffutf8", "del\x7f", "ctl\x01",
-		`back\slash and space`, `q"and\both`, `\`, `"`, "=", " ", `text="a \"b\\"`, "~}|{"}
+		`back\slash and space`, `q"and\both`, `\`, `"`, "=", " ", `text="a \"b\\"`, "~}|{", "a b\x7f"}
 	var cases []slog.Record
 	for _, s := range strs {
 		cases = append(cases,
@@ -128,7 +128,36 @@ func FuzzTextHandler(f *testing.F) {
 			slog.String(key, val), slog.Int64(val, n), slog.Float64("x", x), slog.Duration("d", time.Duration(d)),
 			slog.Bool(key+"b", n%2 == 0), slog.Uint64("u", uint64(n)))
 		sameAsSlog(t, nil, r, nil)
+		var attrs []slog.Attr
+		r.Attrs(func(a slog.Attr) bool { attrs = append(attrs, a); return true })
+		sameAttrsAsSlog(t, r.Time, r.Level, msg, attrs)
+		// A flat attribute after one left to slog: the record goes to
+		// slog whole, that one included.
+		sameAttrsAsSlog(t, r.Time, r.Level, msg, append([]slog.Attr{slog.Any("err", errors.New(val))}, attrs...))
 	})
+}
+
+// sameAttrsAsSlog handles the parts of a record with HandleAttrs, directly
+// and through Handler, and fails unless both wrote what slog's text
+// handler writes for the record they make.
+func sameAttrsAsSlog(t *testing.T, at time.Time, level slog.Level, msg string, attrs []slog.Attr) {
+	t.Helper()
+	var want bytes.Buffer
+	if err := slog.NewTextHandler(&want, nil).Handle(context.Background(), record(at, level, msg, attrs...)); err != nil {
+		t.Fatal(err)
+	}
+	var direct, flushed bytes.Buffer
+	if err := NewTextHandler(&direct, nil).(attrsHandler).HandleAttrs(context.Background(), at, level, msg, attrs); err != nil {
+		t.Fatal(err)
+	}
+	w := New(&flushed, nil)
+	if err := Handler(NewTextHandler(w, nil), w).(attrsHandler).HandleAttrs(context.Background(), at, level, msg, attrs); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if direct.String() != want.String() || flushed.String() != want.String() {
+		t.Errorf("attrs %v:\n direct: %q\nflushed: %q\n   want: %q", attrs, direct.String(), flushed.String(), want.String())
+	}
 }
 
 // TestTextHandlerLinesStayWhole writes from both paths at once to a writer
@@ -203,24 +232,9 @@ func TestHandleAttrsWritesWhatSlogWrites(t *testing.T) {
 		{slog.String("first", "flat"), slog.Group("g", slog.String("a", "b"))},
 		{slog.String("first", "flat"), slog.String("", "empty key")},
 		{slog.Attr{}, slog.String("k", "v")},
+		{slog.Any("err", errors.New("boom")), slog.String("k", "v")},
 	} {
-		var want bytes.Buffer
-		r := record(at, slog.LevelInfo, "m", attrs...)
-		if err := slog.NewTextHandler(&want, nil).Handle(context.Background(), r); err != nil {
-			t.Fatal(err)
-		}
-		var direct, flushed bytes.Buffer
-		if err := NewTextHandler(&direct, nil).(attrsHandler).HandleAttrs(context.Background(), at, slog.LevelInfo, "m", attrs); err != nil {
-			t.Fatal(err)
-		}
-		w := New(&flushed, nil)
-		if err := Handler(NewTextHandler(w, nil), w).(attrsHandler).HandleAttrs(context.Background(), at, slog.LevelInfo, "m", attrs); err != nil {
-			t.Fatal(err)
-		}
-		w.Close()
-		if direct.String() != want.String() || flushed.String() != want.String() {
-			t.Errorf("attrs %v:\n direct: %q\nflushed: %q\n   want: %q", attrs, direct.String(), flushed.String(), want.String())
-		}
+		sameAttrsAsSlog(t, at, slog.LevelInfo, "m", attrs)
 	}
 	// A warning is written at once, as Handle writes it.
 	var out bytes.Buffer

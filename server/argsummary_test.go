@@ -76,28 +76,32 @@ func TestRequestLineWithoutARecord(t *testing.T) {
 	recs := []RequestRecord{
 		{ID: jsonrpc.IntID(7), Method: "tools/call", Tool: "echo", Era: mcp.Legacy, Transport: "stdio",
 			Outcome: Completed, Start: at, Duration: 23 * time.Microsecond, args: []byte(`{"text":"a \"quoted\\\\ word","password":"x"}`), secret: []string{"password"}},
-		{ID: jsonrpc.StringID("s 1"), Method: "tools/call", Tool: "slow", Era: mcp.Modern, Transport: "http", Session: "sess=1",
+		{ID: jsonrpc.StringID("s 1"), Method: "tools/call", Tool: "slow", Era: mcp.Modern, Transport: "http", Session: "sess=1", args: []byte(`{"n":1}`),
 			Outcome: Cancelled, Cause: errors.New("cancelled by the client: stop\n"), Start: at, Duration: time.Second, Queued: time.Millisecond,
 			Annotations: map[string]string{"tenant": "t1", "é": "naïve"}, ErrorCode: -32001, IsError: true,
 			ProgressRefused: 1, ProgressDropped: 2, ProgressRateLimited: 3},
 		{ID: jsonrpc.IntID(8), Method: "tools/list", Outcome: Completed, Start: at, Duration: time.Millisecond, Annotations: many},
 		{ID: jsonrpc.IntID(9), Method: "ping", Outcome: Completed, Start: at, Duration: time.Microsecond},
 	}
+	levels := []slog.Level{slog.LevelInfo, slog.LevelInfo, slog.LevelInfo, slog.LevelDebug}
+	debug := &slog.HandlerOptions{Level: slog.LevelDebug}
 	for _, derived := range []bool{false, true} {
 		var got, want bytes.Buffer
 		logs := logbuf.New(&got, nil)
-		var h slog.Handler = logbuf.Handler(logbuf.NewTextHandler(logs, nil), logs)
-		var wh slog.Handler = slog.NewTextHandler(&want, nil)
+		var h slog.Handler = logbuf.Handler(logbuf.NewTextHandler(logs, debug), logs)
+		var wh slog.Handler = slog.NewTextHandler(&want, debug)
 		if derived {
 			h, wh = h.WithAttrs([]slog.Attr{slog.String("replica", "r1")}), wh.WithAttrs([]slog.Attr{slog.String("replica", "r1")})
 		}
-		if _, ok := h.(attrsHandler); !ok {
+		ch, ok := h.(attrsHandler)
+		if !ok {
 			t.Fatalf("logbuf's handler (derived %v) takes no attributes without a record", derived)
 		}
-		s := &Server{log: slog.New(h)}
-		for _, rec := range recs {
-			s.logRequest(context.Background(), slog.LevelInfo, rec)
-			wh.Handle(context.Background(), requestLine(slog.LevelInfo, rec))
+		counted := &countingAttrs{Handler: h, attrs: ch}
+		s := &Server{log: slog.New(counted)}
+		for i, rec := range recs {
+			s.logRequest(context.Background(), levels[i], rec)
+			wh.Handle(context.Background(), requestLine(levels[i], rec))
 		}
 		logs.Close()
 		if got.String() != want.String() {
@@ -106,5 +110,27 @@ func TestRequestLineWithoutARecord(t *testing.T) {
 		if n := strings.Count(got.String(), "\n"); n != len(recs) {
 			t.Errorf("derived %v: %d lines, want %d", derived, n, len(recs))
 		}
+		if counted.n != len(recs) {
+			t.Errorf("derived %v: %d of %d lines went through HandleAttrs", derived, counted.n, len(recs))
+		}
+		// Every attribute a request line can have, as an operator reads
+		// it (requestLine shares requestAttrs, so this is what holds it).
+		if lines := strings.Split(got.String(), "\n"); !derived && lines[1] != wantFullLine {
+			t.Errorf("a line with every attribute:\n got: %s\nwant: %s", lines[1], wantFullLine)
+		}
 	}
+}
+
+const wantFullLine = `time=2026-12-04T18:30:02.234Z level=INFO msg=request id="s 1" method=tools/call era=modern transport=http session="sess=1" tool=slow args="n=1" outcome=cancelled duration=1s queued=1ms tenant=t1 é=naïve cause="cancelled by the client: stop\n" code=-32001 is_error=true progress_refused=1 progress_dropped=2 progress_rate_limited=3`
+
+// countingAttrs counts the lines handed to a handler without a record.
+type countingAttrs struct {
+	slog.Handler
+	attrs attrsHandler
+	n     int
+}
+
+func (c *countingAttrs) HandleAttrs(ctx context.Context, t time.Time, level slog.Level, msg string, attrs []slog.Attr) error {
+	c.n++
+	return c.attrs.HandleAttrs(ctx, t, level, msg, attrs)
 }
