@@ -245,3 +245,29 @@ func TestHandleAttrsWritesWhatSlogWrites(t *testing.T) {
 		t.Errorf("a warning waits for its batch: %q written", out.String())
 	}
 }
+
+// Handler's HandleAttrs hands the parts to a handler that takes them,
+// never building the record itself: that is what spares the request line
+// a slog.Record.
+func TestHandlerPassesAttrsOn(t *testing.T) {
+	var inner partsHandler
+	w := New(&bytes.Buffer{}, nil)
+	defer w.Close()
+	Handler(&inner, w).(attrsHandler).HandleAttrs(context.Background(), time.Now(), slog.LevelInfo, "m", []slog.Attr{slog.String("k", "v")})
+	if inner.parts != 1 || inner.records != 0 {
+		t.Errorf("the inner handler got %d lines as parts and %d as records, want 1 and 0", inner.parts, inner.records)
+	}
+}
+
+// partsHandler counts what it is handed, and how.
+type partsHandler struct {
+	slog.Handler
+	parts, records int
+}
+
+func (h *partsHandler) Handle(context.Context, slog.Record) error { h.records++; return nil }
+
+func (h *partsHandler) HandleAttrs(context.Context, time.Time, slog.Level, string, []slog.Attr) error {
+	h.parts++
+	return nil
+}
