@@ -198,9 +198,7 @@ func (f flushing) HandleAttrs(ctx context.Context, t time.Time, level slog.Level
 	if h, ok := f.Handler.(attrsHandler); ok {
 		err = h.HandleAttrs(ctx, t, level, msg, attrs)
 	} else {
-		r := slog.NewRecord(t, level, msg, 0)
-		r.AddAttrs(attrs...)
-		err = f.Handler.Handle(ctx, r)
+		err = f.Handler.Handle(ctx, recordOf(t, level, msg, attrs))
 	}
 	if level >= slog.LevelWarn {
 		f.w.Flush()

@@ -113,12 +113,18 @@ func (h *textHandler) HandleAttrs(ctx context.Context, t time.Time, level slog.L
 	b = append(b, '\n')
 	*bp = b
 	if !flat {
-		r := slog.NewRecord(t, level, msg, 0)
-		r.AddAttrs(attrs...)
-		return h.slow.Handle(ctx, r)
+		return h.slow.Handle(ctx, recordOf(t, level, msg, attrs))
 	}
 	_, err := h.w.Write(b)
 	return err
+}
+
+// recordOf is the record a line's parts make, for a handler that takes
+// only records.
+func recordOf(t time.Time, level slog.Level, msg string, attrs []slog.Attr) slog.Record {
+	r := slog.NewRecord(t, level, msg, 0)
+	r.AddAttrs(attrs...)
+	return r
 }
 
 func putLine(bp *[]byte) {
@@ -254,14 +260,14 @@ const (
 )
 
 var asciiClass = func() (t [256]uint8) {
-	for c := range t {
-		switch {
+	for i := range t {
+		switch c := byte(i); {
 		case c < ' ' || c >= utf8.RuneSelf-1:
 			t[c] = unquick
-		case c == ' ' || c == '=':
-			t[c] = quoted
 		case c == '"':
 			t[c] = quotedEscaped
+		case quotesASCII(c):
+			t[c] = quoted
 		case c == '\\':
 			t[c] = escaped
 		}
@@ -278,7 +284,7 @@ func needsQuoting(s string) bool {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if quotedASCII[c] {
+			if quotesASCII(c) {
 				return true
 			}
 			i++
@@ -293,10 +299,6 @@ func needsQuoting(s string) bool {
 	return false
 }
 
-// quotedASCII marks the ASCII bytes that make slog quote a string.
-var quotedASCII = func() (q [utf8.RuneSelf]bool) {
-	for c := range q {
-		q[c] = c <= ' ' || c == '=' || c == '"'
-	}
-	return q
-}()
+// quotesASCII is slog's rule for an ASCII byte: a string that holds a
+// space, a control character, '=' or '"' is quoted.
+func quotesASCII(c byte) bool { return c <= ' ' || c == '=' || c == '"' }
