@@ -75,6 +75,10 @@ func relayStdio(argv []string) error {
 // a floor allocates no more than it must.
 var buffers = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
+// maxBody bounds a request read whole before it is sent on: mcpbench's
+// calls are far smaller, and a floor has no business holding more.
+const maxBody = 16 << 20
+
 // hopByHop are the headers of one connection, which a relay does not
 // pass on; every other header, the MCP ones included, goes on as it came.
 var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
@@ -98,8 +102,13 @@ func proxyHTTP(addr, target string) error {
 	}
 	fmt.Printf("http://%s/mcp\n", ln.Addr())
 	return http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 		if err != nil {
+			status := http.StatusBadRequest
+			if _, ok := err.(*http.MaxBytesError); ok {
+				status = http.StatusRequestEntityTooLarge
+			}
+			http.Error(w, "relayfloor: reading the request: "+err.Error(), status)
 			return
 		}
 		out, err := http.NewRequestWithContext(r.Context(), r.Method, target, bytes.NewReader(body))
