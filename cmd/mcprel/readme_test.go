@@ -74,7 +74,7 @@ func TestReadmeCommandLinesAreTested(t *testing.T) {
 		{regexp.MustCompile(`^bin/mcprel gateway `), "TestReadmeGatewayLines (starts the endpoint its call lines use)"},
 		{regexp.MustCompile(`^bin/mcprel call --url http://127\.0\.0\.1:8081/`), "TestReadmeGatewayLines"},
 		{regexp.MustCompile(`^bin/mcprel (call|review|probe) `), "TestReadmeCallAndReviewLines"},
-		{regexp.MustCompile(`^npx @modelcontextprotocol/inspector@`), "internal/interop/inspector TestReadmeInspectorLines"},
+		{regexp.MustCompile(`^npx -y @modelcontextprotocol/inspector@`), "internal/interop/inspector TestReadmeInspectorLines"},
 		{regexp.MustCompile(`^(git clone <this repository> mcprel|cd your-server && go mod init example\.com/your-server|go work init \. \.\./mcprel)$`), "TestReadmeLibrarySetup"},
 	}
 	lines := readmeShellLines(t)
@@ -94,6 +94,37 @@ func TestReadmeCommandLinesAreTested(t *testing.T) {
 		} else {
 			t.Logf("README.md:%d %s: run by %s", l.number, l.text, covered)
 		}
+	}
+}
+
+// Every npx the README's code shows (a command line, a client's
+// configuration) runs with -y: without it npx asks before it installs a
+// package, and a client that starts it without a terminal, or a reader
+// who pastes the line into a script, waits for an answer forever.
+func TestReadmeNpxNeverAsks(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	npx := regexp.MustCompile(`\bnpx\s+(\S+)`)
+	inCode, found := false, 0
+	for i, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, "```") {
+			inCode = !inCode && l != "```"
+			continue
+		}
+		if !inCode {
+			continue
+		}
+		for _, m := range npx.FindAllStringSubmatch(l, -1) {
+			found++
+			if m[1] != "-y" {
+				t.Errorf("README.md:%d: npx without -y asks before it installs: %s", i+1, strings.TrimSpace(l))
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("found no npx in the README's code; the parser is broken")
 	}
 }
 
