@@ -394,8 +394,15 @@ func startHTTPAt(t *testing.T, addr string, env []string, args ...string) (strin
 // prints its endpoint URL first on stderr (serve, gateway).
 func startEndpoint(t *testing.T, env []string, args ...string) (string, *exec.Cmd, <-chan string) {
 	t.Helper()
+	return startEndpointIn(t, t.TempDir(), env, args...)
+}
+
+// startEndpointIn is startEndpoint in dir, where the default ledger file
+// goes.
+func startEndpointIn(t *testing.T, dir string, env []string, args ...string) (string, *exec.Cmd, <-chan string) {
+	t.Helper()
 	cmd := exec.Command(binary, args...)
-	cmd.Dir = t.TempDir() // where the default ledger file goes
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

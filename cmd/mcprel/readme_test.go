@@ -74,7 +74,7 @@ func TestReadmeCommandLinesAreTested(t *testing.T) {
 		{regexp.MustCompile(`^bin/mcprel gateway `), "TestReadmeGatewayLines (starts the endpoint its call lines use)"},
 		{regexp.MustCompile(`^bin/mcprel call --url http://127\.0\.0\.1:8081/`), "TestReadmeGatewayLines"},
 		{regexp.MustCompile(`^bin/mcprel (call|review|probe) `), "TestReadmeCallAndReviewLines"},
-		{regexp.MustCompile(`^npx -y @modelcontextprotocol/inspector@`), "internal/interop/inspector TestReadmeInspectorLines"},
+		{regexp.MustCompile(`^npx -y @modelcontextprotocol/inspector@`), "TestReadmeCallAndReviewLines (in order, with the lines after it) and internal/interop/inspector TestReadmeInspectorLines"},
 		{regexp.MustCompile(`^(git clone <this repository> mcprel|cd your-server && go mod init example\.com/your-server|go work init \. \.\./mcprel)$`), "TestReadmeLibrarySetup"},
 	}
 	lines := readmeShellLines(t)
@@ -142,11 +142,15 @@ func readmeLinesWith(t *testing.T, prefix string) []readmeLine {
 	return out
 }
 
-// Every "mcprel call", "mcprel review" and "mcprel probe" command line the README shows
-// works as written, in order, from the repository's root with $PWD a fresh
-// directory, against the endpoint the README's own "mcprel serve --http"
-// line starts where they name http://127.0.0.1:8080/mcp: an example that
-// stops working fails here.
+// Every "mcprel call", "mcprel review" and "mcprel probe" command line the
+// README shows works as written, in order, from the repository's root
+// with $PWD a fresh directory, and so do the Inspector's lines before them
+// (when `npm ci` installed it in internal/interop/inspector): run as a
+// reader runs them, one after the other against one server — the README's
+// "mcprel serve --http" line, started in $PWD, so that its ./mcprel.db is
+// the $PWD/mcprel.db the stdio lines name — where they name
+// http://127.0.0.1:8080/mcp. A line that stops working, or that works only
+// on a database the lines before it did not touch, fails here.
 func TestReadmeCallAndReviewLines(t *testing.T) {
 	dir := t.TempDir()
 	var serve readmeLine
@@ -160,11 +164,15 @@ func TestReadmeCallAndReviewLines(t *testing.T) {
 	if err != nil || len(words) < 4 {
 		t.Fatalf("README.md:%d: %q: %v", serve.number, serve.text, err)
 	}
-	url, _, _ := startHTTPAt(t, words[3], nil, words[4:]...)
+	url, _, _ := startEndpointIn(t, dir, nil, append([]string{"serve", "--http", words[3]}, words[4:]...)...)
+	inspector := readmeInspector(t)
 	var lines []readmeLine
 	for _, l := range readmeShellLines(t) {
 		if strings.Contains(l.text, gatewayURL) {
 			continue // TestReadmeGatewayLines
+		}
+		if strings.HasPrefix(l.text, readmeNpxInspector+" ") {
+			lines = append(lines, l)
 		}
 		for _, cmd := range []string{"call", "review", "probe"} {
 			if strings.HasPrefix(l.text, "bin/mcprel "+cmd+" ") {
@@ -173,7 +181,11 @@ func TestReadmeCallAndReviewLines(t *testing.T) {
 		}
 	}
 	for _, l := range lines {
-		cmdline := strings.NewReplacer("http://127.0.0.1:8080/mcp", url, "$PWD", dir, "bin/mcprel", binary).Replace(l.text)
+		if inspector == "" && strings.HasPrefix(l.text, readmeNpxInspector) {
+			t.Logf("README.md:%d not run: the Inspector is not installed in internal/interop/inspector", l.number)
+			continue
+		}
+		cmdline := strings.NewReplacer(readmeNpxInspector, inspector, "http://127.0.0.1:8080/mcp", url, "$PWD", dir, "bin/mcprel", binary).Replace(l.text)
 		words, err := splitCommand(cmdline)
 		if err != nil {
 			t.Fatalf("README.md:%d: %v", l.number, err)
@@ -189,6 +201,32 @@ func TestReadmeCallAndReviewLines(t *testing.T) {
 		}
 		t.Logf("README.md:%d works: %s", l.number, l.text)
 	}
+}
+
+// readmeNpxInspector is how the README starts the Inspector.
+const readmeNpxInspector = "npx -y @modelcontextprotocol/inspector@2.12.0"
+
+// readmeInspector is the command line that runs the Inspector `npm ci`
+// installed in internal/interop/inspector, pinned to the README's
+// version, standing in for what npx would download: "" when it is not
+// installed, unless MCPREL_REQUIRE_INTEROP=1 makes that a failure.
+func readmeInspector(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("../../internal/interop/inspector/node_modules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := filepath.Join(dir, ".bin", "node")
+	launcher := filepath.Join(dir, "@modelcontextprotocol", "inspector", "clients", "launcher", "build", "index.js")
+	for _, f := range []string{node, launcher} {
+		if _, err := os.Stat(f); err != nil {
+			if os.Getenv("MCPREL_REQUIRE_INTEROP") == "1" {
+				t.Fatalf("the Inspector is not installed: run `npm ci` in internal/interop/inspector (MCPREL_REQUIRE_INTEROP=1): %v", err)
+			}
+			return ""
+		}
+	}
+	return strings.Join(quoted([]string{node, launcher}), " ")
 }
 
 // gatewayURL is the endpoint the README's gateway line serves.
