@@ -62,7 +62,7 @@ func callCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	maxD := fs.Duration("max", client.DefaultMax, "the maximum deadline: one clock, started once connected, for listing the tools (done first, for the arguments' types)\nand the call together, progress or not: its retries and their waits, or with --task every poll and the result, included.\nWhen it fires the request is cancelled; after it, only cleanup: with --task, tasks/cancel (up to 5s; the task may still\ncomplete: read it with tasks/get), and closing the connection (a stdio server gets up to 2s to exit, then 2s after SIGTERM)")
 	retries := fs.Int("retries", 2, "retries after the first attempt, for calls the retry rules allow")
 	key := fs.String("idempotency-key", "", "the operation's idempotency key, sent as arguments.idempotencyKey")
-	autoKey := fs.Bool("auto-key", false, "generate an idempotency key, reused on every retry of this call")
+	autoKey := fs.Bool("auto-key", false, "generate an idempotency key, reused on every retry of this call, and say it on stderr before the call is sent")
 	asTask := fs.Bool("task", false, "run the call as a durable task and poll it to its end")
 	class := fs.String("class", "", `the tool's retry class: "safe" (no effects), "conditional" (deduplicated by its idempotency key) or "unsafe"; default: conditional with a key, unsafe without, or the server's word with --trust-server`)
 	trust := fs.Bool("trust-server", false, "let the server's advertised retry class and annotations decide retries (only for a server you operate)")
@@ -239,7 +239,13 @@ without it, on a terminal the questions are asked there, and otherwise declined`
 	case *key != "":
 		arguments[mcp.ArgIdempotencyKey] = *key
 	case *autoKey:
-		arguments[mcp.ArgIdempotencyKey] = newKey()
+		// Said before the call is sent: the key is the only way to make
+		// the same operation again, or to find out what became of it,
+		// whatever happens to the call or to this process.
+		k := newKey()
+		arguments[mcp.ArgIdempotencyKey] = k
+		fmt.Fprintf(stderr, "mcprel call: --auto-key made the idempotency key %s: to make this call again as the same operation, give --idempotency-key %s; "+
+			"to look it up, the server's lookup_operation, or mcprel ledger show --tool %s --key %s\n", k, k, name, k)
 	}
 	bar := newProgressBar(stderr, *idle)
 	var res *mcp.CallToolResult

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -376,5 +377,30 @@ func TestStderrTailBounds(t *testing.T) {
 	}
 	if tail.size > stderrTailBytes {
 		t.Fatalf("%d bytes kept, over the %d bound", tail.size, stderrTailBytes)
+	}
+}
+
+// --auto-key says the key it made, on one line of stderr before the call
+// is sent, with how to use it: a call made again with that key is the same
+// operation (the server replays it), and the key finds its record.
+func TestCallAutoKeyShowsTheKey(t *testing.T) {
+	url, _ := startHTTP(t, nil)
+	if _, errs, code := mcprelCall(t, "--url", url, "set_stock", "sku=auto", "quantity=5", "expectedVersion=0"); code != 0 {
+		t.Fatalf("set_stock: exit %d\n%s", code, errs)
+	}
+	out, errs, code := mcprelCall(t, "--url", url, "reserve_inventory", "sku=auto", "quantity=2", "--auto-key")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	m := regexp.MustCompile(`(?m)^mcprel call: --auto-key made the idempotency key (k-[a-z0-9]+): .*--idempotency-key ([^\s;]+).*ledger show --tool reserve_inventory --key ([^\s;)]+).*$`).FindStringSubmatch(errs)
+	if m == nil || m[2] != m[1] || m[3] != m[1] {
+		t.Fatalf("stderr does not say the key and how to retry or look it up with it:\n%s", errs)
+	}
+	again, errs, code := mcprelCall(t, "--url", url, "reserve_inventory", "sku=auto", "quantity=2", "--idempotency-key", m[1])
+	if code != 0 || !strings.Contains(again, `"dev.mcprel/replayed": true`) {
+		t.Fatalf("the call made again with the key it printed was not replayed: exit %d\n%s\n%s", code, again, errs)
+	}
+	if reservation := regexp.MustCompile(`"reservationId": "[^"]+"`); reservation.FindString(out) != reservation.FindString(again) {
+		t.Fatalf("the replay is another reservation:\n%s\n%s", out, again)
 	}
 }
