@@ -264,7 +264,7 @@ without it, on a terminal the questions are asked there, and otherwise declined`
 	}
 	bar.done()
 	if err != nil {
-		return callFailure(err)
+		return callFailure(interrupted(c, err))
 	}
 	if perr := printJSON(stdout, res); perr != nil {
 		return perr
@@ -276,6 +276,54 @@ without it, on a terminal the questions are asked there, and otherwise declined`
 }
 
 var errInterrupted = errors.New("interrupted")
+
+// cancelWait bounds how long an interrupted call waits for its
+// cancellation to be written before mcprel call exits: as long as a stdio
+// server gets to exit when the connection closes.
+const cancelWait = client.DefaultStopGrace
+
+// interruptedError is a call ended by Ctrl-C, with what became of the
+// request once mcprel call knew.
+type interruptedError struct {
+	ce   *client.CancelledError
+	said string
+}
+
+func (e *interruptedError) Error() string { return "interrupted: " + e.said }
+func (e *interruptedError) Unwrap() error { return e.ce }
+
+// interrupted says what became of a call err ended by Ctrl-C. A
+// cancellation the client queued without waiting (stdio, a 2025-era HTTP
+// POST) is waited for, up to cancelWait, so that the server is told before
+// mcprel call exits and the message can say whether it was. A second
+// Ctrl-C still exits at once. Any other error is returned as it is.
+func interrupted(c *client.Client, err error) error {
+	var ce *client.CancelledError
+	if !errors.As(err, &ce) || !errors.Is(ce.Cause, errInterrupted) {
+		return err
+	}
+	const unknown = "; whether the server acted on the call before it was cancelled is unknown"
+	e := &interruptedError{ce: ce}
+	switch ce.Cancel {
+	case client.RequestNotSent:
+		e.said = "the request was withdrawn before any of it was sent: the server never saw it"
+	case client.CancelSent:
+		e.said = "the request's stream was closed, which is its cancellation (2026-07-28 HTTP)" + unknown
+	case client.CancelQueued:
+		ctx, cancel := context.WithTimeout(context.Background(), cancelWait)
+		defer cancel()
+		if werr := c.WaitCancellations(ctx); werr != nil {
+			e.said = fmt.Sprintf("the cancellation could not be sent to the server within %v (%v): it may not know the call was cancelled%s", cancelWait, werr, unknown)
+		} else {
+			e.said = "the server was sent notifications/cancelled, and mcprel call waited until it was written" + unknown
+		}
+	case client.CancelNotSent:
+		e.said = "the cancellation could not be sent to the server: it may not know the call was cancelled" + unknown
+	default:
+		return err
+	}
+	return e
+}
 
 // saidAsMax makes a task call's max deadline read as --max: the client
 // timed what the listing left of it, a figure the user never gave. The
