@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -110,6 +112,21 @@ func checkEndpoint(cmd, flagName, endpoint string) error {
 		return usagef("%s: %s %q: the scheme must be http or https, not %q", cmd, flagName, endpoint, u.Scheme)
 	case u.Host == "" || u.Hostname() == "":
 		return usagef("%s: %s %q names no host; give the endpoint's full URL, %s", cmd, flagName, endpoint, example)
+	}
+	return nil
+}
+
+// checkListenAddr refuses, as a mistake in the command line, an address
+// to listen on that is not HOST:PORT with a port from 0 to 65535: one that
+// no system call could bind is the user's to correct, not a failure of
+// the run.
+func checkListenAddr(cmd, flagName, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return usagef("%s: %s wants HOST:PORT, such as 127.0.0.1:8080 (port 0 picks a free one), not %q", cmd, flagName, addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return usagef("%s: %s %q: the port must be a number from 0 to 65535", cmd, flagName, addr)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -115,6 +116,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--max-concurrent", "many"}, `invalid value "many" for flag -max-concurrent`},
 		{[]string{"serve", "--stdio", "--http", "127.0.0.1:0"}, "choose one of --stdio and --http"},
 		{[]string{"serve", "--http", "localhost"}, `--http wants HOST:PORT`},
+		{[]string{"serve", "--http", "127.0.0.1:99999"}, `--http "127.0.0.1:99999": the port must be a number from 0 to 65535`},
+		{[]string{"gateway", "--upstream", "a=x", "--http", "127.0.0.1:-1"}, `--http "127.0.0.1:-1": the port must be a number from 0 to 65535`},
+		{[]string{"serve", "--metrics", "127.0.0.1:70000"}, `--metrics "127.0.0.1:70000": the port must be a number from 0 to 65535`},
 		{[]string{"serve", "--http", "127.0.0.1:0", "--path", "mcp"}, `--path must be a URL path starting with "/"`},
 		{[]string{"serve", "--path", "/x"}, "--path applies to --http only"},
 		{[]string{"serve", "--http", "127.0.0.1:0", "--token", "alice"}, `--token wants TENANT=TOKEN, not "alice"`},
@@ -172,6 +176,34 @@ func TestHelpAndBadFlags(t *testing.T) {
 	for _, flag := range []string{"-retention", "-synchronous"} {
 		if strings.Contains(string(out), flag) {
 			t.Errorf("mcprel ledger show -h lists %s, which a read-only command ignores:\n%s", flag, out)
+		}
+	}
+}
+
+// An address that cannot be listened on (taken, say) is a failure
+// (exit 1) that names it, and leaves nothing behind: the listeners are
+// bound before the database is created.
+func TestListenFailureCreatesNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	taken := ln.Addr().String()
+	for _, args := range [][]string{
+		{"serve", "--http", taken},
+		{"serve", "--http", "127.0.0.1:0", "--metrics", taken},
+		{"gateway", "--upstream", "a=" + binary + " serve --stdio", "--http", taken},
+	} {
+		dir := t.TempDir()
+		cmd := exec.Command(binary, args...)
+		cmd.Dir = dir
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(string(out), taken) {
+			t.Errorf("mcprel %q: exit %d, want 1 and a message naming %s:\n%s", args, code, taken, out)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+			t.Errorf("mcprel %q failed to listen and left %v behind", args, entries)
 		}
 	}
 }
