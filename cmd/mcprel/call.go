@@ -50,7 +50,7 @@ func (e *exitError) Error() string { return e.msg }
 // client runtime's clocks, cancellation and retries.
 func callCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("call", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout)
 	stdioCmd := fs.String("stdio", "", `the server to start and speak to over stdio, as one command line ("mcprel serve --stdio")`)
 	url := fs.String("url", "", "the Streamable HTTP endpoint to call (http://127.0.0.1:PORT/mcp)")
 	var headers listFlag
@@ -582,7 +582,7 @@ func showsServerStderr(err error) bool {
 // callUsage is "mcprel call -h": the forms, the flags, and what each exit
 // status means.
 func callUsage(fs *flag.FlagSet) {
-	fmt.Fprint(fs.Output(), `Usage: mcprel call --stdio "CMD" | --url URL [flags] TOOL [key=value ...] [-- key=value ...]
+	fmt.Fprint(fs.Output(), `usage: mcprel call --stdio "CMD" | --url URL [flags] TOOL [key=value ...] [-- key=value ...]
        mcprel call --stdio "CMD" | --url URL --list
 
 Calls one tool on any MCP server, with an idle and a maximum deadline,

@@ -60,7 +60,7 @@ func TestCallFlagsAnywhere(t *testing.T) {
 // "mcprel call -h" exits 0 and its exit-status table names every status
 // the command uses, with the meaning callFailure gives it.
 func TestCallHelpListsExitStatuses(t *testing.T) {
-	_, errs, code := mcprelCall(t, "-h")
+	errs, _, code := mcprelCall(t, "-h") // the help, on stdout
 	if code != 0 {
 		t.Fatalf("call -h exited %d", code)
 	}

@@ -80,6 +80,17 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// setUsage makes fs's help (-h, --help) its synopsis, a paragraph that
+// says what the command does, and its flags. Help goes to fs.Output(),
+// which each command sets to stdout: asked for, it is the output, not a
+// complaint; mistakes are reported apart, on stderr.
+func setUsage(fs *flag.FlagSet, synopsis, about string) {
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "%s\n\n%s\n\nFlags:\n", synopsis, about)
+		fs.PrintDefaults()
+	}
+}
+
 // printUsage prints fs's help: its own Usage, or the flag package's.
 func printUsage(fs *flag.FlagSet) {
 	if fs.Usage != nil {

@@ -31,7 +31,13 @@ const maxSecretFile = 64 << 10
 // assembles, as serve does.
 func gatewayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout)
+	setUsage(fs, "usage: mcprel gateway --upstream NAME=COMMAND|NAME=URL [--upstream ...] [--stdio | --http ADDR] [flags]",
+		`Serves the tools, resources and prompts of the MCP servers --upstream
+names through mcprel's lifecycle: deadlines, cancellation, progress,
+limits, honest failures, and the ledger for the keyed tools --policy
+names. Exit status: 0 after a graceful shutdown, 1 a failure, 2 a mistake
+in the command line.`)
 	rf := runtimeFlags{cmd: "gateway"}
 	rf.register(fs)
 	var upstreams, tokenEnv, tokenFile, headersFile, envFile listFlag

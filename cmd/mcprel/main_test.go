@@ -208,6 +208,42 @@ func TestListenFailureCreatesNothing(t *testing.T) {
 	}
 }
 
+// Help asked for is the output, not a complaint: -h and --help on every
+// command print to stdout (so that it pipes into a pager), exit 0, and
+// start with the command's synopsis, then a sentence that says what it
+// does, before its flags.
+func TestHelpGoesToStdout(t *testing.T) {
+	for _, cmd := range [][]string{{"serve"}, {"gateway"}, {"call"}, {"review"}, {"probe"}, {"demo"}, {"ledger", "show"}, {"ledger", "resolve"}} {
+		for _, h := range []string{"-h", "--help"} {
+			c := exec.Command(binary, append(cmd, h)...)
+			var out, errb bytes.Buffer
+			c.Stdout, c.Stderr = &out, &errb
+			c.Run()
+			name := strings.Join(cmd, " ")
+			lines := strings.Split(out.String(), "\n")
+			if code := c.ProcessState.ExitCode(); code != 0 || errb.Len() > 0 {
+				t.Errorf("mcprel %s %s: exit %d, stderr %q; want 0 and nothing on stderr", name, h, code, errb.String())
+			}
+			if !strings.HasPrefix(lines[0], "usage: mcprel "+name+" ") {
+				t.Errorf("mcprel %s %s: the help starts with %q, want the synopsis \"usage: mcprel %s ...\"", name, h, lines[0], name)
+			}
+			sentence := ""
+			for i, l := range lines {
+				if l == "" && i+1 < len(lines) {
+					sentence = lines[i+1]
+					break
+				}
+			}
+			if sentence == "" || strings.HasPrefix(strings.TrimSpace(sentence), "-") {
+				t.Errorf("mcprel %s %s: no sentence after the synopsis:\n%s", name, h, out.String())
+			}
+			if !strings.Contains(out.String(), "  -") {
+				t.Errorf("mcprel %s %s lists no flags:\n%s", name, h, out.String())
+			}
+		}
+	}
+}
+
 // A database that cannot be opened is a failure (exit 1) that says why.
 func TestDatabaseErrors(t *testing.T) {
 	dir := t.TempDir()

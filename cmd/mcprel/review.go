@@ -25,7 +25,7 @@ const exitRefused = 20
 // policy file describes, or of every tool a running server advertises.
 func reviewCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("review", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout)
 	asJSON := fs.Bool("json", false, "write the report as JSON instead of Markdown")
 	fromServer := fs.String("from-server", "", "review every tool of the Streamable HTTP server at this URL, from what it advertises")
 	stdioCmd := fs.String("stdio", "", `review every tool of the server this command starts, over stdio ("mcprel serve --stdio")`)
@@ -34,7 +34,7 @@ func reviewCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	token := fs.String("token", "", "with --from-server: a bearer token to send (or set MCPREL_TOKEN)")
 	passStderr := fs.Bool("server-stderr", false, "with --stdio: pass the server's stderr through as it comes; by default only its last lines are shown, when the review cannot be made")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: mcprel review POLICY [--json]
+		fmt.Fprint(fs.Output(), `usage: mcprel review POLICY [--json]
        mcprel review --from-server URL [--json]
        mcprel review --stdio "CMD" [--json]
 
@@ -44,6 +44,7 @@ POLICY is a YAML or JSON file (docs/review.md). Exit status: 0 every
 operation is production ready, 20 at least one is refused, 1 the policy
 is invalid or the server unreachable, 2 a mistake in the command line.
 
+Flags:
 `)
 		fs.PrintDefaults()
 	}

@@ -28,7 +28,12 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 // shutdown order) lives in package host.
 func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout)
+	setUsage(fs, "usage: mcprel serve [--stdio | --http ADDR] [flags]",
+		`Serves the demo tools and the ledger's over stdio (the default) or
+Streamable HTTP, with the ledger in ./mcprel.db (--db another file or a
+postgres:// URL). Exit status: 0 after a graceful shutdown, 1 a failure,
+2 a mistake in the command line.`)
 	rf := runtimeFlags{cmd: "serve"}
 	rf.register(fs)
 	var of outboxFlags
