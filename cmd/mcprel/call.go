@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -56,7 +58,8 @@ func callCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	var headers listFlag
 	fs.Var(&headers, "header", `an HTTP header to send, "Name: value" (repeatable)`)
 	token := fs.String("token", "", "a bearer token to send (or set MCPREL_TOKEN)")
-	list := fs.Bool("list", false, "list the server's tools with their input schemas instead of calling one")
+	list := fs.Bool("list", false, "list the server's tools instead of calling one: each with its arguments (optional ones marked ?) and the first sentence of its description")
+	asJSON := fs.Bool("json", false, "with --list: print the tools as the server lists them, as JSON, their input and output schemas included")
 	argsJSON := fs.String("args", "", "the arguments as one JSON object (instead of key=value pairs)")
 	idle := fs.Duration("idle", client.DefaultIdle, "the idle deadline: the longest the call may go without increasing progress;\nwith --task, the longest the task may go without news: its lastUpdatedAt advancing (a checkpoint)\nor its status or status message changing")
 	maxD := fs.Duration("max", client.DefaultMax, "the maximum deadline: one clock, started once connected, for listing the tools (done first, for the arguments' types)\nand the call together, progress or not: its retries and their waits, or with --task every poll and the result, included.\nWhen it fires the request is cancelled; after it, only cleanup: with --task, tasks/cancel (up to 5s; the task may still\ncomplete: read it with tasks/get), and closing the connection (a stdio server gets up to 2s to exit, then 2s after SIGTERM)")
@@ -141,6 +144,9 @@ without it, on a terminal the questions are asked there, and otherwise declined`
 	if !*list && len(positional) == 0 {
 		return usagef("call: name the tool to call (or --list)")
 	}
+	if *asJSON && !*list {
+		return usagef("call: --json goes with --list (a call's result is printed as JSON already)")
+	}
 
 	// The first Ctrl-C cancels the call the transport's way; a second
 	// exits at once.
@@ -223,7 +229,10 @@ without it, on a terminal the questions are asked there, and otherwise declined`
 		if err != nil {
 			return callFailure(err)
 		}
-		return printJSON(stdout, tools)
+		if *asJSON {
+			return printJSON(stdout, tools)
+		}
+		return printToolList(stdout, tools)
 	}
 	name := positional[0]
 	tool, arguments, err := buildArguments(maxCtx, c, name, *argsJSON, positional[1:])
@@ -412,6 +421,60 @@ func buildArguments(ctx context.Context, c *client.Client, name, argsJSON string
 		args[k] = val
 	}
 	return tool, args, nil
+}
+
+// printToolList prints each tool on a short block, for a reader: its name
+// and its arguments in the schema's order (optional ones marked "?", as
+// the README writes them), then the first sentence of its description.
+// The schemas themselves are --list --json's.
+func printToolList(w io.Writer, tools []mcp.Tool) error {
+	var b strings.Builder
+	for _, t := range tools {
+		fmt.Fprintf(&b, "%s {%s}\n", t.Name, strings.Join(argumentNames(t.InputSchema), ", "))
+		if s := firstSentence(cmp.Or(t.Description, t.Title)); s != "" {
+			fmt.Fprintf(&b, "    %s\n", s)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// argumentNames are the top-level properties of an input schema, in its
+// order, an optional one (not in "required") followed by "?".
+func argumentNames(schema json.RawMessage) []string {
+	var s struct {
+		Properties json.RawMessage `json:"properties"`
+		Required   []string        `json:"required"`
+	}
+	if json.Unmarshal(schema, &s) != nil || len(s.Properties) == 0 {
+		return nil
+	}
+	var names []string
+	jsonrpc.Members(s.Properties, func(k, _ []byte) bool {
+		name := string(k)
+		if !slices.Contains(s.Required, name) {
+			name += "?"
+		}
+		names = append(names, name)
+		return true
+	})
+	return names
+}
+
+// maxSentence bounds the description --list shows for a tool.
+const maxSentence = 160
+
+// firstSentence is the first sentence of a description, on one line, at
+// most maxSentence characters.
+func firstSentence(d string) string {
+	d = strings.Join(strings.Fields(d), " ")
+	if i := strings.Index(d, ". "); i >= 0 {
+		d = d[:i+1]
+	}
+	if r := []rune(d); len(r) > maxSentence {
+		d = string(r[:maxSentence-1]) + "…"
+	}
+	return d
 }
 
 // propertyTypes reads the type of each top-level property of a schema.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
@@ -403,4 +405,58 @@ func TestCallAutoKeyShowsTheKey(t *testing.T) {
 	if reservation := regexp.MustCompile(`"reservationId": "[^"]+"`); reservation.FindString(out) != reservation.FindString(again) {
 		t.Fatalf("the replay is another reservation:\n%s\n%s", out, again)
 	}
+}
+
+// --list is for a reader: each tool on a short block — its name and
+// arguments (required ones bare, optional ones with "?") on a line, then
+// the first sentence of its description — not every schema in full;
+// --list --json prints the tools as the server lists them, schemas
+// included, for a program.
+func TestCallListNamesAndDescribes(t *testing.T) {
+	url, _ := startHTTP(t, nil)
+	out, errs, code := mcprelCall(t, "--url", url, "--list")
+	if code != 0 {
+		t.Fatalf("--list: exit %d\n%s", code, errs)
+	}
+	tools := listTools(t, url)
+	if lines := strings.Count(out, "\n"); lines > 2*len(tools)+2 {
+		t.Errorf("--list printed %d lines for %d tools:\n%s", lines, len(tools), out)
+	}
+	for _, want := range []string{
+		"charge_account {account, cents, idempotencyKey?}\n    Charges cents to an account and writes a receipt.\n",
+		"echo {text}\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--list lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "inputSchema") {
+		t.Errorf("--list printed schemas:\n%s", out)
+	}
+	out, errs, code = mcprelCall(t, "--url", url, "--list", "--json")
+	var listed []struct {
+		Name        string          `json:"name"`
+		InputSchema json.RawMessage `json:"inputSchema"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &listed) != nil || len(listed) != len(tools) || len(listed[0].InputSchema) == 0 {
+		t.Fatalf("--list --json: exit %d, want every tool with its schema as JSON:\n%s\n%s", code, out, errs)
+	}
+	if _, errs, code := mcprelCall(t, "--url", url, "--json", "echo", "text=x"); code != exitUsage || !strings.Contains(errs, "--json goes with --list") {
+		t.Errorf("--json without --list: exit %d\n%s", code, errs)
+	}
+}
+
+// listTools lists the tools of the server at url, through package client.
+func listTools(t *testing.T, url string) []mcp.Tool {
+	t.Helper()
+	c, err := client.DialHTTP(context.Background(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tools, err := c.ListTools(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tools
 }

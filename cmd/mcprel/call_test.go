@@ -63,7 +63,7 @@ func TestCallExitCodes(t *testing.T) {
 				{"idle deadline", []string{"--idle", "200ms", "slow_count", "steps=5", "intervalMs=1000"}, exitIdle, "idle deadline"},
 				{"max deadline", []string{"--max", "300ms", "slow_count", "steps=50", "intervalMs=100"}, exitMax, "max deadline"},
 				{"bad argument", []string{"slow_count", "steps=three"}, exitUsage, "not an integer"},
-				{"list", []string{"--list"}, 0, `"generate_report"`},
+				{"list", []string{"--list"}, 0, "generate_report {rows, stepMs?}"},
 				{"task", []string{"--task", "generate_report", "rows=3", "stepMs=10"}, 0, `"rows": 3`},
 			} {
 				t.Run(tc.name, func(t *testing.T) {
