@@ -208,6 +208,9 @@ without it, on a terminal the questions are asked there, and otherwise declined`
 	}()
 	c, err := connect(ctx, *stdioCmd, *url, opts, serverStderr)
 	if err != nil {
+		if nf := notFoundAt("call", *url, err); nf != nil {
+			return nf
+		}
 		return connectFailure(err)
 	}
 	defer c.Close()
@@ -657,7 +660,8 @@ arguments; everything after "--" is a tool argument.
 Exit status:
   0   the tool succeeded
   1   another failure (the --metrics-file could not be written, ...)
-  2   a mistake in the command line (a flag, a value, the URL)
+  2   a mistake in the command line (a flag, a value, the URL: one the
+      server answers with 404 serves no MCP endpoint)
   10  the tool reported a failure (isError); the result is printed
   11  the server refused the request (a JSON-RPC error)
   12  the idle deadline fired: no increasing progress for --idle

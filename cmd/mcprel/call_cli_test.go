@@ -460,3 +460,18 @@ func listTools(t *testing.T, url string) []mcp.Tool {
 	}
 	return tools
 }
+
+// A URL whose path the server answers with 404 is a mistake in the URL
+// (exit 2), said as such: the server was reached, and serves nothing
+// there; the message names the path mcprel serves its endpoint at.
+func TestWrongPathSaysTheServerAnswered404(t *testing.T) {
+	url, _ := startHTTP(t, nil)
+	wrong := strings.TrimSuffix(url, "/mcp") + "/wrong"
+	want := "the server at " + wrong + " answered HTTP 404 (Not Found): it serves no MCP endpoint at that URL; mcprel serves its endpoint at /mcp: " + url
+	if _, errs, code := mcprelCall(t, "--url", wrong, "echo", "text=x"); code != exitUsage || !strings.Contains(errs, "call: "+want) || strings.Contains(errs, "reach") {
+		t.Errorf("call --url %s: exit %d, want %d and %q:\n%s", wrong, code, exitUsage, want, errs)
+	}
+	if _, errs, code := runReview("--from-server", wrong); code != exitUsage || !strings.Contains(errs, "review: "+want) || strings.Contains(errs, "reach") {
+		t.Errorf("review --from-server %s: exit %d, want %d and %q:\n%s", wrong, code, exitUsage, want, errs)
+	}
+}

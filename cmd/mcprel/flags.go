@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/host"
 )
 
 // parseArgs parses args into fs with the flags anywhere among the
@@ -125,6 +129,24 @@ func checkEndpoint(cmd, flagName, endpoint string) error {
 		return usagef("%s: %s %q names no host; give the endpoint's full URL, %s", cmd, flagName, endpoint, example)
 	}
 	return nil
+}
+
+// notFoundAt is, for a connection to endpoint that failed because the
+// server answered HTTP 404, a mistake in the command line that says so
+// (nil for any other failure): the server was reached and serves no MCP
+// endpoint at that path, so there is no connection to look into, only
+// the URL to correct — with the path mcprel serves its own at.
+func notFoundAt(cmd, endpoint string, err error) error {
+	var se *client.StatusError
+	if !errors.As(err, &se) || se.Status != http.StatusNotFound {
+		return nil
+	}
+	hint := "check the URL's path"
+	if u, perr := url.Parse(endpoint); perr == nil && u.Path != host.DefaultPath {
+		u.Path, u.RawPath, u.RawQuery, u.Fragment = host.DefaultPath, "", "", ""
+		hint = "mcprel serves its endpoint at " + host.DefaultPath + ": " + u.String()
+	}
+	return usagef("%s: the server at %s answered HTTP 404 (Not Found): it serves no MCP endpoint at that URL; %s", cmd, endpoint, hint)
 }
 
 // checkListenAddr refuses, as a mistake in the command line, an address

@@ -148,6 +148,9 @@ func policyFromServer(ctx context.Context, endpoint, command string, headers []s
 		c, err = client.DialStdio(ctx, words, opts)
 	}
 	if err != nil {
+		if nf := notFoundAt("review", endpoint, err); nf != nil {
+			return nil, nf
+		}
 		return nil, fmt.Errorf("review: connecting: %w", err)
 	}
 	defer c.Close()
