@@ -67,6 +67,13 @@ type Upstream struct {
 	// own limits and each tenant's. Zero fields set no bound of their
 	// own.
 	Limits server.Limits
+	// KeepNames keeps this upstream's tool and prompt names as it lists
+	// them when there are several upstreams, whose names otherwise all
+	// become NAME_name: adding an upstream then renames none of this
+	// one's. A name of its that begins with an upstream's name and "_"
+	// is prefixed after all, so that no two names meet. At most one
+	// upstream keeps its names.
+	KeepNames bool
 }
 
 var upstreamName = regexp.MustCompile(`^[A-Za-z0-9-]{1,32}$`)
@@ -336,6 +343,7 @@ func CheckUpstreams(ups []Upstream) ([]Upstream, error) {
 	}
 	out := append([]Upstream(nil), ups...)
 	seen := map[string]bool{}
+	keeper := ""
 	for i := range out {
 		u := &out[i]
 		if err := u.check(); err != nil {
@@ -345,6 +353,12 @@ func CheckUpstreams(ups []Upstream) ([]Upstream, error) {
 			return nil, fmt.Errorf("gateway: two upstreams are named %q", u.Name)
 		}
 		seen[u.Name] = true
+		if u.KeepNames && keeper != "" {
+			return nil, fmt.Errorf("gateway: upstreams %q and %q both keep their names: only one upstream may keep its names, or two could list the same one", keeper, u.Name)
+		}
+		if u.KeepNames {
+			keeper = u.Name
+		}
 	}
 	return out, nil
 }

@@ -109,6 +109,9 @@ func TestGatewayUsageErrors(t *testing.T) {
 		{[]string{"--upstream", "a=cat", "--upstream-limits", "a=rate=NaN"}, nil, "--upstream-limits a: rate=NaN: want a number of at least 0"},
 		{[]string{"--upstream", "a=cat", "--upstream-limits", "a=rate=Inf"}, nil, "--upstream-limits a: rate=Inf: want a number of at least 0"},
 		{[]string{"--upstream", "a=cat", "--upstream-limits", "b=concurrent=1"}, nil, `--upstream-limits names upstream "b"`},
+		// --upstream-keep-names
+		{[]string{"--upstream", "a=cat", "--upstream-keep-names", "b"}, nil, `--upstream-keep-names names upstream "b", which no --upstream defines`},
+		{[]string{"--upstream", "a=cat", "--upstream", "b=cat", "--upstream-keep-names", "a", "--upstream-keep-names", "b"}, nil, "only one upstream may keep its names"},
 		// the rest
 		{[]string{"--upstream", "a=cat", "--max-upstream-sessions", "0"}, nil, "--max-upstream-sessions must be at least 1"},
 		{[]string{"--upstream", "a=cat", "--input-wait", "0s"}, nil, "--input-wait must be positive"},
@@ -201,6 +204,25 @@ func TestGatewayHTTPInFrontOfServe(t *testing.T) {
 	// The downstream's token opens the gateway only, not the upstream.
 	if code := scrape(t, upMetrics, "downstream-token"); code != http.StatusUnauthorized {
 		t.Fatalf("the upstream's metrics with the downstream's token: %d, want %d", code, http.StatusUnauthorized)
+	}
+}
+
+// A second --upstream prefixes every name with its upstream's, the
+// first's included, unless --upstream-keep-names keeps one upstream's
+// names as they were: a client of the first gateway goes on calling echo.
+func TestGatewayKeepNames(t *testing.T) {
+	first, _ := startHTTP(t, nil)
+	second, _ := startHTTP(t, nil)
+	gw, _, _ := startEndpoint(t, nil, "gateway", "--http", "127.0.0.1:0", "--upstream", "first="+first, "--upstream", "second="+second,
+		"--upstream-keep-names", "first", "--db", filepath.Join(t.TempDir(), "gw.db"))
+	out, errs, code := mcprelCall(t, "--url", gw, "--list")
+	if code != 0 || !strings.Contains(out, "\necho {text}\n") || !strings.Contains(out, "\nsecond_echo {text}\n") || strings.Contains(out, "first_echo") {
+		t.Fatalf("--list through the gateway: exit %d, want echo kept and second_echo prefixed:\n%s\n%s", code, out, errs)
+	}
+	for _, tool := range []string{"echo", "second_echo"} {
+		if out, errs, code := mcprelCall(t, "--url", gw, tool, "text=kept"); code != 0 || !strings.Contains(out, `"text": "kept"`) {
+			t.Errorf("%s through the gateway: exit %d\n%s\n%s", tool, code, out, errs)
+		}
 	}
 }
 
