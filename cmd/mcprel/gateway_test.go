@@ -287,3 +287,46 @@ func hasMetricLine(body string, frags []string) bool {
 	}
 	return false
 }
+
+// What a call forwards (a file's contents, a message) is its caller's:
+// the gateway's request line holds the arguments only at --log-level
+// debug, never at the default info.
+func TestGatewayLogsArgumentsAtDebugOnly(t *testing.T) {
+	up, _ := startHTTP(t, nil)
+	for _, level := range []string{"info", "debug"} {
+		gw, _, log := startEndpoint(t, nil, "gateway", "--http", "127.0.0.1:0", "--upstream", "demo="+up, "--log-level", level,
+			"--db", filepath.Join(t.TempDir(), "gw.db"))
+		if out, errs, code := mcprelCall(t, "--url", gw, "echo", "text=the-callers-words"); code != 0 {
+			t.Fatalf("echo through the gateway: exit %d\n%s\n%s", code, out, errs)
+		}
+		line := awaitLogLine(t, log, "msg=request", "tool=echo")
+		if has := strings.Contains(line, "the-callers-words"); has != (level == "debug") {
+			t.Errorf("--log-level %s: the request line %q; want the arguments at debug only", level, line)
+		}
+	}
+}
+
+// awaitLogLine returns the first line from log holding every one of
+// frags, within 20 seconds (a safety net: the line comes once the
+// request ended).
+func awaitLogLine(t *testing.T, log <-chan string, frags ...string) string {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case line, ok := <-log:
+			if !ok {
+				t.Fatalf("the log ended without a line holding %q", frags)
+			}
+			all := true
+			for _, f := range frags {
+				all = all && strings.Contains(line, f)
+			}
+			if all {
+				return line
+			}
+		case <-timeout:
+			t.Fatalf("no log line holds %q", frags)
+		}
+	}
+}

@@ -69,7 +69,7 @@ func (f *runtimeFlags) register(fs *flag.FlagSet) {
 	f.keepAlive = fs.Duration("keepalive", streamhttp.DefaultKeepAlive, "comment line cadence on quiet SSE streams")
 	f.limits.register(fs)
 	f.grace = fs.Duration("shutdown-grace", 10*time.Second, "on SIGINT/SIGTERM, how long running calls may finish before they are cancelled")
-	f.logLevel = fs.String("log-level", "info", "debug, info, warn or error")
+	f.logLevel = fs.String("log-level", "info", "debug, info, warn or error; each call's arguments are on its request line at debug only")
 	f.logFormat = fs.String("log-format", "text", "text or json (log lines go to stderr)")
 	f.db.register(fs)
 	f.metricsAddr = fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics on a listener of their own (e.g. 127.0.0.1:9464)")
