@@ -1,12 +1,10 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -493,52 +491,6 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
-
-// stderrLog turns a stdio upstream's stderr into log lines, each named by
-// the upstream. A line longer than maxStderrLine is cut: an upstream that
-// writes without newlines cannot grow the gateway's memory.
-type stderrLog struct {
-	log *slog.Logger
-	mu  sync.Mutex
-	buf []byte
-}
-
-const maxStderrLine = 4096
-
-func (s *stderrLog) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := len(p)
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			room := maxStderrLine - len(s.buf)
-			if len(p) > room {
-				s.buf = append(s.buf, p[:room]...)
-				s.flush()
-				p = p[room:]
-				continue
-			}
-			s.buf = append(s.buf, p...)
-			break
-		}
-		take := p[:i]
-		if len(s.buf)+len(take) > maxStderrLine {
-			take = take[:max(0, maxStderrLine-len(s.buf))]
-		}
-		s.buf = append(s.buf, take...)
-		s.flush()
-		p = p[i+1:]
-	}
-	return n, nil
-}
-
-func (s *stderrLog) flush() {
-	s.log.Info("upstream stderr", "line", string(s.buf))
-	s.buf = s.buf[:0]
-}
-
-var _ io.Writer = (*stderrLog)(nil)
 
 func clip(b []byte, n int) []byte {
 	if len(b) > n {
