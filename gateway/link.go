@@ -274,8 +274,15 @@ func (l *link) dial(ctx context.Context, tenant string) (*client.Client, error) 
 // unattributed answers a request the upstream sent that belongs to no
 // call the gateway can name (stdio carries no association, and requests
 // arrive outside any call): it is refused, never shown to an arbitrary
-// downstream client.
+// downstream client — except roots/list, answered with no roots.
 func (l *link) unattributed(ctx context.Context, method string, _ json.RawMessage) (any, error) {
+	if method == mcp.MethodListRoots {
+		// Asked at start-up by many servers, which report a refusal as a
+		// failure at every start: the gateway has no roots of its own and
+		// no client is asking, so the quiet answer is none.
+		l.log.Debug("gateway: answered the upstream's roots/list outside a call: no roots")
+		return json.RawMessage(`{"roots":[]}`), nil
+	}
 	l.log.Debug("gateway: refused a request the upstream sent outside a call it can attribute", "method", method)
 	return nil, jsonrpc.NewError(jsonrpc.CodeMethodNotFound,
 		"the gateway relays %s only during a call it can attribute to one downstream client", method)

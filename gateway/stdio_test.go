@@ -35,6 +35,8 @@ func TestMain(m *testing.M) {
 		serveLateUpstream()
 	case "crash":
 		serveCrashingUpstream()
+	case "roots":
+		serveRootsUpstream()
 	default:
 		serveStdioUpstream()
 	}
