@@ -128,6 +128,38 @@ func TestReadmeNpxNeverAsks(t *testing.T) {
 	}
 }
 
+// The shell lines of the README and docs/ run the binary the README
+// builds (bin/mcprel, after its go build line) or go run ./cmd/mcprel —
+// never a bare mcprel, which nothing installs on the reader's PATH.
+func TestDocsRunTheBinaryTheReadmeBuilds(t *testing.T) {
+	docs, _ := filepath.Glob("../../docs/*.md")
+	bare := regexp.MustCompile(`(^|[\s"'])mcprel\s`)
+	checked := 0
+	for _, file := range append(docs, "../../README.md") {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inBlock := false
+		for i, l := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(l, "```") {
+				inBlock = l == "```sh"
+				continue
+			}
+			if !inBlock || strings.HasPrefix(strings.TrimSpace(l), "#") {
+				continue
+			}
+			checked++
+			if code, _, _ := strings.Cut(l, " #"); bare.MatchString(code) {
+				t.Errorf("%s:%d runs a bare mcprel, which nothing installs: %s", strings.TrimPrefix(file, "../../"), i+1, l)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("found no shell lines; the parser is broken")
+	}
+}
+
 // readmeLinesWith returns the README's command lines that start with prefix.
 func readmeLinesWith(t *testing.T, prefix string) []readmeLine {
 	var out []readmeLine
