@@ -274,13 +274,18 @@ func (l *link) dial(ctx context.Context, tenant string) (*client.Client, error) 
 // unattributed answers a request the upstream sent that belongs to no
 // call the gateway can name (stdio carries no association, and requests
 // arrive outside any call): it is refused, never shown to an arbitrary
-// downstream client — except roots/list, answered with no roots.
+// downstream client — except roots/list while no call is in flight,
+// answered with no roots.
 func (l *link) unattributed(ctx context.Context, method string, _ json.RawMessage) (any, error) {
-	if method == mcp.MethodListRoots {
+	l.mu.Lock()
+	idle := l.inflight == 0
+	l.mu.Unlock()
+	if method == mcp.MethodListRoots && idle {
 		// Asked at start-up by many servers, which report a refusal as a
 		// failure at every start: the gateway has no roots of its own and
-		// no client is asking, so the quiet answer is none.
-		l.log.Debug("gateway: answered the upstream's roots/list outside a call: no roots")
+		// no call is in flight to ask for, so the quiet answer is none.
+		// (With calls in flight it may be asking for one: refused.)
+		l.log.Debug("gateway: answered the upstream's roots/list outside any call: no roots")
 		return json.RawMessage(`{"roots":[]}`), nil
 	}
 	l.log.Debug("gateway: refused a request the upstream sent outside a call it can attribute", "method", method)
