@@ -211,6 +211,10 @@ func TestGatewayHTTPInFrontOfServe(t *testing.T) {
 // first's included, unless --upstream-keep-names keeps one upstream's
 // names as they were: a client of the first gateway goes on calling echo.
 func TestGatewayKeepNames(t *testing.T) {
+	help, _ := exec.Command(binary, "gateway", "-h").Output()
+	if !strings.Contains(string(help), "adding a second renames the first's tools, unless --upstream-keep-names keeps them") {
+		t.Errorf("gateway -h does not say that a second --upstream renames the first's tools:\n%s", help)
+	}
 	first, _ := startHTTP(t, nil)
 	second, _ := startHTTP(t, nil)
 	gw, _, _ := startEndpoint(t, nil, "gateway", "--http", "127.0.0.1:0", "--upstream", "first="+first, "--upstream", "second="+second,
