@@ -30,6 +30,7 @@ type catalog struct {
 
 type entry struct {
 	link *link
+	up   string            // the upstream's own name (or URI) for it
 	def  [sha256.Size]byte // of the definition registered, as JSON: a changed one is registered again
 }
 
@@ -168,7 +169,7 @@ func serveListing[T any](g *Gateway, l *link, ls listing[T], items []T) {
 			}
 			continue
 		}
-		ls.entries[down] = entry{link: l, def: def}
+		ls.entries[down] = entry{link: l, up: up, def: def}
 	}
 	for down, e := range ls.entries {
 		if e.link == l && !seen[down] {
@@ -270,6 +271,22 @@ func (g *Gateway) syncTemplates(l *link, templates []mcp.ResourceTemplate) {
 		},
 		remove: func(uri string) { g.srv.RemoveResourceTemplate(uri) },
 	}, templates)
+}
+
+// upstreamKeyOf is the key the upstream is sent for tenant's call of the
+// conditional tool it serves as name with key (upstreamKey); "" for a
+// tool that is not conditional, or not served.
+func (g *Gateway) upstreamKeyOf(tenant, name, key string) string {
+	if g.opts.Policy.forTool(name).Retry != server.RetryConditional {
+		return ""
+	}
+	g.mu.Lock()
+	e, ok := g.catalog.tools[name]
+	g.mu.Unlock()
+	if !ok {
+		return ""
+	}
+	return upstreamKey(tenant, e.up, key)
 }
 
 // ownsResource reports whether a resource updated upstream is one l

@@ -17,6 +17,7 @@ import (
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/retry"
 	"github.com/mcprel/mcprel/server"
@@ -131,6 +132,9 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, upTasks upstreamT
 			if hold {
 				args = json.RawMessage(bytes.Clone(call.Arguments)) // a held call outlives the request's frame
 			}
+		}
+		if key := idempotency.Key(call); key != "" && tp.Retry == server.RetryConditional {
+			args = withUpstreamKey(args, o.Meta, tp.keyArgument(), upstreamKey(call.Tenant, upstreamTool, key))
 		}
 		if hold {
 			h := l.g.hold(call, l.up.Name, sink)
@@ -389,6 +393,41 @@ func neverRan(err error, outcome Outcome) bool {
 		return se.Status >= 400 && se.Status < 500 && se.Status != http.StatusRequestTimeout && se.Status != http.StatusConflict
 	}
 	return false
+}
+
+// upstreamKey is the idempotency key an upstream is sent for a keyed
+// call of tenant's to its tool upstreamTool: never the caller's key, which
+// is the tenant's alone, but one derived from the tenant, the tool as the
+// upstream names it, and the caller's key (ledger.DerivedKey). Two tenants
+// who choose one key send two keys, so an upstream that deduplicates by
+// the key never answers one tenant with another's result; every retry of
+// one tenant's call sends the same key, so it still deduplicates those.
+func upstreamKey(tenant, upstreamTool, key string) string {
+	return ledger.DerivedKey(tenant, upstreamTool, key)
+}
+
+// withUpstreamKey is args with the key argument arg, where the caller put
+// its key, holding key instead; meta, the _meta that goes upstream, gets
+// the same where the caller put its key there. args is the call's raw
+// arguments (or nil): the rest of them pass as they came.
+func withUpstreamKey(args any, meta map[string]any, arg, key string) any {
+	if _, ok := meta[mcp.MetaIdempotencyKey]; ok {
+		meta[mcp.MetaIdempotencyKey] = key
+	}
+	raw, _ := args.(json.RawMessage)
+	var members map[string]json.RawMessage
+	if json.Unmarshal(raw, &members) != nil {
+		return args
+	}
+	if _, ok := members[arg]; !ok {
+		return args
+	}
+	members[arg], _ = json.Marshal(key)
+	out, err := json.Marshal(members)
+	if err != nil {
+		return args
+	}
+	return json.RawMessage(out)
 }
 
 // callTool calls the upstream's tool and returns its result to pass on

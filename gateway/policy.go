@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
 	"github.com/mcprel/mcprel/idempotency"
+	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/retry"
 	"github.com/mcprel/mcprel/review"
 	"github.com/mcprel/mcprel/server"
@@ -78,6 +80,9 @@ const (
 	TaskOptional
 	TaskRequired
 )
+
+// keyArgument is the argument that carries a conditional tool's key.
+func (tp ToolPolicy) keyArgument() string { return cmp.Or(tp.KeyArgument, mcp.ArgIdempotencyKey) }
 
 // retryClass is the class the gateway's own retries of the tool are
 // planned by: a keyed tool forwarded at most once may be sent again only
