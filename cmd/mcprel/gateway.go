@@ -16,9 +16,11 @@ import (
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/host"
 	"github.com/mcprel/mcprel/internal/argv"
 	"github.com/mcprel/mcprel/review"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/store"
 )
 
 // maxSecretFile bounds a credentials file (a token, headers, an
@@ -86,6 +88,10 @@ func gatewayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if *inputWait <= 0 {
 		return usagef("gateway: --input-wait must be positive, not %v", *inputWait)
 	}
+	opts, err := rf.options(ctx, fs, stdin, stdout, stderr)
+	if err != nil {
+		return err
+	}
 	var policy *gateway.Policy
 	if *policyFile != "" {
 		data, err := readSmallFile(*policyFile, maxSecretFile)
@@ -96,13 +102,9 @@ func gatewayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		if err != nil {
 			return usagef("gateway: --policy: %v", err)
 		}
-		if policy, err = gateway.PolicyFromReview(rp); err != nil {
+		if policy, err = gateway.PolicyFromReview(rp, rf.gatewayFacts(opts)); err != nil {
 			return usagef("gateway: --policy %s: %v", *policyFile, strings.TrimPrefix(err.Error(), "gateway: "))
 		}
-	}
-	opts, err := rf.options(ctx, fs, stdin, stdout, stderr)
-	if err != nil {
-		return err
 	}
 	opts.Implementation.Name = "mcprel-gateway"
 	opts.Gateway = &gateway.Options{Upstreams: ups, Policy: policy, MaxSessions: *maxSessions, InputWait: *inputWait,
@@ -116,6 +118,19 @@ func gatewayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 	defer stop()
 	return rt.Run(ctx)
+}
+
+// gatewayFacts are what this gateway decides of every tool it forwards,
+// for its policy to be completed and reviewed as it runs.
+func (f *runtimeFlags) gatewayFacts(opts *host.Options) gateway.Facts {
+	facts := gateway.Facts{Transport: "stdio", Store: "sqlite", KeepAlive: *f.keepAlive}
+	if *f.httpAddr != "" {
+		facts.Transport = "streamable-http"
+	}
+	if store.IsPostgres(opts.DB) {
+		facts.Store = "postgres"
+	}
+	return facts
 }
 
 // tokenVars are the variables --upstream-token-env names: an HTTP

@@ -36,6 +36,9 @@ func TestGatewayUsageErrors(t *testing.T) {
 	badEnv := write("bad-env", "# a comment\nAPI_KEY=secret-env\nnot a line secret-line\n")
 	spacedKey := write("spaced-key", "API KEY=secret-env\n")
 	maxNone := write("policy.yaml", "operations:\n  - name: echo\n    deadlines:\n      idle_timeout: 5s\n      max_timeout: none\n")
+	noGuard := write("no-guard.yaml", "operations:\n  - name: send\n    semantics: {kind: mutation}\n    idempotency: {key: required}\n")
+	keyUnsaid := write("key-unsaid.yaml", "operations:\n  - name: send\n    semantics: {kind: mutation}\n")
+	otherStore := write("other-store.yaml", "operations:\n  - name: send\n    semantics: {kind: mutation}\n    idempotency: {key: required, external_effect_guard: at_most_once, store: {kind: postgres}}\n")
 	badYAML := write("bad.yaml", "operations: [\n  - name: echo\n")
 	unknownField := write("unknown.yaml", "operations:\n  - name: echo\n    bogus_field: 1\n")
 	badJSON := write("bad.json", `{"operations": 3}`)
@@ -87,6 +90,9 @@ func TestGatewayUsageErrors(t *testing.T) {
 		{[]string{"--upstream", "a=cat", "--upstream-env-file", "a=" + envFile, "--input-wait", "0s"}, nil, "--input-wait must be positive"},
 		// --policy
 		{[]string{"--upstream", "a=cat", "--policy", maxNone}, nil, "--policy " + maxNone + `: policy of tool "echo": max_timeout "none"`},
+		{[]string{"--upstream", "a=cat", "--policy", noGuard}, nil, `policy of tool "send": a keyed tool behind the gateway needs idempotency.external_effect_guard`},
+		{[]string{"--upstream", "a=cat", "--policy", keyUnsaid}, nil, `policy of tool "send": a mutation must say whether it is keyed (idempotency.key`},
+		{[]string{"--upstream", "a=cat", "--policy", otherStore}, nil, `policy of tool "send" says what the gateway does otherwise (leave these out: the gateway fills them in): idempotency.store.kind is postgres, where the gateway's is sqlite`},
 		{[]string{"--upstream", "a=cat", "--policy", missing}, nil, "--policy: open " + missing + ": no such file"},
 		{[]string{"--upstream", "a=cat", "--policy", badYAML}, nil, "--policy: " + badYAML + ": yaml: line "},
 		{[]string{"--upstream", "a=cat", "--policy", unknownField}, nil, "--policy: " + unknownField + ": yaml: unmarshal errors:\n  line 3: field bogus_field not found"},
