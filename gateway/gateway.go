@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/taskserver"
@@ -91,6 +93,11 @@ func (u *Upstream) check() error {
 		}
 		if len(u.Command[0]) == 0 {
 			return fmt.Errorf("gateway: upstream %q: the command's first word is empty", u.Name)
+		}
+		// A command that is not there never will be: said now, not
+		// retried with backoff while every call waits.
+		if _, err := exec.LookPath(u.Command[0]); err != nil {
+			return fmt.Errorf("gateway: upstream %q: cannot run %q: %w", u.Name, u.Command[0], errors.Unwrap(err))
 		}
 	case StreamableHTTP, SSE:
 		if len(u.Command) > 0 || len(u.Env) > 0 {
@@ -362,11 +369,16 @@ func (g *Gateway) Start(ctx context.Context) error {
 			l.run(g.ctx)
 		}()
 	}
+	g.srv.SetToolNotFound(g.toolNotFound)
 	wait := time.NewTimer(g.opts.StartWait)
 	defer wait.Stop()
 	for _, l := range g.links {
 		select {
-		case <-l.firstListed:
+		case <-l.firstTried:
+			if !l.listed() {
+				g.log.Warn("gateway: an upstream could not be reached at start; serving without it until it comes up (calls of its tools are told upstream_unavailable)",
+					"upstream", l.up.Name)
+			}
 		case <-wait.C:
 			g.log.Warn("gateway: an upstream was not listed in time; serving without it until it comes up",
 				"upstream", l.up.Name, "waited", g.opts.StartWait)
@@ -374,6 +386,26 @@ func (g *Gateway) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
+	}
+	return nil
+}
+
+// toolNotFound answers a call of a tool the gateway does not serve: when
+// it may be the tool of an upstream that has not been listed — the only
+// upstream, or the one its name's prefix names — the caller is told that
+// upstream is unavailable and when to come back, at once; otherwise the
+// tool is unknown (nil).
+func (g *Gateway) toolNotFound(name string) *jsonrpc.Error {
+	for _, l := range g.links {
+		if g.prefix && !strings.HasPrefix(name, l.up.Name+"_") {
+			continue
+		}
+		if l.listed() {
+			return nil
+		}
+		var e *jsonrpc.Error
+		errors.As(asRPC(l.unavailable(l.down())), &e)
+		return e
 	}
 	return nil
 }

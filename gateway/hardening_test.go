@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
 )
@@ -342,5 +344,48 @@ func TestUnreadableAnswerIsOutcomeUnknown(t *testing.T) {
 	}
 	if rec := f.awaitForward(t, "echo"); rec.Outcome != gateway.OutcomeLost {
 		t.Fatalf("the call was recorded %+v, want lost", rec)
+	}
+}
+
+// An upstream that cannot be reached at start does not hold the gateway
+// up (Start would wait its hour of StartWait for a listing that cannot
+// come): a call of one of its tools is told at once that it is
+// unavailable, naming it, and when to come back. A name no upstream could
+// serve is still an unknown tool, and the other upstream is served.
+func TestUpstreamDownAtStartIsToldAtOnce(t *testing.T) {
+	u := newUpstream(t)
+	down := gateway.Upstream{Name: "bad", Command: []string{"false"}} // starts, and exits before it answers
+	slow := gateway.Options{StartWait: time.Hour, RestartBase: time.Hour, RestartCap: time.Hour}
+	two := slow
+	two.Upstreams = []gateway.Upstream{{Name: "up", URL: u.url}, down}
+	one := slow
+	one.Upstreams = []gateway.Upstream{down}
+	unavailable := func(t *testing.T, c *client.Client, tool string) {
+		t.Helper()
+		_, err := c.CallTool(context.Background(), tool, nil, nil)
+		var rpc *jsonrpc.Error
+		if !errors.As(err, &rpc) || rpc.Code != mcp.CodeUnavailable || !strings.Contains(rpc.Message, `upstream "bad" is unavailable`) ||
+			!strings.Contains(string(rpc.Data), `"code":"upstream_unavailable"`) || !strings.Contains(string(rpc.Data), `"retryAfterMs"`) {
+			t.Fatalf("a call of %s = %v, want upstream_unavailable naming bad, with retryAfterMs", tool, err)
+		}
+	}
+	c := newFront(t, two, nil).dial(t, mcp.Modern, nil)
+	unavailable(t, c, "bad_anything")
+	if res, err := c.CallTool(context.Background(), "up_echo", map[string]any{"text": "hi"}, nil); err != nil || res.IsError {
+		t.Fatalf("the other upstream's tool = %v %+v", err, res)
+	}
+	_, err := c.CallTool(context.Background(), "up_nosuch", nil, nil)
+	if rpc := (*jsonrpc.Error)(nil); !errors.As(err, &rpc) || rpc.Code != jsonrpc.CodeInvalidParams {
+		t.Fatalf("a tool no upstream serves = %v, want unknown tool", err)
+	}
+	unavailable(t, newFront(t, one, nil).dial(t, mcp.Legacy, nil), "anything")
+}
+
+// A stdio upstream whose command is not there is refused when the gateway
+// is made, naming it: it would never start, and every call would wait.
+func TestUpstreamCommandNotFoundIsRefused(t *testing.T) {
+	_, err := gateway.CheckUpstreams([]gateway.Upstream{{Name: "bad", Command: []string{"mcprel-no-such-command"}}})
+	if err == nil || !strings.Contains(err.Error(), `upstream "bad": cannot run "mcprel-no-such-command": executable file not found`) {
+		t.Fatalf("CheckUpstreams = %v", err)
 	}
 }

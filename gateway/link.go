@@ -31,6 +31,8 @@ type link struct {
 
 	firstListed chan struct{} // closed after the first successful listing
 	listedOnce  sync.Once
+	firstTried  chan struct{} // closed once the first connection was listed, or failed
+	triedOnce   sync.Once
 	refresh     chan struct{} // a list changed upstream: relist (1-buffered, coalescing)
 
 	group *server.LimitGroup // the upstream's Limits, shared by its tools
@@ -66,6 +68,7 @@ func newLink(g *Gateway, u Upstream, index int) (*link, error) {
 		g: g, up: u, index: index,
 		log:         g.log.With("upstream", u.Name),
 		firstListed: make(chan struct{}),
+		firstTried:  make(chan struct{}),
 		refresh:     make(chan struct{}, 1),
 		sessions:    map[string]*tenantSession{},
 		budget:      new(retry.Budget),
@@ -110,9 +113,12 @@ func (l *link) run(ctx context.Context) {
 		failures++
 		return sleep(ctx, pause)
 	}
+	tried := func() { l.triedOnce.Do(func() { close(l.firstTried) }) }
+	defer tried()
 	for ctx.Err() == nil {
 		c, err := l.dial(ctx, "")
 		if err != nil {
+			tried()
 			if ctx.Err() != nil || !next(EventConnectFailed, "gateway: could not connect to the upstream", err) {
 				return
 			}
@@ -126,6 +132,7 @@ func (l *link) run(ctx context.Context) {
 		l.log.Info("gateway: upstream connected", "era", c.ProtocolVersion(), "transport", string(l.up.Transport))
 		sub := l.listen(ctx, c)
 		l.relist(ctx, c)
+		tried()
 		alive := l.serve(ctx, c)
 		if sub != nil {
 			sub.Close()
@@ -349,6 +356,28 @@ type errUnavailable struct {
 }
 
 func (e *errUnavailable) Error() string { return e.why }
+
+// listed reports whether the upstream's tools were ever listed (and so
+// are served, as last listed, while it is down).
+func (l *link) listed() bool {
+	select {
+	case <-l.firstListed:
+		return true
+	default:
+		return false
+	}
+}
+
+// down is the failure of a call to the upstream while it has never been
+// listed: it is not connected, or could not be, and comes back after the
+// next try.
+func (l *link) down() *errUnavailable {
+	l.mu.Lock()
+	wait, _ := l.circuit.refuses(time.Now())
+	l.mu.Unlock()
+	return &errUnavailable{after: max(wait, l.g.opts.RestartBase),
+		why: fmt.Sprintf("upstream %q is unavailable: it is not connected (its tools are not listed yet)", l.up.Name)}
+}
 
 // acquire returns the connection a call of tenant's goes over, counting it
 // in flight until release. A 2026-07-28 upstream, and a stdio one, is one

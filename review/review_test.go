@@ -284,7 +284,6 @@ func TestRetryClasses(t *testing.T) {
 	}
 }
 
-
 func TestParseErrors(t *testing.T) {
 	for _, tc := range []struct{ name, doc, want string }{
 		{"unknown.yaml", "operations:\n  - name: a\n    transprot: stdio\n", "line 3: field transprot not found"},

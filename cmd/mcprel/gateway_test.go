@@ -55,6 +55,7 @@ func TestGatewayUsageErrors(t *testing.T) {
 		{[]string{"--upstream", "nameonly"}, nil, `--upstream wants NAME=COMMAND or NAME=URL, not "nameonly"`},
 		{[]string{"--upstream", "my_server=cat"}, nil, `upstream name "my_server"`},
 		{[]string{"--upstream", "a=cat", "--upstream", "a=cat"}, nil, `two upstreams are named "a"`},
+		{[]string{"--upstream", "bad=mcprel-no-such-command --flag"}, nil, `upstream "bad": cannot run "mcprel-no-such-command": executable file not found in $PATH`},
 		{[]string{"--upstream", `a=node "server.js`}, nil, "--upstream a: unterminated quote"},
 		{[]string{"--upstream", "a=http://url-user:url-secret-pw@example.com/mcp"}, nil, `upstream "a": put credentials in a header from the environment or a file, not in the URL`},
 		{[]string{"--upstream", "a=sse:ftp://example.com"}, nil, "is not an http:// or https:// URL"},
