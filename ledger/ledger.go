@@ -64,6 +64,10 @@ type Options struct {
 	// Observers are told of every operation and its transaction (see
 	// Observer).
 	Observers []Observer
+	// Now is the ledger's clock: leases, retention and the ages of claims
+	// are read from it. Nil means time.Now. Tests move it to go past a
+	// lease or a retention without waiting for one.
+	Now func() time.Time
 }
 
 // Ledger is the idempotency ledger on a store.
@@ -71,7 +75,7 @@ type Ledger struct {
 	db        *store.DB
 	retention time.Duration
 	lease     time.Duration
-	now       func() time.Time // time.Now; tests move it
+	now       func() time.Time // Options.Now
 	observers []Observer
 	recent    *recentKeys          // SQLite: keys this process saw recorded
 	onRoute   func(readFirst bool) // tests: told whether a call is read first
@@ -272,7 +276,10 @@ func Open(ctx context.Context, db *store.DB, opts *Options) (*Ledger, error) {
 	if err := db.Migrate(ctx, "ledger", migrations); err != nil {
 		return nil, err
 	}
-	l := &Ledger{db: db, retention: o.Retention, lease: o.Lease, now: time.Now, observers: o.Observers}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	l := &Ledger{db: db, retention: o.Retention, lease: o.Lease, now: o.Now, observers: o.Observers}
 	if db.Dialect() == store.SQLite {
 		l.recent = newRecentKeys()
 	}
