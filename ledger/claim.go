@@ -255,15 +255,55 @@ func (c *Claim) held(ctx context.Context, set string, args ...any) error {
 	})
 }
 
+// Outcome reads what the ledger records for the claim's key, for a holder
+// whose claim was lost while its effect ran (Complete, Unknown or Release
+// failed with ErrLeaseLost: its lease ran out, and the key was taken
+// over, made unknown or resolved). Whoever answers the holder's caller
+// answers with this, as a retry with the key is answered, never with what
+// the holder's own effect returned: a key has one outcome. It is the
+// committed result, marked Replayed; *UnknownError; *InProgressError while
+// a claim holds the key; *ConflictError if the key now records another
+// operation; or ErrNotFound when nothing records an outcome for the key
+// (a later holder released it, an operator forgot it, its retention
+// ended).
+func (c *Claim) Outcome(ctx context.Context) (_ Result, err error) {
+	ctx, end := c.l.observe(ctx, "outcome")
+	defer func() { end(err) }()
+	rec, err := scanRecord(c.l.db.QueryRow(ctx, selectRecord+keyIs, c.op.Tenant, c.op.Tool, c.op.Key))
+	now := c.l.now()
+	switch {
+	case err != nil:
+		return Result{}, err
+	case !rec.ExpiresAt.After(now):
+		return Result{}, ErrNotFound
+	case rec.Fingerprint != c.op.Fingerprint:
+		return Result{}, &ConflictError{Tenant: c.op.Tenant, Tool: c.op.Tool, Key: c.op.Key}
+	case rec.State == Committed:
+		return replay(rec), nil
+	case rec.State == OutcomeUnknown:
+		return Result{}, unknownOf(rec)
+	}
+	return Result{}, &InProgressError{RetryAfter: max(rec.LeaseUntil.Sub(now), 100*time.Millisecond)}
+}
+
 // Release gives the key back: the effect did not happen, and the next
-// caller with this key starts afresh.
+// caller with this key starts afresh. It fails with ErrLeaseLost, and
+// changes nothing, if the claim no longer holds the key: the key's record
+// is then another's (see Outcome), and its holder's failure is not the
+// key's answer.
 func (c *Claim) Release(ctx context.Context) (err error) {
 	ctx, end := c.l.observe(ctx, "release")
 	defer func() { end(err) }()
 	return c.l.db.WriteBatched(ctx, func(tx *store.Tx) error {
-		_, err := tx.Exec(ctx, `DELETE FROM mcprel_ledger WHERE tenant = ? AND tool = ? AND idem_key = ? AND state = ? AND lease_token = ?`,
+		res, err := tx.Exec(ctx, `DELETE FROM mcprel_ledger WHERE tenant = ? AND tool = ? AND idem_key = ? AND state = ? AND lease_token = ?`,
 			c.op.Tenant, c.op.Tool, c.op.Key, int(InProgress), c.token)
-		return err
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return ErrLeaseLost
+		}
+		return nil
 	})
 }
 

@@ -120,8 +120,11 @@ func TestClaimReleaseAndTakeover(t *testing.T) {
 		if _, err := second.Complete(ctx, json.RawMessage(`{"late":true}`)); !errors.Is(err, ledger.ErrLeaseLost) {
 			t.Fatalf("Complete by the expired holder = %v, want ErrLeaseLost", err)
 		}
-		if err := second.Release(ctx); err != nil { // a no-op: not its key any more
-			t.Fatal(err)
+		if err := second.Release(ctx); !errors.Is(err, ledger.ErrLeaseLost) { // not its key any more
+			t.Fatalf("Release by the expired holder = %v, want ErrLeaseLost", err)
+		}
+		if rec, err := l.Lookup(ctx, "acme", "reserve", "pay-2"); err != nil || rec.State != ledger.InProgress || rec.Executions != 2 {
+			t.Fatalf("after the expired holder's Release: %+v, %v; want the taker's claim untouched", rec, err)
 		}
 		res, err := third.Complete(ctx, json.RawMessage(`{"charge":"ch_3"}`))
 		if err != nil || res.Executions != 2 {

@@ -183,8 +183,10 @@ func (e *UnknownError) Error() string {
 var (
 	ErrNotFound   = errors.New("ledger: no record for this key")
 	ErrInvalidKey = errors.New("ledger: an idempotency key must be 1 to 255 bytes of printable text")
-	// ErrLeaseLost: a two-phase claim's lease expired and another caller
-	// took the key over; this claim's result is not stored.
+	// ErrLeaseLost: a two-phase claim no longer holds its key — its lease
+	// expired and another caller took the key over or made its outcome
+	// unknown, or an operator resolved it — so nothing this claim stores
+	// or releases is kept. Claim.Outcome reads what the key records.
 	ErrLeaseLost = errors.New("ledger: the claim's lease expired and the key was taken over")
 	// ErrNotUnknown: Resolve or Forget found the key's record, but not
 	// with an unknown outcome — committed, or held by a live claim — and
