@@ -512,14 +512,24 @@ func (k *keyed) runExternal(ctx context.Context, req *server.CallRequest, sc *sc
 	case errors.Is(err, ledger.ErrLeaseLost):
 		return k.answerLost(ctx, req, claim, own, out, nil)
 	case k.policy.AtMostOnce:
-		// The receiver answered and the answer cannot be stored: this
-		// caller gets it; the key is marked unknown (or reads so when
-		// its lease runs out), never run again.
-		k.log.Warn("a keyed call's answer could not be stored; its key's outcome is left unknown", "tool", req.Name, "error", err)
-		if err := k.markUnknown(ctx, req, claim, "the answer could not be stored"); errors.Is(err, ledger.ErrLeaseLost) {
+		// The receiver answered, and the store failed to take the answer.
+		// The key is never run again, and no retry can be given this
+		// answer: the key's outcome is unknown, recorded so now or read
+		// so once this claim's lease runs out (the renewals have
+		// stopped). So this caller is told outcome_unknown too, not a
+		// success every retry contradicts. If the store did take the
+		// answer — only its acknowledgement was lost — recording unknown
+		// finds the claim gone, and the caller gets the stored answer;
+		// if the store takes neither, the caller is told unknown and a
+		// retry may later find the answer stored, which resolves that
+		// unknown rather than contradicting it.
+		k.log.Warn("a keyed call's answer could not be stored; its key's outcome is unknown, and its caller is told so",
+			"id", req.ID, "tool", req.Name, "tenant", req.Tenant, "error", err)
+		const reason = "the answer could not be stored"
+		if err := k.markUnknown(ctx, req, claim, reason); errors.Is(err, ledger.ErrLeaseLost) {
 			return k.answerLost(ctx, req, claim, own, out, nil)
 		}
-		return own, out, nil
+		return ledger.Result{}, nil, &ledger.UnknownError{Reason: reason}
 	}
 	// The claim stays until its lease runs out; then a retry takes the
 	// key over and calls again with it, which the receiver dedupes: this
