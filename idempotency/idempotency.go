@@ -206,6 +206,9 @@ type keyed struct {
 	policy Policy
 	class  server.RetryClass // the tool's, once intercepted
 	log    *slog.Logger
+	// maxRun is the longest a call of the tool may run (the server's
+	// maximum deadline for it); zero if it has none.
+	maxRun time.Duration
 	// keeps: the tool runs as a task, so a policy inside may keep a
 	// record in place of a tool result (Keep) and answer its replays.
 	keeps bool
@@ -219,6 +222,7 @@ func (k *keyed) intercept(t *server.Tool, next server.CallHandler) (server.CallH
 	k.class = t.Policy.Retry
 	srv := t.Server()
 	k.log = srv.Logger()
+	k.maxRun = srv.Deadlines(t.Policy).Max
 	if err := k.policy.check(t.Name); err != nil {
 		return nil, err
 	}
@@ -434,7 +438,16 @@ func (k *keyed) runExternal(ctx context.Context, req *server.CallRequest, sc *sc
 	if k.policy.AtMostOnce {
 		claimKey = k.ledger.ClaimOnce
 	}
-	claim, replayed, err := claimKey(ctx, op)
+	// The claim records the call's deadline — the server ends the call
+	// at most maxRun after it arrived, so by maxRun from now at the
+	// latest — and a duplicate is never told to come back after it.
+	claimCtx := ctx
+	if k.maxRun > 0 {
+		var cancel context.CancelFunc
+		claimCtx, cancel = context.WithDeadline(ctx, time.Now().Add(k.maxRun))
+		defer cancel()
+	}
+	claim, replayed, err := claimKey(claimCtx, op)
 	if err != nil {
 		return ledger.Result{}, nil, err
 	}
