@@ -173,17 +173,37 @@ func (t *stdioTransport) notify(ctx context.Context, method string, params any, 
 
 // read routes what the server writes: responses by id, progress by token;
 // it answers the server's own requests it cannot serve, and ping.
+//
+// A line past the message limit is read to its end and dropped, never
+// held; what could be read of its id fails the call it answers at once
+// with a *ResponseTooLargeError, as over HTTP, rather than leave that
+// call waiting for an answer that came and was dropped.
 func (t *stdioTransport) read(out io.Reader) {
 	r := bufio.NewReaderSize(out, 64<<10)
 	defer t.lost()
+	scan := new(jsonrpc.IDScanner) // fed only the bytes of a line dropped for its size
 	for {
-		line, err := readLine(r, t.opts.MaxMessageBytes, nil)
+		line, err := readLine(r, t.opts.MaxMessageBytes, scan)
+		if line == nil && err == nil { // a whole line, past the limit
+			t.tooLarge(scan)
+			*scan = jsonrpc.IDScanner{}
+		}
 		if len(bytes.TrimSpace(line)) > 0 {
 			t.dispatch(line)
 		}
 		if err != nil {
 			return
 		}
+	}
+}
+
+// tooLarge fails the call whose response ran past the limit, when what
+// could be read of it names one.
+func (t *stdioTransport) tooLarge(scan *jsonrpc.IDScanner) {
+	id, ok := tooLargeResponse(scan)
+	t.opts.Logger.Warn("dropped a line past the message limit", "limit", t.opts.MaxMessageBytes, "id", id)
+	if ok {
+		t.calls.respond(id, reply{err: &ResponseTooLargeError{Limit: t.opts.MaxMessageBytes}}, t.stats, t.opts.Logger)
 	}
 }
 
