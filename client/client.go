@@ -54,6 +54,11 @@ const (
 	DefaultStopGrace    = 2 * time.Second
 	DefaultMaxListPages = 100
 	DefaultMaxListBytes = 16 << 20
+	// DefaultMaxServerRequests and DefaultMaxServerRequestBytes bound the
+	// server's requests answered at once on one connection (see
+	// Options.MaxServerRequests).
+	DefaultMaxServerRequests     = 16
+	DefaultMaxServerRequestBytes = 1 << 20
 )
 
 // Options configure a Client. The zero value is valid.
@@ -127,6 +132,18 @@ type Options struct {
 	// handler serves both eras; with none, such a call fails with an
 	// *InputError.
 	OnRequest RequestHandler
+	// MaxServerRequests bounds the server's requests (elicitation,
+	// sampling, roots, ping) the client answers at once on one
+	// connection, and MaxServerRequestBytes their params in memory
+	// meanwhile (one request is always admitted when none is in hand);
+	// zero means DefaultMaxServerRequests and
+	// DefaultMaxServerRequestBytes. Past them a request is refused over
+	// stdio and dropped over HTTP (refusing would cost a POST too), and
+	// counted. A handler whose answers wait on someone — a gateway holds
+	// an upstream's question until its own client's retry brings the
+	// answer — needs them as large as what it holds.
+	MaxServerRequests     int
+	MaxServerRequestBytes int
 	// MaxInputRounds bounds the input_required results one call answers
 	// before it fails with an *InputRoundsError; zero means
 	// DefaultMaxInputRounds.
@@ -269,6 +286,12 @@ func (o *Options) fill() {
 	}
 	if o.MaxMessageBytes == 0 {
 		o.MaxMessageBytes = jsonrpc.DefaultMaxMessageBytes
+	}
+	if o.MaxServerRequests == 0 {
+		o.MaxServerRequests = DefaultMaxServerRequests
+	}
+	if o.MaxServerRequestBytes == 0 {
+		o.MaxServerRequestBytes = DefaultMaxServerRequestBytes
 	}
 	if o.MaxListPages == 0 {
 		o.MaxListPages = DefaultMaxListPages

@@ -501,12 +501,12 @@ type sidePosts struct {
 
 func newSidePosts(o Options, stats *counters, post func(ctx context.Context, body []byte, era mcp.Era, method string) error) sidePosts {
 	return sidePosts{opts: o, stats: stats, post: post,
-		answers: budget{maxN: maxServerRequests, maxBytes: maxServerRequestBytes}, cancels: make(chan struct{}, maxCancelPosts)}
+		answers: budget{maxN: o.MaxServerRequests, maxBytes: o.MaxServerRequestBytes}, cancels: make(chan struct{}, maxCancelPosts)}
 }
 
 // serve answers a request a server sent on a stream (elicitation,
 // sampling, roots, ping) with a POST of its own, on a goroutine of its
-// own: at most maxServerRequests at a time (and maxServerRequestBytes of
+// own: at most Options.MaxServerRequests at a time (and MaxServerRequestBytes of
 // their params). The call it is attributed to (ex, when it has a handler
 // of its own) answers under that call's clocks; the connection's
 // handler under answerTimeout, handler and POST together. Every answer

@@ -103,7 +103,7 @@ type stdioTransport struct {
 
 func newStdio(cmd *exec.Cmd, in io.WriteCloser, out io.Reader, o Options, stats *counters) *stdioTransport {
 	t := &stdioTransport{cmd: cmd, in: in, opts: o, stats: stats,
-		answers: budget{maxN: maxServerRequests, maxBytes: maxServerRequestBytes}, calls: newInflight(), gone: make(chan struct{})}
+		answers: budget{maxN: o.MaxServerRequests, maxBytes: o.MaxServerRequestBytes}, calls: newInflight(), gone: make(chan struct{})}
 	t.lifetime, t.stop = context.WithCancel(context.Background())
 	t.w = newWriter(in, func(error) { t.lost() })
 	go t.read(out)
@@ -272,8 +272,8 @@ func (t *stdioTransport) dispatch(line []byte) {
 
 // serve answers a request of the server's without ever stopping the
 // reader: ping and what the client cannot serve at once, a handler's
-// request on a goroutine of its own, at most maxServerRequests (and
-// maxServerRequestBytes of params) at a time. Past that bound the request
+// request on a goroutine of its own, at most Options.MaxServerRequests
+// (and MaxServerRequestBytes of params) at a time. Past that bound the request
 // is refused with CodeOverloaded; an answer that finds the write queue's
 // share for answers full (the server is not reading them) is dropped.
 // Both are counted.
@@ -294,7 +294,7 @@ func (t *stdioTransport) serve(m jsonrpc.Message) {
 	if !t.answers.take(size) {
 		t.stats.serverRefused.Add(1)
 		t.answer(m, jsonrpc.AppendError(nil, m.ID, jsonrpc.NewError(mcp.CodeOverloaded,
-			"this client is already answering %d requests from this server", maxServerRequests)), nil)
+			"this client is already answering %d requests from this server", t.opts.MaxServerRequests)), nil)
 		return
 	}
 	a := answererFor(ex, t.opts.OnRequest, t.lifetime)

@@ -130,6 +130,10 @@ const (
 	DefaultSessionIdle      = 5 * time.Minute
 	DefaultMaxHeld          = 1024
 	DefaultMaxHeldPerTenant = 64
+	// DefaultMaxHeldBytes and DefaultMaxHeldBytesPerTenant bound the
+	// params of the upstreams' questions held calls hold.
+	DefaultMaxHeldBytes          = 64 << 20
+	DefaultMaxHeldBytesPerTenant = 8 << 20
 	DefaultInputWait        = 2 * time.Minute
 	// DefaultClockSlack is how much longer the client's clocks run than
 	// the server's for the same call: the server's fire first and give the
@@ -202,6 +206,11 @@ type Options struct {
 	// cancelled upstream.
 	MaxHeld, MaxHeldPerTenant int
 	InputWait                 time.Duration
+	// MaxHeldBytes and MaxHeldBytesPerTenant bound, in bytes of their
+	// params, the upstreams' questions held calls wait on: past either, a
+	// question is refused to its upstream at once (overloaded), and the
+	// upstream's call goes on without the answer.
+	MaxHeldBytes, MaxHeldBytesPerTenant int
 	// ClockSlack is how much longer the client's clocks are than the
 	// server's (DefaultClockSlack).
 	ClockSlack time.Duration
@@ -242,6 +251,8 @@ func (o *Options) withDefaults() {
 	setDefault(&o.MaxHeld, DefaultMaxHeld)
 	setDefault(&o.MaxHeldPerTenant, DefaultMaxHeldPerTenant)
 	setDefault(&o.InputWait, DefaultInputWait)
+	setDefault(&o.MaxHeldBytes, DefaultMaxHeldBytes)
+	setDefault(&o.MaxHeldBytesPerTenant, DefaultMaxHeldBytesPerTenant)
 	setDefault(&o.ClockSlack, DefaultClockSlack)
 	if o.Policy == nil {
 		o.Policy = &Policy{}
@@ -272,6 +283,8 @@ type Gateway struct {
 	heldMu        sync.Mutex
 	held          map[string]*held // calls waiting for their clients' answers, by id
 	heldPerTenant map[string]int
+	heldBytes     int            // the params of the questions held calls hold
+	heldBytesOf   map[string]int // the same, by tenant
 	heldCalls     sync.WaitGroup // their upstream calls' goroutines
 
 	ctx    context.Context
@@ -294,7 +307,8 @@ func New(srv *server.Server, opts *Options) (*Gateway, error) {
 	}
 	for _, v := range []int64{int64(o.CircuitFailures), int64(o.CircuitCooldown), int64(o.RestartBase), int64(o.RestartCap),
 		int64(o.StartWait), int64(o.MaxSessions), int64(o.SessionIdle), int64(o.ClockSlack),
-		int64(o.MaxHeld), int64(o.MaxHeldPerTenant), int64(o.InputWait), int64(o.RetryBase)} {
+		int64(o.MaxHeld), int64(o.MaxHeldPerTenant), int64(o.InputWait), int64(o.RetryBase),
+		int64(o.MaxHeldBytes), int64(o.MaxHeldBytesPerTenant)} {
 		if v < 0 {
 			return nil, errors.New("gateway: negative options are errors, not \"unlimited\"")
 		}
@@ -304,7 +318,7 @@ func New(srv *server.Server, opts *Options) (*Gateway, error) {
 		return nil, err
 	}
 	g := &Gateway{srv: srv, opts: o, log: o.Logger, obs: o.Observer, prefix: len(o.Upstreams) > 1,
-		held: map[string]*held{}, heldPerTenant: map[string]int{}}
+		held: map[string]*held{}, heldPerTenant: map[string]int{}, heldBytesOf: map[string]int{}}
 	// Until Start, nothing runs: a context that never ends.
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
 	if g.log == nil {

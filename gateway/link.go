@@ -252,6 +252,10 @@ func (l *link) dial(ctx context.Context, tenant string) (*client.Client, error) 
 	// downstream client and is refused.
 	o.Capabilities = mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`), Sampling: json.RawMessage(`{}`), Roots: json.RawMessage(`{}`)}
 	o.OnRequest = l.unattributed
+	// The questions held calls wait on are the server's requests being
+	// answered: the gateway's bounds on those decide, not the client's.
+	o.MaxServerRequests = l.g.opts.MaxHeld*maxQuestions + client.DefaultMaxServerRequests
+	o.MaxServerRequestBytes = l.g.opts.MaxHeldBytes + client.DefaultMaxServerRequestBytes
 	if tenant == "" {
 		o.OnNotification = l.onNotification
 	} else {
