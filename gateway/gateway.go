@@ -134,7 +134,7 @@ const (
 	// params of the upstreams' questions held calls hold.
 	DefaultMaxHeldBytes          = 64 << 20
 	DefaultMaxHeldBytesPerTenant = 8 << 20
-	DefaultInputWait        = 2 * time.Minute
+	DefaultInputWait             = 2 * time.Minute
 	// DefaultClockSlack is how much longer the client's clocks run than
 	// the server's for the same call: the server's fire first and give the
 	// downstream its standard timeout result; the client's are a backstop.
