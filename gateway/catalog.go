@@ -221,17 +221,22 @@ func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
 }
 
 // mirroredTask is whether the gateway runs a tool as a task of its own
-// when the policy does not say, from what the upstream declared of it: a
-// tool the upstream runs only as a task is one downstream too; one a
-// 2025-era upstream runs as a task when asked may be one (not a keyed
-// one, whose synchronous forward would hold the ledger's transaction).
-// A 2026-07-28 upstream decides per call, so its tools are tasks
-// downstream only where the policy makes them so.
+// when the policy does not say, from what the upstream declared of it. A
+// tool a 2025-era upstream runs as a task — only, or when asked — may be
+// one downstream: a client that takes a task gets one of the gateway's,
+// and a client that cannot still gets a call's result, the upstream's
+// task followed within the call's clocks. A keyed tool's task must be
+// required (its key makes the task's creation idempotent, in the
+// ledger's transaction), so one the upstream runs only as a task is a
+// task downstream for every client; one it runs as a task when asked is
+// a plain call. A 2026-07-28 upstream decides per call, so its tools are
+// tasks downstream only where the policy makes them so.
 func mirroredTask(up upstreamTasks, tp ToolPolicy, era mcp.Era) TaskSupport {
+	keyed := tp.Retry == server.RetryConditional
 	switch {
-	case up == upstreamTaskRequired:
+	case up == upstreamTaskRequired && keyed:
 		return TaskRequired
-	case up == upstreamTaskOptional && era == mcp.Legacy && tp.Retry != server.RetryConditional:
+	case up == upstreamTaskRequired, up == upstreamTaskOptional && era == mcp.Legacy && !keyed:
 		return TaskOptional
 	}
 	return TaskNone
