@@ -96,7 +96,7 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, upTasks upstreamT
 			f.settle(res, err)
 			return res, err
 		}
-		c, release, err := l.acquire(f.ctx, call.Tenant)
+		c, release, err := l.acquire(f.ctx, call.Tenant, relayed(call.ClientCapabilities))
 		if err != nil {
 			f.rec.Outcome = OutcomeUnavailable
 			if errors.Is(context.Cause(f.ctx), errTaskCancelled) {
@@ -116,12 +116,14 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, upTasks upstreamT
 		asTask := upTasks == upstreamTaskRequired || upTasks != noUpstreamTask && taskserver.TaskID(call) != ""
 		hold := !asTask && call.Era == mcp.Modern && c.Era() != mcp.Modern && answersAny(call.ClientCapabilities) && tp.Retry != server.RetryConditional
 		sink := l.sink(&call.Request)
+		caps := relayed(call.ClientCapabilities) // a 2026-07-28 upstream is told the caller's
 		o := &client.CallOptions{
 			Idle:           tp.Idle + l.g.opts.ClockSlack,
 			Max:            tp.Max + l.g.opts.ClockSlack,
 			OnProgress:     sink.progress,
 			OnNotification: sink.note,
 			Meta:           l.g.passMeta(f.ctx, call.Meta, hold),
+			Capabilities:   &caps,
 		}
 		if len(st.State) > 0 || call.InputResponses != nil {
 			o.Input = &client.InputAnswers{Responses: call.InputResponses, RequestState: st.State}
@@ -682,12 +684,25 @@ func answersAny(caps mcp.ClientCapabilities) bool {
 }
 
 // lacks is the error an upstream's request gets when the downstream
-// client did not declare the capability it needs.
-func lacks(caps mcp.ClientCapabilities, method string) error {
+// client did not declare the capability it needs: for an elicitation in
+// URL mode, elicitation's url (an empty elicitation capability is the
+// form mode's alone).
+func lacks(caps mcp.ClientCapabilities, method string, params json.RawMessage) error {
 	var have json.RawMessage
 	switch method {
 	case mcp.MethodElicit:
 		have = caps.Elicitation
+		var p struct {
+			Mode string `json:"mode"`
+		}
+		if have != nil && json.Unmarshal(params, &p) == nil && p.Mode == "url" {
+			var modes struct {
+				URL json.RawMessage `json:"url"`
+			}
+			if json.Unmarshal(have, &modes) != nil || modes.URL == nil {
+				return jsonrpc.NewError(jsonrpc.CodeMethodNotFound, "the downstream client did not declare elicitation in URL mode, which this elicitation/create needs")
+			}
+		}
 	case mcp.MethodCreateMessage:
 		have = caps.Sampling
 	case mcp.MethodListRoots:
@@ -707,7 +722,7 @@ func lacks(caps mcp.ClientCapabilities, method string) error {
 // too, the gateway's own round (errRelayInput).
 func relay(q *server.Request) client.RequestHandler {
 	return func(ctx context.Context, method string, params json.RawMessage) (any, error) {
-		if err := lacks(q.ClientCapabilities, method); err != nil {
+		if err := lacks(q.ClientCapabilities, method, params); err != nil {
 			return nil, err
 		}
 		if q.Era == mcp.Modern {
@@ -802,7 +817,7 @@ func (l *link) relayedInput(ie *client.InputError, caps mcp.ClientCapabilities) 
 	}
 	reqs := make(map[string]mcp.InputRequest, len(round.InputRequests))
 	for k, r := range round.InputRequests {
-		if err := lacks(caps, r.Method); err != nil {
+		if err := lacks(caps, r.Method, r.Params); err != nil {
 			return err
 		}
 		reqs[k] = mcp.InputRequest{Method: r.Method, Params: r.Params}
@@ -881,14 +896,16 @@ func (l *link) forwardRead() server.ResourceHandler {
 func (l *link) request(ctx context.Context, q *server.Request, method, downName, upName string, params, out any) error {
 	f := l.begin(ctx, method, downName)
 	defer f.end()
-	c, release, err := l.acquire(f.ctx, q.Tenant)
+	caps := relayed(q.ClientCapabilities)
+	c, release, err := l.acquire(f.ctx, q.Tenant, caps)
 	if err != nil {
 		f.rec.Outcome = OutcomeUnavailable
 		return asRPC(l.unavailable(err))
 	}
 	defer release()
 	sent := time.Now()
-	raw, err := c.Request(f.ctx, method, upName, params, &client.CallOptions{Meta: l.g.passMeta(f.ctx, q.Meta, false), OnNotification: l.sink(q).note})
+	raw, err := c.Request(f.ctx, method, upName, params, &client.CallOptions{Meta: l.g.passMeta(f.ctx, q.Meta, false), OnNotification: l.sink(q).note,
+		Capabilities: &caps})
 	f.rec.InUpstream, f.rec.Reached = time.Since(sent), true
 	l.record(err)
 	if err == nil {

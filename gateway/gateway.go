@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/ledger"
+	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/taskserver"
 )
@@ -69,6 +71,38 @@ type Upstream struct {
 	// own limits and each tenant's. Zero fields set no bound of their
 	// own.
 	Limits server.Limits
+	// Capabilities are what the gateway declares to a 2025-era upstream
+	// on a connection downstream clients share (its listing connection,
+	// a stdio process not run per tenant): of elicitation, sampling and
+	// roots, what it may relay. Nil declares all three, elicitation in
+	// both its form and URL modes: a client that declared less is refused
+	// an upstream's request it cannot answer, as it would be by the
+	// upstream itself; give less to have the upstream hide what needs
+	// more. A call made on a connection of its own — every 2026-07-28
+	// request, a 2025-era session per tenant — declares what the client
+	// that made it declared, of the same three, whatever this says.
+	Capabilities *mcp.ClientCapabilities
+}
+
+// relayed is what the gateway declares upstream for a downstream client
+// that declared caps: what of it the gateway relays — elicitation (in the
+// modes the client declared), sampling and roots — and nothing else (no
+// tasks, no extension: those are the gateway's own with the upstream).
+func relayed(caps mcp.ClientCapabilities) mcp.ClientCapabilities {
+	return mcp.ClientCapabilities{Elicitation: caps.Elicitation, Sampling: caps.Sampling, Roots: caps.Roots}
+}
+
+// everythingRelayed is what the gateway may relay to some client.
+var everythingRelayed = mcp.ClientCapabilities{Elicitation: json.RawMessage(`{"form":{},"url":{}}`),
+	Sampling: json.RawMessage(`{}`), Roots: json.RawMessage(`{}`)}
+
+// declared is what the gateway declares to the upstream on a connection
+// downstream clients share (Upstream.Capabilities).
+func (u *Upstream) declared() mcp.ClientCapabilities {
+	if u.Capabilities != nil {
+		return relayed(*u.Capabilities)
+	}
+	return everythingRelayed
 }
 
 var upstreamName = regexp.MustCompile(`^[A-Za-z0-9-]{1,32}$`)
@@ -257,9 +291,6 @@ func (o *Options) withDefaults() {
 	if o.Policy == nil {
 		o.Policy = &Policy{}
 	}
-	if o.Client.Info.Name == "" {
-		o.Client.Info.Name = "mcprel-gateway"
-	}
 }
 
 func setDefault[T int | time.Duration](v *T, def T) {
@@ -312,6 +343,11 @@ func New(srv *server.Server, opts *Options) (*Gateway, error) {
 		if v < 0 {
 			return nil, errors.New("gateway: negative options are errors, not \"unlimited\"")
 		}
+	}
+	if o.Client.Info.Name == "" {
+		// The upstream is told who calls it: the gateway, as its own
+		// server names itself to its clients.
+		o.Client.Info = srv.Info()
 	}
 	o.withDefaults()
 	if err := o.Policy.check(o.Ledger != nil, o.Tasks != nil); err != nil {

@@ -171,7 +171,7 @@ func (g *Gateway) unholdLocked(h *held) {
 // ask is the held call's upstream request handler: the question waits for
 // the downstream client's answer, within the upstream call's context.
 func (h *held) ask(ctx context.Context, method string, params json.RawMessage) (any, error) {
-	if err := lacks(h.caps, method); err != nil {
+	if err := lacks(h.caps, method, params); err != nil {
 		return nil, err
 	}
 	if err := h.g.takeQuestion(h.tenant, len(params)); err != nil {

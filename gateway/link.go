@@ -116,7 +116,7 @@ func (l *link) run(ctx context.Context) {
 	tried := func() { l.triedOnce.Do(func() { close(l.firstTried) }) }
 	defer tried()
 	for ctx.Err() == nil {
-		c, err := l.dial(ctx, "")
+		c, err := l.dial(ctx, "", l.up.declared())
 		if err != nil {
 			tried()
 			if ctx.Err() != nil || !next(EventConnectFailed, "gateway: could not connect to the upstream", err) {
@@ -234,8 +234,9 @@ func (l *link) listen(ctx context.Context, c *client.Client) *client.Subscriptio
 }
 
 // dial connects to the upstream, for tenant (a 2025-era HTTP session of
-// its own) or for the gateway ("": the primary connection, which lists).
-func (l *link) dial(ctx context.Context, tenant string) (*client.Client, error) {
+// its own) or for the gateway ("": the primary connection, which lists),
+// declaring caps.
+func (l *link) dial(ctx context.Context, tenant string, caps mcp.ClientCapabilities) (*client.Client, error) {
 	o := l.g.opts.Client
 	o.Logger = l.log
 	o.Restart = false
@@ -250,7 +251,7 @@ func (l *link) dial(ctx context.Context, tenant string) (*client.Client, error) 
 	// them (a request it did not is refused). A request outside any call
 	// the gateway can attribute (roots asked at start-up, say) names no
 	// downstream client and is refused.
-	o.Capabilities = mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`), Sampling: json.RawMessage(`{}`), Roots: json.RawMessage(`{}`)}
+	o.Capabilities = caps
 	o.OnRequest = l.unattributed
 	// The questions held calls wait on are the server's requests being
 	// answered: the gateway's bounds on those decide, not the client's.
@@ -387,7 +388,7 @@ func (l *link) down() *errUnavailable {
 // in flight until release. A 2026-07-28 upstream, and a stdio one, is one
 // connection for everyone; a 2025-era HTTP upstream has a session per
 // tenant, dialled on first use.
-func (l *link) acquire(ctx context.Context, tenant string) (*client.Client, func(), error) {
+func (l *link) acquire(ctx context.Context, tenant string, caps mcp.ClientCapabilities) (*client.Client, func(), error) {
 	now := time.Now()
 	l.mu.Lock()
 	if l.closed {
@@ -414,7 +415,7 @@ func (l *link) acquire(ctx context.Context, tenant string) (*client.Client, func
 	if !perTenant {
 		return c, release, nil
 	}
-	tc, done, err := l.session(ctx, tenant)
+	tc, done, err := l.session(ctx, tenant, caps)
 	if err != nil {
 		release()
 		return nil, nil, err

@@ -189,7 +189,7 @@ func (l *link) callAsUpstreamTask(f *forward, left context.Context, call *server
 		if !sleep(follow, backoff.Delay(attempt, 0)) {
 			break
 		}
-		again, release, aerr := l.acquire(follow, call.Tenant)
+		again, release, aerr := l.acquire(follow, call.Tenant, relayed(call.ClientCapabilities))
 		if aerr != nil {
 			break
 		}

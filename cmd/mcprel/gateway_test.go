@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -101,6 +102,9 @@ func TestGatewayUsageErrors(t *testing.T) {
 		// --upstream-per-tenant
 		{[]string{"--upstream", "a=cat", "--upstream-per-tenant", "b"}, nil, `--upstream-per-tenant names upstream "b"`},
 		{[]string{"--upstream", http1, "--upstream-per-tenant", "a"}, nil, "has a session per tenant already"},
+		// --upstream-capabilities
+		{[]string{"--upstream", "a=cat", "--upstream-capabilities", "b=roots"}, nil, `--upstream-capabilities names upstream "b"`},
+		{[]string{"--upstream", "a=cat", "--upstream-capabilities", "a=roots,telepathy"}, nil, `--upstream-capabilities a: "telepathy" is not one of elicitation, elicitation-url, sampling, roots`},
 		// --upstream-limits
 		{[]string{"--upstream", "a=cat", "--upstream-limits", "a=speed=3"}, nil, `--upstream-limits a: unknown limit "speed"`},
 		{[]string{"--upstream", "a=cat", "--upstream-limits", "a="}, nil, "--upstream-limits a: give one or more of concurrent=N"},
@@ -271,4 +275,22 @@ func hasMetricLine(body string, frags []string) bool {
 		}
 	}
 	return false
+}
+
+// --upstream-capabilities says what a shared connection declares.
+func TestParseUpstreamCapabilities(t *testing.T) {
+	for list, want := range map[string]string{
+		"none":                        `{}`,
+		"roots":                       `{"roots":{}}`,
+		"elicitation,sampling":        `{"sampling":{},"elicitation":{"form":{}}}`,
+		"elicitation-url,elicitation": `{"elicitation":{"url":{},"form":{}}}`,
+	} {
+		caps, err := parseCapabilities(list)
+		if err != nil {
+			t.Fatalf("%s: %v", list, err)
+		}
+		if got, _ := json.Marshal(caps); string(got) != want {
+			t.Errorf("%s declares %s, want %s", list, got, want)
+		}
+	}
 }
