@@ -487,7 +487,9 @@ func TestURLElicitationReachesOnlyWhoTakesIt(t *testing.T) {
 		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text(string(raw))}}, nil
 	}))
 	f := newFront(t, u.options(mcp.Legacy), nil)
-	accept := func(context.Context, string, json.RawMessage) (any, error) { return map[string]any{"action": "accept"}, nil }
+	accept := func(context.Context, string, json.RawMessage) (any, error) {
+		return map[string]any{"action": "accept"}, nil
+	}
 	withURL := f.dial(t, mcp.Legacy, &client.Options{Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{"form":{},"url":{}}`)}, OnRequest: accept})
 	if res, err := withURL.CallTool(context.Background(), "open", nil, nil); err != nil || !strings.Contains(text(res), "accept") {
 		t.Fatalf("a client that takes URL elicitation: %v %+v", err, res)
