@@ -83,6 +83,10 @@ type Options struct {
 	MaxListPages int
 	MaxListBytes int64
 	// HTTPClient makes the HTTP requests; nil means a client of its own.
+	// The connection uses a shallow copy of it whose CheckRedirect
+	// refuses every redirect (HTTPClient itself is not changed): the
+	// client never follows one, so that Header and a request's body go
+	// only to the URL given; a redirect is a *RedirectError.
 	HTTPClient *http.Client
 	// Header is added to every HTTP request (an Authorization header).
 	Header http.Header
@@ -344,7 +348,9 @@ func newClient(ctx context.Context, t transport, o Options, stats *counters) (*C
 		err = c.initialize(ctx)
 	case 0:
 		var ve *VersionError
-		if err = c.discover(ctx); err != nil && !isConnectError(err) && !errors.As(err, &ve) {
+		var re *RedirectError
+		// A redirect would be the answer to initialize too (one URL).
+		if err = c.discover(ctx); err != nil && !isConnectError(err) && !errors.As(err, &ve) && !errors.As(err, &re) {
 			c.log.Debug("the server did not answer as a 2026-07-28 server; trying initialize", "err", err)
 			err = c.initialize(ctx)
 		}
