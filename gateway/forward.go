@@ -391,6 +391,8 @@ func neverRan(err error, outcome Outcome) bool {
 		return true // withdrawn from the client's queue before a byte of it was written
 	case errors.As(err, &rpc):
 		return rpc.Code == jsonrpc.CodeMethodNotFound
+	case errors.As(err, new(*client.RedirectError)):
+		return true // the upstream answered with a redirect instead of running it, which was not followed
 	case errors.As(err, &se):
 		return se.Status >= 400 && se.Status < 500 && se.Status != http.StatusRequestTimeout && se.Status != http.StatusConflict
 	}
@@ -524,6 +526,7 @@ func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, q *ser
 	var ie *client.InputError
 	var tl *client.ResponseTooLargeError
 	var se *client.StatusError
+	var redirect *client.RedirectError
 	errors.As(err, &se)
 	cancelled := errors.As(err, &ce)
 	switch {
@@ -586,6 +589,11 @@ func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, q *ser
 	case se != nil:
 		rec.Outcome = OutcomeFailed
 		return &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf("upstream %q answered HTTP %d", l.up.Name, se.Status)}
+	case errors.As(err, &redirect):
+		// Where it pointed is for the operator's log, never downstream.
+		rec.Outcome = OutcomeFailed
+		l.log.Warn("gateway: the upstream answered with a redirect, which the gateway does not follow", "status", redirect.Status, "location", redirect.Location)
+		return &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf("upstream %q answered HTTP %d, a redirect, which the gateway does not follow: the upstream did not run the request", l.up.Name, redirect.Status)}
 	default:
 		rec.Outcome = OutcomeFailed
 		return &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf("upstream %q: %s", l.up.Name, l.redact(err))}

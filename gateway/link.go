@@ -55,7 +55,9 @@ type link struct {
 	// hc carries every HTTP connection to the upstream — the primary's
 	// and each tenant's 2025 session — so that their pooled connections
 	// are bounded once per upstream, not once per session (nil: stdio, or
-	// Options.Client.HTTPClient given).
+	// Options.Client.HTTPClient given). Package client uses it (or the
+	// one given) through a copy that follows no redirect, so Upstream.Header
+	// and a forwarded call go to Upstream.URL alone.
 	hc *http.Client
 
 	// budget is the upstream's retry budget, which every tool's retries
