@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/gateway"
@@ -178,3 +179,61 @@ func TestKeyedCallRedirectedFreesItsKey(t *testing.T) {
 	}
 }
 
+// An upstream that runs a call as a task of its own and then answers the
+// gateway's tasks/get with a redirect: the task may still run, so the
+// call's outcome is unknown, and the downstream is told so without being
+// shown where the redirect pointed; the target gets nothing.
+func TestUpstreamTaskRedirectIsNotFollowed(t *testing.T) {
+	for _, up := range eras {
+		t.Run("upstream-"+up.name, func(t *testing.T) {
+			r := newResearcher(t)
+			// The upstream's task goes on when the gateway stops following
+			// it: let it end, so that its server can shut down.
+			t.Cleanup(func() {
+				for {
+					select {
+					case r.step <- struct{}{}:
+					case <-r.ended:
+						return
+					case <-time.After(wait):
+						t.Error("the upstream's task never ended")
+						return
+					}
+				}
+			})
+			target := newRedirectTarget(t)
+			proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+				if req.Method == http.MethodPost {
+					body, _ := io.ReadAll(req.Body)
+					req.Body = io.NopCloser(strings.NewReader(string(body)))
+					if m, derr := jsonrpc.Decode(body); derr == nil && m.Method == mcp.MethodTasksGet {
+						w.Header().Set("Location", target.url)
+						w.WriteHeader(http.StatusTemporaryRedirect)
+						return
+					}
+				}
+				proxyTo(r.url).ServeHTTP(w, req)
+			}))
+			t.Cleanup(proxy.Close)
+			logs := &mcptest.LogBuffer{}
+			f := newFront(t, gateway.Options{Upstreams: []gateway.Upstream{{Name: "up", URL: proxy.URL, Header: http.Header{"Authorization": {"Bearer upstream-secret"}}}},
+				Client: client.Options{Era: up.era}, Logger: logs.Logger()}, nil)
+			c := f.dial(t, mcp.Modern, nil)
+			res, err := c.CallTool(context.Background(), "research", map[string]any{"topic": "tides"}, nil)
+			must(t, err)
+			fail := failureOf(t, res)
+			if fail.Code != mcp.FailureOutcomeUnknown || !strings.Contains(fail.Message, "redirect") {
+				t.Fatalf("the call whose task's tasks/get was redirected = %+v; want outcome_unknown saying so", fail)
+			}
+			for _, secret := range []string{target.url, mustHost(t, target.url), proxy.URL, mustHost(t, proxy.URL), "127.0.0.1"} {
+				if strings.Contains(text(res), secret) {
+					t.Fatalf("the downstream was shown %q: %s", secret, text(res))
+				}
+			}
+			target.nothing(t)
+			if !loggedRedirect(t, logs, target.url) {
+				t.Fatalf("no log line names where the redirect pointed:\n%s", logs.String())
+			}
+		})
+	}
+}
