@@ -14,12 +14,6 @@ import (
 // client writes, meets these limits and loses its excess, never the
 // client's memory or its caller's deadlines.
 const (
-	// maxServerRequests bounds the server's requests (elicitation,
-	// sampling, roots, ping) the client answers at once on one
-	// connection; maxServerRequestBytes bounds their params in memory
-	// meanwhile (one request is always admitted when none is in hand).
-	maxServerRequests     = 16
-	maxServerRequestBytes = 1 << 20
 	// answerTimeout bounds the answer to one server request: the
 	// handler and the sending of its answer (a POST in the 2025 HTTP
 	// era) together.

@@ -336,3 +336,43 @@ func TestTaskIdleResetByStatusChanges(t *testing.T) {
 		}
 	})
 }
+
+// A response line past Options.MaxMessageBytes over stdio is read to its
+// end and dropped, never held: the call it answers fails at once with a
+// *ResponseTooLargeError, as over HTTP, rather than waiting out its clocks
+// for the answer that came — with its id first or last in the line — and
+// the connection goes on serving the next call.
+func TestStdioResponseTooLarge(t *testing.T) {
+	const limit = 4096
+	synctest.Test(t, func(t *testing.T) {
+		c, _, _ := dialWith(t, &client.Options{MaxMessageBytes: limit}, func(f *fakeServer, m jsonrpc.Message) {
+			if m.Method != mcp.MethodToolsCall {
+				return
+			}
+			big := strings.Repeat("x", 4*limit)
+			switch name(m) {
+			case "id-first":
+				f.send(`{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":%q}]}}`, m.ID, big)
+			case "id-last":
+				f.send(`{"jsonrpc":"2.0","result":{"content":[{"type":"text","text":%q}]},"id":%s}`, big, m.ID)
+			default:
+				result(f, m, "small")
+			}
+		})
+		for _, tool := range []string{"id-first", "id-last"} {
+			start := time.Now()
+			_, err := c.CallTool(context.Background(), tool, nil, &client.CallOptions{Idle: time.Hour, Max: time.Hour})
+			var tl *client.ResponseTooLargeError
+			if !errors.As(err, &tl) || tl.Limit != limit {
+				t.Fatalf("%s: %v; want a ResponseTooLargeError at %d bytes", tool, err, limit)
+			}
+			if took := time.Since(start); took != 0 {
+				t.Fatalf("%s failed after %v; want at once", tool, took)
+			}
+		}
+		res, err := c.CallTool(context.Background(), "small", nil, nil)
+		if err != nil || res.IsError {
+			t.Fatalf("the next call: %v %+v", err, res)
+		}
+	})
+}

@@ -50,6 +50,13 @@ type CallOptions struct {
 	// input_required result would. A gateway that relays a server's
 	// questions to its own client resumes the call this way.
 	Input *InputAnswers
+	// Capabilities, when set, are what this request declares in the
+	// 2026-07-28 era, in place of Options.Capabilities (with the tasks
+	// extension added when it asks for a task): a gateway declares the
+	// capabilities of the client it forwards the call for, so that the
+	// server asks only what that client can answer. A 2025 session
+	// declared its capabilities once, at initialize: there it is ignored.
+	Capabilities *mcp.ClientCapabilities
 	// OnNotification, when set, receives the notifications other than
 	// progress that the server sends for this call on its own response
 	// stream (a log message, over Streamable HTTP), in place of
@@ -340,7 +347,11 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 	} else {
 		opts.Idle = 0 // no progress will come: the idle clock has nothing to measure
 	}
-	body, err := c.params(params, token, opts.Meta, opts.asksTask)
+	declare, err := c.declared(&opts)
+	if err != nil {
+		return nil, err
+	}
+	body, err := c.params(params, token, opts.Meta, opts.asksTask, declare)
 	if err != nil {
 		return nil, err
 	}
@@ -362,7 +373,10 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 		// never left may always be sent.
 		if t, err = c.restart(ctx, t); err == nil {
 			out.era, out.version = c.era, c.version
-			if out.params, err = c.params(params, token, opts.Meta, opts.asksTask); err == nil {
+			if declare, err = c.declared(&opts); err == nil {
+				out.params, err = c.params(params, token, opts.Meta, opts.asksTask, declare)
+			}
+			if err == nil {
 				ex, err = t.start(maxCtx, out)
 			}
 		}
@@ -499,17 +513,42 @@ func mustInt(id jsonrpc.ID) int64 {
 	return n
 }
 
+// declared is what a request of o declares in the 2026-07-28 era when o
+// says (CallOptions.Capabilities), encoded; nil for the client's own.
+func (c *Client) declared(o *CallOptions) (encoded, error) {
+	if o.Capabilities == nil || c.era != mcp.Modern {
+		return nil, nil
+	}
+	caps := *o.Capabilities
+	if o.asksTask && caps.Extensions[mcp.ExtensionTasks] == nil {
+		caps.Extensions = maps.Clone(caps.Extensions)
+		if caps.Extensions == nil {
+			caps.Extensions = map[string]json.RawMessage{}
+		}
+		caps.Extensions[mcp.ExtensionTasks] = json.RawMessage(`{}`)
+	}
+	b, err := json.Marshal(caps)
+	if err != nil {
+		return nil, fmt.Errorf("client: CallOptions.Capabilities: %w", err)
+	}
+	return b, nil
+}
+
 // params encodes a request's params with the era's _meta: in the modern
-// era the protocol version, capabilities and client info, and in both a
-// progress token and the caller's members.
-func (c *Client) params(params any, token string, extra map[string]any, asksTask bool) (json.RawMessage, error) {
+// era the protocol version, capabilities (declare, when not nil, in place
+// of the client's) and client info, and in both a progress token and the
+// caller's members.
+func (c *Client) params(params any, token string, extra map[string]any, asksTask bool, declare encoded) (json.RawMessage, error) {
 	if p, ok := params.(map[string]any); ok || params == nil {
 		// The common case, encoded once: the helpers build maps.
 		if _, has := p["_meta"]; !has {
-			meta := c.fixedMeta(token, extra, asksTask)
+			var meta encoded
+			if declare == nil {
+				meta = c.fixedMeta(token, extra, asksTask)
+			}
 			var err error
 			if meta == nil {
-				if m := c.meta(nil, token, extra, asksTask); len(m) == 0 {
+				if m := c.meta(nil, token, extra, asksTask, declare); len(m) == 0 {
 					meta = emptyObject
 				} else {
 					meta, err = appendSortedObject(nil, m)
@@ -544,7 +583,7 @@ func (c *Client) params(params any, token string, extra map[string]any, asksTask
 			return nil, fmt.Errorf("client: params._meta must be an object: %w", err)
 		}
 	}
-	b, err := json.Marshal(c.meta(meta, token, extra, asksTask))
+	b, err := json.Marshal(c.meta(meta, token, extra, asksTask, declare))
 	if err != nil {
 		return nil, fmt.Errorf("client: _meta: %w", err)
 	}
@@ -731,7 +770,7 @@ func plainASCII(s string) bool {
 // meta is a request's _meta: the caller's members, a progress token, and
 // in the modern era the protocol version, capabilities (with the tasks
 // extension when the request asks for a task) and client info.
-func (c *Client) meta(meta map[string]any, token string, extra map[string]any, asksTask bool) map[string]any {
+func (c *Client) meta(meta map[string]any, token string, extra map[string]any, asksTask bool, declare encoded) map[string]any {
 	if meta == nil {
 		meta = make(map[string]any, len(extra)+4)
 	}
@@ -743,11 +782,14 @@ func (c *Client) meta(meta map[string]any, token string, extra map[string]any, a
 	}
 	if c.era == mcp.Modern {
 		meta[mcp.MetaProtocolVersion] = c.version
-		caps := c.capsJSON
-		if asksTask {
-			caps = c.taskCapsJSON
+		caps := encoded(c.capsJSON)
+		switch {
+		case declare != nil:
+			caps = declare
+		case asksTask:
+			caps = encoded(c.taskCapsJSON)
 		}
-		meta[mcp.MetaClientCapabilities] = encoded(caps)
+		meta[mcp.MetaClientCapabilities] = caps
 		meta[mcp.MetaClientInfo] = encoded(c.infoJSON)
 	}
 	return meta

@@ -54,6 +54,11 @@ const (
 	DefaultStopGrace    = 2 * time.Second
 	DefaultMaxListPages = 100
 	DefaultMaxListBytes = 16 << 20
+	// DefaultMaxServerRequests and DefaultMaxServerRequestBytes bound the
+	// server's requests answered at once on one connection (see
+	// Options.MaxServerRequests).
+	DefaultMaxServerRequests     = 16
+	DefaultMaxServerRequestBytes = 1 << 20
 )
 
 // Options configure a Client. The zero value is valid.
@@ -78,6 +83,10 @@ type Options struct {
 	MaxListPages int
 	MaxListBytes int64
 	// HTTPClient makes the HTTP requests; nil means a client of its own.
+	// The connection uses a shallow copy of it whose CheckRedirect
+	// refuses every redirect (HTTPClient itself is not changed): the
+	// client never follows one, so that Header and a request's body go
+	// only to the URL given; a redirect is a *RedirectError.
 	HTTPClient *http.Client
 	// Header is added to every HTTP request (an Authorization header).
 	Header http.Header
@@ -127,6 +136,18 @@ type Options struct {
 	// handler serves both eras; with none, such a call fails with an
 	// *InputError.
 	OnRequest RequestHandler
+	// MaxServerRequests bounds the server's requests (elicitation,
+	// sampling, roots, ping) the client answers at once on one
+	// connection, and MaxServerRequestBytes their params in memory
+	// meanwhile (one request is always admitted when none is in hand);
+	// zero means DefaultMaxServerRequests and
+	// DefaultMaxServerRequestBytes. Past them a request is refused over
+	// stdio and dropped over HTTP (refusing would cost a POST too), and
+	// counted. A handler whose answers wait on someone — a gateway holds
+	// an upstream's question until its own client's retry brings the
+	// answer — needs them as large as what it holds.
+	MaxServerRequests     int
+	MaxServerRequestBytes int
 	// MaxInputRounds bounds the input_required results one call answers
 	// before it fails with an *InputRoundsError; zero means
 	// DefaultMaxInputRounds.
@@ -271,6 +292,12 @@ func (o *Options) fill() {
 	if o.MaxMessageBytes == 0 {
 		o.MaxMessageBytes = jsonrpc.DefaultMaxMessageBytes
 	}
+	if o.MaxServerRequests == 0 {
+		o.MaxServerRequests = DefaultMaxServerRequests
+	}
+	if o.MaxServerRequestBytes == 0 {
+		o.MaxServerRequestBytes = DefaultMaxServerRequestBytes
+	}
 	if o.MaxListPages == 0 {
 		o.MaxListPages = DefaultMaxListPages
 	}
@@ -322,7 +349,9 @@ func newClient(ctx context.Context, t transport, o Options, stats *counters) (*C
 		err = c.initialize(ctx)
 	case 0:
 		var ve *VersionError
-		if err = c.discover(ctx); err != nil && !isConnectError(err) && !errors.As(err, &ve) {
+		var re *RedirectError
+		// A redirect would be the answer to initialize too (one URL).
+		if err = c.discover(ctx); err != nil && !isConnectError(err) && !errors.As(err, &ve) && !errors.As(err, &re) {
 			c.log.Debug("the server did not answer as a 2026-07-28 server; trying initialize", "err", err)
 			err = c.initialize(ctx)
 		}

@@ -25,10 +25,7 @@ func DialHTTP(ctx context.Context, url string, opts *Options) (*Client, error) {
 		o = *opts
 	}
 	o.fill()
-	hc := o.HTTPClient
-	if hc == nil {
-		hc = newHTTPClient()
-	}
+	hc := withoutRedirects(o.HTTPClient)
 	stats := &counters{}
 	t := &httpTransport{url: url, hc: hc, opts: o, stats: stats, gone: make(chan struct{})}
 	t.side = newSidePosts(o, stats, t.post)
@@ -194,6 +191,7 @@ func (t *httpTransport) listen(ctx context.Context, opened chan<- struct{}) {
 			opened = nil
 		}
 		if errors.Is(err, errNoStream) {
+			t.redirected(err, "the session's event stream")
 			return // no session stream here
 		}
 		if err == nil {
@@ -207,13 +205,26 @@ func (t *httpTransport) listen(ctx context.Context, opened chan<- struct{}) {
 	}
 }
 
+// redirected logs err when it is a redirect of a stream's GET, which
+// fails no caller's request (a resumed call is lost all the same: its POST
+// reached the server), and reports whether it was one.
+func (t *httpTransport) redirected(err error, stream string) bool {
+	re, ok := errors.AsType[*RedirectError](err)
+	if ok {
+		t.opts.Logger.Warn("the server answered the GET of "+stream+" with a redirect, which the client does not follow",
+			"status", re.Status, "location", re.Location)
+	}
+	return ok
+}
+
 // errNoStream is a GET the server answered with something other than an
 // event stream: no session stream there, or no resuming that one.
 var errNoStream = errors.New("client: the server offers no event stream here")
 
 // openStream GETs the 2025 session's stream, from after lastID when it is
 // set (Last-Event-ID). A transport failure is returned as it is (worth
-// another try); any answer but an event stream is errNoStream.
+// another try); any answer but an event stream is errNoStream, wrapping
+// a *RedirectError when the answer was a redirect.
 func (t *httpTransport) openStream(ctx context.Context, lastID string) (*http.Response, error) {
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
 	if err != nil {
@@ -228,6 +239,10 @@ func (t *httpTransport) openStream(ctx context.Context, lastID string) (*http.Re
 	resp, err := t.hc.Do(hreq)
 	if err != nil {
 		return nil, err
+	}
+	if re := redirectOf(resp); re != nil {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%w: %w", errNoStream, re)
 	}
 	media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.StatusCode != http.StatusOK || media != "text/event-stream" {
@@ -320,6 +335,10 @@ func (t *httpTransport) exchange(hreq *http.Request, req outgoing, ex *exchange)
 		return
 	}
 	defer resp.Body.Close()
+	if re := redirectOf(resp); re != nil {
+		ex.deliver(reply{err: re})
+		return
+	}
 	if req.method == mcp.MethodInitialize {
 		if sid := resp.Header.Get(mcp.HeaderSessionID); sid != "" {
 			t.mu.Lock()
@@ -398,7 +417,9 @@ func (t *httpTransport) resume(ctx context.Context, req outgoing, ex *exchange, 
 		}
 		resp, err := t.openStream(ctx, cursor.lastID)
 		if errors.Is(err, errNoStream) {
-			t.opts.Logger.Debug("the server refused to resume a stream", "err", err)
+			if !t.redirected(err, "a call's event stream, to resume it") {
+				t.opts.Logger.Debug("the server refused to resume a stream", "err", err)
+			}
 			return
 		}
 		if err != nil {
@@ -501,12 +522,12 @@ type sidePosts struct {
 
 func newSidePosts(o Options, stats *counters, post func(ctx context.Context, body []byte, era mcp.Era, method string) error) sidePosts {
 	return sidePosts{opts: o, stats: stats, post: post,
-		answers: budget{maxN: maxServerRequests, maxBytes: maxServerRequestBytes}, cancels: make(chan struct{}, maxCancelPosts)}
+		answers: budget{maxN: o.MaxServerRequests, maxBytes: o.MaxServerRequestBytes}, cancels: make(chan struct{}, maxCancelPosts)}
 }
 
 // serve answers a request a server sent on a stream (elicitation,
 // sampling, roots, ping) with a POST of its own, on a goroutine of its
-// own: at most maxServerRequests at a time (and maxServerRequestBytes of
+// own: at most Options.MaxServerRequests at a time (and MaxServerRequestBytes of
 // their params). The call it is attributed to (ex, when it has a handler
 // of its own) answers under that call's clocks; the connection's
 // handler under answerTimeout, handler and POST together. Every answer
@@ -589,6 +610,9 @@ func (t *httpTransport) post(ctx context.Context, body []byte, era mcp.Era, meth
 		return err
 	}
 	defer resp.Body.Close()
+	if re := redirectOf(resp); re != nil {
+		return re
+	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode/100 != 2 {
 		return &StatusError{Status: resp.StatusCode}

@@ -126,7 +126,7 @@ func (s *Subscription) run(ctx context.Context, acked chan<- error) {
 func (s *Subscription) once(ctx context.Context, first bool, acked chan<- error) (bool, error) {
 	c := s.c
 	id := jsonrpc.IntID(c.nextID.Add(1))
-	body, err := c.params(mcp.ListenParams{Notifications: &s.o.Filter}, "l"+jsonText(id), nil, false)
+	body, err := c.params(mcp.ListenParams{Notifications: &s.o.Filter}, "l"+jsonText(id), nil, false, nil)
 	if err != nil {
 		return false, err
 	}

@@ -130,11 +130,16 @@ func FailureOf(err error) retry.Failure {
 	var ce *ConnectError
 	var ie *InputError
 	var re *InputRoundsError
+	var redirect *RedirectError
 	switch {
 	case errors.As(err, &ie) || errors.As(err, &re):
 		// The server answered that it needs input, and the client did not
 		// give it: no round ran to completion, and asking again would ask
 		// for the same input.
+		return retry.Failure{Kind: retry.Rejected, Err: err}
+	case errors.As(err, &redirect):
+		// The server answered with a redirect instead of running the
+		// request, and would answer the same again.
 		return retry.Failure{Kind: retry.Rejected, Err: err}
 	case errors.As(err, &ce):
 		// No connection could be opened: the request never left.

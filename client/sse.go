@@ -49,10 +49,7 @@ func DialSSE(ctx context.Context, url string, opts *Options) (*Client, error) {
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return nil, fmt.Errorf("client: DialSSE needs an http or https URL, not %q", url)
 	}
-	hc := o.HTTPClient
-	if hc == nil {
-		hc = newHTTPClient()
-	}
+	hc := withoutRedirects(o.HTTPClient)
 	stats := &counters{}
 	open := func(ctx context.Context) (transport, error) {
 		t, err := openSSE(ctx, base, hc, o, stats)
@@ -143,6 +140,10 @@ func (t *sseTransport) listen(hreq *http.Request, base *neturl.URL, opened chan<
 		return
 	}
 	defer resp.Body.Close()
+	if re := redirectOf(resp); re != nil {
+		announce(re)
+		return
+	}
 	media, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.StatusCode != http.StatusOK || media != "text/event-stream" {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
@@ -315,6 +316,9 @@ func (t *sseTransport) post(ctx context.Context, body []byte, _ mcp.Era, _ strin
 		return sendError(t.endpoint, err)
 	}
 	defer resp.Body.Close()
+	if re := redirectOf(resp); re != nil {
+		return re
+	}
 	if resp.StatusCode/100 != 2 {
 		text, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return &StatusError{Status: resp.StatusCode, Body: strings.TrimSpace(clip(text)), RetryAfter: resp.Header.Get("Retry-After")}

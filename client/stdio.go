@@ -103,7 +103,7 @@ type stdioTransport struct {
 
 func newStdio(cmd *exec.Cmd, in io.WriteCloser, out io.Reader, o Options, stats *counters) *stdioTransport {
 	t := &stdioTransport{cmd: cmd, in: in, opts: o, stats: stats,
-		answers: budget{maxN: maxServerRequests, maxBytes: maxServerRequestBytes}, calls: newInflight(), gone: make(chan struct{})}
+		answers: budget{maxN: o.MaxServerRequests, maxBytes: o.MaxServerRequestBytes}, calls: newInflight(), gone: make(chan struct{})}
 	t.lifetime, t.stop = context.WithCancel(context.Background())
 	t.w = newWriter(in, func(error) { t.lost() })
 	go t.read(out)
@@ -178,17 +178,37 @@ func (t *stdioTransport) notify(ctx context.Context, method string, params any, 
 
 // read routes what the server writes: responses by id, progress by token;
 // it answers the server's own requests it cannot serve, and ping.
+//
+// A line past the message limit is read to its end and dropped, never
+// held; what could be read of its id fails the call it answers at once
+// with a *ResponseTooLargeError, as over HTTP, rather than leave that
+// call waiting for an answer that came and was dropped.
 func (t *stdioTransport) read(out io.Reader) {
 	r := bufio.NewReaderSize(out, 64<<10)
 	defer t.lost()
+	scan := new(jsonrpc.IDScanner) // fed only the bytes of a line dropped for its size
 	for {
-		line, err := readLine(r, t.opts.MaxMessageBytes, nil)
+		line, err := readLine(r, t.opts.MaxMessageBytes, scan)
+		if line == nil && err == nil { // a whole line, past the limit
+			t.tooLarge(scan)
+			*scan = jsonrpc.IDScanner{}
+		}
 		if len(bytes.TrimSpace(line)) > 0 {
 			t.dispatch(line)
 		}
 		if err != nil {
 			return
 		}
+	}
+}
+
+// tooLarge fails the call whose response ran past the limit, when what
+// could be read of it names one.
+func (t *stdioTransport) tooLarge(scan *jsonrpc.IDScanner) {
+	id, ok := tooLargeResponse(scan)
+	t.opts.Logger.Warn("dropped a line past the message limit", "limit", t.opts.MaxMessageBytes, "id", id)
+	if ok {
+		t.calls.respond(id, reply{err: &ResponseTooLargeError{Limit: t.opts.MaxMessageBytes}}, t.stats, t.opts.Logger)
 	}
 }
 
@@ -257,8 +277,8 @@ func (t *stdioTransport) dispatch(line []byte) {
 
 // serve answers a request of the server's without ever stopping the
 // reader: ping and what the client cannot serve at once, a handler's
-// request on a goroutine of its own, at most maxServerRequests (and
-// maxServerRequestBytes of params) at a time. Past that bound the request
+// request on a goroutine of its own, at most Options.MaxServerRequests
+// (and MaxServerRequestBytes of params) at a time. Past that bound the request
 // is refused with CodeOverloaded; an answer that finds the write queue's
 // share for answers full (the server is not reading them) is dropped.
 // Both are counted.
@@ -279,7 +299,7 @@ func (t *stdioTransport) serve(m jsonrpc.Message) {
 	if !t.answers.take(size) {
 		t.stats.serverRefused.Add(1)
 		t.answer(m, jsonrpc.AppendError(nil, m.ID, jsonrpc.NewError(mcp.CodeOverloaded,
-			"this client is already answering %d requests from this server", maxServerRequests)), nil)
+			"this client is already answering %d requests from this server", t.opts.MaxServerRequests)), nil)
 		return
 	}
 	a := answererFor(ex, t.opts.OnRequest, t.lifetime)

@@ -30,6 +30,7 @@ type catalog struct {
 
 type entry struct {
 	link *link
+	up   string            // the upstream's own name (or URI) for it
 	def  [sha256.Size]byte // of the definition registered, as JSON: a changed one is registered again
 }
 
@@ -187,7 +188,7 @@ func serveListing[T any](g *Gateway, l *link, ls listing[T], items []T) {
 			}
 			continue
 		}
-		ls.entries[down] = entry{link: l, def: def}
+		ls.entries[down] = entry{link: l, up: up, def: def}
 	}
 	for down, e := range ls.entries {
 		if e.link == l && !seen[down] {
@@ -239,17 +240,22 @@ func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
 }
 
 // mirroredTask is whether the gateway runs a tool as a task of its own
-// when the policy does not say, from what the upstream declared of it: a
-// tool the upstream runs only as a task is one downstream too; one a
-// 2025-era upstream runs as a task when asked may be one (not a keyed
-// one, whose synchronous forward would hold the ledger's transaction).
-// A 2026-07-28 upstream decides per call, so its tools are tasks
-// downstream only where the policy makes them so.
+// when the policy does not say, from what the upstream declared of it. A
+// tool a 2025-era upstream runs as a task — only, or when asked — may be
+// one downstream: a client that takes a task gets one of the gateway's,
+// and a client that cannot still gets a call's result, the upstream's
+// task followed within the call's clocks. A keyed tool's task must be
+// required (its key makes the task's creation idempotent, in the
+// ledger's transaction), so one the upstream runs only as a task is a
+// task downstream for every client; one it runs as a task when asked is
+// a plain call. A 2026-07-28 upstream decides per call, so its tools are
+// tasks downstream only where the policy makes them so.
 func mirroredTask(up upstreamTasks, tp ToolPolicy, era mcp.Era) TaskSupport {
+	keyed := tp.Retry == server.RetryConditional
 	switch {
-	case up == upstreamTaskRequired:
+	case up == upstreamTaskRequired && keyed:
 		return TaskRequired
-	case up == upstreamTaskOptional && era == mcp.Legacy && tp.Retry != server.RetryConditional:
+	case up == upstreamTaskRequired, up == upstreamTaskOptional && era == mcp.Legacy && !keyed:
 		return TaskOptional
 	}
 	return TaskNone
@@ -289,6 +295,22 @@ func (g *Gateway) syncTemplates(l *link, templates []mcp.ResourceTemplate) {
 		},
 		remove: func(uri string) { g.srv.RemoveResourceTemplate(uri) },
 	}, templates)
+}
+
+// upstreamKeyOf is the key the upstream is sent for tenant's call of the
+// conditional tool it serves as name with key (upstreamKey); "" for a
+// tool that is not conditional, or not served.
+func (g *Gateway) upstreamKeyOf(tenant, name, key string) string {
+	if g.opts.Policy.forTool(name).Retry != server.RetryConditional {
+		return ""
+	}
+	g.mu.Lock()
+	e, ok := g.catalog.tools[name]
+	g.mu.Unlock()
+	if !ok {
+		return ""
+	}
+	return upstreamKey(tenant, e.up, key)
 }
 
 // ownsResource reports whether a resource updated upstream is one l

@@ -17,6 +17,7 @@ import (
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/retry"
 	"github.com/mcprel/mcprel/server"
@@ -95,7 +96,7 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, upTasks upstreamT
 			f.settle(res, err)
 			return res, err
 		}
-		c, release, err := l.acquire(f.ctx, call.Tenant)
+		c, release, err := l.acquire(f.ctx, call.Tenant, relayed(call.ClientCapabilities))
 		if err != nil {
 			f.rec.Outcome = OutcomeUnavailable
 			if errors.Is(context.Cause(f.ctx), errTaskCancelled) {
@@ -115,12 +116,14 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, upTasks upstreamT
 		asTask := upTasks == upstreamTaskRequired || upTasks != noUpstreamTask && taskserver.TaskID(call) != ""
 		hold := !asTask && call.Era == mcp.Modern && c.Era() != mcp.Modern && answersAny(call.ClientCapabilities) && tp.Retry != server.RetryConditional
 		sink := l.sink(&call.Request)
+		caps := relayed(call.ClientCapabilities) // a 2026-07-28 upstream is told the caller's
 		o := &client.CallOptions{
 			Idle:           tp.Idle + l.g.opts.ClockSlack,
 			Max:            tp.Max + l.g.opts.ClockSlack,
 			OnProgress:     sink.progress,
 			OnNotification: sink.note,
 			Meta:           l.g.passMeta(f.ctx, call.Meta, hold),
+			Capabilities:   &caps,
 		}
 		if len(st.State) > 0 || call.InputResponses != nil {
 			o.Input = &client.InputAnswers{Responses: call.InputResponses, RequestState: st.State}
@@ -131,6 +134,9 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, upTasks upstreamT
 			if hold {
 				args = json.RawMessage(bytes.Clone(call.Arguments)) // a held call outlives the request's frame
 			}
+		}
+		if key := idempotency.Key(call); key != "" && tp.Retry == server.RetryConditional {
+			args = withUpstreamKey(args, o.Meta, tp.keyArgument(), upstreamKey(call.Tenant, upstreamTool, key))
 		}
 		if hold {
 			h := l.g.hold(call, l.up.Name, sink)
@@ -385,10 +391,47 @@ func neverRan(err error, outcome Outcome) bool {
 		return true // withdrawn from the client's queue before a byte of it was written
 	case errors.As(err, &rpc):
 		return rpc.Code == jsonrpc.CodeMethodNotFound
+	case errors.As(err, new(*client.RedirectError)):
+		return true // the upstream answered with a redirect instead of running it, which was not followed
 	case errors.As(err, &se):
 		return se.Status >= 400 && se.Status < 500 && se.Status != http.StatusRequestTimeout && se.Status != http.StatusConflict
 	}
 	return false
+}
+
+// upstreamKey is the idempotency key an upstream is sent for a keyed
+// call of tenant's to its tool upstreamTool: never the caller's key, which
+// is the tenant's alone, but one derived from the tenant, the tool as the
+// upstream names it, and the caller's key (ledger.DerivedKey). Two tenants
+// who choose one key send two keys, so an upstream that deduplicates by
+// the key never answers one tenant with another's result; every retry of
+// one tenant's call sends the same key, so it still deduplicates those.
+func upstreamKey(tenant, upstreamTool, key string) string {
+	return ledger.DerivedKey(tenant, upstreamTool, key)
+}
+
+// withUpstreamKey is args with the key argument arg, where the caller put
+// its key, holding key instead; meta, the _meta that goes upstream, gets
+// the same where the caller put its key there. args is the call's raw
+// arguments (or nil): the rest of them pass as they came.
+func withUpstreamKey(args any, meta map[string]any, arg, key string) any {
+	if _, ok := meta[mcp.MetaIdempotencyKey]; ok {
+		meta[mcp.MetaIdempotencyKey] = key
+	}
+	raw, _ := args.(json.RawMessage)
+	var members map[string]json.RawMessage
+	if json.Unmarshal(raw, &members) != nil {
+		return args
+	}
+	if _, ok := members[arg]; !ok {
+		return args
+	}
+	members[arg], _ = json.Marshal(key)
+	out, err := json.Marshal(members)
+	if err != nil {
+		return args
+	}
+	return json.RawMessage(out)
 }
 
 // callTool calls the upstream's tool and returns its result to pass on
@@ -483,6 +526,7 @@ func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, q *ser
 	var ie *client.InputError
 	var tl *client.ResponseTooLargeError
 	var se *client.StatusError
+	var redirect *client.RedirectError
 	errors.As(err, &se)
 	cancelled := errors.As(err, &ce)
 	switch {
@@ -545,6 +589,11 @@ func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, q *ser
 	case se != nil:
 		rec.Outcome = OutcomeFailed
 		return &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf("upstream %q answered HTTP %d", l.up.Name, se.Status)}
+	case errors.As(err, &redirect):
+		// Where it pointed is for the operator's log, never downstream.
+		rec.Outcome = OutcomeFailed
+		l.log.Warn("gateway: the upstream answered with a redirect, which the gateway does not follow", "status", redirect.Status, "location", redirect.Location)
+		return &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf("upstream %q answered HTTP %d, a redirect, which the gateway does not follow: the upstream did not run the request", l.up.Name, redirect.Status)}
 	default:
 		rec.Outcome = OutcomeFailed
 		return &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf("upstream %q: %s", l.up.Name, l.redact(err))}
@@ -643,12 +692,25 @@ func answersAny(caps mcp.ClientCapabilities) bool {
 }
 
 // lacks is the error an upstream's request gets when the downstream
-// client did not declare the capability it needs.
-func lacks(caps mcp.ClientCapabilities, method string) error {
+// client did not declare the capability it needs: for an elicitation in
+// URL mode, elicitation's url (an empty elicitation capability is the
+// form mode's alone).
+func lacks(caps mcp.ClientCapabilities, method string, params json.RawMessage) error {
 	var have json.RawMessage
 	switch method {
 	case mcp.MethodElicit:
 		have = caps.Elicitation
+		var p struct {
+			Mode string `json:"mode"`
+		}
+		if have != nil && json.Unmarshal(params, &p) == nil && p.Mode == "url" {
+			var modes struct {
+				URL json.RawMessage `json:"url"`
+			}
+			if json.Unmarshal(have, &modes) != nil || modes.URL == nil {
+				return jsonrpc.NewError(jsonrpc.CodeMethodNotFound, "the downstream client did not declare elicitation in URL mode, which this elicitation/create needs")
+			}
+		}
 	case mcp.MethodCreateMessage:
 		have = caps.Sampling
 	case mcp.MethodListRoots:
@@ -668,7 +730,7 @@ func lacks(caps mcp.ClientCapabilities, method string) error {
 // too, the gateway's own round (errRelayInput).
 func relay(q *server.Request) client.RequestHandler {
 	return func(ctx context.Context, method string, params json.RawMessage) (any, error) {
-		if err := lacks(q.ClientCapabilities, method); err != nil {
+		if err := lacks(q.ClientCapabilities, method, params); err != nil {
 			return nil, err
 		}
 		if q.Era == mcp.Modern {
@@ -763,7 +825,7 @@ func (l *link) relayedInput(ie *client.InputError, caps mcp.ClientCapabilities) 
 	}
 	reqs := make(map[string]mcp.InputRequest, len(round.InputRequests))
 	for k, r := range round.InputRequests {
-		if err := lacks(caps, r.Method); err != nil {
+		if err := lacks(caps, r.Method, r.Params); err != nil {
 			return err
 		}
 		reqs[k] = mcp.InputRequest{Method: r.Method, Params: r.Params}
@@ -842,14 +904,16 @@ func (l *link) forwardRead() server.ResourceHandler {
 func (l *link) request(ctx context.Context, q *server.Request, method, downName, upName string, params, out any) error {
 	f := l.begin(ctx, method, downName)
 	defer f.end()
-	c, release, err := l.acquire(f.ctx, q.Tenant)
+	caps := relayed(q.ClientCapabilities)
+	c, release, err := l.acquire(f.ctx, q.Tenant, caps)
 	if err != nil {
 		f.rec.Outcome = OutcomeUnavailable
 		return asRPC(l.unavailable(err))
 	}
 	defer release()
 	sent := time.Now()
-	raw, err := c.Request(f.ctx, method, upName, params, &client.CallOptions{Meta: l.g.passMeta(f.ctx, q.Meta, false), OnNotification: l.sink(q).note})
+	raw, err := c.Request(f.ctx, method, upName, params, &client.CallOptions{Meta: l.g.passMeta(f.ctx, q.Meta, false), OnNotification: l.sink(q).note,
+		Capabilities: &caps})
 	f.rec.InUpstream, f.rec.Reached = time.Since(sent), true
 	l.record(err)
 	if err == nil {

@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -15,7 +17,9 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/ledger"
+	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/taskserver"
 )
@@ -67,6 +71,17 @@ type Upstream struct {
 	// own limits and each tenant's. Zero fields set no bound of their
 	// own.
 	Limits server.Limits
+	// Capabilities are what the gateway declares to a 2025-era upstream
+	// on a connection downstream clients share (its listing connection,
+	// a stdio process not run per tenant): of elicitation, sampling and
+	// roots, what it may relay. Nil declares all three, elicitation in
+	// both its form and URL modes: a client that declared less is refused
+	// an upstream's request it cannot answer, as it would be by the
+	// upstream itself; give less to have the upstream hide what needs
+	// more. A call made on a connection of its own — every 2026-07-28
+	// request, a 2025-era session per tenant — declares what the client
+	// that made it declared, of the same three, whatever this says.
+	Capabilities *mcp.ClientCapabilities
 	// KeepNames keeps this upstream's tool and prompt names as it lists
 	// them when there are several upstreams, whose names otherwise all
 	// become NAME_name: adding an upstream then renames none of this
@@ -74,6 +89,27 @@ type Upstream struct {
 	// is prefixed after all, so that no two names meet. At most one
 	// upstream keeps its names.
 	KeepNames bool
+}
+
+// relayed is what the gateway declares upstream for a downstream client
+// that declared caps: what of it the gateway relays — elicitation (in the
+// modes the client declared), sampling and roots — and nothing else (no
+// tasks, no extension: those are the gateway's own with the upstream).
+func relayed(caps mcp.ClientCapabilities) mcp.ClientCapabilities {
+	return mcp.ClientCapabilities{Elicitation: caps.Elicitation, Sampling: caps.Sampling, Roots: caps.Roots}
+}
+
+// everythingRelayed is what the gateway may relay to some client.
+var everythingRelayed = mcp.ClientCapabilities{Elicitation: json.RawMessage(`{"form":{},"url":{}}`),
+	Sampling: json.RawMessage(`{}`), Roots: json.RawMessage(`{}`)}
+
+// declared is what the gateway declares to the upstream on a connection
+// downstream clients share (Upstream.Capabilities).
+func (u *Upstream) declared() mcp.ClientCapabilities {
+	if u.Capabilities != nil {
+		return relayed(*u.Capabilities)
+	}
+	return everythingRelayed
 }
 
 var upstreamName = regexp.MustCompile(`^[A-Za-z0-9-]{1,32}$`)
@@ -98,6 +134,11 @@ func (u *Upstream) check() error {
 		}
 		if len(u.Command[0]) == 0 {
 			return fmt.Errorf("gateway: upstream %q: the command's first word is empty", u.Name)
+		}
+		// A command that is not there never will be: said now, not
+		// retried with backoff while every call waits.
+		if _, err := exec.LookPath(u.Command[0]); err != nil {
+			return fmt.Errorf("gateway: upstream %q: cannot run %q: %w", u.Name, u.Command[0], errors.Unwrap(err))
 		}
 	case StreamableHTTP, SSE:
 		if len(u.Command) > 0 || len(u.Env) > 0 {
@@ -130,7 +171,11 @@ const (
 	DefaultSessionIdle      = 5 * time.Minute
 	DefaultMaxHeld          = 1024
 	DefaultMaxHeldPerTenant = 64
-	DefaultInputWait        = 2 * time.Minute
+	// DefaultMaxHeldBytes and DefaultMaxHeldBytesPerTenant bound the
+	// params of the upstreams' questions held calls hold.
+	DefaultMaxHeldBytes          = 64 << 20
+	DefaultMaxHeldBytesPerTenant = 8 << 20
+	DefaultInputWait             = 2 * time.Minute
 	// DefaultClockSlack is how much longer the client's clocks run than
 	// the server's for the same call: the server's fire first and give the
 	// downstream its standard timeout result; the client's are a backstop.
@@ -202,6 +247,11 @@ type Options struct {
 	// cancelled upstream.
 	MaxHeld, MaxHeldPerTenant int
 	InputWait                 time.Duration
+	// MaxHeldBytes and MaxHeldBytesPerTenant bound, in bytes of their
+	// params, the upstreams' questions held calls wait on: past either, a
+	// question is refused to its upstream at once (overloaded), and the
+	// upstream's call goes on without the answer.
+	MaxHeldBytes, MaxHeldBytesPerTenant int
 	// ClockSlack is how much longer the client's clocks are than the
 	// server's (DefaultClockSlack).
 	ClockSlack time.Duration
@@ -242,12 +292,11 @@ func (o *Options) withDefaults() {
 	setDefault(&o.MaxHeld, DefaultMaxHeld)
 	setDefault(&o.MaxHeldPerTenant, DefaultMaxHeldPerTenant)
 	setDefault(&o.InputWait, DefaultInputWait)
+	setDefault(&o.MaxHeldBytes, DefaultMaxHeldBytes)
+	setDefault(&o.MaxHeldBytesPerTenant, DefaultMaxHeldBytesPerTenant)
 	setDefault(&o.ClockSlack, DefaultClockSlack)
 	if o.Policy == nil {
 		o.Policy = &Policy{}
-	}
-	if o.Client.Info.Name == "" {
-		o.Client.Info.Name = "mcprel-gateway"
 	}
 }
 
@@ -272,6 +321,8 @@ type Gateway struct {
 	heldMu        sync.Mutex
 	held          map[string]*held // calls waiting for their clients' answers, by id
 	heldPerTenant map[string]int
+	heldBytes     int            // the params of the questions held calls hold
+	heldBytesOf   map[string]int // the same, by tenant
 	heldCalls     sync.WaitGroup // their upstream calls' goroutines
 
 	ctx    context.Context
@@ -294,17 +345,23 @@ func New(srv *server.Server, opts *Options) (*Gateway, error) {
 	}
 	for _, v := range []int64{int64(o.CircuitFailures), int64(o.CircuitCooldown), int64(o.RestartBase), int64(o.RestartCap),
 		int64(o.StartWait), int64(o.MaxSessions), int64(o.SessionIdle), int64(o.ClockSlack),
-		int64(o.MaxHeld), int64(o.MaxHeldPerTenant), int64(o.InputWait), int64(o.RetryBase)} {
+		int64(o.MaxHeld), int64(o.MaxHeldPerTenant), int64(o.InputWait), int64(o.RetryBase),
+		int64(o.MaxHeldBytes), int64(o.MaxHeldBytesPerTenant)} {
 		if v < 0 {
 			return nil, errors.New("gateway: negative options are errors, not \"unlimited\"")
 		}
+	}
+	if o.Client.Info.Name == "" {
+		// The upstream is told who calls it: the gateway, as its own
+		// server names itself to its clients.
+		o.Client.Info = srv.Info()
 	}
 	o.withDefaults()
 	if err := o.Policy.check(o.Ledger != nil, o.Tasks != nil); err != nil {
 		return nil, err
 	}
 	g := &Gateway{srv: srv, opts: o, log: o.Logger, obs: o.Observer, prefix: len(o.Upstreams) > 1,
-		held: map[string]*held{}, heldPerTenant: map[string]int{}}
+		held: map[string]*held{}, heldPerTenant: map[string]int{}, heldBytesOf: map[string]int{}}
 	// Until Start, nothing runs: a context that never ends.
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
 	if g.log == nil {
@@ -376,11 +433,16 @@ func (g *Gateway) Start(ctx context.Context) error {
 			l.run(g.ctx)
 		}()
 	}
+	g.srv.SetToolNotFound(g.toolNotFound)
 	wait := time.NewTimer(g.opts.StartWait)
 	defer wait.Stop()
 	for _, l := range g.links {
 		select {
-		case <-l.firstListed:
+		case <-l.firstTried:
+			if !l.listed() {
+				g.log.Warn("gateway: an upstream could not be reached at start; serving without it until it comes up (calls of its tools are told upstream_unavailable)",
+					"upstream", l.up.Name)
+			}
 		case <-wait.C:
 			g.log.Warn("gateway: an upstream was not listed in time; serving without it until it comes up",
 				"upstream", l.up.Name, "waited", g.opts.StartWait)
@@ -388,6 +450,26 @@ func (g *Gateway) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
+	}
+	return nil
+}
+
+// toolNotFound answers a call of a tool the gateway does not serve: when
+// it may be the tool of an upstream that has not been listed — the only
+// upstream, or the one its name's prefix names — the caller is told that
+// upstream is unavailable and when to come back, at once; otherwise the
+// tool is unknown (nil).
+func (g *Gateway) toolNotFound(name string) *jsonrpc.Error {
+	for _, l := range g.links {
+		if g.prefix && !strings.HasPrefix(name, l.up.Name+"_") {
+			continue
+		}
+		if l.listed() {
+			return nil
+		}
+		var e *jsonrpc.Error
+		errors.As(asRPC(l.unavailable(l.down())), &e)
+		return e
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -19,8 +20,10 @@ import (
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/transport/streamhttp"
 )
 
 // A 504 from an HTTP intermediary says the request was forwarded and no
@@ -342,5 +345,159 @@ func TestUnreadableAnswerIsOutcomeUnknown(t *testing.T) {
 	}
 	if rec := f.awaitForward(t, "echo"); rec.Outcome != gateway.OutcomeLost {
 		t.Fatalf("the call was recorded %+v, want lost", rec)
+	}
+}
+
+// An upstream that cannot be reached at start does not hold the gateway
+// up (Start would wait its hour of StartWait for a listing that cannot
+// come): a call of one of its tools is told at once that it is
+// unavailable, naming it, and when to come back. A name no upstream could
+// serve is still an unknown tool, and the other upstream is served.
+func TestUpstreamDownAtStartIsToldAtOnce(t *testing.T) {
+	u := newUpstream(t)
+	down := gateway.Upstream{Name: "bad", Command: []string{"false"}} // starts, and exits before it answers
+	slow := gateway.Options{StartWait: time.Hour, RestartBase: time.Hour, RestartCap: time.Hour}
+	two := slow
+	two.Upstreams = []gateway.Upstream{{Name: "up", URL: u.url}, down}
+	one := slow
+	one.Upstreams = []gateway.Upstream{down}
+	unavailable := func(t *testing.T, c *client.Client, tool string) {
+		t.Helper()
+		_, err := c.CallTool(context.Background(), tool, nil, nil)
+		var rpc *jsonrpc.Error
+		if !errors.As(err, &rpc) || rpc.Code != mcp.CodeUnavailable || !strings.Contains(rpc.Message, `upstream "bad" is unavailable`) ||
+			!strings.Contains(string(rpc.Data), `"code":"upstream_unavailable"`) || !strings.Contains(string(rpc.Data), `"retryAfterMs"`) {
+			t.Fatalf("a call of %s = %v, want upstream_unavailable naming bad, with retryAfterMs", tool, err)
+		}
+	}
+	c := newFront(t, two, nil).dial(t, mcp.Modern, nil)
+	unavailable(t, c, "bad_anything")
+	if res, err := c.CallTool(context.Background(), "up_echo", map[string]any{"text": "hi"}, nil); err != nil || res.IsError {
+		t.Fatalf("the other upstream's tool = %v %+v", err, res)
+	}
+	_, err := c.CallTool(context.Background(), "up_nosuch", nil, nil)
+	if rpc := (*jsonrpc.Error)(nil); !errors.As(err, &rpc) || rpc.Code != jsonrpc.CodeInvalidParams {
+		t.Fatalf("a tool no upstream serves = %v, want unknown tool", err)
+	}
+	unavailable(t, newFront(t, one, nil).dial(t, mcp.Legacy, nil), "anything")
+}
+
+// A stdio upstream whose command is not there is refused when the gateway
+// is made, naming it: it would never start, and every call would wait.
+func TestUpstreamCommandNotFoundIsRefused(t *testing.T) {
+	_, err := gateway.CheckUpstreams([]gateway.Upstream{{Name: "bad", Command: []string{"mcprel-no-such-command"}}})
+	if err == nil || !strings.Contains(err.Error(), `upstream "bad": cannot run "mcprel-no-such-command": executable file not found`) {
+		t.Fatalf("CheckUpstreams = %v", err)
+	}
+}
+
+// whoCalls is an upstream tool that answers with what its caller — the
+// gateway — declared of itself: its capabilities and its clientInfo.
+func whoCalls(t *testing.T, u *upstream) {
+	t.Helper()
+	must(t, u.srv.AddTool(server.Tool{Name: "who"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		b, _ := json.Marshal(map[string]any{"caps": call.ClientCapabilities, "info": call.ClientInfo})
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text(string(b))}}, nil
+	}))
+}
+
+type declaredUpstream struct {
+	Caps mcp.ClientCapabilities `json:"caps"`
+	Info mcp.Implementation     `json:"info"`
+}
+
+func who(t *testing.T, c *client.Client) declaredUpstream {
+	t.Helper()
+	res, err := c.CallTool(context.Background(), "who", nil, nil)
+	must(t, err)
+	var d declaredUpstream
+	must(t, json.Unmarshal([]byte(text(res)), &d))
+	return d
+}
+
+// The gateway declares upstream what it can relay to the client it calls
+// for, never more: a 2026-07-28 upstream is told each call's client's own
+// elicitation, sampling and roots (and no sampling for a client without
+// it, which the upstream then never asks for); a 2025-era session per
+// tenant declares those of the client whose call opened it; a connection
+// clients share declares everything the gateway relays — elicitation in
+// URL mode too — or what the operator narrows it to. The upstream is told
+// the gateway's name and version.
+func TestGatewayDeclaresWhatItRelays(t *testing.T) {
+	sampling := mcp.ClientCapabilities{Sampling: json.RawMessage(`{}`), Elicitation: json.RawMessage(`{"form":{}}`),
+		Extensions: map[string]json.RawMessage{mcp.ExtensionTasks: json.RawMessage(`{}`)}}
+	for _, down := range eras {
+		t.Run("2026-upstream-from-"+down.name, func(t *testing.T) {
+			u := newUpstream(t)
+			whoCalls(t, u)
+			f := newFront(t, u.options(mcp.Modern), nil)
+			plain := who(t, f.dial(t, down.era, nil))
+			if plain.Caps.Sampling != nil || plain.Caps.Elicitation != nil || plain.Caps.Roots != nil {
+				t.Fatalf("a client that declared nothing was declared upstream as %+v", plain.Caps)
+			}
+			rich := who(t, f.dial(t, down.era, &client.Options{Capabilities: sampling}))
+			if rich.Caps.Sampling == nil || string(rich.Caps.Elicitation) != `{"form":{}}` || rich.Caps.Roots != nil || rich.Caps.Extensions != nil {
+				t.Fatalf("a client with sampling and form elicitation was declared upstream as %+v", rich.Caps)
+			}
+			if rich.Info.Name != f.srv.Info().Name || rich.Info.Version != f.srv.Info().Version {
+				t.Fatalf("the upstream was told it is called by %+v, want the gateway's %+v", rich.Info, f.srv.Info())
+			}
+		})
+	}
+	t.Run("2025-session-per-tenant", func(t *testing.T) {
+		u := newUpstream(t)
+		whoCalls(t, u)
+		f := newFront(t, u.options(mcp.Legacy), &streamhttp.HandlerOptions{Tokens: map[string]string{"tok-a": "alice", "tok-b": "bob"}})
+		bearer := func(tok string, caps mcp.ClientCapabilities) *client.Options {
+			return &client.Options{Header: http.Header{"Authorization": {"Bearer " + tok}}, Capabilities: caps}
+		}
+		if a := who(t, f.dial(t, mcp.Modern, bearer("tok-a", sampling))); a.Caps.Sampling == nil || a.Caps.Roots != nil {
+			t.Fatalf("alice's session declared %+v", a.Caps)
+		}
+		if b := who(t, f.dial(t, mcp.Legacy, bearer("tok-b", mcp.ClientCapabilities{Roots: json.RawMessage(`{}`)}))); b.Caps.Sampling != nil || b.Caps.Roots == nil {
+			t.Fatalf("bob's session declared %+v", b.Caps)
+		}
+	})
+	t.Run("2025-shared", func(t *testing.T) {
+		u := newUpstream(t)
+		whoCalls(t, u)
+		shared := who(t, newFront(t, u.options(mcp.Legacy), nil).dial(t, mcp.Modern, nil))
+		if string(shared.Caps.Elicitation) != `{"form":{},"url":{}}` || shared.Caps.Sampling == nil || shared.Caps.Roots == nil {
+			t.Fatalf("a shared connection declared %+v, want everything the gateway relays", shared.Caps)
+		}
+		opts := u.options(mcp.Legacy)
+		opts.Upstreams[0].Capabilities = &mcp.ClientCapabilities{Roots: json.RawMessage(`{}`)}
+		narrowed := who(t, newFront(t, opts, nil).dial(t, mcp.Modern, nil))
+		if narrowed.Caps.Elicitation != nil || narrowed.Caps.Sampling != nil || narrowed.Caps.Roots == nil {
+			t.Fatalf("a shared connection narrowed to roots declared %+v", narrowed.Caps)
+		}
+	})
+}
+
+// An upstream's elicitation in URL mode reaches a client that declared
+// that mode, and is refused for one that declared elicitation in form
+// mode alone — as the upstream would refuse to ask it.
+func TestURLElicitationReachesOnlyWhoTakesIt(t *testing.T) {
+	u := newUpstream(t)
+	must(t, u.srv.AddTool(server.Tool{Name: "open"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+		raw, err := call.CallClient(ctx, mcp.MethodElicit, map[string]any{"mode": "url", "message": "sign in", "url": "https://example.com/login", "elicitationId": "e1"})
+		if err != nil {
+			return nil, err
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text(string(raw))}}, nil
+	}))
+	f := newFront(t, u.options(mcp.Legacy), nil)
+	accept := func(context.Context, string, json.RawMessage) (any, error) {
+		return map[string]any{"action": "accept"}, nil
+	}
+	withURL := f.dial(t, mcp.Legacy, &client.Options{Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{"form":{},"url":{}}`)}, OnRequest: accept})
+	if res, err := withURL.CallTool(context.Background(), "open", nil, nil); err != nil || !strings.Contains(text(res), "accept") {
+		t.Fatalf("a client that takes URL elicitation: %v %+v", err, res)
+	}
+	formOnly := f.dial(t, mcp.Legacy, &client.Options{Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`)}, OnRequest: accept})
+	_, err := formOnly.CallTool(context.Background(), "open", nil, nil)
+	var rpc *jsonrpc.Error
+	if !errors.As(err, &rpc) || !strings.Contains(rpc.Message, "URL mode") {
+		t.Fatalf("a client with form elicitation only: %v, want the URL mode refused", err)
 	}
 }

@@ -30,7 +30,11 @@ import (
 //
 // Held calls are bounded in number, in total (Options.MaxHeld) and per
 // tenant (Options.MaxHeldPerTenant); the questions they hold are bounded
-// by the client's message limit each, and by maxQuestions per call.
+// by the client's message limit each, by maxQuestions per call, and in
+// bytes in total and per tenant (Options.MaxHeldBytes,
+// MaxHeldBytesPerTenant). The client's own bound on a server's requests
+// answered at once is set above these on the gateway's upstream
+// connections, so that they, not it, decide.
 type held struct {
 	id       string
 	tenant   string
@@ -118,6 +122,31 @@ func (g *Gateway) registerLocked(h *held) error {
 	return nil
 }
 
+// takeQuestion counts the params of a question a held call of tenant's
+// waits on against the bounds in bytes, or refuses it (overloaded) past
+// them.
+func (g *Gateway) takeQuestion(tenant string, size int) error {
+	g.heldMu.Lock()
+	defer g.heldMu.Unlock()
+	if g.heldBytes+size > g.opts.MaxHeldBytes || g.heldBytesOf[tenant]+size > g.opts.MaxHeldBytesPerTenant {
+		return jsonrpc.NewError(mcp.CodeOverloaded, "the gateway already holds as many bytes of questions waiting for their clients' answers as it may (%d in all, %d for one tenant); ask again later",
+			g.opts.MaxHeldBytes, g.opts.MaxHeldBytesPerTenant)
+	}
+	g.heldBytes += size
+	g.heldBytesOf[tenant] += size
+	return nil
+}
+
+// giveQuestion returns what takeQuestion counted.
+func (g *Gateway) giveQuestion(tenant string, size int) {
+	g.heldMu.Lock()
+	defer g.heldMu.Unlock()
+	g.heldBytes -= size
+	if g.heldBytesOf[tenant] -= size; g.heldBytesOf[tenant] <= 0 {
+		delete(g.heldBytesOf, tenant)
+	}
+}
+
 // unhold forgets h: its upstream call ended, or it expired.
 func (g *Gateway) unhold(h *held) {
 	g.heldMu.Lock()
@@ -142,9 +171,13 @@ func (g *Gateway) unholdLocked(h *held) {
 // ask is the held call's upstream request handler: the question waits for
 // the downstream client's answer, within the upstream call's context.
 func (h *held) ask(ctx context.Context, method string, params json.RawMessage) (any, error) {
-	if err := lacks(h.caps, method); err != nil {
+	if err := lacks(h.caps, method, params); err != nil {
 		return nil, err
 	}
+	if err := h.g.takeQuestion(h.tenant, len(params)); err != nil {
+		return nil, err // refused at once: the upstream's call goes on
+	}
+	defer h.g.giveQuestion(h.tenant, len(params))
 	q := &question{method: method, params: params, answer: make(chan answer, 1)}
 	select {
 	case h.asked <- q:

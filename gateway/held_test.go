@@ -228,3 +228,95 @@ func TestHeldCallsAreBounded(t *testing.T) {
 		t.Fatalf("echo after the bound: %+v", res)
 	}
 }
+
+// Held calls hold up to the gateway's documented bounds, not the client's
+// smaller one for a server's requests answered at once on a connection:
+// twenty calls of one tenant held at once on one upstream session each
+// get their input round and, once answered, their result. Past the
+// gateway's bounds the upstream's question is refused at once, and its
+// call goes on.
+func TestHeldCallsHoldToTheGatewaysBounds(t *testing.T) {
+	const calls = 20 // more than the client's 16 server requests at once
+	u := newUpstream(t)
+	f := newFront(t, gateway.Options{
+		Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
+		Client:    client.Options{Era: mcp.Legacy},
+	}, nil)
+	c := f.dial(t, mcp.Modern, &client.Options{Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`)}})
+	rounds := make(chan *client.InputError, calls)
+	for range calls {
+		go func() {
+			_, err := c.CallTool(context.Background(), "ask", nil, nil)
+			var ie *client.InputError
+			if !errors.As(err, &ie) {
+				t.Errorf("a held call ended with %v, want its input round", err)
+			}
+			rounds <- ie
+		}()
+	}
+	// Every call is held before any is answered.
+	held := make([]*client.InputError, 0, calls)
+	for range calls {
+		ie := recv(t, rounds, "a held call's input round")
+		if ie == nil {
+			t.FailNow()
+		}
+		held = append(held, ie)
+	}
+	done := make(chan string, calls)
+	for _, ie := range held {
+		var round struct {
+			InputRequests map[string]json.RawMessage `json:"inputRequests"`
+			RequestState  json.RawMessage            `json:"requestState"`
+		}
+		must(t, json.Unmarshal(ie.Result, &round))
+		answers := map[string]json.RawMessage{}
+		for k := range round.InputRequests {
+			answers[k] = json.RawMessage(`{"action":"accept","content":{"name":"Ada"}}`)
+		}
+		go func() {
+			res, err := c.CallTool(context.Background(), "ask", nil, &client.CallOptions{Input: &client.InputAnswers{Responses: answers, RequestState: round.RequestState}})
+			if err != nil {
+				t.Error(err)
+				done <- ""
+				return
+			}
+			done <- text(res)
+		}()
+	}
+	for range calls {
+		if got := recv(t, done, "a held call's result"); !strings.Contains(got, "Ada") {
+			t.Fatalf("a held call answered %q", got)
+		}
+	}
+
+	// One tenant may hold one call: a second's question is refused to the
+	// upstream at once, and the upstream's tool passes the refusal on.
+	small := newFront(t, gateway.Options{
+		Upstreams:        []gateway.Upstream{{Name: "up", URL: u.url}},
+		Client:           client.Options{Era: mcp.Legacy},
+		MaxHeldPerTenant: 1,
+	}, nil)
+	sc := small.dial(t, mcp.Modern, &client.Options{Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`)}})
+	_, err := sc.CallTool(context.Background(), "ask", nil, nil)
+	var ie *client.InputError
+	if !errors.As(err, &ie) {
+		t.Fatalf("the first held call ended with %v, want its input round", err)
+	}
+	_, err = sc.CallTool(context.Background(), "ask", nil, nil)
+	var rpc *jsonrpc.Error
+	if !errors.As(err, &rpc) || !strings.Contains(rpc.Message, "already holds as many calls") {
+		t.Fatalf("a call past the bound ended with %v, want the upstream's refusal passed on", err)
+	}
+	// So is a question past the bound in bytes.
+	tiny := newFront(t, gateway.Options{
+		Upstreams:             []gateway.Upstream{{Name: "up", URL: u.url}},
+		Client:                client.Options{Era: mcp.Legacy},
+		MaxHeldBytesPerTenant: 16,
+	}, nil)
+	tc := tiny.dial(t, mcp.Modern, &client.Options{Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`)}})
+	_, err = tc.CallTool(context.Background(), "ask", nil, nil)
+	if !errors.As(err, &rpc) || !strings.Contains(rpc.Message, "as many bytes of questions") {
+		t.Fatalf("a question past the bound in bytes ended with %v, want the upstream's refusal passed on", err)
+	}
+}

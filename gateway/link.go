@@ -29,6 +29,8 @@ type link struct {
 
 	firstListed chan struct{} // closed after the first successful listing
 	listedOnce  sync.Once
+	firstTried  chan struct{} // closed once the first connection was listed, or failed
+	triedOnce   sync.Once
 	refresh     chan struct{} // a list changed upstream: relist (1-buffered, coalescing)
 
 	group *server.LimitGroup // the upstream's Limits, shared by its tools
@@ -51,7 +53,9 @@ type link struct {
 	// hc carries every HTTP connection to the upstream — the primary's
 	// and each tenant's 2025 session — so that their pooled connections
 	// are bounded once per upstream, not once per session (nil: stdio, or
-	// Options.Client.HTTPClient given).
+	// Options.Client.HTTPClient given). Package client uses it (or the
+	// one given) through a copy that follows no redirect, so Upstream.Header
+	// and a forwarded call go to Upstream.URL alone.
 	hc *http.Client
 
 	// budget is the upstream's retry budget, which every tool's retries
@@ -64,6 +68,7 @@ func newLink(g *Gateway, u Upstream, index int) (*link, error) {
 		g: g, up: u, index: index,
 		log:         g.log.With("upstream", u.Name),
 		firstListed: make(chan struct{}),
+		firstTried:  make(chan struct{}),
 		refresh:     make(chan struct{}, 1),
 		sessions:    map[string]*tenantSession{},
 		budget:      new(retry.Budget),
@@ -108,9 +113,12 @@ func (l *link) run(ctx context.Context) {
 		failures++
 		return sleep(ctx, pause)
 	}
+	tried := func() { l.triedOnce.Do(func() { close(l.firstTried) }) }
+	defer tried()
 	for ctx.Err() == nil {
-		c, err := l.dial(ctx, "")
+		c, err := l.dial(ctx, "", l.up.declared())
 		if err != nil {
+			tried()
 			if ctx.Err() != nil || !next(EventConnectFailed, "gateway: could not connect to the upstream", err) {
 				return
 			}
@@ -124,6 +132,7 @@ func (l *link) run(ctx context.Context) {
 		l.log.Info("gateway: upstream connected", "era", c.ProtocolVersion(), "transport", string(l.up.Transport))
 		sub := l.listen(ctx, c)
 		l.relist(ctx, c)
+		tried()
 		alive := l.serve(ctx, c)
 		if sub != nil {
 			sub.Close()
@@ -225,8 +234,9 @@ func (l *link) listen(ctx context.Context, c *client.Client) *client.Subscriptio
 }
 
 // dial connects to the upstream, for tenant (a 2025-era HTTP session of
-// its own) or for the gateway ("": the primary connection, which lists).
-func (l *link) dial(ctx context.Context, tenant string) (*client.Client, error) {
+// its own) or for the gateway ("": the primary connection, which lists),
+// declaring caps.
+func (l *link) dial(ctx context.Context, tenant string, caps mcp.ClientCapabilities) (*client.Client, error) {
 	o := l.g.opts.Client
 	o.Logger = l.log
 	o.Restart = false
@@ -241,8 +251,12 @@ func (l *link) dial(ctx context.Context, tenant string) (*client.Client, error) 
 	// them (a request it did not is refused). A request outside any call
 	// the gateway can attribute (roots asked at start-up, say) names no
 	// downstream client and is refused.
-	o.Capabilities = mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`), Sampling: json.RawMessage(`{}`), Roots: json.RawMessage(`{}`)}
+	o.Capabilities = caps
 	o.OnRequest = l.unattributed
+	// The questions held calls wait on are the server's requests being
+	// answered: the gateway's bounds on those decide, not the client's.
+	o.MaxServerRequests = l.g.opts.MaxHeld*maxQuestions + client.DefaultMaxServerRequests
+	o.MaxServerRequestBytes = l.g.opts.MaxHeldBytes + client.DefaultMaxServerRequestBytes
 	if tenant == "" {
 		o.OnNotification = l.onNotification
 	} else {
@@ -360,11 +374,33 @@ type errUnavailable struct {
 
 func (e *errUnavailable) Error() string { return e.why }
 
+// listed reports whether the upstream's tools were ever listed (and so
+// are served, as last listed, while it is down).
+func (l *link) listed() bool {
+	select {
+	case <-l.firstListed:
+		return true
+	default:
+		return false
+	}
+}
+
+// down is the failure of a call to the upstream while it has never been
+// listed: it is not connected, or could not be, and comes back after the
+// next try.
+func (l *link) down() *errUnavailable {
+	l.mu.Lock()
+	wait, _ := l.circuit.refuses(time.Now())
+	l.mu.Unlock()
+	return &errUnavailable{after: max(wait, l.g.opts.RestartBase),
+		why: fmt.Sprintf("upstream %q is unavailable: it is not connected (its tools are not listed yet)", l.up.Name)}
+}
+
 // acquire returns the connection a call of tenant's goes over, counting it
 // in flight until release. A 2026-07-28 upstream, and a stdio one, is one
 // connection for everyone; a 2025-era HTTP upstream has a session per
 // tenant, dialled on first use.
-func (l *link) acquire(ctx context.Context, tenant string) (*client.Client, func(), error) {
+func (l *link) acquire(ctx context.Context, tenant string, caps mcp.ClientCapabilities) (*client.Client, func(), error) {
 	now := time.Now()
 	l.mu.Lock()
 	if l.closed {
@@ -391,7 +427,7 @@ func (l *link) acquire(ctx context.Context, tenant string) (*client.Client, func
 	if !perTenant {
 		return c, release, nil
 	}
-	tc, done, err := l.session(ctx, tenant)
+	tc, done, err := l.session(ctx, tenant, caps)
 	if err != nil {
 		release()
 		return nil, nil, err

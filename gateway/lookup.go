@@ -30,7 +30,12 @@ type Operation struct {
 	At         string `json:"at,omitempty"`
 	Executions int    `json:"executions,omitempty"`
 	ExpiresAt  string `json:"expiresAt,omitempty"`
-	Advice     string `json:"advice"`
+	// UpstreamKey is the idempotency key the upstream was sent for the
+	// call (derived from the tenant, the tool and the caller's key: see
+	// ledger.DerivedKey): what to look for at the upstream, or pass its
+	// read, when checking what the call did there.
+	UpstreamKey string `json:"upstreamKey,omitempty"`
+	Advice      string `json:"advice"`
 }
 
 type lookupArgs struct {
@@ -59,7 +64,9 @@ func (g *Gateway) addLookup(l *ledger.Ledger) error {
 		case err != nil:
 			return Operation{}, err
 		}
-		return describe(rec), nil
+		op := describe(rec)
+		op.UpstreamKey = g.upstreamKeyOf(req.Tenant, in.Tool, in.Key)
+		return op, nil
 	})
 }
 

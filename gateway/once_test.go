@@ -79,6 +79,9 @@ func newMailer(t *testing.T) *mailer {
 		return "sent to " + in.To, nil
 	}))
 	must(t, server.AddTypedTool(srv, server.Tool{Name: "send_keyed"}, func(ctx context.Context, call *server.CallRequest, in sendArgs) (string, error) {
+		if in.RequestID == "" && call.KnownMeta.IdempotencyKey != nil {
+			must(t, json.Unmarshal(call.KnownMeta.IdempotencyKey, &in.RequestID)) // the key where the protocol carries it
+		}
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if !m.seen[in.RequestID] {
@@ -222,7 +225,7 @@ func TestUpstreamThatHonoursTheKeyGetsTheRetry(t *testing.T) {
 	c := f.dial(t, mcp.Legacy, nil)
 	m.drop.Store(1)
 	first := send(t, c, "send_keyed", "k-1", "ops")
-	if first.IsError || text(first) != "sent k-1" || m.sent.Load() != 1 {
+	if first.IsError || text(first) != "sent "+ledger.DerivedKey("", "send_keyed", "k-1") || m.sent.Load() != 1 {
 		t.Fatalf("the call whose first answer was lost = %+v, %d sent", first, m.sent.Load())
 	}
 	if rec := f.awaitForward(t, "send_keyed"); rec.Retries != 1 || rec.Outcome != gateway.OutcomeOK {
@@ -240,7 +243,7 @@ func TestUpstreamThatHonoursTheKeyGetsTheRetry(t *testing.T) {
 		t.Fatalf("a keyed call whose every answer was lost = %+v, want a retryable outcome_unknown", lost)
 	}
 	m.drop.Store(0)
-	if again := send(t, c, "send_keyed", "k-2", "ops"); again.IsError || text(again) != "sent k-2" || m.sent.Load() != 2 {
+	if again := send(t, c, "send_keyed", "k-2", "ops"); again.IsError || text(again) != "sent "+ledger.DerivedKey("", "send_keyed", "k-2") || m.sent.Load() != 2 {
 		t.Fatalf("the caller's retry = %+v, %d sent; want it sent again and deduplicated upstream", again, m.sent.Load())
 	}
 }
@@ -362,5 +365,42 @@ func TestKeyedCallsAreTheTenants(t *testing.T) {
 	must(t, err)
 	if !strings.Contains(structured(res), `"state":"committed"`) || !strings.Contains(structured(res), "sent to ops") {
 		t.Fatalf("bob's lookup = %s", structured(res))
+	}
+}
+
+// Two tenants who choose one key for a tool whose upstream deduplicates
+// by it are two operations there too: the upstream is sent a key derived
+// from the tenant, the tool and the caller's key, never the caller's own,
+// so neither tenant is answered with the other's result. lookup_operation
+// names the key the upstream was sent.
+func TestUpstreamKeysAreTheTenants(t *testing.T) {
+	m := newMailer(t)
+	f, _ := keyedFront(t, m, &streamhttp.HandlerOptions{Tokens: map[string]string{"tok-a": "alice", "tok-b": "bob"}})
+	a := f.dial(t, mcp.Modern, &client.Options{Header: http.Header{"Authorization": {"Bearer tok-a"}}})
+	b := f.dial(t, mcp.Legacy, &client.Options{Header: http.Header{"Authorization": {"Bearer tok-b"}}})
+	forAlice, forBob := ledger.DerivedKey("alice", "send_keyed", "order-1"), ledger.DerivedKey("bob", "send_keyed", "order-1")
+	if res := send(t, a, "send_keyed", "order-1", "ops"); res.IsError || text(res) != "sent "+forAlice {
+		t.Fatalf("alice's call = %+v, want the upstream sent %s", res, forAlice)
+	}
+	if res := send(t, b, "send_keyed", "order-1", "ops"); res.IsError || res.Meta[mcp.MetaReplayed] != false || text(res) != "sent "+forBob || m.sent.Load() != 2 {
+		t.Fatalf("bob's call with alice's key = %+v, %d sent; want it sent with %s", res, m.sent.Load(), forBob)
+	}
+	// A retry sends the same key again: the upstream still deduplicates.
+	if again := send(t, a, "send_keyed", "order-1", "ops"); again.IsError || text(again) != "sent "+forAlice || m.sent.Load() != 2 {
+		t.Fatalf("alice's retry = %+v, %d sent", again, m.sent.Load())
+	}
+	// A key in _meta, where the protocol carries it, is sent derived too.
+	res, err := a.CallTool(context.Background(), "send_keyed", map[string]any{"to": "ops", "text": "hello"},
+		&client.CallOptions{Meta: map[string]any{mcp.MetaIdempotencyKey: "order-2"}})
+	must(t, err)
+	if want := ledger.DerivedKey("alice", "send_keyed", "order-2"); res.IsError || text(res) != "sent "+want {
+		t.Fatalf("alice's call keyed in _meta = %+v, want the upstream sent %s", res, want)
+	}
+	res, err = b.CallTool(context.Background(), gateway.LookupTool, map[string]any{"tool": "send_keyed", "idempotencyKey": "order-1"}, nil)
+	must(t, err)
+	var op gateway.Operation
+	must(t, json.Unmarshal([]byte(structured(res)), &op))
+	if op.UpstreamKey != forBob {
+		t.Fatalf("bob's lookup names upstream key %q, want %q", op.UpstreamKey, forBob)
 	}
 }

@@ -1,10 +1,15 @@
 package gateway
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/mcprel/mcprel/idempotency"
+	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/retry"
 	"github.com/mcprel/mcprel/review"
 	"github.com/mcprel/mcprel/server"
@@ -78,6 +83,9 @@ const (
 	TaskOptional
 	TaskRequired
 )
+
+// keyArgument is the argument that carries a conditional tool's key.
+func (tp ToolPolicy) keyArgument() string { return cmp.Or(tp.KeyArgument, mcp.ArgIdempotencyKey) }
 
 // retryClass is the class the gateway's own retries of the tool are
 // planned by: a keyed tool forwarded at most once may be sent again only
@@ -158,23 +166,34 @@ func (tp ToolPolicy) keyed() idempotency.Policy {
 }
 
 // PolicyFromReview reads the gateway's policy from a policy in the
-// vocabulary of package review, so that "mcprel review FILE" judges the
-// same file the gateway enforces. Each operation names a tool as
-// downstream clients call it. Its deadlines are the tool's clocks
-// ("none" for max is refused: a forwarded call always ends). A tool is
-// safe only when the reviewer classes it SAFE (semantics.kind
-// "read-only"). It is conditional when the reviewer classes it
-// CONDITIONAL — a keyed mutation (idempotency.key "required" or
-// "optional", idempotency.key_argument naming the argument) on the
-// gateway's durable ledger, whose external effect is guarded by
-// "upstream_key" (the upstream honours the key) or "at_most_once" (it
-// does not: forwarded at most once) — and retry.reconcile_with names the
-// read its unknown outcomes are checked with. Everything else is
-// forwarded as unsafe.
-func PolicyFromReview(rp *review.Policy) (*Policy, error) {
+// vocabulary of package review, so that what "mcprel review --gateway
+// FILE" judges is what the gateway enforces. Each operation names a tool
+// as downstream clients call it and says what only its operator knows:
+// what it is (semantics.kind: read-only or mutation), for a mutation
+// whether it is keyed (idempotency.key: required, optional or none),
+// where the key is (key_argument), whether the upstream honours it
+// (idempotency.external_effect_guard: upstream_key, or at_most_once: it
+// does not, and the call is forwarded at most once), the read its
+// unknown outcomes are checked with (retry.reconcile_with), its deadlines
+// ("none" for max is refused: a forwarded call always ends), and whether
+// it runs as a task. The rest is the gateway's (facts: see Facts).
+//
+// A tool is forwarded as what the review of the completed policy classes
+// it: SAFE, CONDITIONAL (keyed, on the gateway's ledger) or UNSAFE. A
+// tool the policy names is never forwarded as less than the policy says
+// of it: one it calls read-only that the review does not class SAFE, or
+// one it gives a key or a guard that the review does not class
+// CONDITIONAL, is refused with the inputs missing or at odds, as is a
+// mutation that does not say whether it is keyed.
+func PolicyFromReview(rp *review.Policy, facts Facts) (*Policy, error) {
+	completed := *rp
+	completed.Operations = slices.Clone(rp.Operations)
+	if err := facts.Complete(&completed); err != nil {
+		return nil, err
+	}
 	p := &Policy{Tools: map[string]ToolPolicy{}}
-	report := review.Review(rp)
-	for i, op := range rp.Operations {
+	report := review.Review(&completed)
+	for i, op := range completed.Operations {
 		if op.Name == "" {
 			return nil, fmt.Errorf("gateway: policy operation %d has no name", i+1)
 		}
@@ -194,18 +213,18 @@ func PolicyFromReview(rp *review.Policy) (*Policy, error) {
 			}
 			tp.Max = d.D
 		}
-		switch report.Operations[i].Retry.Class {
+		rep := &report.Operations[i]
+		if err := claimsHold(&op, rep); err != nil {
+			return nil, err
+		}
+		switch rep.Retry.Class {
 		case review.ClassSafe:
 			tp.Retry = server.RetrySafe
 		case review.ClassConditional:
-			key, guard := deref(op.Idempotency.Key), deref(op.Idempotency.ExternalGuard)
-			if key == "version" || !deref(op.Semantics.ExternalEffect) || (guard != "upstream_key" && guard != "at_most_once") {
-				return nil, fmt.Errorf("gateway: policy of tool %q: a conditional tool behind the gateway is a keyed mutation of the upstream's (semantics.external_effect: true, idempotency.key: required or optional) guarded by upstream_key or at_most_once (idempotency.external_effect_guard)", op.Name)
-			}
 			tp.Retry = server.RetryConditional
-			tp.KeyRequired = key == "required"
+			tp.KeyRequired = deref(op.Idempotency.Key) == "required"
 			tp.KeyArgument = op.Idempotency.KeyArgument
-			tp.UpstreamHonoursKey = guard == "upstream_key"
+			tp.UpstreamHonoursKey = deref(op.Idempotency.ExternalGuard) == "upstream_key"
 			tp.ReconcileWith = op.Retry.ReconcileWith
 		}
 		switch deref(op.Tasks.Support) {
@@ -220,6 +239,50 @@ func PolicyFromReview(rp *review.Policy) (*Policy, error) {
 		p.Tools[op.Name] = tp
 	}
 	return p, nil
+}
+
+// claimsHold refuses an operation the gateway would forward as less than
+// its policy says: a read the review does not class SAFE, a keyed
+// mutation it does not class CONDITIONAL (or one the gateway cannot key:
+// a versioned write, an effect in the gateway's database), a mutation
+// that does not say whether it is keyed. The error names what is missing
+// or at odds, so the operator can mend the file.
+func claimsHold(op *review.Operation, rep *review.OperationReport) error {
+	kind, key, guard := deref(op.Semantics.Kind), deref(op.Idempotency.Key), deref(op.Idempotency.ExternalGuard)
+	why := func(claim, want string) error {
+		msg := fmt.Sprintf("gateway: policy of tool %q %s, but the review classes it %s, not %s: the gateway would forward it as %s",
+			op.Name, claim, rep.Retry.Class, want, strings.ToLower(rep.Retry.Class))
+		if len(rep.Missing) > 0 {
+			msg += "; missing inputs: " + strings.Join(rep.Missing, ", ")
+		}
+		if len(rep.Retry.Reasons) > 0 {
+			msg += "; the review says: " + rep.Retry.Reasons[0]
+		}
+		return errors.New(msg)
+	}
+	switch {
+	case kind == "":
+		return fmt.Errorf("gateway: policy of tool %q does not say what the tool is (semantics.kind: read-only or mutation); a tool the policy names is never guessed to be unsafe", op.Name)
+	case kind == "read-only" && rep.Retry.Class != review.ClassSafe:
+		return why("calls it read-only", review.ClassSafe)
+	case kind != "mutation":
+		return nil
+	case !deref(op.Semantics.ExternalEffect):
+		return fmt.Errorf("gateway: policy of tool %q: semantics.external_effect is false, but behind the gateway a mutation's effect is the upstream's, outside the gateway's database: say true", op.Name)
+	case op.Idempotency.Key == nil:
+		return fmt.Errorf("gateway: policy of tool %q: a mutation must say whether it is keyed (idempotency.key: required, optional or none)", op.Name)
+	case key == "version":
+		return fmt.Errorf("gateway: policy of tool %q: idempotency.key \"version\" is a versioned write in the server's own database, which the gateway has not; key it (required or optional) or say none", op.Name)
+	case key == "none" && (op.Idempotency.KeyArgument != "" || (guard != "" && guard != "none")):
+		return fmt.Errorf("gateway: policy of tool %q: idempotency.key is none, but a key_argument or an external_effect_guard is given: say which it is", op.Name)
+	case key == "none":
+		return nil
+	case guard != "upstream_key" && guard != "at_most_once":
+		return fmt.Errorf("gateway: policy of tool %q: a keyed tool behind the gateway needs idempotency.external_effect_guard: upstream_key (the upstream deduplicates by the key) or at_most_once (it does not: forwarded at most once)", op.Name)
+	case rep.Retry.Class != review.ClassConditional:
+		return why("gives it an idempotency key", review.ClassConditional)
+	}
+	return nil
 }
 
 func deref[T any](p *T) T {

@@ -2,12 +2,17 @@ package gateway_test
 
 import (
 	"context"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/internal/ledgertest"
+	"github.com/mcprel/mcprel/internal/storetest"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/review"
+	"github.com/mcprel/mcprel/server"
 )
 
 // The gateway's policy comes from a policy in mcprel review's
@@ -22,11 +27,12 @@ operations:
     semantics: {kind: read-only, external_effect: false}
     deadlines: {idle_timeout: 2s, max_timeout: 7s}
   - name: progress
-    semantics: {kind: mutation, external_effect: false}
+    semantics: {kind: mutation}
+    idempotency: {key: none}
     deadlines: {idle_timeout: 3s, max_timeout: 11s}
 `))
 	must(t, err)
-	p, err := gateway.PolicyFromReview(rp)
+	p, err := gateway.PolicyFromReview(rp, gateway.DefaultFacts)
 	must(t, err)
 	u := newUpstream(t)
 	f := newFront(t, gateway.Options{Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}}, Policy: p}, nil)
@@ -61,8 +67,112 @@ operations:
 	} {
 		rp, err := review.Parse("p.yaml", []byte(bad.yaml))
 		must(t, err)
-		if _, err := gateway.PolicyFromReview(rp); err == nil || !strings.Contains(err.Error(), bad.want) {
+		if _, err := gateway.PolicyFromReview(rp, gateway.DefaultFacts); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%q: %v, want an error naming %s", bad.yaml, err, bad.want)
 		}
+	}
+}
+
+// A policy says what only its operator knows of a tool, and the gateway
+// fills in the rest: a keyed mutation that names its key, its guard and
+// its read is CONDITIONAL as it stands, its key claimed before the call
+// is forwarded. What the gateway would forward as less than the policy
+// says of it is refused at start-up, naming the inputs missing or at
+// odds — never run as an unsafe tool without a word.
+func TestPolicyNeverWeakensWhatItNames(t *testing.T) {
+	rp, err := review.Parse("policy.yaml", []byte(`
+operations:
+  - name: send
+    semantics: {kind: mutation}
+    retry: {reconcile_with: outbox}
+    idempotency: {key: required, key_argument: requestId, external_effect_guard: at_most_once}
+`))
+	must(t, err)
+	p, err := gateway.PolicyFromReview(rp, gateway.DefaultFacts)
+	must(t, err)
+	if tp := p.Tools["send"]; tp.Retry != server.RetryConditional || !tp.KeyRequired || tp.KeyArgument != "requestId" || tp.UpstreamHonoursKey || tp.ReconcileWith != "outbox" {
+		t.Fatalf("the keyed mutation = %+v, want conditional, key required in requestId, at most once, reconciled with outbox", tp)
+	}
+	if rp.Operations[0].Idempotency.Store.Kind != nil {
+		t.Fatal("PolicyFromReview changed the policy it was given")
+	}
+	m := newMailer(t)
+	f := newFront(t, gateway.Options{Upstreams: []gateway.Upstream{{Name: "mail", URL: m.url}},
+		Ledger: ledgertest.Open(t, storetest.SQLite(t), nil, nil, ""), Policy: p}, nil)
+	c := f.dial(t, mcp.Modern, nil)
+	send(t, c, "send", "k-1", "ops")
+	if again := send(t, c, "send", "k-1", "ops"); again.Meta[mcp.MetaReplayed] != true || m.sent.Load() != 1 {
+		t.Fatalf("a retry with the key = %+v, %d sent; want it replayed, sent once", again, m.sent.Load())
+	}
+	if f := failureOf(t, send(t, c, "send", "", "ops")); f.Code != mcp.FailureKeyRequired || m.sent.Load() != 1 {
+		t.Fatalf("a call without the required key = %+v, %d sent", f, m.sent.Load())
+	}
+
+	for _, bad := range []struct{ name, yaml, want string }{
+		{"no kind", "  - name: x\n    deadlines: {idle_timeout: 1s, max_timeout: 2s}\n", "semantics.kind"},
+		{"read with an effect", "  - name: x\n    semantics: {kind: read-only, external_effect: true}\n",
+			`calls it read-only, but the review classes it UNSAFE, not SAFE`},
+		{"key unsaid", "  - name: x\n    semantics: {kind: mutation}\n", "idempotency.key: required, optional or none"},
+		{"no guard", "  - name: x\n    semantics: {kind: mutation}\n    idempotency: {key: optional}\n", "external_effect_guard: upstream_key"},
+		{"guard without key", "  - name: x\n    semantics: {kind: mutation}\n    idempotency: {key: none, external_effect_guard: upstream_key}\n", "say which it is"},
+		{"version", "  - name: x\n    semantics: {kind: mutation}\n    idempotency: {key: version}\n", `"version"`},
+		{"effect in the gateway", "  - name: x\n    semantics: {kind: mutation, external_effect: false}\n    idempotency: {key: required}\n", "external_effect is false"},
+		{"a store not run", "  - name: x\n    semantics: {kind: mutation}\n    idempotency: {key: required, external_effect_guard: at_most_once, store: {kind: process-memory}}\n",
+			"idempotency.store.kind is process-memory, where the gateway's is sqlite"},
+		{"a transaction not held", "  - name: x\n    semantics: {kind: mutation}\n    idempotency: {key: required, external_effect_guard: at_most_once, transaction: {result: false}}\n",
+			"idempotency.transaction.result is false, where the gateway's is true"},
+		{"unbounded queue", "  - name: x\n    semantics: {kind: read-only}\n    flow_control: {queue_capacity: unbounded}\n", "flow_control.queue_capacity is unbounded"},
+	} {
+		rp, err := review.Parse("p.yaml", []byte("operations:\n"+bad.yaml))
+		must(t, err)
+		if _, err := gateway.PolicyFromReview(rp, gateway.DefaultFacts); err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), `"x"`) {
+			t.Errorf("%s: %v, want an error naming x and saying %s", bad.name, err, bad.want)
+		}
+	}
+}
+
+// The example policy, reviewed as the gateway runs it: a mutation
+// claimed at most once is CONDITIONAL (a retry with its key never runs it
+// twice) and still not production ready (an answer lost leaves its
+// outcome unknown); one whose upstream enforces the key passes; a keyless
+// one is UNSAFE; the read is SAFE. Without the gateway's facts the review
+// asks for them.
+func TestExamplePolicyAsTheGatewayRunsIt(t *testing.T) {
+	want := map[string]struct {
+		class   string
+		verdict string
+		codes   []review.Code
+	}{
+		"send_email":    {review.ClassConditional, review.Refused, []review.Code{review.CodeEffectOutsideBoundary}},
+		"send_receipt":  {review.ClassConditional, review.ProductionReady, nil},
+		"purge_mailbox": {review.ClassUnsafe, review.ProductionReady, nil},
+		"list_sent":     {review.ClassSafe, review.ProductionReady, nil},
+	}
+	mail, err := os.ReadFile("../examples/gateway/mail.yaml")
+	must(t, err)
+	for _, facts := range []gateway.Facts{gateway.DefaultFacts, {Transport: "stdio", Store: "postgres"}} {
+		rp, err := review.Parse("mail.yaml", mail)
+		must(t, err)
+		if bare := review.Review(rp); bare.Verdict != review.Refused || len(bare.Operations[0].Missing) == 0 {
+			t.Fatalf("the policy alone was not asked for the gateway's facts: %+v", bare.Operations[0].Missing)
+		}
+		must(t, facts.Complete(rp))
+		r := review.Review(rp)
+		if len(r.Operations) != len(want) {
+			t.Fatalf("%d operations reviewed", len(r.Operations))
+		}
+		for _, op := range r.Operations {
+			w := want[op.Name]
+			if op.Retry.Class != w.class || op.Verdict != w.verdict || !slices.Equal(op.Codes(), w.codes) || len(op.Missing) != 0 {
+				t.Errorf("%+v: %s: %s, %s %v, missing %v; want %s, %s %v", facts, op.Name, op.Retry.Class, op.Verdict, op.Codes(), op.Missing, w.class, w.verdict, w.codes)
+			}
+		}
+	}
+	// Without a read to reconcile with, the review says so.
+	rp, err := review.Parse("x.yaml", []byte(strings.Replace(string(mail), "reconcile_with: list_sent", "", 1)))
+	must(t, err)
+	must(t, gateway.DefaultFacts.Complete(rp))
+	if ws := review.Review(rp).Operations[0].Warnings; !slices.ContainsFunc(ws, func(w string) bool { return strings.Contains(w, "at_most_once") }) {
+		t.Errorf("no warning for at_most_once without reconcile_with: %v", ws)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/mcp"
 )
 
 // tenantSession is an upstream's session for one tenant — a 2025-era
@@ -20,10 +21,12 @@ type tenantSession struct {
 	lastUsed time.Time
 }
 
-// session returns tenant's upstream session, dialling it on first use.
+// session returns tenant's upstream session, dialling it on first use:
+// it declares caps, what the gateway may relay to the downstream client
+// whose call opened it.
 // At Options.MaxSessions the least recently used idle session is closed
 // to make room; when none is idle the call is refused, retryably.
-func (l *link) session(ctx context.Context, tenant string) (*client.Client, func(), error) {
+func (l *link) session(ctx context.Context, tenant string, caps mcp.ClientCapabilities) (*client.Client, func(), error) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -45,7 +48,7 @@ func (l *link) session(ctx context.Context, tenant string) (*client.Client, func
 		s = &tenantSession{ready: make(chan struct{})}
 		l.sessions[tenant] = s
 		l.closing.Add(1)
-		go l.dialSession(tenant, s)
+		go l.dialSession(tenant, s, caps)
 	}
 	s.inflight++
 	l.mu.Unlock()
@@ -71,9 +74,9 @@ func (l *link) session(ctx context.Context, tenant string) (*client.Client, func
 // dialSession dials tenant's session s for every call that waits for
 // it, so under none of their contexts: the first one's cancellation
 // would fail them all. Close waits for it (closing).
-func (l *link) dialSession(tenant string, s *tenantSession) {
+func (l *link) dialSession(tenant string, s *tenantSession, caps mcp.ClientCapabilities) {
 	defer l.closing.Done()
-	c, err := l.dial(l.g.ctx, tenant)
+	c, err := l.dial(l.g.ctx, tenant, caps)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err == nil && l.sessions[tenant] != s {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/gateway"
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
@@ -360,5 +361,26 @@ func TestCrashLoopBacksOff(t *testing.T) {
 		if e.Failures != want || e.Next >= backoff.Bound(want-1) {
 			t.Fatalf("death %d: failures %d, next try after %v; want %d, under %v", want, e.Failures, e.Next, want, backoff.Bound(want-1))
 		}
+	}
+}
+
+// An answer past the gateway's message limit from a stdio upstream is
+// dropped unread, and the call it answers ends at once with its outcome
+// unknown — the upstream acted — as it does over HTTP, not when its idle
+// clock (an hour here) runs out. The upstream goes on serving.
+func TestStdioUpstreamAnswerTooLargeIsUnknownAtOnce(t *testing.T) {
+	f := newFront(t, gateway.Options{
+		Upstreams: []gateway.Upstream{{Name: "local", Command: []string{os.Args[0], "-test.run=^$"}, Env: []string{stdioUpstreamEnv + "=1"}}},
+		Policy:    &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"echo": {Idle: time.Hour, Max: time.Hour}}},
+		Client:    client.Options{MaxMessageBytes: 4096},
+	}, nil)
+	c := f.dial(t, mcp.Modern, nil)
+	res, err := c.CallTool(context.Background(), "echo", map[string]any{"text": strings.Repeat("x", 8192)}, nil)
+	must(t, err)
+	if fail := failureOf(t, res); fail.Code != mcp.FailureOutcomeUnknown || !strings.Contains(fail.Message, "more than the gateway takes in (4096 bytes)") {
+		t.Fatalf("an answer past the limit = %+v, want outcome_unknown naming the limit", fail)
+	}
+	if res, err := c.CallTool(context.Background(), "echo", map[string]any{"text": "small"}, nil); err != nil || text(res) != "small" {
+		t.Fatalf("the next call = %v %+v", err, res)
 	}
 }

@@ -189,7 +189,7 @@ func (l *link) callAsUpstreamTask(f *forward, left context.Context, call *server
 		if !sleep(follow, backoff.Delay(attempt, 0)) {
 			break
 		}
-		again, release, aerr := l.acquire(follow, call.Tenant)
+		again, release, aerr := l.acquire(follow, call.Tenant, relayed(call.ClientCapabilities))
 		if aerr != nil {
 			break
 		}
@@ -259,6 +259,13 @@ func (l *link) upstreamTaskEnd(rec upstreamTaskRecord, tp ToolPolicy, inTask boo
 	var rpc *jsonrpc.Error
 	if errors.As(err, &rpc) {
 		return l.outcomeUnknown(tp, fmt.Sprintf("it stopped answering for its task %s (%s): it lost it, or no longer shows it to this gateway", rec.TaskID, rpc.Message))
+	}
+	var redirect *client.RedirectError
+	if errors.As(err, &redirect) {
+		// Where it pointed is for the operator's log, never downstream.
+		l.log.Warn("gateway: the upstream answered a request about its task with a redirect, which the gateway does not follow",
+			"upstream_task", rec.TaskID, "status", redirect.Status, "location", redirect.Location)
+		return l.outcomeUnknown(tp, fmt.Sprintf("asked about its task %s, it answered HTTP %d, a redirect, which the gateway does not follow", rec.TaskID, redirect.Status))
 	}
 	return l.outcomeUnknown(tp, fmt.Sprintf("the gateway lost touch with its task %s: %s", rec.TaskID, l.redact(err)))
 }

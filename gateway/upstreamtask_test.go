@@ -117,8 +117,10 @@ func gatewayTasks(t *testing.T, file string) (*server.Server, *taskserver.Server
 // task of the gateway's, scoped to its tenant, that follows the
 // upstream's — its status messages shown, its result returned — and the
 // upstream runs the tool once. A 2025-era upstream declares the tool
-// task-only, and the gateway declares it so downstream without a policy;
-// a 2026-07-28 upstream decides per call, and the policy makes it a task.
+// task-only, and the gateway declares it a task downstream without a
+// policy (optional: a client that cannot take a task gets a call's
+// result, TestUpstreamTaskFollowedInline); a 2026-07-28 upstream decides
+// per call, and the policy makes it a task.
 func TestUpstreamTaskIsFollowed(t *testing.T) {
 	for _, up := range eras {
 		t.Run("upstream-"+up.name, func(t *testing.T) {
@@ -135,7 +137,7 @@ func TestUpstreamTaskIsFollowed(t *testing.T) {
 				tools, err := legacy.ListTools(context.Background())
 				must(t, err)
 				i := slices.IndexFunc(tools, func(tl mcp.Tool) bool { return tl.Name == "research" })
-				if i < 0 || tools[i].Execution == nil || tools[i].Execution.TaskSupport != mcp.TaskRequired {
+				if i < 0 || tools[i].Execution == nil || tools[i].Execution.TaskSupport != mcp.TaskOptional {
 					t.Fatalf("the upstream's task-only tool is listed downstream as %+v", tools)
 				}
 			}
@@ -284,34 +286,50 @@ func TestUpstreamTaskOutlivesItsGateway(t *testing.T) {
 	}
 }
 
-// A gateway with no tasks of its own still serves a tool its upstream
-// runs only as a task: it asks the upstream for the task — a 2025-era
-// upstream declares it task-only, a 2026-07-28 one refuses the plain call
-// (-32021) first — and follows it within the call's clocks, so a client
-// that knows nothing of tasks gets the result of a call.
+// A client that cannot take a task still gets a call's result from a
+// tool its upstream runs only as a task, whether the gateway has tasks
+// of its own or not: the gateway asks the upstream for the task — a
+// 2025-era upstream declares it task-only, a 2026-07-28 one refuses the
+// plain call (-32021) first — and follows it within the call's clocks.
 func TestUpstreamTaskFollowedInline(t *testing.T) {
 	for _, up := range eras {
-		t.Run("upstream-"+up.name, func(t *testing.T) {
-			r := newResearcher(t)
-			f := newFront(t, gateway.Options{Upstreams: []gateway.Upstream{{Name: "up", URL: r.url}}, Client: client.Options{Era: up.era}}, nil)
-			c := f.dial(t, mcp.Modern, nil)
-			type end struct {
-				res *mcp.CallToolResult
-				err error
+		for _, withTasks := range []bool{false, true} {
+			for _, down := range eras {
+				t.Run(fmt.Sprintf("upstream-%s-tasks-%v-from-%s", up.name, withTasks, down.name), func(t *testing.T) {
+					testUpstreamTaskFollowedInline(t, up, down, withTasks)
+				})
 			}
-			done := make(chan end, 1)
-			go func() {
-				res, err := c.CallTool(context.Background(), "research", map[string]any{"topic": "tides"}, nil)
-				done <- end{res, err}
-			}()
-			for range researchSteps {
-				r.advance(t)
-			}
-			got := recv(t, done, "the call's end")
-			if got.err != nil || got.res.IsError || !strings.Contains(text(got.res), "tides") || r.runs.Load() != 1 {
-				t.Fatalf("the call = %+v, %v; the upstream ran %d times", got.res, got.err, r.runs.Load())
-			}
-		})
+		}
+	}
+}
+
+func testUpstreamTaskFollowedInline(t *testing.T, up, down eraCase, withTasks bool) {
+	r := newResearcher(t)
+	opts := gateway.Options{Upstreams: []gateway.Upstream{{Name: "up", URL: r.url}}, Client: client.Options{Era: up.era}}
+	var f *front
+	if withTasks {
+		srv, gts := gatewayTasks(t, filepath.Join(t.TempDir(), "gateway.db"))
+		opts.Tasks = gts
+		f = newFrontOn(t, srv, opts, nil)
+	} else {
+		f = newFront(t, opts, nil)
+	}
+	c := f.dial(t, down.era, nil)
+	type end struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan end, 1)
+	go func() {
+		res, err := c.CallTool(context.Background(), "research", map[string]any{"topic": "tides"}, nil)
+		done <- end{res, err}
+	}()
+	for range researchSteps {
+		r.advance(t)
+	}
+	got := recv(t, done, "the call's end")
+	if got.err != nil || got.res.IsError || !strings.Contains(text(got.res), "tides") || r.runs.Load() != 1 {
+		t.Fatalf("the call = %+v, %v; the upstream ran %d times", got.res, got.err, r.runs.Load())
 	}
 }
 

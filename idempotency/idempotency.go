@@ -206,6 +206,9 @@ type keyed struct {
 	policy Policy
 	class  server.RetryClass // the tool's, once intercepted
 	log    *slog.Logger
+	// maxRun is the longest a call of the tool may run (the server's
+	// maximum deadline for it); zero if it has none.
+	maxRun time.Duration
 	// keeps: the tool runs as a task, so a policy inside may keep a
 	// record in place of a tool result (Keep) and answer its replays.
 	keeps bool
@@ -219,6 +222,7 @@ func (k *keyed) intercept(t *server.Tool, next server.CallHandler) (server.CallH
 	k.class = t.Policy.Retry
 	srv := t.Server()
 	k.log = srv.Logger()
+	k.maxRun = srv.Deadlines(t.Policy).Max
 	if err := k.policy.check(t.Name); err != nil {
 		return nil, err
 	}
@@ -420,29 +424,56 @@ func withMarks(out mcp.Result, res ledger.Result) mcp.Result {
 // runExternal runs an External tool in two phases: claim the key, run the
 // handler outside any transaction, store its result. It returns the
 // handler's kept answer when this call ran it.
+//
+// What this call answers is what the ledger records for the key, as every
+// retry with it is answered: one key, one outcome. While the handler ran,
+// its claim may have been lost — its process was stopped, or its store out
+// of reach, past the lease, and another caller took the key over or made
+// its outcome unknown, or an operator resolved it. Then nothing this call
+// stores or releases is kept (each is conditional on the claim still
+// holding the key), and its caller is told what the ledger records instead
+// of what its own handler returned (answerLost).
 func (k *keyed) runExternal(ctx context.Context, req *server.CallRequest, sc *scope, op ledger.Op, next server.CallHandler) (ledger.Result, mcp.Result, error) {
 	claimKey := k.ledger.Claim
 	if k.policy.AtMostOnce {
 		claimKey = k.ledger.ClaimOnce
 	}
-	claim, replayed, err := claimKey(ctx, op)
+	// The claim records the call's deadline — the server ends the call
+	// at most maxRun after it arrived, so by maxRun from now at the
+	// latest — and a duplicate is never told to come back after it.
+	claimCtx := ctx
+	if k.maxRun > 0 {
+		var cancel context.CancelFunc
+		claimCtx, cancel = context.WithDeadline(ctx, time.Now().Add(k.maxRun))
+		defer cancel()
+	}
+	claim, replayed, err := claimKey(claimCtx, op)
 	if err != nil {
 		return ledger.Result{}, nil, err
 	}
 	if replayed != nil {
 		return *replayed, nil, nil
 	}
-	completed := false
-	defer func() {
-		if completed {
-			return
+	completed := false // the key's outcome is this call's to store, or recorded unknown
+	released := false
+	// release frees the key: the effect did not complete (the handler
+	// failed, or panicked), so a retry runs; the external service dedupes
+	// by the same key. It reports whether the claim was lost.
+	release := func() (lost bool) {
+		released = true
+		err := claim.Release(context.WithoutCancel(ctx))
+		if errors.Is(err, ledger.ErrLeaseLost) {
+			return true
 		}
-		// The effect did not complete (the handler failed, or panicked):
-		// free the key so a retry runs; the external service dedupes by
-		// the same key.
-		if err := claim.Release(context.WithoutCancel(ctx)); err != nil {
+		if err != nil {
 			k.log.Warn("releasing an idempotency claim failed; it frees itself when its lease expires",
 				"tool", req.Name, "error", err)
+		}
+		return false
+	}
+	defer func() {
+		if !completed && !released { // the handler panicked
+			release()
 		}
 	}()
 	// The lease is renewed while the handler runs, so a call may run
@@ -456,6 +487,12 @@ func (k *keyed) runExternal(ctx context.Context, req *server.CallRequest, sc *sc
 		out, err = next(ctx, req)
 		stop()
 	}
+	var lost claimLost
+	if errors.As(err, &lost) {
+		// The key's outcome was to be recorded unknown, and the claim was
+		// no longer there to record it.
+		return k.answerLost(ctx, req, claim, ledger.Result{}, nil, lost.err)
+	}
 	if err == nil {
 		// A failed result the receiver says may be retried decided
 		// nothing: it is not the key's outcome to replay.
@@ -465,29 +502,72 @@ func (k *keyed) runExternal(ctx context.Context, req *server.CallRequest, sc *sc
 	}
 	var nr notRun
 	if errors.As(err, &nr) {
+		if release() { // not this call's key to free any more
+			return k.answerLost(ctx, req, claim, ledger.Result{}, nil, handlerFailed{err})
+		}
 		return ledger.Result{}, nil, handlerFailed{err} // the key is released: a retry runs
 	}
 	out, data, err := k.kept(sc, out, err)
 	if err != nil {
+		if !completed && release() {
+			return k.answerLost(ctx, req, claim, ledger.Result{}, nil, err)
+		}
 		return ledger.Result{}, nil, err
 	}
 	completed = true
 	// Store the outcome even if the call was cancelled meanwhile: the
 	// effect happened.
 	res, err := claim.Complete(context.WithoutCancel(ctx), data)
-	if err != nil && k.policy.AtMostOnce {
-		// The receiver answered and the answer cannot be stored: this
-		// caller gets it; the key is marked unknown (or reads so when
-		// its lease runs out), never run again.
-		k.log.Warn("a keyed call's answer could not be stored; its key's outcome is left unknown", "tool", req.Name, "error", err)
-		k.markUnknown(ctx, req, claim, "the answer could not be stored")
-		return ledger.Result{Data: data, ExecutedAt: time.Now()}, out, nil
+	own := ledger.Result{Data: data, ExecutedAt: time.Now()} // what this call ran, if nothing records another
+	switch {
+	case err == nil:
+		return res, out, nil
+	case errors.Is(err, ledger.ErrLeaseLost):
+		return k.answerLost(ctx, req, claim, own, out, nil)
+	case k.policy.AtMostOnce:
+		// The receiver answered, and the store failed to take the answer.
+		// The key is never run again, and no retry can be given this
+		// answer: the key's outcome is unknown, recorded so now or read
+		// so once this claim's lease runs out (the renewals have
+		// stopped). So this caller is told outcome_unknown too, not a
+		// success every retry contradicts. If the store did take the
+		// answer — only its acknowledgement was lost — recording unknown
+		// finds the claim gone, and the caller gets the stored answer;
+		// if the store takes neither, the caller is told unknown and a
+		// retry may later find the answer stored, which resolves that
+		// unknown rather than contradicting it.
+		k.log.Warn("a keyed call's answer could not be stored; its key's outcome is unknown, and its caller is told so",
+			"id", req.ID, "tool", req.Name, "tenant", req.Tenant, "error", err)
+		const reason = "the answer could not be stored"
+		if err := k.markUnknown(ctx, req, claim, reason); errors.Is(err, ledger.ErrLeaseLost) {
+			return k.answerLost(ctx, req, claim, own, out, nil)
+		}
+		return ledger.Result{}, nil, &ledger.UnknownError{Reason: reason}
 	}
-	if err != nil {
-		k.log.Warn("the effect completed but its result could not be stored", "tool", req.Name, "error", err)
-		return ledger.Result{}, nil, err
+	// The claim stays until its lease runs out; then a retry takes the
+	// key over and calls again with it, which the receiver dedupes: this
+	// caller is told the ledger failed and that retrying with the key is
+	// safe, which is true.
+	k.log.Warn("the effect completed but its result could not be stored", "tool", req.Name, "error", err)
+	return ledger.Result{}, nil, err
+}
+
+// answerLost answers a call whose claim was lost while its handler ran
+// with what the ledger records for the key (ledger.Claim.Outcome) — a
+// stored result, replayed; outcome_unknown; or in_progress while another
+// call holds the key — never with what the handler returned, so that the
+// key has one outcome whoever answers. The call's own answer (res, out,
+// err) is given only when nothing records an outcome for the key (a later
+// holder released it, an operator forgot it): then a retry runs afresh,
+// and this answer contradicts nothing.
+func (k *keyed) answerLost(ctx context.Context, req *server.CallRequest, claim *ledger.Claim, res ledger.Result, out mcp.Result, err error) (ledger.Result, mcp.Result, error) {
+	k.log.Warn("a keyed call's claim was lost while it ran (its lease ran out, and the key was taken over, made unknown or resolved); its caller is told what the ledger records, not what the call returned",
+		"id", req.ID, "tool", req.Name, "tenant", req.Tenant)
+	recorded, rerr := claim.Outcome(context.WithoutCancel(ctx))
+	if errors.Is(rerr, ledger.ErrNotFound) {
+		return res, out, err
 	}
-	return res, out, nil
+	return recorded, nil, rerr
 }
 
 // retryableResult is the failure a failed tool result carries in its
@@ -513,8 +593,9 @@ func retryableResult(out mcp.Result) *mcp.ToolError {
 // claim's renewals). Whatever it answers is left to the caller to keep,
 // except a failure that may have reached the receiver: the key's outcome
 // is then recorded unknown (*completed set: the claim is not released),
-// so that no retry runs it again. A failure marked NotRun is left to
-// release.
+// so that no retry runs it again — or, if the claim was lost meanwhile,
+// the failure comes back as claimLost, for the caller to be told what
+// the ledger records. A failure marked NotRun is left to release.
 func (k *keyed) runOnce(ctx context.Context, req *server.CallRequest, claim *ledger.Claim, next server.CallHandler, stop func(), completed *bool) (mcp.Result, error) {
 	out, err := func() (out mcp.Result, err error) {
 		defer func() {
@@ -538,13 +619,23 @@ func (k *keyed) runOnce(ctx context.Context, req *server.CallRequest, claim *led
 	}
 	*completed = true
 	reason := unknownReason(ctx, err)
-	k.markUnknown(ctx, req, claim, reason)
+	if err := k.markUnknown(ctx, req, claim, reason); errors.Is(err, ledger.ErrLeaseLost) {
+		return nil, claimLost{outcomeUnknownError{err}}
+	}
 	// An operator acts on these (mcprel ledger resolve): said above info.
 	k.log.Warn("a keyed call's outcome is unknown: it may have taken effect, and its key is not run again until the record is resolved",
 		"id", req.ID, "tool", req.Name, "tenant", req.Tenant, "reason", reason, "err", err)
 	req.Annotate(AnnotationKey, Unknown)
 	return nil, outcomeUnknownError{err}
 }
+
+// claimLost is a failure a call could not record as its key's outcome,
+// because its claim was lost: its caller is told what the ledger records
+// instead (answerLost), and err only if nothing records anything.
+type claimLost struct{ err error }
+
+func (c claimLost) Error() string { return c.err.Error() }
+func (c claimLost) Unwrap() error { return c.err }
 
 // outcomeUnknownError is a failure after which the key's outcome was
 // recorded unknown: it goes to the caller as the handler gave it, and is
@@ -571,12 +662,16 @@ func unknownReason(ctx context.Context, err error) string {
 }
 
 // markUnknown records the claim's outcome unknown. If the store cannot be
-// reached, the claim's lease runs out instead, with the same result.
-func (k *keyed) markUnknown(ctx context.Context, req *server.CallRequest, claim *ledger.Claim, reason string) {
-	if err := claim.Unknown(context.WithoutCancel(ctx), reason); err != nil {
+// reached, the claim's lease runs out instead, with the same result. It
+// returns ledger.ErrLeaseLost if the claim was lost before: the key's
+// record is then another's (answerLost).
+func (k *keyed) markUnknown(ctx context.Context, req *server.CallRequest, claim *ledger.Claim, reason string) error {
+	err := claim.Unknown(context.WithoutCancel(ctx), reason)
+	if err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
 		k.log.Warn("recording an unknown outcome failed; the key reads as unknown once its lease expires",
 			"tool", req.Name, "error", err)
 	}
+	return err
 }
 
 // renew extends the claim's lease every third of it until stop is

@@ -67,7 +67,10 @@ type Policy struct {
 	// another service), which cannot share its transaction. The key is
 	// claimed with a lease and committed first, the handler runs with no
 	// Tx, and its result is stored in a second commit; a duplicate
-	// arriving meanwhile gets "in_progress" with retryAfterMs. This is only
+	// arriving meanwhile gets "in_progress" with retryAfterMs, which
+	// follows the running call: as long as it has run so far, at least
+	// 100 ms, never past the tool's maximum deadline for it nor past its
+	// lease (see ledger.InProgressError). This is only
 	// safe if the external service accepts Call.Key as its own idempotency
 	// key (or the handler writes an outbox row instead): a claim whose
 	// process dies is taken over when its lease expires, and the effect

@@ -15,6 +15,7 @@ import (
 	"github.com/mcprel/mcprel/internal/ledgertest"
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/internal/storetest"
+	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/store"
@@ -171,4 +172,88 @@ func TestTerminatedBackendIsRetryable(t *testing.T) {
 	if err := admin.QueryRowContext(ctx, `SELECT n FROM stock WHERE id = 1`).Scan(&n); err != nil || n != 9 {
 		t.Fatalf("stock %d (%v), want 9: one effect", n, err)
 	}
+}
+
+// A receiver's answer that the store refuses to take, for a call forwarded
+// at most once, leaves the key's outcome unknown: no retry can be given
+// that answer, and the key is never run again. So the call's own client
+// is told outcome_unknown too, not the success every later retry
+// contradicts. The store is made to fail the completion by a lock another
+// connection holds past the ledger's wait for it: SQLite's write lock, or
+// PostgreSQL's lock on the record's row.
+func TestAnAnswerTheStoreRefusesIsUnknownToEveryone(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		ledgerDSN := dsn
+		if strings.HasPrefix(dsn, "postgres") {
+			ledgerDSN += "&lock_timeout=50ms" // the ledger's connections give up on a held row lock
+		}
+		clk := newClock()
+		l := ledgertest.Open(t, ledgerDSN, &store.Options{BusyTimeout: 50 * time.Millisecond}, &ledger.Options{Lease: time.Hour, Now: clk.Now}, "")
+		var logs mcptest.LogBuffer
+		srv := mcptest.NewServer(t, &server.Options{Logger: logs.Logger()})
+		entered, answer := make(chan struct{}), make(chan struct{})
+		var runs atomic.Int64
+		err := srv.AddTool(server.Tool{Name: "send", Policy: server.Policy{MaxTimeout: time.Hour}}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+			if runs.Add(1) == 1 {
+				close(entered)
+				<-answer
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("sent")}}, nil
+		}, idempotency.Keyed(l, idempotency.Policy{External: true, AtMostOnce: true, KeyArgument: "requestId"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := mcptest.Stdio(t, srv, nil)
+		c.Request(1, mcp.MethodToolsCall, sendParams("u-1", nil))
+		<-entered
+
+		// Another connection holds what the completion needs.
+		var other *sql.DB
+		if strings.HasPrefix(dsn, "postgres") {
+			other, err = sql.Open("pgx", dsn)
+		} else {
+			other, err = sql.Open("sqlite", "file:"+dsn+"?_txlock=immediate")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		hold, err := other.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer hold.Rollback()
+		if _, err := hold.ExecContext(ctx, `UPDATE mcprel_ledger SET executions = executions WHERE idem_key = 'u-1'`); err != nil {
+			t.Fatal(err)
+		}
+
+		close(answer)
+		f, _ := c.Await(1)
+		first := result(t, f)
+		if !first.IsError {
+			t.Fatalf("the call whose answer could not be stored got %s; every retry will be told outcome_unknown", first.raw)
+		}
+		if got := first.failure(t); got.Code != mcp.FailureOutcomeUnknown || got.Retryable || got.Details["reason"] != "the answer could not be stored" {
+			t.Fatalf("the call whose answer could not be stored got %+v, want outcome_unknown", got)
+		}
+		if !strings.Contains(logs.String(), "could not be stored") {
+			t.Errorf("the server log does not say the answer could not be stored:\n%s", logs.String())
+		}
+
+		// The lock goes; the claim's lease runs out: every retry is told
+		// the same, and nothing runs again.
+		if err := hold.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(2 * time.Hour)
+		for id := int64(2); id <= 3; id++ {
+			if got := result(t, c.Call(id, mcp.MethodToolsCall, sendParams("u-1", nil))).failure(t); got.Code != mcp.FailureOutcomeUnknown || got.Retryable {
+				t.Fatalf("retry %d = %+v, want outcome_unknown", id, got)
+			}
+		}
+		if runs.Load() != 1 {
+			t.Fatalf("%d runs, want 1", runs.Load())
+		}
+	})
 }

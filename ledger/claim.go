@@ -40,6 +40,11 @@ type Claim struct {
 // whose lease expired is taken over, and so is a key whose outcome is
 // unknown (OutcomeUnknown): the receiver honours the key, so running the
 // effect again with it is safe.
+//
+// ctx's deadline, if it has one, is recorded as the holder's: by then its
+// effect must have ended, and a duplicate is never told to come back
+// later than that (InProgressError). Give Claim the context the effect
+// runs under, or one with the effect's deadline.
 func (l *Ledger) Claim(ctx context.Context, op Op) (claim *Claim, replayed *Result, err error) {
 	ctx, end := l.observe(ctx, "claim")
 	defer func() { end(err) }()
@@ -81,11 +86,12 @@ func (l *Ledger) claim(ctx context.Context, op Op, once bool) (claim *Claim, rep
 		}
 	}
 	token := rand.Text()
+	deadline, _ := ctx.Deadline()
 	var madeUnknown *UnknownError // committed, then returned
 	err = l.db.WriteBatched(ctx, func(tx *store.Tx) error {
 		madeUnknown = nil
 		now := l.now()
-		rec, err := l.claimKey(ctx, tx, op, InProgress, now, token)
+		rec, err := l.claimKey(ctx, tx, op, InProgress, now, token, deadline)
 		switch {
 		case err != nil:
 			return err
@@ -99,7 +105,7 @@ func (l *Ledger) claim(ctx context.Context, op Op, once bool) (claim *Claim, rep
 		case rec.State == OutcomeUnknown && once:
 			return unknownOf(rec)
 		case rec.State == InProgress && rec.LeaseUntil.After(now):
-			return &InProgressError{RetryAfter: rec.LeaseUntil.Sub(now)}
+			return &InProgressError{RetryAfter: retryAfter(rec, now)}
 		case once:
 			// The lease expired: whoever held it may have crashed with the
 			// request sent. The key is never handed out again.
@@ -113,7 +119,8 @@ func (l *Ledger) claim(ctx context.Context, op Op, once bool) (claim *Claim, rep
 				return err
 			}
 			if n, _ := res.RowsAffected(); n != 1 {
-				return &InProgressError{RetryAfter: l.lease}
+				// Another caller decided the key a moment ago.
+				return &InProgressError{RetryAfter: MinRetryAfter}
 			}
 			rec.State, rec.Result, rec.ExecutedAt = OutcomeUnknown, data, time.UnixMilli(ms(now))
 			madeUnknown = unknownOf(rec) // an error here would roll the change back
@@ -121,14 +128,16 @@ func (l *Ledger) claim(ctx context.Context, op Op, once bool) (claim *Claim, rep
 		}
 		// The lease expired (whoever held it may have crashed), or the
 		// outcome is unknown: the receiver honours the key, so take over.
-		res, err := tx.Exec(ctx, `UPDATE mcprel_ledger SET state = ?, result = NULL, executed_at = NULL, lease_token = ?, lease_until = ?, executions = executions + 1
+		res, err := tx.Exec(ctx, `UPDATE mcprel_ledger SET state = ?, result = NULL, executed_at = NULL, lease_token = ?, lease_until = ?,
+				claimed_at = ?, holder_deadline = ?, executions = executions + 1
 			WHERE tenant = ? AND tool = ? AND idem_key = ? AND state = ? AND `+sameToken+` AND (lease_until IS NULL OR lease_until <= ?)`,
-			int(InProgress), token, ms(now.Add(l.lease)), op.Tenant, op.Tool, op.Key, int(rec.State), rec.leaseToken, ms(now))
+			int(InProgress), token, ms(now.Add(l.lease)), ms(now), msOrNull(deadline), op.Tenant, op.Tool, op.Key, int(rec.State), rec.leaseToken, ms(now))
 		if err != nil {
 			return err
 		}
 		if n, _ := res.RowsAffected(); n != 1 {
-			return &InProgressError{RetryAfter: l.lease}
+			// Another caller took the key over a moment ago.
+			return &InProgressError{RetryAfter: MinRetryAfter}
 		}
 		claim = &Claim{l: l, op: op, token: token, until: now.Add(l.lease), once: once, Executions: rec.Executions + 1}
 		return nil
@@ -172,7 +181,7 @@ func (l *Ledger) peekClaim(ctx context.Context, op Op, once bool) (replayed *Res
 	case rec.State == OutcomeUnknown && once:
 		return nil, true, unknownOf(rec)
 	case rec.State == InProgress && rec.LeaseUntil.After(now):
-		return nil, true, &InProgressError{RetryAfter: rec.LeaseUntil.Sub(now)}
+		return nil, true, &InProgressError{RetryAfter: retryAfter(rec, now)}
 	}
 	return nil, false, nil
 }
@@ -255,15 +264,55 @@ func (c *Claim) held(ctx context.Context, set string, args ...any) error {
 	})
 }
 
+// Outcome reads what the ledger records for the claim's key, for a holder
+// whose claim was lost while its effect ran (Complete, Unknown or Release
+// failed with ErrLeaseLost: its lease ran out, and the key was taken
+// over, made unknown or resolved). Whoever answers the holder's caller
+// answers with this, as a retry with the key is answered, never with what
+// the holder's own effect returned: a key has one outcome. It is the
+// committed result, marked Replayed; *UnknownError; *InProgressError while
+// a claim holds the key; *ConflictError if the key now records another
+// operation; or ErrNotFound when nothing records an outcome for the key
+// (a later holder released it, an operator forgot it, its retention
+// ended).
+func (c *Claim) Outcome(ctx context.Context) (_ Result, err error) {
+	ctx, end := c.l.observe(ctx, "outcome")
+	defer func() { end(err) }()
+	rec, err := scanRecord(c.l.db.QueryRow(ctx, selectRecord+keyIs, c.op.Tenant, c.op.Tool, c.op.Key))
+	now := c.l.now()
+	switch {
+	case err != nil:
+		return Result{}, err
+	case !rec.ExpiresAt.After(now):
+		return Result{}, ErrNotFound
+	case rec.Fingerprint != c.op.Fingerprint:
+		return Result{}, &ConflictError{Tenant: c.op.Tenant, Tool: c.op.Tool, Key: c.op.Key}
+	case rec.State == Committed:
+		return replay(rec), nil
+	case rec.State == OutcomeUnknown:
+		return Result{}, unknownOf(rec)
+	}
+	return Result{}, &InProgressError{RetryAfter: retryAfter(rec, now)}
+}
+
 // Release gives the key back: the effect did not happen, and the next
-// caller with this key starts afresh.
+// caller with this key starts afresh. It fails with ErrLeaseLost, and
+// changes nothing, if the claim no longer holds the key: the key's record
+// is then another's (see Outcome), and its holder's failure is not the
+// key's answer.
 func (c *Claim) Release(ctx context.Context) (err error) {
 	ctx, end := c.l.observe(ctx, "release")
 	defer func() { end(err) }()
 	return c.l.db.WriteBatched(ctx, func(tx *store.Tx) error {
-		_, err := tx.Exec(ctx, `DELETE FROM mcprel_ledger WHERE tenant = ? AND tool = ? AND idem_key = ? AND state = ? AND lease_token = ?`,
+		res, err := tx.Exec(ctx, `DELETE FROM mcprel_ledger WHERE tenant = ? AND tool = ? AND idem_key = ? AND state = ? AND lease_token = ?`,
 			c.op.Tenant, c.op.Tool, c.op.Key, int(InProgress), c.token)
-		return err
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return ErrLeaseLost
+		}
+		return nil
 	})
 }
 

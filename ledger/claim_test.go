@@ -53,11 +53,13 @@ func TestClaimCompleteReplay(t *testing.T) {
 		if claim.Key() != "pay-1" || !claim.LeaseUntil().Equal(clk.Now().Add(10*time.Second)) || claim.Executions != 1 {
 			t.Fatalf("claim = key %q, lease until %v, executions %d", claim.Key(), claim.LeaseUntil(), claim.Executions)
 		}
-		// While the lease holds, duplicates are told to come back.
+		// While the lease holds, duplicates are told to come back: after
+		// as long again as the holder has run (see
+		// TestInProgressRetryAfterFollowsTheHolder).
 		clk.Advance(4 * time.Second)
 		var busy *ledger.InProgressError
-		if _, _, err := l.Claim(ctx, o); !errors.As(err, &busy) || busy.RetryAfter != 6*time.Second {
-			t.Fatalf("duplicate Claim = %v, want InProgressError with RetryAfter 6s", err)
+		if _, _, err := l.Claim(ctx, o); !errors.As(err, &busy) || busy.RetryAfter != 4*time.Second {
+			t.Fatalf("duplicate Claim = %v, want InProgressError with RetryAfter 4s", err)
 		}
 		var executed atomic.Int64
 		if _, err := l.Do(ctx, o, reserve(&executed, o, 1)); !errors.As(err, &busy) || executed.Load() != 0 {
@@ -120,8 +122,11 @@ func TestClaimReleaseAndTakeover(t *testing.T) {
 		if _, err := second.Complete(ctx, json.RawMessage(`{"late":true}`)); !errors.Is(err, ledger.ErrLeaseLost) {
 			t.Fatalf("Complete by the expired holder = %v, want ErrLeaseLost", err)
 		}
-		if err := second.Release(ctx); err != nil { // a no-op: not its key any more
-			t.Fatal(err)
+		if err := second.Release(ctx); !errors.Is(err, ledger.ErrLeaseLost) { // not its key any more
+			t.Fatalf("Release by the expired holder = %v, want ErrLeaseLost", err)
+		}
+		if rec, err := l.Lookup(ctx, "acme", "reserve", "pay-2"); err != nil || rec.State != ledger.InProgress || rec.Executions != 2 {
+			t.Fatalf("after the expired holder's Release: %+v, %v; want the taker's claim untouched", rec, err)
 		}
 		res, err := third.Complete(ctx, json.RawMessage(`{"charge":"ch_3"}`))
 		if err != nil || res.Executions != 2 {
@@ -510,4 +515,132 @@ func awaitLockWait(t *testing.T, db *store.DB, application, prefix string) {
 		time.Sleep(5 * time.Millisecond) // polling what PostgreSQL reports, not standing in for it
 	}
 	t.Fatalf("no statement %q waited for a lock within %v", prefix, mcptest.Timeout)
+}
+
+// A duplicate of a claim in progress is told to come back after about as
+// long as the holder has run so far — a call just begun soon, a longer
+// one later — at least a tenth of a second, but never after the holder's
+// deadline (its context's, recorded with the claim), when it must have
+// answered, nor after its lease runs out, when the key is decided
+// without it. Both ways of claiming, and Do meeting a claim, answer so.
+func TestInProgressRetryAfterFollowsTheHolder(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		clk := newClock()
+		const lease = 5 * time.Minute
+		l := open(t, dsn, &ledger.Options{Lease: lease})
+		ledger.SetClock(l, clk.Now)
+		told := func(o ledger.Op) []time.Duration {
+			t.Helper()
+			var got []time.Duration
+			var busy *ledger.InProgressError
+			for _, claim := range []func(context.Context, ledger.Op) (*ledger.Claim, *ledger.Result, error){l.Claim, l.ClaimOnce} {
+				if c, _, err := claim(ctx, o); !errors.As(err, &busy) {
+					t.Fatalf("a duplicate = %v, %v; want InProgressError", c, err)
+				}
+				got = append(got, busy.RetryAfter)
+			}
+			if _, err := l.Do(ctx, o, reserve(nil, o, 1)); !errors.As(err, &busy) {
+				t.Fatalf("Do on a claimed key = %v; want InProgressError", err)
+			}
+			return append(got, busy.RetryAfter)
+		}
+		want := func(o ledger.Op, d time.Duration, why string) {
+			t.Helper()
+			for i, got := range told(o) {
+				if got != d {
+					t.Fatalf("%s: duplicate %d told to retry after %v, want %v", why, i, got, d)
+				}
+			}
+		}
+
+		// A call with a minute to run: the deadline its context gives.
+		deadline := clk.Now().Add(time.Minute)
+		callCtx, cancel := context.WithDeadline(ctx, deadline)
+		defer cancel()
+		o := op("acme", "short", `{}`)
+		holder, _, err := l.ClaimOnce(callCtx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(20 * time.Millisecond)
+		want(o, 100*time.Millisecond, "20 ms into the call")
+		clk.Advance(3*time.Second - 20*time.Millisecond)
+		want(o, 3*time.Second, "3 s into the call") // not the 4 min 57 s the lease has left
+		clk.Advance(56 * time.Second)
+		want(o, time.Second, "1 s before the holder's deadline")
+		clk.Advance(950 * time.Millisecond)
+		want(o, 50*time.Millisecond, "50 ms before the holder's deadline")
+		clk.Advance(100 * time.Millisecond) // past it: the holder is settling its answer now
+		want(o, 100*time.Millisecond, "past the holder's deadline")
+		rec, err := l.Lookup(ctx, "acme", "reserve", "short")
+		if err != nil || !rec.Deadline.Equal(deadline) || !rec.ClaimedAt.Equal(deadline.Add(-time.Minute)) {
+			t.Fatalf("the record of a claim in progress: %+v, %v; want its holder's deadline and when it was claimed", rec, err)
+		}
+		if _, err := holder.Complete(ctx, json.RawMessage(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+
+		// A call without a deadline: bounded by what its lease has left,
+		// renewed or not.
+		o = op("acme", "long", `{}`)
+		holder, _, err = l.Claim(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(2 * time.Minute)
+		want(o, 2*time.Minute, "2 min into a call without a deadline")
+		clk.Advance(2 * time.Minute)
+		want(o, time.Minute, "4 min into a call whose lease has 1 min left")
+		if err := holder.Extend(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want(o, 4*time.Minute, "4 min into a call whose lease was just renewed")
+
+		// A claim taken over is a new call: its age starts again.
+		clk.Advance(lease)
+		if _, _, err := l.Claim(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Second)
+		want(o, time.Second, "1 s after a takeover")
+	})
+}
+
+// A claim in progress when the ledger's schema was migrated to keep when
+// claims begin and their holders' deadlines has neither: its duplicates
+// are told to retry by the record's age and the claim's lease.
+func TestAClaimFromBeforeTheMigration(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		db, err := store.Open(ctx, dsn, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if err := db.Migrate(ctx, "ledger", ledger.Migrations[:2]); err != nil {
+			t.Fatal(err)
+		}
+		clk := newClock()
+		o := op("acme", "old-claim", `{}`)
+		if err := db.WriteTx(ctx, func(tx *store.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO mcprel_ledger (tenant, tool, idem_key, fingerprint, state, created_at, expires_at, lease_until, lease_token, executions)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'token', 1)`, o.Tenant, o.Tool, o.Key, o.Fingerprint[:], int(ledger.InProgress),
+				clk.Now().UnixMilli(), clk.Now().Add(time.Hour).UnixMilli(), clk.Now().Add(30*time.Second).UnixMilli())
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		l := open(t, dsn, &ledger.Options{Lease: 30 * time.Second})
+		ledger.SetClock(l, clk.Now)
+		clk.Advance(2 * time.Second)
+		var busy *ledger.InProgressError
+		if _, _, err := l.ClaimOnce(ctx, o); !errors.As(err, &busy) || busy.RetryAfter != 2*time.Second {
+			t.Fatalf("a duplicate of a claim from before the migration = %v, want InProgressError after 2s", err)
+		}
+		clk.Advance(27 * time.Second)
+		if _, _, err := l.ClaimOnce(ctx, o); !errors.As(err, &busy) || busy.RetryAfter != time.Second {
+			t.Fatalf("a duplicate a second before its lease ends = %v, want InProgressError after 1s", err)
+		}
+	})
 }

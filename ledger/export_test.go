@@ -24,3 +24,7 @@ var SweepBudget = sweepBudget
 // OnScanned calls f when Reap, on SQLite, has read a chunk of records and
 // is about to delete the expired ones.
 func OnScanned(l *Ledger, f func()) { l.onScanned = f }
+
+// Migrations are the ledger's schema steps, for a test that builds an
+// older schema.
+var Migrations = migrations

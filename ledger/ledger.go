@@ -44,6 +44,10 @@ import (
 	"github.com/mcprel/mcprel/store"
 )
 
+// MinRetryAfter is the shortest wait an *InProgressError advises, unless
+// the holder's deadline or lease is nearer.
+const MinRetryAfter = 100 * time.Millisecond
+
 // Defaults for Options fields left at zero.
 const (
 	DefaultRetention = 24 * time.Hour
@@ -64,6 +68,10 @@ type Options struct {
 	// Observers are told of every operation and its transaction (see
 	// Observer).
 	Observers []Observer
+	// Now is the ledger's clock: leases, retention and the ages of claims
+	// are read from it. Nil means time.Now. Tests move it to go past a
+	// lease or a retention without waiting for one.
+	Now func() time.Time
 }
 
 // Ledger is the idempotency ledger on a store.
@@ -71,7 +79,7 @@ type Ledger struct {
 	db        *store.DB
 	retention time.Duration
 	lease     time.Duration
-	now       func() time.Time // time.Now; tests move it
+	now       func() time.Time // Options.Now
 	observers []Observer
 	recent    *recentKeys          // SQLite: keys this process saw recorded
 	onRoute   func(readFirst bool) // tests: told whether a call is read first
@@ -142,6 +150,12 @@ type Record struct {
 	ExecutedAt time.Time // zero while in progress
 	ExpiresAt  time.Time
 	LeaseUntil time.Time // two-phase claims in progress
+	// ClaimedAt is when the claim in progress was taken (a takeover
+	// starts it again), and Deadline when its holder must have answered:
+	// its context's deadline, zero if it had none. A duplicate is told
+	// to retry by them (InProgressError).
+	ClaimedAt  time.Time
+	Deadline   time.Time
 	Executions int
 
 	leaseToken string
@@ -156,6 +170,13 @@ func (e *ConflictError) Error() string {
 
 // InProgressError reports a key held by an operation that has not finished:
 // retry after RetryAfter with the same key.
+//
+// RetryAfter follows the holder: it is as long as the holder has run so
+// far, so that a retry comes back when the call will have run twice as
+// long — a call just begun is asked about again soon, a long one less
+// often — and at least MinRetryAfter; but never past the holder's deadline
+// (Record.Deadline), by when it must have answered, nor past its lease,
+// when the key is decided without it.
 type InProgressError struct{ RetryAfter time.Duration }
 
 func (e *InProgressError) Error() string {
@@ -179,8 +200,10 @@ func (e *UnknownError) Error() string {
 var (
 	ErrNotFound   = errors.New("ledger: no record for this key")
 	ErrInvalidKey = errors.New("ledger: an idempotency key must be 1 to 255 bytes of printable text")
-	// ErrLeaseLost: a two-phase claim's lease expired and another caller
-	// took the key over; this claim's result is not stored.
+	// ErrLeaseLost: a two-phase claim no longer holds its key — its lease
+	// expired and another caller took the key over or made its outcome
+	// unknown, or an operator resolved it — so nothing this claim stores
+	// or releases is kept. Claim.Outcome reads what the key records.
 	ErrLeaseLost = errors.New("ledger: the claim's lease expired and the key was taken over")
 	// ErrNotUnknown: Resolve or Forget found the key's record, but not
 	// with an unknown outcome — committed, or held by a live claim — and
@@ -248,6 +271,13 @@ var migrations = []store.Migration{{
 	Version:  2,
 	SQLite:   `DROP INDEX IF EXISTS mcprel_ledger_expires`,
 	Postgres: `SELECT 1`,
+}, {
+	// When a claim was taken and its holder's deadline, by which a
+	// duplicate is told when to come back (retryAfter). NULL in a
+	// record written before: its age is read from created_at.
+	Version: 3,
+	SQL: `ALTER TABLE mcprel_ledger ADD COLUMN claimed_at BIGINT;
+		ALTER TABLE mcprel_ledger ADD COLUMN holder_deadline BIGINT`,
 }}
 
 // Open prepares the ledger's schema in db and returns the ledger. opts may
@@ -272,7 +302,10 @@ func Open(ctx context.Context, db *store.DB, opts *Options) (*Ledger, error) {
 	if err := db.Migrate(ctx, "ledger", migrations); err != nil {
 		return nil, err
 	}
-	l := &Ledger{db: db, retention: o.Retention, lease: o.Lease, now: time.Now, observers: o.Observers}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	l := &Ledger{db: db, retention: o.Retention, lease: o.Lease, now: o.Now, observers: o.Observers}
 	if db.Dialect() == store.SQLite {
 		l.recent = newRecentKeys()
 	}
@@ -287,6 +320,14 @@ func (l *Ledger) Lease() time.Duration { return l.lease }
 func (l *Ledger) DB() *store.DB { return l.db }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
+
+// msOrNull is t in milliseconds, or NULL for the zero time.
+func msOrNull(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return ms(t)
+}
 
 func fromMS(v sql.NullInt64) time.Time {
 	if !v.Valid {
@@ -344,7 +385,7 @@ func (l *Ledger) Do(ctx context.Context, op Op, effect func(ctx context.Context,
 	// runs); a lone writer the same.
 	err = l.db.WriteBatched(ctx, func(tx *store.Tx) error {
 		now := l.now()
-		rec, err := l.claimKey(ctx, tx, op, Committed, now, "")
+		rec, err := l.claimKey(ctx, tx, op, Committed, now, "", time.Time{})
 		switch {
 		case err != nil:
 			return err
@@ -354,7 +395,7 @@ func (l *Ledger) Do(ctx context.Context, op Op, effect func(ctx context.Context,
 		case rec != nil && rec.State == OutcomeUnknown:
 			return unknownOf(rec)
 		case rec != nil:
-			return &InProgressError{RetryAfter: max(rec.LeaseUntil.Sub(now), 100*time.Millisecond)}
+			return &InProgressError{RetryAfter: retryAfter(rec, now)}
 		}
 		data, err := effect(ctx, tx)
 		if err != nil {
@@ -419,21 +460,24 @@ func waitBounded(ctx context.Context, err error) error {
 // racing on an expired key cannot both take it (a DELETE then INSERT
 // could). It returns nil when op now holds the key, or the live record
 // that holds it; a record with another fingerprint is a *ConflictError.
-func (l *Ledger) claimKey(ctx context.Context, tx *store.Tx, op Op, state State, now time.Time, token string) (*Record, error) {
-	var leaseUntil, leaseToken any
+// A claim (state InProgress) records its token, its lease, when it was
+// taken and its holder's deadline (zero: none).
+func (l *Ledger) claimKey(ctx context.Context, tx *store.Tx, op Op, state State, now time.Time, token string, deadline time.Time) (*Record, error) {
+	var leaseUntil, leaseToken, claimedAt any
 	if state == InProgress {
-		leaseUntil, leaseToken = ms(now.Add(l.lease)), token
+		leaseUntil, leaseToken, claimedAt = ms(now.Add(l.lease)), token, ms(now)
 	}
 	for attempt := 0; ; attempt++ {
 		res, err := tx.Exec(ctx, `INSERT INTO mcprel_ledger
-			(tenant, tool, idem_key, fingerprint, state, created_at, expires_at, lease_until, lease_token, executions)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
+			(tenant, tool, idem_key, fingerprint, state, created_at, expires_at, lease_until, lease_token, claimed_at, holder_deadline, executions)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
 			ON CONFLICT (tenant, tool, idem_key) DO UPDATE SET
 				fingerprint = excluded.fingerprint, state = excluded.state, result = NULL,
 				created_at = excluded.created_at, executed_at = NULL, expires_at = excluded.expires_at,
-				lease_until = excluded.lease_until, lease_token = excluded.lease_token, executions = 1
+				lease_until = excluded.lease_until, lease_token = excluded.lease_token,
+				claimed_at = excluded.claimed_at, holder_deadline = excluded.holder_deadline, executions = 1
 			WHERE mcprel_ledger.expires_at <= ?`,
-			op.Tenant, op.Tool, op.Key, op.Fingerprint[:], int(state), ms(now), ms(now.Add(l.retention)), leaseUntil, leaseToken, ms(now))
+			op.Tenant, op.Tool, op.Key, op.Fingerprint[:], int(state), ms(now), ms(now.Add(l.retention)), leaseUntil, leaseToken, claimedAt, msOrNull(deadline), ms(now))
 		if err != nil {
 			return nil, err
 		}
@@ -455,7 +499,7 @@ func (l *Ledger) claimKey(ctx context.Context, tx *store.Tx, op Op, state State,
 }
 
 const (
-	selectRecord = `SELECT tenant, tool, idem_key, fingerprint, state, result, created_at, executed_at, expires_at, lease_until, lease_token, executions FROM mcprel_ledger`
+	selectRecord = `SELECT tenant, tool, idem_key, fingerprint, state, result, created_at, executed_at, expires_at, lease_until, lease_token, claimed_at, holder_deadline, executions FROM mcprel_ledger`
 	keyIs        = ` WHERE tenant = ? AND tool = ? AND idem_key = ?`
 )
 
@@ -466,9 +510,9 @@ func scanRecord(row interface{ Scan(...any) error }) (*Record, error) {
 	var state int
 	var result sql.NullString
 	var created, expires int64
-	var executed, lease sql.NullInt64
+	var executed, lease, claimed, deadline sql.NullInt64
 	var token sql.NullString
-	err := row.Scan(&rec.Tenant, &rec.Tool, &rec.Key, &fp, &state, &result, &created, &executed, &expires, &lease, &token, &rec.Executions)
+	err := row.Scan(&rec.Tenant, &rec.Tool, &rec.Key, &fp, &state, &result, &created, &executed, &expires, &lease, &token, &claimed, &deadline, &rec.Executions)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -482,6 +526,7 @@ func scanRecord(row interface{ Scan(...any) error }) (*Record, error) {
 	}
 	rec.CreatedAt, rec.ExpiresAt = time.UnixMilli(created), time.UnixMilli(expires)
 	rec.ExecutedAt, rec.LeaseUntil = fromMS(executed), fromMS(lease)
+	rec.ClaimedAt, rec.Deadline = fromMS(claimed), fromMS(deadline)
 	rec.leaseToken = token.String
 	return &rec, nil
 }
@@ -497,6 +542,27 @@ func unknownOf(rec *Record) *UnknownError {
 		why.Reason = "no reason was recorded"
 	}
 	return &UnknownError{Reason: why.Reason, Since: rec.ExecutedAt}
+}
+
+// retryAfter is how long a duplicate of the claim in progress in rec is
+// told to wait, at now (see InProgressError): as long as the claim has
+// run, at least MinRetryAfter, and no longer than its holder's deadline
+// or its lease has left. Once the holder's deadline has passed it is
+// settling its answer, and a duplicate is asked back after MinRetryAfter.
+func retryAfter(rec *Record, now time.Time) time.Duration {
+	since := rec.ClaimedAt
+	if since.IsZero() { // recorded before claims kept when they began
+		since = rec.CreatedAt
+	}
+	end := rec.LeaseUntil
+	if !rec.Deadline.IsZero() && rec.Deadline.Before(end) {
+		end = rec.Deadline
+	}
+	left := end.Sub(now)
+	if left <= 0 {
+		return MinRetryAfter
+	}
+	return min(max(now.Sub(since), MinRetryAfter), left)
 }
 
 func replay(rec *Record) Result {

@@ -368,3 +368,88 @@ func TestClaimDecidedByTheRecordWritesNothing(t *testing.T) {
 		}
 	})
 }
+
+// A holder whose claim was lost — its lease ran out while it was stopped,
+// and the key was made unknown, taken over or resolved — reads what the
+// ledger records for the key, to answer its caller with that rather than
+// with its own answer: the same thing a retry is told.
+func TestALostClaimReadsTheKeysOutcome(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		clk := newClock()
+		l := open(t, dsn, &ledger.Options{Lease: 10 * time.Second})
+		ledger.SetClock(l, clk.Now)
+
+		// At most once: another caller finds the lease expired, and the
+		// outcome becomes unknown; an operator then resolves it.
+		o := op("acme", "lost-1", `{}`)
+		stopped, _, err := l.ClaimOnce(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(10 * time.Second)
+		var told *ledger.UnknownError
+		if _, _, err := l.ClaimOnce(ctx, o); !errors.As(err, &told) {
+			t.Fatalf("ClaimOnce after the lease = %v, want UnknownError", err)
+		}
+		if _, err := stopped.Complete(ctx, json.RawMessage(`{"late":true}`)); !errors.Is(err, ledger.ErrLeaseLost) {
+			t.Fatalf("Complete by the stopped holder = %v, want ErrLeaseLost", err)
+		}
+		var unknown *ledger.UnknownError
+		if _, err := stopped.Outcome(ctx); !errors.As(err, &unknown) || *unknown != *told {
+			t.Fatalf("Outcome = %v, want %v, as the retry was told", err, told)
+		}
+		if err := l.Resolve(ctx, "acme", "reserve", "lost-1", json.RawMessage(`{"found":"by hand"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := stopped.Outcome(ctx); err != nil || !res.Replayed || string(res.Data) != `{"found":"by hand"}` {
+			t.Fatalf("Outcome after Resolve = %+v, %v; want the resolution, replayed", res, err)
+		}
+		if err := stopped.Release(ctx); !errors.Is(err, ledger.ErrLeaseLost) {
+			t.Fatalf("Release by the stopped holder = %v, want ErrLeaseLost", err)
+		}
+		if _, _, err := l.ClaimOnce(ctx, o); err != nil {
+			t.Fatalf("ClaimOnce after the stopped holder's Release = %v; want the resolution kept", err)
+		}
+
+		// Taken over by a caller whose receiver honours the key: in
+		// progress while it holds the key, its result once stored.
+		o = op("acme", "lost-2", `{}`)
+		stopped, _, err = l.Claim(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(10 * time.Second)
+		taker, _, err := l.Claim(ctx, o)
+		if err != nil || taker == nil {
+			t.Fatalf("takeover = %v, %v", taker, err)
+		}
+		var busy *ledger.InProgressError
+		if _, err := stopped.Outcome(ctx); !errors.As(err, &busy) || busy.RetryAfter <= 0 {
+			t.Fatalf("Outcome while the taker holds the key = %v, want InProgressError", err)
+		}
+		if _, err := taker.Complete(ctx, json.RawMessage(`{"by":"taker"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := stopped.Outcome(ctx); err != nil || !res.Replayed || string(res.Data) != `{"by":"taker"}` || res.Executions != 2 {
+			t.Fatalf("Outcome after the taker completed = %+v, %v", res, err)
+		}
+
+		// Nothing recorded: the taker released the key.
+		o = op("acme", "lost-3", `{}`)
+		stopped, _, err = l.Claim(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(10 * time.Second)
+		if taker, _, err = l.Claim(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		if err := taker.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stopped.Outcome(ctx); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("Outcome of a released key = %v, want ErrNotFound", err)
+		}
+	})
+}

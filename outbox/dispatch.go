@@ -324,11 +324,20 @@ func (d *Dispatcher) forget(id string, ch chan struct{}) {
 // flight), 425, 429 or 5xx, or no answer, is retried (after the
 // Retry-After it asks for, if any); any other 4xx refuses it for good
 // (a 422: the key was used with another body).
+//
+// A redirect (301, 302, 303, 307, 308) is never followed: the request,
+// its key and Header (the credential) go to URL and nowhere else. It is
+// retried like a 503, its answer's Error naming where it pointed: the
+// receiver at URL did not take the delivery, and may be moving; an
+// operator who points URL at its new address gets the intents still
+// pending delivered there, with their keys.
 type HTTPReceiver struct {
 	URL string
 	// Header is sent with every delivery (a credential).
 	Header http.Header
-	// Client sends the requests; nil means one with a 20 s timeout.
+	// Client sends the requests; nil means one with a 20 s timeout. It is
+	// used through a shallow copy whose CheckRedirect refuses every
+	// redirect (Client itself is not changed).
 	Client *http.Client
 }
 
@@ -343,9 +352,9 @@ func (h *HTTPReceiver) Deliver(ctx context.Context, d Delivery) Answer {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", d.Key)
-	hc := h.Client
-	if hc == nil {
-		hc = defaultClient
+	hc := defaultClient
+	if h.Client != nil {
+		hc = withoutRedirects(h.Client)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -357,6 +366,10 @@ func (h *HTTPReceiver) Deliver(ctx context.Context, d Delivery) Answer {
 	switch s := resp.StatusCode; {
 	case s >= 200 && s < 300:
 		a.Verdict = Acknowledged
+	case isRedirect(s):
+		a.Verdict = Retry
+		a.Error = redirected(resp)
+		a.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	case s == http.StatusRequestTimeout, s == http.StatusConflict, s == http.StatusTooEarly, s == http.StatusTooManyRequests, s >= 500:
 		a.Verdict = Retry
 		a.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
@@ -366,7 +379,41 @@ func (h *HTTPReceiver) Deliver(ctx context.Context, d Delivery) Answer {
 	return a
 }
 
-var defaultClient = &http.Client{Timeout: 20 * time.Second}
+var defaultClient = withoutRedirects(&http.Client{Timeout: 20 * time.Second})
+
+// withoutRedirects is a shallow copy of hc whose CheckRedirect hands a
+// redirect back as the answer instead of following it: a delivery's
+// request, key and credential go only to the receiver's URL.
+func withoutRedirects(hc *http.Client) *http.Client {
+	c := *hc
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &c
+}
+
+// isRedirect reports whether status is one net/http would follow.
+func isRedirect(status int) bool {
+	switch status {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return true
+	}
+	return false
+}
+
+// redirected says what a redirect was, and where it pointed (resolved
+// against the request's URL, a password in it redacted, clipped).
+func redirected(resp *http.Response) string {
+	where := "naming no Location"
+	if loc := resp.Header.Get("Location"); loc != "" {
+		if u, err := resp.Location(); err == nil {
+			loc = u.Redacted()
+		}
+		if len(loc) > 200 {
+			loc = strings.ToValidUTF8(loc[:200], "") + "…"
+		}
+		where = "to " + loc
+	}
+	return fmt.Sprintf("the receiver answered HTTP %d, a redirect %s, which the outbox does not follow: nothing was delivered there", resp.StatusCode, where)
+}
 
 // asJSON is b if it is JSON, else b as a JSON string.
 func asJSON(b []byte) json.RawMessage {

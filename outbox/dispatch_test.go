@@ -3,9 +3,12 @@ package outbox_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -250,6 +253,125 @@ func TestHTTPReceiverVerdicts(t *testing.T) {
 	if a := rc.Deliver(context.Background(), outbox.Delivery{Key: "k", Request: json.RawMessage(`{}`)}); a.Verdict != outbox.Retry || a.Error == "" {
 		t.Errorf("no answer: %+v", a)
 	}
+}
+
+// redirectTarget is the server a provider's redirect points at: it
+// records what reaches it and answers 200, as a server that took the
+// payout would.
+type redirectTarget struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (rt *redirectTarget) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	rt.mu.Lock()
+	rt.got = append(rt.got, fmt.Sprintf("%s Authorization=%q Idempotency-Key=%q body=%s", r.Method, r.Header.Get("Authorization"), r.Header.Get("Idempotency-Key"), body))
+	rt.mu.Unlock()
+	fmt.Fprint(w, `{"id":"po_elsewhere","status":"paid"}`)
+}
+
+func (rt *redirectTarget) nothing(t *testing.T) {
+	t.Helper()
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if len(rt.got) != 0 {
+		t.Fatalf("the redirect was followed: its target received %q", rt.got)
+	}
+}
+
+// redirectingProvider answers every POST with status and a Location of
+// target, telling hits of each.
+func redirectingProvider(t *testing.T, status int, target string, hits chan<- struct{}) *httptest.Server {
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", target)
+		w.WriteHeader(status)
+		if hits != nil {
+			hits <- struct{}{}
+		}
+	}))
+	t.Cleanup(hs.Close)
+	return hs
+}
+
+// A provider that answers with a redirect does not get it followed: the
+// request, its Idempotency-Key and the provider's credential go nowhere
+// else, whichever client the receiver was given (one whose CheckRedirect
+// would follow is used without it, and left as it was). The delivery is
+// not acknowledged: it is retried, since the provider did not take it
+// (it may be moving, and an operator who points URL at its new address
+// gets the intents still pending delivered there with their keys), and
+// the answer says where the redirect pointed.
+func TestHTTPReceiverFollowsNoRedirect(t *testing.T) {
+	target := &redirectTarget{}
+	elsewhere := httptest.NewServer(target)
+	defer elsewhere.Close()
+	asked := 0
+	follows := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { asked++; return nil }}
+	for _, status := range []int{301, 302, 303, 307, 308} {
+		for _, hc := range []*http.Client{nil, follows} {
+			hs := redirectingProvider(t, status, elsewhere.URL+"/payouts", nil)
+			rc := &outbox.HTTPReceiver{URL: hs.URL + "/payouts", Header: http.Header{"Authorization": {"Bearer provider-token"}}, Client: hc}
+			a := rc.Deliver(context.Background(), outbox.Delivery{Key: "mcprel-k", Request: json.RawMessage(`{"account":"a-1","cents":500}`)})
+			want := fmt.Sprintf("the receiver answered HTTP %d, a redirect to %s/payouts, which the outbox does not follow", status, elsewhere.URL)
+			if a.Verdict != outbox.Retry || a.Status != status || !strings.Contains(a.Error, want) {
+				t.Errorf("HTTP %d (own client: %v): %+v; want a retry whose error says %q", status, hc != nil, a, want)
+			}
+		}
+	}
+	target.nothing(t)
+	if asked != 0 || follows.CheckRedirect(nil, nil) != nil || asked != 1 {
+		t.Fatal("the receiver asked its client's CheckRedirect, or replaced it")
+	}
+}
+
+// Through the dispatcher, an intent whose provider redirects is never
+// recorded delivered: it stays pending, its answer naming where the
+// redirect pointed, and the redirect's target gets nothing.
+func TestRedirectedIntentIsNotDelivered(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		target := &redirectTarget{}
+		elsewhere := httptest.NewServer(target)
+		defer elsewhere.Close()
+		hits := make(chan struct{}, 16)
+		hs := redirectingProvider(t, http.StatusTemporaryRedirect, elsewhere.URL+"/payouts", hits)
+		o := open(t, dsn, nil)
+		rc := &outbox.HTTPReceiver{URL: hs.URL + "/payouts", Header: http.Header{"Authorization": {"Bearer provider-token"}}}
+		d := dispatch(t, o, outbox.DispatcherOptions{Receivers: map[string]outbox.Receiver{"payouts": rc}})
+		op, err := put(t, o, intent("acme", "k1"), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The wait ends when the intent does, or at the second attempt,
+		// which is claimed only once the first one's answer was recorded.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		go func() {
+			for range 2 {
+				select {
+				case <-hits:
+				case <-ctx.Done():
+					return
+				}
+			}
+			cancel()
+		}()
+		d.Notify()
+		if ended, err := d.Wait(ctx, "acme", op.ID); err != nil || ended.State != outbox.Pending {
+			t.Fatalf("the redirected intent ended %s (%v), answer %s", ended.State, err, ended.Answer)
+		}
+		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+			t.Fatal("the provider was not asked a second time")
+		}
+		got, err := o.Get(context.Background(), "acme", op.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != outbox.Pending || !jsonHas(got.Answer, `"status":307`) || !jsonHas(got.Answer, "a redirect to "+elsewhere.URL+"/payouts") {
+			t.Fatalf("the redirected intent: %+v %s; want it pending, its answer naming the redirect", got, got.Answer)
+		}
+		target.nothing(t)
+	})
 }
 
 // holder is a receiver that holds every delivery until its caller gives

@@ -33,9 +33,7 @@ package outbox
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,6 +41,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/store"
 )
 
@@ -272,13 +271,9 @@ func (o *Outbox) DB() *store.DB { return o.db }
 // DeliveryKey is the key every delivery of an operation carries: derived
 // from the tenant, the tool, the caller's key and the receiver, so that
 // it is the same on every delivery of one operation and differs between
-// tenants (and tools) that chose the same key.
+// tenants (and tools) that chose the same key (ledger.DerivedKey).
 func DeliveryKey(tenant, tool, key, target string) string {
-	h := sha256.New()
-	for _, part := range []string{tenant, tool, key, target} {
-		fmt.Fprintf(h, "%d:%s", len(part), part)
-	}
-	return "mcprel-" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(h.Sum(nil)[:20]))
+	return ledger.DerivedKey(tenant, tool, key, target)
 }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }

@@ -49,8 +49,10 @@ const (
 	// says whether the same call may succeed if made again.
 	ToolFailed
 	// Rejected: any other JSON-RPC error — invalid params, unknown method,
-	// unsupported version and the like. Making the same request again
-	// gets the same answer, so it is never retried.
+	// unsupported version and the like — or an HTTP redirect, which the
+	// client does not follow (the server sent it instead of running the
+	// request). Making the same request again gets the same answer, so it
+	// is never retried.
 	Rejected
 )
 

@@ -284,50 +284,6 @@ func TestRetryClasses(t *testing.T) {
 	}
 }
 
-// A gateway's policy: a mutation claimed at most once is CONDITIONAL (a
-// retry with its key never runs it twice) and still not production ready
-// (an answer lost leaves its outcome unknown); one whose provider
-// enforces the key passes; a keyless one is UNSAFE.
-func TestAtMostOnceIsConditionalButRefused(t *testing.T) {
-	want := map[string]struct {
-		class   string
-		verdict string
-		codes   []review.Code
-	}{
-		"send_email":    {review.ClassConditional, review.Refused, []review.Code{review.CodeEffectOutsideBoundary}},
-		"send_receipt":  {review.ClassConditional, review.ProductionReady, nil},
-		"purge_mailbox": {review.ClassUnsafe, review.ProductionReady, nil},
-		"list_sent":     {review.ClassSafe, review.ProductionReady, nil},
-	}
-	r := review.Review(parseFile(t, "../examples/gateway/mail.yaml"))
-	if len(r.Operations) != len(want) {
-		t.Fatalf("%d operations reviewed", len(r.Operations))
-	}
-	for _, op := range r.Operations {
-		w := want[op.Name]
-		if op.Retry.Class != w.class || op.Verdict != w.verdict || !slices.Equal(op.Codes(), w.codes) {
-			t.Errorf("%s: %s, %s %v; want %s, %s %v", op.Name, op.Retry.Class, op.Verdict, op.Codes(), w.class, w.verdict, w.codes)
-		}
-	}
-	// Without a read to reconcile with, the review says so.
-	p, err := review.Parse("x.yaml", []byte(strings.Replace(string(mustReadFile(t, "../examples/gateway/mail.yaml")), "reconcile_with: list_sent", "", 1)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ws := review.Review(p).Operations[0].Warnings; !slices.ContainsFunc(ws, func(w string) bool { return strings.Contains(w, "at_most_once") }) {
-		t.Errorf("no warning for at_most_once without reconcile_with: %v", ws)
-	}
-}
-
-func mustReadFile(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 func TestParseErrors(t *testing.T) {
 	for _, tc := range []struct{ name, doc, want string }{
 		{"unknown.yaml", "operations:\n  - name: a\n    transprot: stdio\n", "line 3: field transprot not found"},

@@ -208,6 +208,15 @@ func (ss *session) callTool(r *inflight, in *incoming) {
 	r.toolName = name
 	rt := ss.srv.lookupTool(name)
 	if rt == nil {
+		ss.srv.mu.RLock()
+		notFound := ss.srv.toolNotFound
+		ss.srv.mu.RUnlock()
+		if notFound != nil {
+			if e := notFound(name); e != nil {
+				r.fail(e)
+				return
+			}
+		}
 		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "unknown tool %q", name))
 		return
 	}

@@ -167,8 +167,10 @@ type Server struct {
 	templates  []*registeredTemplate // sorted by URI template
 	prompts    map[string]*registeredPrompt
 	completion CompletionHandler
-	sessions   map[*session]struct{}
-	routes     map[string]*registeredRoute // methods added from outside (AddRoute)
+	// toolNotFound answers a call of a tool not served (SetToolNotFound).
+	toolNotFound func(name string) *jsonrpc.Error
+	sessions     map[*session]struct{}
+	routes       map[string]*registeredRoute // methods added from outside (AddRoute)
 
 	declaredLegacy, declaredModern declared // capabilities added from outside (Declare)
 

@@ -216,6 +216,17 @@ func (s *Server) AddTool(t Tool, h ToolHandler, interceptors ...ToolInterceptor)
 // client sent.
 func (s *Server) HasTool(name string) bool { return s.lookupTool(name) != nil }
 
+// SetToolNotFound installs what a call of a tool the server does not
+// serve is told: f's error for the name, or, when f returns nil (or none
+// is installed), the standard invalid params "unknown tool". A server
+// whose tools come from elsewhere (a gateway's, from an upstream that is
+// down) can say why a tool is missing, and when to come back.
+func (s *Server) SetToolNotFound(f func(name string) *jsonrpc.Error) {
+	s.mu.Lock()
+	s.toolNotFound = f
+	s.mu.Unlock()
+}
+
 // RemoveTool unregisters a tool. Calls already running finish normally.
 func (s *Server) RemoveTool(name string) bool {
 	s.mu.Lock()

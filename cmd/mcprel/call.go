@@ -31,7 +31,7 @@ import (
 // says how the call ended, so that a script can decide what to do next.
 const (
 	exitToolError  = 10 // the tool ran and reported a failure (isError)
-	exitProtocol   = 11 // the server refused the request (a JSON-RPC error)
+	exitProtocol   = 11 // the server refused the request (a JSON-RPC error, or a redirect, which is not followed)
 	exitIdle       = 12 // the idle deadline fired: no progress for --idle
 	exitMax        = 13 // the maximum deadline fired: the call ran for --max
 	exitCancelled  = 14 // interrupted (Ctrl-C): the message says what became of the request
@@ -553,6 +553,7 @@ func callFailure(err error) error {
 	var re *jsonrpc.Error
 	var se *client.StatusError
 	var cf *client.ConnectError
+	var rd *client.RedirectError
 	var rf *reconcileError
 	// The clocks and the interruption say most precisely how the call
 	// ended, and so does a server that answered it was shutting down or
@@ -581,7 +582,9 @@ func callFailure(err error) error {
 	switch {
 	case errors.As(err, &rf):
 		return &exitError{exitReconcile, "call: " + err.Error()}
-	case errors.As(err, &re):
+	case errors.As(err, &re), errors.As(err, &rd):
+		// A redirect is the server's refusal too: it did not run the
+		// request, and would answer the same again.
 		return &exitError{exitProtocol, "call: " + err.Error()}
 	case errors.As(err, &cf), errors.Is(err, client.ErrConnectionLost), errors.As(err, &se):
 		return &exitError{exitConnection, "call: " + err.Error()}
@@ -591,11 +594,16 @@ func callFailure(err error) error {
 
 // connectFailure maps a failure to connect to its exit status: a mistake
 // in --stdio is the command line's, a server that answered it is shutting
-// down or overloaded says so (15), anything else is no connection (16).
+// down or overloaded says so (15), one that answered with a redirect
+// refused it (11), anything else is no connection (16).
 func connectFailure(err error) error {
 	var ue usageError
+	var rd *client.RedirectError
 	if errors.As(err, &ue) {
 		return err
+	}
+	if errors.As(err, &rd) {
+		return &exitError{exitProtocol, "call: connecting: " + err.Error()}
 	}
 	if why, ok := refusal(err); ok {
 		return &exitError{exitOverloaded, "call: connecting: " + why + "; try again later (or another replica)"}
@@ -663,7 +671,8 @@ Exit status:
   2   a mistake in the command line (a flag, a value, the URL: one the
       server answers with 404 serves no MCP endpoint)
   10  the tool reported a failure (isError); the result is printed
-  11  the server refused the request (a JSON-RPC error)
+  11  the server refused the request (a JSON-RPC error, or an HTTP redirect,
+      which mcprel never follows: it names where the redirect pointed)
   12  the idle deadline fired: no increasing progress for --idle
   13  the maximum deadline fired: the call ran for --max
   14  interrupted (Ctrl-C); the message says what became of the request

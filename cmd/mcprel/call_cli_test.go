@@ -138,6 +138,62 @@ func TestCallConnectionRefused(t *testing.T) {
 	}
 }
 
+// A server that answers with a redirect, while connecting or to the call
+// itself, is not followed: mcprel call exits 11 (the server refused the
+// request: it did not run it, and would refuse it again) with a message
+// naming the status and where the redirect pointed, and nothing — not the
+// token, not the call — reaches that address.
+func TestCallRedirectIsRefused(t *testing.T) {
+	var mu sync.Mutex
+	var reached []string
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		reached = append(reached, fmt.Sprintf("%s Authorization=%q body=%s", r.Method, r.Header.Get("Authorization"), body))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{}}`)
+	}))
+	t.Cleanup(elsewhere.Close)
+	srv := mcptest.NewServer(t, nil)
+	err := srv.AddTool(server.Tool{Name: "pay", InputSchema: []byte(`{"type":"object"}`)}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("paid")}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := streamhttp.NewHandler(srv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, method, want string }{
+		{"connecting", mcp.MethodDiscover, "mcprel: call: connecting: client: the server answered HTTP 307, a redirect to "},
+		{"the call", mcp.MethodToolsCall, "mcprel: call: client: the server answered HTTP 307, a redirect to "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Header.Get(mcp.HeaderMethod) == tc.method {
+					w.Header().Set("Location", elsewhere.URL+"/mcp")
+					w.WriteHeader(http.StatusTemporaryRedirect)
+					return
+				}
+				h.ServeHTTP(w, r)
+			}))
+			t.Cleanup(origin.Close)
+			out, errs, code := mcprelCall(t, "--url", origin.URL+"/mcp", "--token", "secret", "pay")
+			want := tc.want + elsewhere.URL + "/mcp, which the client does not follow"
+			if code != exitProtocol || !strings.Contains(errs, want) {
+				t.Fatalf("exit %d, want %d and %q in\n%s\n%s", code, exitProtocol, want, out, errs)
+			}
+		})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reached) != 0 {
+		t.Fatalf("the redirect was followed: %q", reached)
+	}
+}
+
 // unsafeSlowServer serves, over 2026-07-28 HTTP, a tool "wait" that
 // advertises no retry class (so unsafe) and runs until it is cancelled.
 func unsafeSlowServer(t *testing.T) string {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,9 +17,12 @@ import (
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/host"
 	"github.com/mcprel/mcprel/internal/argv"
+	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/review"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/store"
 )
 
 // maxSecretFile bounds a credentials file (a token, headers, an
@@ -48,8 +52,9 @@ graceful shutdown, 1 a failure, 2 a mistake in the command line.`)
 	fs.Var(&tokenFile, "upstream-token-file", "NAME=FILE: send the bearer token in FILE to upstream NAME (HTTP)")
 	fs.Var(&headersFile, "upstream-headers-file", "NAME=FILE: send the headers in FILE (\"Header: value\" lines) to upstream NAME (HTTP)")
 	fs.Var(&envFile, "upstream-env-file", "NAME=FILE: add the KEY=VALUE lines of FILE to the environment of upstream NAME (stdio)")
-	var perTenant, upLimits, keepNames listFlag
+	var perTenant, upLimits, upCaps, keepNames listFlag
 	fs.Var(&keepNames, "upstream-keep-names", "NAME: with several upstreams, keep upstream NAME's tool and prompt names as it lists them, unprefixed (one upstream at most); a name of its that begins with an upstream's name and _ is prefixed all the same, so that no two meet")
+	fs.Var(&upCaps, "upstream-capabilities", "NAME=LIST: what the gateway declares to 2025-era upstream NAME on a connection clients share, of elicitation, elicitation-url, sampling and roots (comma-separated), or none; default all (a client that lacks one is refused the upstream's request that needs it; declare less to have the upstream hide what needs more)")
 	fs.Var(&perTenant, "upstream-per-tenant", "NAME: start one process of stdio upstream NAME per tenant (of --token), so that its requests, subscriptions and state belong to one tenant (repeatable; bounded by --max-upstream-sessions)")
 	fs.Var(&upLimits, "upstream-limits", "NAME=concurrent=N,queued=N,rate=R,burst=N,bytes=N: bound the calls forwarded to upstream NAME, all its tools together, within the server's own limits (repeatable; any subset of the keys)")
 	maxSessions := fs.Int("max-upstream-sessions", gateway.DefaultMaxSessions, "sessions (2025-era HTTP) or processes (--upstream-per-tenant) one upstream holds for tenants; past it the least recently used idle one is closed")
@@ -99,11 +104,25 @@ graceful shutdown, 1 a failure, 2 a mistake in the command line.`)
 			return usagef("gateway: --upstream-limits %s: %v", name, err)
 		}
 	}
+	for _, v := range upCaps {
+		name, list, _ := strings.Cut(v, "=")
+		u := byName[name]
+		if u == nil {
+			return usagef("gateway: --upstream-capabilities names upstream %q, which no --upstream defines", name)
+		}
+		if u.Capabilities, err = parseCapabilities(list); err != nil {
+			return usagef("gateway: --upstream-capabilities %s: %v", name, err)
+		}
+	}
 	if *maxSessions < 1 {
 		return usagef("gateway: --max-upstream-sessions must be at least 1, not %d", *maxSessions)
 	}
 	if *inputWait <= 0 {
 		return usagef("gateway: --input-wait must be positive, not %v", *inputWait)
+	}
+	opts, err := rf.options(ctx, fs, stdin, stdout, stderr)
+	if err != nil {
+		return err
 	}
 	var policy *gateway.Policy
 	if *policyFile != "" {
@@ -115,13 +134,9 @@ graceful shutdown, 1 a failure, 2 a mistake in the command line.`)
 		if err != nil {
 			return usagef("gateway: --policy: %v", err)
 		}
-		if policy, err = gateway.PolicyFromReview(rp); err != nil {
+		if policy, err = gateway.PolicyFromReview(rp, rf.gatewayFacts(opts)); err != nil {
 			return usagef("gateway: --policy %s: %v", *policyFile, strings.TrimPrefix(err.Error(), "gateway: "))
 		}
-	}
-	opts, err := rf.options(ctx, fs, stdin, stdout, stderr)
-	if err != nil {
-		return err
 	}
 	opts.Implementation.Name = "mcprel-gateway"
 	opts.Gateway = &gateway.Options{Upstreams: ups, Policy: policy, MaxSessions: *maxSessions, InputWait: *inputWait,
@@ -135,6 +150,46 @@ graceful shutdown, 1 a failure, 2 a mistake in the command line.`)
 	}
 	defer stop()
 	return rt.Run(ctx)
+}
+
+// gatewayFacts are what this gateway decides of every tool it forwards,
+// for its policy to be completed and reviewed as it runs.
+func (f *runtimeFlags) gatewayFacts(opts *host.Options) gateway.Facts {
+	facts := gateway.Facts{Transport: "stdio", Store: "sqlite", KeepAlive: *f.keepAlive}
+	if *f.httpAddr != "" {
+		facts.Transport = "streamable-http"
+	}
+	if store.IsPostgres(opts.DB) {
+		facts.Store = "postgres"
+	}
+	return facts
+}
+
+// parseCapabilities reads --upstream-capabilities' list.
+func parseCapabilities(list string) (*mcp.ClientCapabilities, error) {
+	caps := &mcp.ClientCapabilities{}
+	if list == "none" {
+		return caps, nil
+	}
+	var modes []string
+	for _, c := range strings.Split(list, ",") {
+		switch c {
+		case "elicitation":
+			modes = append(modes, `"form":{}`)
+		case "elicitation-url":
+			modes = append(modes, `"url":{}`)
+		case "sampling":
+			caps.Sampling = json.RawMessage(`{}`)
+		case "roots":
+			caps.Roots = json.RawMessage(`{}`)
+		default:
+			return nil, fmt.Errorf("%q is not one of elicitation, elicitation-url, sampling, roots (or none alone)", c)
+		}
+	}
+	if len(modes) > 0 {
+		caps.Elicitation = json.RawMessage("{" + strings.Join(modes, ",") + "}")
+	}
+	return caps, nil
 }
 
 // tokenVars are the variables --upstream-token-env names: an HTTP

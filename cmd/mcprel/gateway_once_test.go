@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/gateway"
 	"github.com/mcprel/mcprel/internal/interop/gatewaycheck"
 	"github.com/mcprel/mcprel/internal/ledgertest"
+	"github.com/mcprel/mcprel/internal/readmetest"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/review"
 	"github.com/mcprel/mcprel/server"
@@ -197,11 +199,7 @@ func TestGatewayKilledMidCallNeverSendsTwice(t *testing.T) {
 		t.Fatalf("resolving a committed record: %v\n%s", err, out)
 	}
 
-	p, err := review.Parse("mail.yaml", mustRead(t, "../../examples/gateway/mail.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, op := range review.Review(p).Operations {
+	for _, op := range reviewAsGateway(t, "../../examples/gateway/mail.yaml").Operations {
 		if op.Name == "send_email" && (op.Retry.Class != review.ClassConditional || op.Verdict == review.ProductionReady) {
 			t.Fatalf("the review of send_email: %s, %s", op.Retry.Class, op.Verdict)
 		}
@@ -246,18 +244,64 @@ func TestGatewayMailPolicyAsReviewed(t *testing.T) {
 			t.Errorf("%s is advertised %v, want %v", name, classes[name], class)
 		}
 	}
-	p, err := review.Parse("mail.yaml", mustRead(t, "../../examples/gateway/mail.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	reviewed := map[string]string{}
-	for _, op := range review.Review(p).Operations {
+	for _, op := range reviewAsGateway(t, "../../examples/gateway/mail.yaml").Operations {
 		reviewed[op.Name] = strings.ToLower(op.Retry.Class)
 	}
 	for name, class := range reviewed {
 		if classes[name] != class {
 			t.Errorf("the review classes %s %s, the gateway advertises %v", name, class, classes[name])
 		}
+	}
+}
+
+// reviewAsGateway is the review of the policy at path as a gateway on
+// SQLite over HTTP runs it (mcprel review --gateway).
+func reviewAsGateway(t *testing.T, path string) review.Report {
+	t.Helper()
+	p, err := review.Parse(path, mustRead(t, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gateway.DefaultFacts.Complete(p); err != nil {
+		t.Fatal(err)
+	}
+	return review.Review(p)
+}
+
+// The README's policy for one tool, as written, is the whole policy: the
+// gateway it runs claims the key before it forwards, answers a retry from
+// the record, and refuses a call without the required key — and "mcprel
+// review --gateway" classes it CONDITIONAL, as the gateway runs it.
+func TestReadmeGatewayPolicyRunsAsWritten(t *testing.T) {
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policy, []byte(readmetest.Block(t, "yaml", "name: send_email")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sentFile := filepath.Join(dir, "sent")
+	_, c := startGatewayWith(t, policy, sentFile, filepath.Join(dir, "gw.db"), nil)
+	args := map[string]any{"to": "ops", "requestId": "readme-1"}
+	first, err := c.CallTool(t.Context(), "send_email", args, nil)
+	if err != nil || first.IsError {
+		t.Fatalf("send_email: %v %+v", err, first)
+	}
+	again, err := c.CallTool(t.Context(), "send_email", args, nil)
+	if err != nil || again.IsError || again.Meta[mcp.MetaReplayed] != true || countLines(t, sentFile) != 1 {
+		t.Fatalf("its retry: %v %+v, %d sent; want it replayed, sent once", err, again, countLines(t, sentFile))
+	}
+	res, err := c.CallTool(t.Context(), "send_email", map[string]any{"to": "ops"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := gatewaycheck.Failure(t, res); f.Code != mcp.FailureKeyRequired || countLines(t, sentFile) != 1 {
+		t.Fatalf("send_email without its key = %+v, %d sent", f, countLines(t, sentFile))
+	}
+	out, err := exec.Command(binary, "review", "--gateway", policy, "--json").Output()
+	var report review.Report
+	if jerr := json.Unmarshal(out, &report); jerr != nil || len(report.Operations) != 1 || report.Operations[0].Retry.Class != review.ClassConditional ||
+		len(report.Operations[0].Missing) != 0 {
+		t.Fatalf("review --gateway: %v %v\n%s", err, jerr, out)
 	}
 }
 
@@ -313,7 +357,7 @@ func TestGatewayKilledMidTaskEndsItUnknown(t *testing.T) {
 	sentFile, db := filepath.Join(dir, "sent"), filepath.Join(dir, "gw.db")
 	mail := string(mustRead(t, "../../examples/gateway/mail.yaml"))
 	// send_email, the first operation, runs only as a task.
-	mail = strings.Replace(mail, "    tasks: {support: none}", "    tasks: {support: required}", 1)
+	mail = strings.Replace(mail, "      external_effect_guard: at_most_once\n", "      external_effect_guard: at_most_once\n    tasks: {support: required}\n", 1)
 	policy := filepath.Join(dir, "tasks.yaml")
 	if err := os.WriteFile(policy, []byte(mail), 0o600); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -36,6 +37,9 @@ func TestGatewayUsageErrors(t *testing.T) {
 	badEnv := write("bad-env", "# a comment\nAPI_KEY=secret-env\nnot a line secret-line\n")
 	spacedKey := write("spaced-key", "API KEY=secret-env\n")
 	maxNone := write("policy.yaml", "operations:\n  - name: echo\n    deadlines:\n      idle_timeout: 5s\n      max_timeout: none\n")
+	noGuard := write("no-guard.yaml", "operations:\n  - name: send\n    semantics: {kind: mutation}\n    idempotency: {key: required}\n")
+	keyUnsaid := write("key-unsaid.yaml", "operations:\n  - name: send\n    semantics: {kind: mutation}\n")
+	otherStore := write("other-store.yaml", "operations:\n  - name: send\n    semantics: {kind: mutation}\n    idempotency: {key: required, external_effect_guard: at_most_once, store: {kind: postgres}}\n")
 	badYAML := write("bad.yaml", "operations: [\n  - name: echo\n")
 	unknownField := write("unknown.yaml", "operations:\n  - name: echo\n    bogus_field: 1\n")
 	badJSON := write("bad.json", `{"operations": 3}`)
@@ -52,6 +56,7 @@ func TestGatewayUsageErrors(t *testing.T) {
 		{[]string{"--upstream", "nameonly"}, nil, `--upstream wants NAME=COMMAND or NAME=URL, not "nameonly"`},
 		{[]string{"--upstream", "my_server=cat"}, nil, `upstream name "my_server"`},
 		{[]string{"--upstream", "a=cat", "--upstream", "a=cat"}, nil, `two upstreams are named "a"`},
+		{[]string{"--upstream", "bad=mcprel-no-such-command --flag"}, nil, `upstream "bad": cannot run "mcprel-no-such-command": executable file not found in $PATH`},
 		{[]string{"--upstream", `a=node "server.js`}, nil, "--upstream a: unterminated quote"},
 		{[]string{"--upstream", "a=http://url-user:url-secret-pw@example.com/mcp"}, nil, `upstream "a": put credentials in a header from the environment or a file, not in the URL`},
 		{[]string{"--upstream", "a=sse:ftp://example.com"}, nil, "is not an http:// or https:// URL"},
@@ -87,6 +92,9 @@ func TestGatewayUsageErrors(t *testing.T) {
 		{[]string{"--upstream", "a=cat", "--upstream-env-file", "a=" + envFile, "--input-wait", "0s"}, nil, "--input-wait must be positive"},
 		// --policy
 		{[]string{"--upstream", "a=cat", "--policy", maxNone}, nil, "--policy " + maxNone + `: policy of tool "echo": max_timeout "none"`},
+		{[]string{"--upstream", "a=cat", "--policy", noGuard}, nil, `policy of tool "send": a keyed tool behind the gateway needs idempotency.external_effect_guard`},
+		{[]string{"--upstream", "a=cat", "--policy", keyUnsaid}, nil, `policy of tool "send": a mutation must say whether it is keyed (idempotency.key`},
+		{[]string{"--upstream", "a=cat", "--policy", otherStore}, nil, `policy of tool "send" says what the gateway does otherwise (leave these out: the gateway fills them in): idempotency.store.kind is postgres, where the gateway's is sqlite`},
 		{[]string{"--upstream", "a=cat", "--policy", missing}, nil, "--policy: open " + missing + ": no such file"},
 		{[]string{"--upstream", "a=cat", "--policy", badYAML}, nil, "--policy: " + badYAML + ": yaml: line "},
 		{[]string{"--upstream", "a=cat", "--policy", unknownField}, nil, "--policy: " + unknownField + ": yaml: unmarshal errors:\n  line 3: field bogus_field not found"},
@@ -94,6 +102,9 @@ func TestGatewayUsageErrors(t *testing.T) {
 		// --upstream-per-tenant
 		{[]string{"--upstream", "a=cat", "--upstream-per-tenant", "b"}, nil, `--upstream-per-tenant names upstream "b"`},
 		{[]string{"--upstream", http1, "--upstream-per-tenant", "a"}, nil, "has a session per tenant already"},
+		// --upstream-capabilities
+		{[]string{"--upstream", "a=cat", "--upstream-capabilities", "b=roots"}, nil, `--upstream-capabilities names upstream "b"`},
+		{[]string{"--upstream", "a=cat", "--upstream-capabilities", "a=roots,telepathy"}, nil, `--upstream-capabilities a: "telepathy" is not one of elicitation, elicitation-url, sampling, roots`},
 		// --upstream-limits
 		{[]string{"--upstream", "a=cat", "--upstream-limits", "a=speed=3"}, nil, `--upstream-limits a: unknown limit "speed"`},
 		{[]string{"--upstream", "a=cat", "--upstream-limits", "a="}, nil, "--upstream-limits a: give one or more of concurrent=N"},
@@ -331,6 +342,24 @@ func awaitLogLine(t *testing.T, log <-chan string, frags ...string) string {
 			}
 		case <-timeout:
 			t.Fatalf("no log line holds %q", frags)
+		}
+	}
+}
+
+// --upstream-capabilities says what a shared connection declares.
+func TestParseUpstreamCapabilities(t *testing.T) {
+	for list, want := range map[string]string{
+		"none":                        `{}`,
+		"roots":                       `{"roots":{}}`,
+		"elicitation,sampling":        `{"sampling":{},"elicitation":{"form":{}}}`,
+		"elicitation-url,elicitation": `{"elicitation":{"url":{},"form":{}}}`,
+	} {
+		caps, err := parseCapabilities(list)
+		if err != nil {
+			t.Fatalf("%s: %v", list, err)
+		}
+		if got, _ := json.Marshal(caps); string(got) != want {
+			t.Errorf("%s declares %s, want %s", list, got, want)
 		}
 	}
 }

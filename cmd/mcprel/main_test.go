@@ -117,7 +117,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--stdio", "--http", "127.0.0.1:0"}, "choose one of --stdio and --http"},
 		{[]string{"serve", "--http", "localhost"}, `--http wants HOST:PORT`},
 		{[]string{"serve", "--http", "127.0.0.1:99999"}, `--http "127.0.0.1:99999": the port must be a number from 0 to 65535`},
-		{[]string{"gateway", "--upstream", "a=x", "--http", "127.0.0.1:-1"}, `--http "127.0.0.1:-1": the port must be a number from 0 to 65535`},
+		{[]string{"gateway", "--upstream", "a=cat", "--http", "127.0.0.1:-1"}, `--http "127.0.0.1:-1": the port must be a number from 0 to 65535`},
 		{[]string{"serve", "--metrics", "127.0.0.1:70000"}, `--metrics "127.0.0.1:70000": the port must be a number from 0 to 65535`},
 		{[]string{"serve", "--http", "127.0.0.1:0", "--path", "mcp"}, `--path must be a URL path starting with "/"`},
 		{[]string{"serve", "--path", "/x"}, "--path applies to --http only"},

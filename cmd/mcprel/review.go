@@ -13,8 +13,10 @@ import (
 	"strings"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/gateway"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/review"
+	"github.com/mcprel/mcprel/store"
 )
 
 // exitRefused is "mcprel review"'s status when an operation is not
@@ -32,9 +34,12 @@ func reviewCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var headers listFlag
 	fs.Var(&headers, "header", `with --from-server: an HTTP header to send, "Name: value" (repeatable)`)
 	token := fs.String("token", "", "with --from-server: a bearer token to send (or set MCPREL_TOKEN)")
+	asGateway := fs.Bool("gateway", false, "review POLICY as mcprel gateway --policy POLICY runs it: what the gateway decides of every tool it forwards (its ledger and what its transaction holds, flow control, SSE, reconnect, progress) is filled in, and a policy the gateway would refuse at start-up is refused here")
+	gatewayDB := fs.String("db", "", "with --gateway: the gateway's --db, a SQLite file (the default) or a postgres:// URL; only which of the two is read, nothing is opened")
 	passStderr := fs.Bool("server-stderr", false, "with --stdio: pass the server's stderr through as it comes; by default only its last lines are shown, when the review cannot be made")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: mcprel review POLICY [--json]
+       mcprel review --gateway [--db DB] POLICY [--json]
        mcprel review --from-server URL [--json]
        mcprel review --stdio "CMD" [--json]
 
@@ -68,6 +73,10 @@ Flags:
 		return usagef("review: --header and --token apply to --from-server only")
 	case *passStderr && *stdioCmd == "":
 		return usagef("review: --server-stderr applies to --stdio only")
+	case *asGateway && len(positional) == 0:
+		return usagef("review: --gateway reviews a POLICY file, as the gateway runs it")
+	case *gatewayDB != "" && !*asGateway:
+		return usagef("review: --db applies to --gateway only")
 	}
 	if *fromServer != "" {
 		if err := checkEndpoint("review", "--from-server", *fromServer); err != nil {
@@ -83,6 +92,11 @@ Flags:
 		}
 		if policy, err = review.Parse(positional[0], data); err != nil {
 			return fmt.Errorf("review: %w", err)
+		}
+		if *asGateway {
+			if err := asTheGatewayRunsIt(policy, *gatewayDB); err != nil {
+				return fmt.Errorf("review: %s: %s", positional[0], strings.TrimPrefix(err.Error(), "gateway: "))
+			}
 		}
 	} else {
 		// A stdio server's log is kept, not passed through, and its end
@@ -114,6 +128,20 @@ Flags:
 		return &exitError{exitRefused, ""}
 	}
 	return nil
+}
+
+// asTheGatewayRunsIt completes policy with what a gateway on db decides
+// of every tool it forwards, after refusing what the gateway would refuse
+// to start with.
+func asTheGatewayRunsIt(policy *review.Policy, db string) error {
+	facts := gateway.DefaultFacts
+	if store.IsPostgres(db) {
+		facts.Store = "postgres"
+	}
+	if _, err := gateway.PolicyFromReview(policy, facts); err != nil {
+		return err
+	}
+	return facts.Complete(policy)
 }
 
 // policyFromServer connects to the server and builds the policy of its

@@ -28,7 +28,7 @@ var layer = map[string][]string{
 	"store":  {},
 	"ledger": {"store"},
 	"tasks":  {"store"},
-	"outbox": {"store"},
+	"outbox": {"store", "ledger"},
 
 	// What only transports see of the lifecycle sits under it: the
 	// bounded outbound queue the lifecycle fills and a transport drains,

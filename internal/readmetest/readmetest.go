@@ -33,6 +33,36 @@ func QuotesFile(t testing.TB, file string) {
 	}
 }
 
+// Block returns the first ```lang block of the module's README.md that
+// contains text, as the README shows it (without its fences), so that a
+// test can run what a reader copies; it fails t if there is none.
+func Block(t testing.TB, lang, text string) string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest := string(readme)
+	for {
+		_, after, ok := strings.Cut(rest, "```"+lang+"\n")
+		if !ok {
+			t.Fatalf("README.md has no ```%s block containing %q", lang, text)
+		}
+		block, next, ok := strings.Cut(after, "```\n")
+		if !ok {
+			t.Fatalf("README.md has a ```%s block that does not end", lang)
+		}
+		if strings.Contains(block, text) {
+			return block
+		}
+		rest = next
+	}
+}
+
 // moduleRoot is the nearest directory above the working directory (a
 // test's package directory) that holds go.mod.
 func moduleRoot() (string, error) {

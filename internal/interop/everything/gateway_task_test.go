@@ -91,6 +91,13 @@ func TestGatewayFollowsServerEverythingsTask(t *testing.T) {
 			if calls != 1 {
 				t.Fatalf("the server was sent %d research calls, want 1", calls)
 			}
+			// A client that cannot take a task gets a call's result: the
+			// gateway follows the server's task within the call's clocks.
+			plain := f.Dial(t, tc.down, client.Options{})
+			res, err = plain.CallTool(t.Context(), "simulate-research-query", map[string]any{"topic": "waves"}, nil)
+			if err != nil || res.IsError || !strings.Contains(textIn(res), "Research Report: waves") {
+				t.Fatalf("the research call from a client without tasks: %+v, %v", res, err)
+			}
 		})
 	}
 }
