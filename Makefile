@@ -20,7 +20,8 @@ CONF     := conformance
 check: vet interop-deps test fuzz conformance
 	@if [ -z "$${MCPREL_TEST_POSTGRES_URL:-}" ]; then \
 	  echo "check: passed, but MCPREL_TEST_POSTGRES_URL is unset: every PostgreSQL test was SKIPPED"; \
-	  echo "       (set it, e.g. to postgres://postgres@127.0.0.1:5432/test?sslmode=disable, to run them)"; \
+	  echo "       (set it, e.g. to postgres://postgres@127.0.0.1:5432/test?sslmode=disable, to run them,"; \
+	  echo "       after creating that database: createdb -h 127.0.0.1 -U postgres test)"; \
 	else echo "check: passed, PostgreSQL tests included"; fi
 
 vet:

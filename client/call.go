@@ -113,7 +113,8 @@ const (
 	CancelSent
 	// CancelQueued: a notifications/cancelled was queued (stdio, behind
 	// the client's other writes) or its POST begun (2025 HTTP), and not
-	// waited for: whether it reaches the server is unknown.
+	// waited for: whether it reaches the server is unknown, until
+	// Client.WaitCancellations says.
 	CancelQueued
 	// CancelNotSent: the cancellation could not be sent (the write queue
 	// was full, the connection closing, too many cancellations in

@@ -251,6 +251,7 @@ type Stats struct {
 type counters struct {
 	late, refused, dropped, cancelled, resumed, restarts, refetches, reconnects atomic.Uint64
 	serverRefused, serverDropped                                                atomic.Uint64
+	cancels                                                                     cancelWrites // queued cancellations, for WaitCancellations
 }
 
 // Stats returns the client's counters.

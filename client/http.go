@@ -575,6 +575,7 @@ func (p *sidePosts) postCancel(body []byte, era mcp.Era, id jsonrpc.ID, after <-
 		p.opts.Logger.Warn("dropped a cancellation: too many are in flight", "id", id)
 		return false
 	}
+	p.stats.cancels.add()
 	go func() {
 		defer func() { <-p.cancels }()
 		ctx, cancel := context.WithTimeout(context.Background(), cancelPostTimeout)
@@ -585,7 +586,9 @@ func (p *sidePosts) postCancel(body []byte, era mcp.Era, id jsonrpc.ID, after <-
 			case <-ctx.Done():
 			}
 		}
-		if err := p.post(ctx, body, era, mcp.NotificationCancelled); err != nil {
+		err := p.post(ctx, body, era, mcp.NotificationCancelled)
+		p.stats.cancels.done(err)
+		if err != nil {
 			p.opts.Logger.Debug("the cancellation POST failed", "id", id, "err", err)
 		}
 	}()

@@ -133,9 +133,14 @@ func (t *stdioTransport) start(ctx context.Context, req outgoing) (*exchange, er
 		forget(true)
 		// Both eras cancel a stdio request with a notification. It is
 		// queued, never waited for: a server that stops reading must not
-		// hold the caller who gives up on it.
+		// hold the caller who gives up on it. Its write is followed for
+		// WaitCancellations.
 		params, _ := json.Marshal(mcp.CancelledParams{RequestID: id, Reason: reason})
-		if err := t.w.post(jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params), false, nil); err != nil {
+		cf := &frame{b: append(jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params), '\n'), done: make(chan error, 1)}
+		cf.after = func() { t.stats.cancels.done(<-cf.done) } // done is sent before after runs
+		t.stats.cancels.add()
+		if err := t.w.enqueue(context.Background(), cf, false); err != nil {
+			t.stats.cancels.done(err)
 			t.opts.Logger.Warn("could not send the cancellation", "id", id, "err", err)
 			return CancelNotSent
 		}

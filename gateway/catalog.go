@@ -46,13 +46,16 @@ const maxName = 128
 
 // downstreamName is what downstream clients call an upstream's tool or
 // prompt: the name itself with one upstream, "UPSTREAM_name" with
-// several. A name that is not a valid tool name, or that the prefix
-// pushes past 128 characters, is mended (invalid characters become "_"),
-// cut, and ends in "-" and 8 hex digits of the original name's SHA-256,
-// so that two different names stay different.
+// several, except for the upstream that keeps its names (KeepNames) — and
+// for that one too when the name begins with an upstream's name and "_",
+// where it could meet that upstream's prefixed names. A name that is not
+// a valid tool name, or that the prefix pushes past 128 characters, is
+// mended (invalid characters become "_"), cut, and ends in "-" and 8 hex
+// digits of the original name's SHA-256, so that two different names stay
+// different.
 func (l *link) downstreamName(name string) string {
 	prefix := ""
-	if l.g.prefix {
+	if l.g.prefix && (!l.up.KeepNames || l.g.prefixedLike(name)) {
 		prefix = l.up.Name + "_"
 	}
 	full := prefix + name
@@ -66,6 +69,22 @@ func (l *link) downstreamName(name string) string {
 		mended = mended[:room]
 	}
 	return prefix + mended + tag
+}
+
+// prefixedLike reports whether name begins as a prefixed name does: an
+// upstream's name and "_". Upstream names hold no "_", so such a name can
+// only meet the names of that one upstream.
+func (g *Gateway) prefixedLike(name string) bool {
+	up, _, ok := strings.Cut(name, "_")
+	if !ok {
+		return false
+	}
+	for _, l := range g.links {
+		if l.up.Name == up {
+			return true
+		}
+	}
+	return false
 }
 
 // relist reads what the upstream lists and brings the server's

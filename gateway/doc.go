@@ -52,7 +52,10 @@
 // With one upstream, names are unchanged. With several, tool and prompt
 // names are prefixed with the upstream's name and an underscore
 // ("github_create_issue"); an upstream name may not contain an
-// underscore, so two prefixed names never collide. A name the prefix
+// underscore, so two prefixed names never collide. One upstream may keep
+// its names unprefixed (Upstream.KeepNames), so that adding another
+// renames none of its tools; a name of its that begins with an upstream's
+// name and an underscore is prefixed all the same. A name the prefix
 // pushes past the 128-character rule, or that holds characters a tool
 // name may not, is shortened or mended and ends in a hash of the
 // original. Resource URIs are never renamed: when two upstreams list the

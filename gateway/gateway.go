@@ -82,6 +82,13 @@ type Upstream struct {
 	// request, a 2025-era session per tenant — declares what the client
 	// that made it declared, of the same three, whatever this says.
 	Capabilities *mcp.ClientCapabilities
+	// KeepNames keeps this upstream's tool and prompt names as it lists
+	// them when there are several upstreams, whose names otherwise all
+	// become NAME_name: adding an upstream then renames none of this
+	// one's. A name of its that begins with an upstream's name and "_"
+	// is prefixed after all, so that no two names meet. At most one
+	// upstream keeps its names.
+	KeepNames bool
 }
 
 // relayed is what the gateway declares upstream for a downstream client
@@ -393,6 +400,7 @@ func CheckUpstreams(ups []Upstream) ([]Upstream, error) {
 	}
 	out := append([]Upstream(nil), ups...)
 	seen := map[string]bool{}
+	keeper := ""
 	for i := range out {
 		u := &out[i]
 		if err := u.check(); err != nil {
@@ -402,6 +410,12 @@ func CheckUpstreams(ups []Upstream) ([]Upstream, error) {
 			return nil, fmt.Errorf("gateway: two upstreams are named %q", u.Name)
 		}
 		seen[u.Name] = true
+		if u.KeepNames && keeper != "" {
+			return nil, fmt.Errorf("gateway: upstreams %q and %q both keep their names: only one upstream may keep its names, or two could list the same one", keeper, u.Name)
+		}
+		if u.KeepNames {
+			keeper = u.Name
+		}
 	}
 	return out, nil
 }

@@ -1,12 +1,10 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -290,8 +288,20 @@ func (l *link) dial(ctx context.Context, tenant string, caps mcp.ClientCapabilit
 // unattributed answers a request the upstream sent that belongs to no
 // call the gateway can name (stdio carries no association, and requests
 // arrive outside any call): it is refused, never shown to an arbitrary
-// downstream client.
+// downstream client — except roots/list while no call is in flight,
+// answered with no roots.
 func (l *link) unattributed(ctx context.Context, method string, _ json.RawMessage) (any, error) {
+	l.mu.Lock()
+	idle := l.inflight == 0
+	l.mu.Unlock()
+	if method == mcp.MethodListRoots && idle {
+		// Asked at start-up by many servers, which report a refusal as a
+		// failure at every start: the gateway has no roots of its own and
+		// no call is in flight to ask for, so the quiet answer is none.
+		// (With calls in flight it may be asking for one: refused.)
+		l.log.Debug("gateway: answered the upstream's roots/list outside any call: no roots")
+		return json.RawMessage(`{"roots":[]}`), nil
+	}
 	l.log.Debug("gateway: refused a request the upstream sent outside a call it can attribute", "method", method)
 	return nil, jsonrpc.NewError(jsonrpc.CodeMethodNotFound,
 		"the gateway relays %s only during a call it can attribute to one downstream client", method)
@@ -529,52 +539,6 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
-
-// stderrLog turns a stdio upstream's stderr into log lines, each named by
-// the upstream. A line longer than maxStderrLine is cut: an upstream that
-// writes without newlines cannot grow the gateway's memory.
-type stderrLog struct {
-	log *slog.Logger
-	mu  sync.Mutex
-	buf []byte
-}
-
-const maxStderrLine = 4096
-
-func (s *stderrLog) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := len(p)
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			room := maxStderrLine - len(s.buf)
-			if len(p) > room {
-				s.buf = append(s.buf, p[:room]...)
-				s.flush()
-				p = p[room:]
-				continue
-			}
-			s.buf = append(s.buf, p...)
-			break
-		}
-		take := p[:i]
-		if len(s.buf)+len(take) > maxStderrLine {
-			take = take[:max(0, maxStderrLine-len(s.buf))]
-		}
-		s.buf = append(s.buf, take...)
-		s.flush()
-		p = p[i+1:]
-	}
-	return n, nil
-}
-
-func (s *stderrLog) flush() {
-	s.log.Info("upstream stderr", "line", string(s.buf))
-	s.buf = s.buf[:0]
-}
-
-var _ io.Writer = (*stderrLog)(nil)
 
 func clip(b []byte, n int) []byte {
 	if len(b) > n {

@@ -36,6 +36,8 @@ func TestMain(m *testing.M) {
 		serveLateUpstream()
 	case "crash":
 		serveCrashingUpstream()
+	case "roots":
+		serveRootsUpstream()
 	default:
 		serveStdioUpstream()
 	}

@@ -76,9 +76,11 @@ type Runtime struct {
 	stepHook func(step string)
 }
 
-// New opens the store, the ledger and the task store, builds the server
-// with its observers and the task server on it, and binds the listeners.
-// Nothing is served until Run. On error, whatever was opened is closed.
+// New binds the listeners, opens the store, the ledger and the task
+// store, and builds the server with its observers and the task server on
+// it. Nothing is served until Run. On error, whatever was opened is
+// closed; an address that cannot be bound fails New before the store is
+// opened, so that it creates nothing.
 // ctx bounds the opening only.
 func New(ctx context.Context, opts *Options) (_ *Runtime, err error) {
 	rt := &Runtime{}
@@ -145,6 +147,20 @@ func New(ctx context.Context, opts *Options) (_ *Runtime, err error) {
 	}
 	o.Server.Logger = rt.logger
 
+	// The listeners first: an address that cannot be bound (taken, not
+	// local) fails the start before anything is created — a SQLite file
+	// included, which a user who mistyped a port would find left behind.
+	if o.Metrics.Addr != "" {
+		if rt.metricsLn, err = net.Listen("tcp", o.Metrics.Addr); err != nil {
+			return nil, &ListenError{Option: "Metrics.Addr", Err: err}
+		}
+		rt.metricsURL = "http://" + rt.metricsLn.Addr().String() + "/metrics"
+	}
+	if o.Addr != "" {
+		if rt.ln, err = net.Listen("tcp", o.Addr); err != nil {
+			return nil, &ListenError{Option: "Addr", Err: err}
+		}
+	}
 	if rt.db, err = store.Open(ctx, o.DB, &o.Store); err != nil {
 		return nil, err
 	}
@@ -193,24 +209,14 @@ func New(ctx context.Context, opts *Options) (_ *Runtime, err error) {
 			return nil, err
 		}
 	}
-	if o.Metrics.Addr != "" {
-		if rt.metricsLn, err = net.Listen("tcp", o.Metrics.Addr); err != nil {
-			return nil, &ListenError{Option: "Metrics.Addr", Err: err}
-		}
-		rt.metricsURL = "http://" + rt.metricsLn.Addr().String() + "/metrics"
-	}
 	if o.Addr != "" {
 		if rt.handler, err = streamhttp.NewHandler(rt.srv, &o.HTTP); err != nil {
 			return nil, err
 		}
-		tcpLn, err := net.Listen("tcp", o.Addr)
-		if err != nil {
-			return nil, &ListenError{Option: "Addr", Err: err}
-		}
 		// Connections are capped below the open-file limit: past the cap
 		// a new one gets 503 at once, instead of the process failing to
 		// accept anyone when descriptors run out.
-		rt.ln = streamhttp.LimitListener(tcpLn, &o.Listener)
+		rt.ln = streamhttp.LimitListener(rt.ln, &o.Listener)
 		tcp, _ := rt.ln.Addr().(*net.TCPAddr)
 		rt.endpoint = endpointURL(tcp, rt.ln.Addr().String(), o.Path)
 	}

@@ -101,7 +101,7 @@ func TestRequestLineWithoutARecord(t *testing.T) {
 		s := &Server{log: slog.New(counted)}
 		for i, rec := range recs {
 			s.logRequest(context.Background(), levels[i], rec)
-			wh.Handle(context.Background(), requestLine(levels[i], rec))
+			wh.Handle(context.Background(), requestLine(levels[i], rec, true)) // a debug logger's line
 		}
 		logs.Close()
 		if got.String() != want.String() {

@@ -230,15 +230,18 @@ func (s *Server) report(ctx context.Context, rec RequestRecord) {
 	s.observeEnd(ctx, rec)
 }
 
-// logRequest writes rec's line.
+// logRequest writes rec's line. A call's arguments are the caller's data
+// (a file's contents, a message's text), not the operator's: the line
+// holds their summary only when the logger is at debug.
 func (s *Server) logRequest(ctx context.Context, level slog.Level, rec RequestRecord) {
+	args := s.log.Enabled(ctx, slog.LevelDebug)
 	h, ok := s.log.Handler().(attrsHandler)
 	if !ok {
-		s.log.Handler().Handle(ctx, requestLine(level, rec))
+		s.log.Handler().Handle(ctx, requestLine(level, rec, args))
 		return
 	}
 	ap := linePool.Get().(*[maxLineAttrs]slog.Attr)
-	attrs := requestAttrs(ap[:0], rec)
+	attrs := requestAttrs(ap[:0], rec, args)
 	h.HandleAttrs(ctx, rec.endedAt(), level, requestMsg, attrs)
 	clear(ap[:min(len(attrs), maxLineAttrs)]) // nothing of this request's kept alive by the pool
 	linePool.Put(ap)
@@ -270,11 +273,11 @@ var linePool = sync.Pool{New: func() any { return new([maxLineAttrs]slog.Attr) }
 // request at the default level — so without the caller's stack (a
 // source would name this function, for every request alike), with the
 // id's value unboxed and its attributes in one array, timed when the
-// request ended.
-func requestLine(level slog.Level, rec RequestRecord) slog.Record {
+// request ended; with args, a call's argument summary.
+func requestLine(level slog.Level, rec RequestRecord, args bool) slog.Record {
 	var buf [maxLineAttrs]slog.Attr
 	r := slog.NewRecord(rec.endedAt(), level, requestMsg, 0)
-	r.AddAttrs(requestAttrs(buf[:0], rec)...)
+	r.AddAttrs(requestAttrs(buf[:0], rec, args)...)
 	return r
 }
 
@@ -286,8 +289,9 @@ func (rec RequestRecord) endedAt() time.Time {
 	return rec.Start.Add(rec.Duration)
 }
 
-// requestAttrs appends the request line's attributes to attrs.
-func requestAttrs(attrs []slog.Attr, rec RequestRecord) []slog.Attr {
+// requestAttrs appends the request line's attributes to attrs, a call's
+// argument summary among them with args.
+func requestAttrs(attrs []slog.Attr, rec RequestRecord, args bool) []slog.Attr {
 	attrs = append(attrs,
 		slog.Attr{Key: "id", Value: rec.ID.LogValue()},
 		slog.String("method", rec.Method))
@@ -302,8 +306,10 @@ func requestAttrs(attrs []slog.Attr, rec RequestRecord) []slog.Attr {
 	}
 	if rec.Tool != "" {
 		attrs = append(attrs, slog.String("tool", rec.Tool))
-		if summary := rec.ArgumentSummary(); summary != "" {
-			attrs = append(attrs, slog.String("args", summary))
+		if args {
+			if summary := rec.ArgumentSummary(); summary != "" {
+				attrs = append(attrs, slog.String("args", summary))
+			}
 		}
 	}
 	attrs = append(attrs,

@@ -95,8 +95,11 @@ type Options struct {
 	ListTTL time.Duration
 
 	// Logger receives one line per request with its terminal state (id,
-	// method, tool, outcome, duration). Nil means slog.Default(), which
-	// writes to stderr; never stdout, which belongs to the protocol.
+	// method, tool, outcome, duration), at info; a call's argument
+	// summary (RequestRecord.ArgumentSummary) is on the line only when
+	// Logger is enabled at debug, since arguments are the caller's data.
+	// Nil means slog.Default(), which writes to stderr; never stdout,
+	// which belongs to the protocol.
 	Logger *slog.Logger
 
 	// StateKey signs the requestState of input_required results, so that a

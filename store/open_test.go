@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,6 +44,29 @@ func TestOpenSaysWhyNot(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(filepath.Join(dir)); len(entries) != 1 {
 		t.Errorf("failed opens left files behind: %v", entries)
+	}
+}
+
+// A PostgreSQL database that does not exist is refused with how to create
+// it, on the server and as the user the URL names: the server's own words
+// ("database does not exist") leave a new user to find createdb alone.
+func TestOpenPostgresSaysHowToCreateTheDatabase(t *testing.T) {
+	base := os.Getenv(storetest.PostgresEnv)
+	if base == "" {
+		t.Skip(storetest.PostgresEnv + " is not set: skipping the PostgreSQL variant")
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/mcprel_no_such_database"
+	_, err = Open(context.Background(), u.String(), nil)
+	want := "create it first: createdb -h " + u.Hostname()
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), " mcprel_no_such_database") {
+		t.Fatalf("Open of a database that does not exist = %v, want an error saying %q and naming it", err, want)
+	}
+	if u.User != nil && !strings.Contains(err.Error(), "-U "+u.User.Username()) {
+		t.Fatalf("%v: the createdb line does not name the URL's user %q", err, u.User.Username())
 	}
 }
 

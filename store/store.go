@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 )
 
@@ -217,9 +218,34 @@ func Open(ctx context.Context, dsn string, opts *Options) (*DB, error) {
 	db.ro, db.onCommit = o.ReadOnly, o.OnCommit
 	if err := db.write.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("store: opening %s: %w", db.target, err)
+		return nil, fmt.Errorf("store: opening %s: %w%s", db.target, err, createHint(dsn, err))
 	}
 	return db, nil
+}
+
+// createHint is, when a PostgreSQL server says the database a URL names
+// does not exist (SQLSTATE 3D000), how to create it, on that server and as
+// that user: PostgreSQL creates no database on connect, as SQLite creates
+// its file. It is "" for any other failure.
+func createHint(dsn string, err error) string {
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) || pg.Code != "3D000" {
+		return ""
+	}
+	cfg, perr := pgconn.ParseConfig(dsn)
+	if perr != nil || cfg.Database == "" {
+		return "; create it first (createdb NAME)"
+	}
+	return fmt.Sprintf("; create it first: createdb -h %s -p %d -U %s %s", shellWord(cfg.Host), cfg.Port, shellWord(cfg.User), shellWord(cfg.Database))
+}
+
+// shellWord quotes s for a shell when it holds more than letters, digits
+// and -._/:@.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._/:@") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func openPostgres(dsn string, o Options) (*DB, error) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -50,19 +52,20 @@ func (e *exitError) Error() string { return e.msg }
 // client runtime's clocks, cancellation and retries.
 func callCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("call", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout)
 	stdioCmd := fs.String("stdio", "", `the server to start and speak to over stdio, as one command line ("mcprel serve --stdio")`)
 	url := fs.String("url", "", "the Streamable HTTP endpoint to call (http://127.0.0.1:PORT/mcp)")
 	var headers listFlag
 	fs.Var(&headers, "header", `an HTTP header to send, "Name: value" (repeatable)`)
 	token := fs.String("token", "", "a bearer token to send (or set MCPREL_TOKEN)")
-	list := fs.Bool("list", false, "list the server's tools with their input schemas instead of calling one")
+	list := fs.Bool("list", false, "list the server's tools instead of calling one: each with its arguments (optional ones marked ?) and the first sentence of its description")
+	asJSON := fs.Bool("json", false, "with --list: print the tools as the server lists them, as JSON, their input and output schemas included")
 	argsJSON := fs.String("args", "", "the arguments as one JSON object (instead of key=value pairs)")
 	idle := fs.Duration("idle", client.DefaultIdle, "the idle deadline: the longest the call may go without increasing progress;\nwith --task, the longest the task may go without news: its lastUpdatedAt advancing (a checkpoint)\nor its status or status message changing")
 	maxD := fs.Duration("max", client.DefaultMax, "the maximum deadline: one clock, started once connected, for listing the tools (done first, for the arguments' types)\nand the call together, progress or not: its retries and their waits, or with --task every poll and the result, included.\nWhen it fires the request is cancelled; after it, only cleanup: with --task, tasks/cancel (up to 5s; the task may still\ncomplete: read it with tasks/get), and closing the connection (a stdio server gets up to 2s to exit, then 2s after SIGTERM)")
 	retries := fs.Int("retries", 2, "retries after the first attempt, for calls the retry rules allow")
 	key := fs.String("idempotency-key", "", "the operation's idempotency key, sent as arguments.idempotencyKey")
-	autoKey := fs.Bool("auto-key", false, "generate an idempotency key, reused on every retry of this call")
+	autoKey := fs.Bool("auto-key", false, "generate an idempotency key, reused on every retry of this call, and say it on stderr before the call is sent")
 	asTask := fs.Bool("task", false, "run the call as a durable task and poll it to its end")
 	class := fs.String("class", "", `the tool's retry class: "safe" (no effects), "conditional" (deduplicated by its idempotency key) or "unsafe"; default: conditional with a key, unsafe without, or the server's word with --trust-server`)
 	trust := fs.Bool("trust-server", false, "let the server's advertised retry class and annotations decide retries (only for a server you operate)")
@@ -141,6 +144,9 @@ without it, on a terminal the questions are asked there, and otherwise declined`
 	if !*list && len(positional) == 0 {
 		return usagef("call: name the tool to call (or --list)")
 	}
+	if *asJSON && !*list {
+		return usagef("call: --json goes with --list (a call's result is printed as JSON already)")
+	}
 
 	// The first Ctrl-C cancels the call the transport's way; a second
 	// exits at once.
@@ -202,6 +208,9 @@ without it, on a terminal the questions are asked there, and otherwise declined`
 	}()
 	c, err := connect(ctx, *stdioCmd, *url, opts, serverStderr)
 	if err != nil {
+		if nf := notFoundAt("call", *url, err); nf != nil {
+			return nf
+		}
 		return connectFailure(err)
 	}
 	defer c.Close()
@@ -223,7 +232,10 @@ without it, on a terminal the questions are asked there, and otherwise declined`
 		if err != nil {
 			return callFailure(err)
 		}
-		return printJSON(stdout, tools)
+		if *asJSON {
+			return printJSON(stdout, tools)
+		}
+		return printToolList(stdout, tools)
 	}
 	name := positional[0]
 	tool, arguments, err := buildArguments(maxCtx, c, name, *argsJSON, positional[1:])
@@ -239,7 +251,13 @@ without it, on a terminal the questions are asked there, and otherwise declined`
 	case *key != "":
 		arguments[mcp.ArgIdempotencyKey] = *key
 	case *autoKey:
-		arguments[mcp.ArgIdempotencyKey] = newKey()
+		// Said before the call is sent: the key is the only way to make
+		// the same operation again, or to find out what became of it,
+		// whatever happens to the call or to this process.
+		k := newKey()
+		arguments[mcp.ArgIdempotencyKey] = k
+		fmt.Fprintf(stderr, "mcprel call: --auto-key made the idempotency key %s: to make this call again as the same operation, give --idempotency-key %s; "+
+			"to look it up, the server's lookup_operation, or mcprel ledger show --tool %s --key %s\n", k, k, name, k)
 	}
 	bar := newProgressBar(stderr, *idle)
 	var res *mcp.CallToolResult
@@ -258,7 +276,7 @@ without it, on a terminal the questions are asked there, and otherwise declined`
 	}
 	bar.done()
 	if err != nil {
-		return callFailure(err)
+		return callFailure(interrupted(c, err))
 	}
 	if perr := printJSON(stdout, res); perr != nil {
 		return perr
@@ -270,6 +288,54 @@ without it, on a terminal the questions are asked there, and otherwise declined`
 }
 
 var errInterrupted = errors.New("interrupted")
+
+// cancelWait bounds how long an interrupted call waits for its
+// cancellation to be written before mcprel call exits: as long as a stdio
+// server gets to exit when the connection closes.
+const cancelWait = client.DefaultStopGrace
+
+// interruptedError is a call ended by Ctrl-C, with what became of the
+// request once mcprel call knew.
+type interruptedError struct {
+	ce   *client.CancelledError
+	said string
+}
+
+func (e *interruptedError) Error() string { return "interrupted: " + e.said }
+func (e *interruptedError) Unwrap() error { return e.ce }
+
+// interrupted says what became of a call err ended by Ctrl-C. A
+// cancellation the client queued without waiting (stdio, a 2025-era HTTP
+// POST) is waited for, up to cancelWait, so that the server is told before
+// mcprel call exits and the message can say whether it was. A second
+// Ctrl-C still exits at once. Any other error is returned as it is.
+func interrupted(c *client.Client, err error) error {
+	var ce *client.CancelledError
+	if !errors.As(err, &ce) || !errors.Is(ce.Cause, errInterrupted) {
+		return err
+	}
+	const unknown = "; whether the server acted on the call before it was cancelled is unknown"
+	e := &interruptedError{ce: ce}
+	switch ce.Cancel {
+	case client.RequestNotSent:
+		e.said = "the request was withdrawn before any of it was sent: the server never saw it"
+	case client.CancelSent:
+		e.said = "the request's stream was closed, which is its cancellation (2026-07-28 HTTP)" + unknown
+	case client.CancelQueued:
+		ctx, cancel := context.WithTimeout(context.Background(), cancelWait)
+		defer cancel()
+		if werr := c.WaitCancellations(ctx); werr != nil {
+			e.said = fmt.Sprintf("the cancellation could not be sent to the server within %v (%v): it may not know the call was cancelled%s", cancelWait, werr, unknown)
+		} else {
+			e.said = "the server was sent notifications/cancelled, and mcprel call waited until it was written" + unknown
+		}
+	case client.CancelNotSent:
+		e.said = "the cancellation could not be sent to the server: it may not know the call was cancelled" + unknown
+	default:
+		return err
+	}
+	return e
+}
 
 // saidAsMax makes a task call's max deadline read as --max: the client
 // timed what the listing left of it, a figure the user never gave. The
@@ -358,6 +424,60 @@ func buildArguments(ctx context.Context, c *client.Client, name, argsJSON string
 		args[k] = val
 	}
 	return tool, args, nil
+}
+
+// printToolList prints each tool on a short block, for a reader: its name
+// and its arguments in the schema's order (optional ones marked "?", as
+// the README writes them), then the first sentence of its description.
+// The schemas themselves are --list --json's.
+func printToolList(w io.Writer, tools []mcp.Tool) error {
+	var b strings.Builder
+	for _, t := range tools {
+		fmt.Fprintf(&b, "%s {%s}\n", t.Name, strings.Join(argumentNames(t.InputSchema), ", "))
+		if s := firstSentence(cmp.Or(t.Description, t.Title)); s != "" {
+			fmt.Fprintf(&b, "    %s\n", s)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// argumentNames are the top-level properties of an input schema, in its
+// order, an optional one (not in "required") followed by "?".
+func argumentNames(schema json.RawMessage) []string {
+	var s struct {
+		Properties json.RawMessage `json:"properties"`
+		Required   []string        `json:"required"`
+	}
+	if json.Unmarshal(schema, &s) != nil || len(s.Properties) == 0 {
+		return nil
+	}
+	var names []string
+	jsonrpc.Members(s.Properties, func(k, _ []byte) bool {
+		name := string(k)
+		if !slices.Contains(s.Required, name) {
+			name += "?"
+		}
+		names = append(names, name)
+		return true
+	})
+	return names
+}
+
+// maxSentence bounds the description --list shows for a tool.
+const maxSentence = 160
+
+// firstSentence is the first sentence of a description, on one line, at
+// most maxSentence characters.
+func firstSentence(d string) string {
+	d = strings.Join(strings.Fields(d), " ")
+	if i := strings.Index(d, ". "); i >= 0 {
+		d = d[:i+1]
+	}
+	if r := []rune(d); len(r) > maxSentence {
+		d = string(r[:maxSentence-1]) + "…"
+	}
+	return d
 }
 
 // propertyTypes reads the type of each top-level property of a schema.
@@ -536,7 +656,7 @@ func showsServerStderr(err error) bool {
 // callUsage is "mcprel call -h": the forms, the flags, and what each exit
 // status means.
 func callUsage(fs *flag.FlagSet) {
-	fmt.Fprint(fs.Output(), `Usage: mcprel call --stdio "CMD" | --url URL [flags] TOOL [key=value ...] [-- key=value ...]
+	fmt.Fprint(fs.Output(), `usage: mcprel call --stdio "CMD" | --url URL [flags] TOOL [key=value ...] [-- key=value ...]
        mcprel call --stdio "CMD" | --url URL --list
 
 Calls one tool on any MCP server, with an idle and a maximum deadline,
@@ -548,7 +668,8 @@ arguments; everything after "--" is a tool argument.
 Exit status:
   0   the tool succeeded
   1   another failure (the --metrics-file could not be written, ...)
-  2   a mistake in the command line (a flag, a value, the URL)
+  2   a mistake in the command line (a flag, a value, the URL: one the
+      server answers with 404 serves no MCP endpoint)
   10  the tool reported a failure (isError); the result is printed
   11  the server refused the request (a JSON-RPC error, or an HTTP redirect,
       which mcprel never follows: it names where the redirect pointed)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -11,12 +12,14 @@ import (
 	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
@@ -59,7 +62,7 @@ func TestCallFlagsAnywhere(t *testing.T) {
 // "mcprel call -h" exits 0 and its exit-status table names every status
 // the command uses, with the meaning callFailure gives it.
 func TestCallHelpListsExitStatuses(t *testing.T) {
-	_, errs, code := mcprelCall(t, "-h")
+	errs, _, code := mcprelCall(t, "-h") // the help, on stdout
 	if code != 0 {
 		t.Fatalf("call -h exited %d", code)
 	}
@@ -432,5 +435,99 @@ func TestStderrTailBounds(t *testing.T) {
 	}
 	if tail.size > stderrTailBytes {
 		t.Fatalf("%d bytes kept, over the %d bound", tail.size, stderrTailBytes)
+	}
+}
+
+// --auto-key says the key it made, on one line of stderr before the call
+// is sent, with how to use it: a call made again with that key is the same
+// operation (the server replays it), and the key finds its record.
+func TestCallAutoKeyShowsTheKey(t *testing.T) {
+	url, _ := startHTTP(t, nil)
+	if _, errs, code := mcprelCall(t, "--url", url, "set_stock", "sku=auto", "quantity=5", "expectedVersion=0"); code != 0 {
+		t.Fatalf("set_stock: exit %d\n%s", code, errs)
+	}
+	out, errs, code := mcprelCall(t, "--url", url, "reserve_inventory", "sku=auto", "quantity=2", "--auto-key")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	m := regexp.MustCompile(`(?m)^mcprel call: --auto-key made the idempotency key (k-[a-z0-9]+): .*--idempotency-key ([^\s;]+).*ledger show --tool reserve_inventory --key ([^\s;)]+).*$`).FindStringSubmatch(errs)
+	if m == nil || m[2] != m[1] || m[3] != m[1] {
+		t.Fatalf("stderr does not say the key and how to retry or look it up with it:\n%s", errs)
+	}
+	again, errs, code := mcprelCall(t, "--url", url, "reserve_inventory", "sku=auto", "quantity=2", "--idempotency-key", m[1])
+	if code != 0 || !strings.Contains(again, `"dev.mcprel/replayed": true`) {
+		t.Fatalf("the call made again with the key it printed was not replayed: exit %d\n%s\n%s", code, again, errs)
+	}
+	if reservation := regexp.MustCompile(`"reservationId": "[^"]+"`); reservation.FindString(out) != reservation.FindString(again) {
+		t.Fatalf("the replay is another reservation:\n%s\n%s", out, again)
+	}
+}
+
+// --list is for a reader: each tool on a short block — its name and
+// arguments (required ones bare, optional ones with "?") on a line, then
+// the first sentence of its description — not every schema in full;
+// --list --json prints the tools as the server lists them, schemas
+// included, for a program.
+func TestCallListNamesAndDescribes(t *testing.T) {
+	url, _ := startHTTP(t, nil)
+	out, errs, code := mcprelCall(t, "--url", url, "--list")
+	if code != 0 {
+		t.Fatalf("--list: exit %d\n%s", code, errs)
+	}
+	tools := listTools(t, url)
+	if lines := strings.Count(out, "\n"); lines > 2*len(tools)+2 {
+		t.Errorf("--list printed %d lines for %d tools:\n%s", lines, len(tools), out)
+	}
+	for _, want := range []string{
+		"charge_account {account, cents, idempotencyKey?}\n    Charges cents to an account and writes a receipt.\n",
+		"echo {text}\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--list lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "inputSchema") {
+		t.Errorf("--list printed schemas:\n%s", out)
+	}
+	out, errs, code = mcprelCall(t, "--url", url, "--list", "--json")
+	var listed []struct {
+		Name        string          `json:"name"`
+		InputSchema json.RawMessage `json:"inputSchema"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &listed) != nil || len(listed) != len(tools) || len(listed[0].InputSchema) == 0 {
+		t.Fatalf("--list --json: exit %d, want every tool with its schema as JSON:\n%s\n%s", code, out, errs)
+	}
+	if _, errs, code := mcprelCall(t, "--url", url, "--json", "echo", "text=x"); code != exitUsage || !strings.Contains(errs, "--json goes with --list") {
+		t.Errorf("--json without --list: exit %d\n%s", code, errs)
+	}
+}
+
+// listTools lists the tools of the server at url, through package client.
+func listTools(t *testing.T, url string) []mcp.Tool {
+	t.Helper()
+	c, err := client.DialHTTP(context.Background(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tools, err := c.ListTools(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tools
+}
+
+// A URL whose path the server answers with 404 is a mistake in the URL
+// (exit 2), said as such: the server was reached, and serves nothing
+// there; the message names the path mcprel serves its endpoint at.
+func TestWrongPathSaysTheServerAnswered404(t *testing.T) {
+	url, _ := startHTTP(t, nil)
+	wrong := strings.TrimSuffix(url, "/mcp") + "/wrong"
+	want := "the server at " + wrong + " answered HTTP 404 (Not Found): it serves no MCP endpoint at that URL; mcprel serves its endpoint at /mcp: " + url
+	if _, errs, code := mcprelCall(t, "--url", wrong, "echo", "text=x"); code != exitUsage || !strings.Contains(errs, "call: "+want) || strings.Contains(errs, "reach") {
+		t.Errorf("call --url %s: exit %d, want %d and %q:\n%s", wrong, code, exitUsage, want, errs)
+	}
+	if _, errs, code := runReview("--from-server", wrong); code != exitUsage || !strings.Contains(errs, "review: "+want) || strings.Contains(errs, "reach") {
+		t.Errorf("review --from-server %s: exit %d, want %d and %q:\n%s", wrong, code, exitUsage, want, errs)
 	}
 }

@@ -63,7 +63,7 @@ func TestCallExitCodes(t *testing.T) {
 				{"idle deadline", []string{"--idle", "200ms", "slow_count", "steps=5", "intervalMs=1000"}, exitIdle, "idle deadline"},
 				{"max deadline", []string{"--max", "300ms", "slow_count", "steps=50", "intervalMs=100"}, exitMax, "max deadline"},
 				{"bad argument", []string{"slow_count", "steps=three"}, exitUsage, "not an integer"},
-				{"list", []string{"--list"}, 0, `"generate_report"`},
+				{"list", []string{"--list"}, 0, "generate_report {rows, stepMs?}"},
 				{"task", []string{"--task", "generate_report", "rows=3", "stepMs=10"}, 0, `"rows": 3`},
 			} {
 				t.Run(tc.name, func(t *testing.T) {
@@ -85,9 +85,58 @@ func TestCallExitCodes(t *testing.T) {
 }
 
 // Ctrl-C (SIGINT to mcprel call) cancels the call the transport's way:
-// the server's handler ends cancelled, and the call exits 14.
+// the server's handler ends cancelled, and the call exits 14 saying that
+// the cancellation was written.
 func TestCallInterrupted(t *testing.T) {
-	cmd := exec.Command(binary, "call", "--stdio", serveCommand(t), "slow_count", "steps=1000", "intervalMs=50")
+	all, out := interruptCall(t, "--stdio", serveCommand(t))
+	// The server's own log (its last lines, shown because the call did not
+	// succeed) says its handler ended cancelled by the client's
+	// notification.
+	if !strings.Contains(all, "outcome=cancelled") || !strings.Contains(all, "cancelled by the client") {
+		t.Fatalf("the server did not record the cancellation:\n%s", all)
+	}
+	if !strings.Contains(all, "mcprel: call: interrupted: the server was sent notifications/cancelled") {
+		t.Fatalf("the message does not say the cancellation was written:\n%s", all)
+	}
+	var v any
+	if json.Unmarshal([]byte(out), &v) == nil {
+		t.Fatalf("an interrupted call printed a result: %s", out)
+	}
+}
+
+// Over 2025-era HTTP the cancellation is a POST of its own: the first
+// Ctrl-C waits for the server to acknowledge it before mcprel call exits,
+// so the server has ended the call as cancelled by the client — not by
+// the session's end when the client left — and the message says so.
+func TestCallInterruptedWaitsForTheCancellation(t *testing.T) {
+	url, _, log := startHTTPAt(t, "127.0.0.1:0", nil)
+	all, _ := interruptCall(t, "--url", url, "--era", "2025")
+	if !strings.Contains(all, "mcprel: call: interrupted: the server was sent notifications/cancelled") {
+		t.Fatalf("the message does not say the cancellation was sent:\n%s", all)
+	}
+	timeout := time.After(20 * time.Second) // a safety net: the line comes when the handler ends
+	for {
+		select {
+		case line := <-log:
+			if !strings.Contains(line, "msg=request") || !strings.Contains(line, "tool=slow_count") {
+				continue
+			}
+			if !strings.Contains(line, "outcome=cancelled") || !strings.Contains(line, `cause="cancelled by the client`) {
+				t.Fatalf("the server ended the call otherwise than by the client's cancellation: %s", line)
+			}
+			return
+		case <-timeout:
+			t.Fatal("the server logged no end of the call")
+		}
+	}
+}
+
+// interruptCall starts a long slow_count with mcprel call at the server
+// args name, sends it SIGINT once its progress shows, and returns its
+// stderr and stdout after it exited 14.
+func interruptCall(t *testing.T, args ...string) (errText, outText string) {
+	t.Helper()
+	cmd := exec.Command(binary, append(append([]string{"call"}, args...), "slow_count", "steps=1000", "intervalMs=50")...)
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	stderr, err := cmd.StderrPipe()
@@ -126,16 +175,7 @@ func TestCallInterrupted(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != exitCancelled {
 		t.Fatalf("exit %d, want %d\n%s", code, exitCancelled, all)
 	}
-	// The server's own log (its last lines, shown because the call did not
-	// succeed) says its handler ended cancelled by the client's
-	// notification.
-	if !strings.Contains(all, "outcome=cancelled") || !strings.Contains(all, "cancelled by the client") {
-		t.Fatalf("the server did not record the cancellation:\n%s", all)
-	}
-	var v any
-	if json.Unmarshal(out.Bytes(), &v) == nil {
-		t.Fatalf("an interrupted call printed a result: %s", out.String())
-	}
+	return all, out.String()
 }
 
 // forwardTo sends r, whose body was read into body, on to target and

@@ -136,7 +136,11 @@ func (o *operationFlags) register(fs *flag.FlagSet) {
 // answer "never committed" and invite a second run of the operation.
 func ledgerShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ledger show", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout)
+	setUsage(fs, ledgerShowUsage,
+		`Prints the ledger's record of one operation, for reconciling by key from
+a shell; the database is opened read-only. Exit status: 0 the record was
+printed, 3 there is none, 1 a failure, 2 a mistake in the command line.`)
 	op := operationFlags{db: dbFlags{readOnly: true}}
 	op.register(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -193,7 +197,12 @@ func showRecord(ctx context.Context, l *ledger.Ledger, ob *outbox.Outbox, op ope
 // holder died) is changed.
 func ledgerResolve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ledger resolve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout)
+	setUsage(fs, ledgerResolveUsage,
+		`Closes an operation whose outcome is unknown, after you checked what it
+did: with the result it had, as failed, or forgotten (it never took
+effect, and the next call with the key runs). Exit status: 0 closed,
+3 no such record, 1 a failure, 2 a mistake in the command line.`)
 	op := operationFlags{db: dbFlags{mustExist: true}}
 	op.register(fs)
 	resultFile := fs.String("result", "", "a file holding the tool result the operation had, as JSON: an object with a \"content\" array, as tools/call returns it")

@@ -22,7 +22,11 @@ import (
 // With --wire it instead prints every frame of a scripted exchange.
 func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout)
+	setUsage(fs, "usage: mcprel demo [--json | --wire] [--db PATH]",
+		`Runs every race and failure the runtime promises one outcome for against
+real servers (mcprel serve --lab, over stdio and Streamable HTTP), the
+order of events forced by gates, and prints a record per scenario.`)
 	asJSON := fs.Bool("json", false, "write the records as JSON")
 	wire := fs.Bool("wire", false, "print the frames of a scripted exchange instead of the records")
 	width := fs.Int("width", 160, "with --wire: truncate printed frames to this many characters (0: never)")

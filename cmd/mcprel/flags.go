@@ -5,9 +5,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
+
+	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/host"
 )
 
 // parseArgs parses args into fs with the flags anywhere among the
@@ -78,6 +84,17 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// setUsage makes fs's help (-h, --help) its synopsis, a paragraph that
+// says what the command does, and its flags. Help goes to fs.Output(),
+// which each command sets to stdout: asked for, it is the output, not a
+// complaint; mistakes are reported apart, on stderr.
+func setUsage(fs *flag.FlagSet, synopsis, about string) {
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "%s\n\n%s\n\nFlags:\n", synopsis, about)
+		fs.PrintDefaults()
+	}
+}
+
 // printUsage prints fs's help: its own Usage, or the flag package's.
 func printUsage(fs *flag.FlagSet) {
 	if fs.Usage != nil {
@@ -110,6 +127,39 @@ func checkEndpoint(cmd, flagName, endpoint string) error {
 		return usagef("%s: %s %q: the scheme must be http or https, not %q", cmd, flagName, endpoint, u.Scheme)
 	case u.Host == "" || u.Hostname() == "":
 		return usagef("%s: %s %q names no host; give the endpoint's full URL, %s", cmd, flagName, endpoint, example)
+	}
+	return nil
+}
+
+// notFoundAt is, for a connection to endpoint that failed because the
+// server answered HTTP 404, a mistake in the command line that says so
+// (nil for any other failure): the server was reached and serves no MCP
+// endpoint at that path, so there is no connection to look into, only
+// the URL to correct — with the path mcprel serves its own at.
+func notFoundAt(cmd, endpoint string, err error) error {
+	var se *client.StatusError
+	if !errors.As(err, &se) || se.Status != http.StatusNotFound {
+		return nil
+	}
+	hint := "check the URL's path"
+	if u, perr := url.Parse(endpoint); perr == nil && u.Path != host.DefaultPath {
+		u.Path, u.RawPath, u.RawQuery, u.Fragment = host.DefaultPath, "", "", ""
+		hint = "mcprel serves its endpoint at " + host.DefaultPath + ": " + u.String()
+	}
+	return usagef("%s: the server at %s answered HTTP 404 (Not Found): it serves no MCP endpoint at that URL; %s", cmd, endpoint, hint)
+}
+
+// checkListenAddr refuses, as a mistake in the command line, an address
+// to listen on that is not HOST:PORT with a port from 0 to 65535: one that
+// no system call could bind is the user's to correct, not a failure of
+// the run.
+func checkListenAddr(cmd, flagName, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return usagef("%s: %s wants HOST:PORT, such as 127.0.0.1:8080 (port 0 picks a free one), not %q", cmd, flagName, addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return usagef("%s: %s %q: the port must be a number from 0 to 65535", cmd, flagName, addr)
 	}
 	return nil
 }

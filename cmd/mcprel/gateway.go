@@ -35,16 +35,25 @@ const maxSecretFile = 64 << 10
 // assembles, as serve does.
 func gatewayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout)
+	setUsage(fs, "usage: mcprel gateway --upstream NAME=COMMAND|NAME=URL [--upstream ...] [--stdio | --http ADDR] [flags]",
+		`Serves the tools, resources and prompts of the MCP servers --upstream
+names through mcprel's lifecycle: deadlines, cancellation, progress,
+limits, honest failures, and the ledger for the keyed tools --policy
+names. With one upstream its names are kept; with several, each one's
+tool and prompt names become NAME_tool, the first's included, except
+those of the upstream --upstream-keep-names names. Exit status: 0 after a
+graceful shutdown, 1 a failure, 2 a mistake in the command line.`)
 	rf := runtimeFlags{cmd: "gateway"}
 	rf.register(fs)
 	var upstreams, tokenEnv, tokenFile, headersFile, envFile listFlag
-	fs.Var(&upstreams, "upstream", "NAME=COMMAND (a stdio server, its argv in quoted words, run without a shell), NAME=URL (a Streamable HTTP endpoint, either era) or NAME=sse:URL (the 2024-11-05 HTTP+SSE transport); repeatable: with several, tool and prompt names become NAME_tool")
+	fs.Var(&upstreams, "upstream", "NAME=COMMAND (a stdio server, its argv in quoted words, run without a shell), NAME=URL (a Streamable HTTP endpoint, either era) or NAME=sse:URL (the 2024-11-05 HTTP+SSE transport); repeatable: with several, every upstream's tool and prompt names become NAME_tool — the first's too, so adding a second renames the first's tools, unless --upstream-keep-names keeps them")
 	fs.Var(&tokenEnv, "upstream-token-env", "NAME=VAR: send the bearer token in environment variable VAR to upstream NAME (HTTP)")
 	fs.Var(&tokenFile, "upstream-token-file", "NAME=FILE: send the bearer token in FILE to upstream NAME (HTTP)")
 	fs.Var(&headersFile, "upstream-headers-file", "NAME=FILE: send the headers in FILE (\"Header: value\" lines) to upstream NAME (HTTP)")
 	fs.Var(&envFile, "upstream-env-file", "NAME=FILE: add the KEY=VALUE lines of FILE to the environment of upstream NAME (stdio)")
-	var perTenant, upLimits, upCaps listFlag
+	var perTenant, upLimits, upCaps, keepNames listFlag
+	fs.Var(&keepNames, "upstream-keep-names", "NAME: with several upstreams, keep upstream NAME's tool and prompt names as it lists them, unprefixed (one upstream at most); a name of its that begins with an upstream's name and _ is prefixed all the same, so that no two meet")
 	fs.Var(&upCaps, "upstream-capabilities", "NAME=LIST: what the gateway declares to 2025-era upstream NAME on a connection clients share, of elicitation, elicitation-url, sampling and roots (comma-separated), or none; default all (a client that lacks one is refused the upstream's request that needs it; declare less to have the upstream hide what needs more)")
 	fs.Var(&perTenant, "upstream-per-tenant", "NAME: start one process of stdio upstream NAME per tenant (of --token), so that its requests, subscriptions and state belong to one tenant (repeatable; bounded by --max-upstream-sessions)")
 	fs.Var(&upLimits, "upstream-limits", "NAME=concurrent=N,queued=N,rate=R,burst=N,bytes=N: bound the calls forwarded to upstream NAME, all its tools together, within the server's own limits (repeatable; any subset of the keys)")
@@ -74,6 +83,16 @@ func gatewayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, std
 			return usagef("gateway: --upstream-per-tenant %s: it is an HTTP upstream, which has a session per tenant already", name)
 		}
 		u.PerTenant = true
+	}
+	for _, name := range keepNames {
+		u := byName[name]
+		if u == nil {
+			return usagef("gateway: --upstream-keep-names names upstream %q, which no --upstream defines", name)
+		}
+		u.KeepNames = true
+	}
+	if _, err := gateway.CheckUpstreams(ups); err != nil {
+		return usagef("gateway: --upstream-keep-names: %s", strings.TrimPrefix(err.Error(), "gateway: "))
 	}
 	for _, v := range upLimits {
 		name, spec, _ := strings.Cut(v, "=")

@@ -120,6 +120,9 @@ func TestGatewayUsageErrors(t *testing.T) {
 		{[]string{"--upstream", "a=cat", "--upstream-limits", "a=rate=NaN"}, nil, "--upstream-limits a: rate=NaN: want a number of at least 0"},
 		{[]string{"--upstream", "a=cat", "--upstream-limits", "a=rate=Inf"}, nil, "--upstream-limits a: rate=Inf: want a number of at least 0"},
 		{[]string{"--upstream", "a=cat", "--upstream-limits", "b=concurrent=1"}, nil, `--upstream-limits names upstream "b"`},
+		// --upstream-keep-names
+		{[]string{"--upstream", "a=cat", "--upstream-keep-names", "b"}, nil, `--upstream-keep-names names upstream "b", which no --upstream defines`},
+		{[]string{"--upstream", "a=cat", "--upstream", "b=cat", "--upstream-keep-names", "a", "--upstream-keep-names", "b"}, nil, "only one upstream may keep its names"},
 		// the rest
 		{[]string{"--upstream", "a=cat", "--max-upstream-sessions", "0"}, nil, "--max-upstream-sessions must be at least 1"},
 		{[]string{"--upstream", "a=cat", "--input-wait", "0s"}, nil, "--input-wait must be positive"},
@@ -215,6 +218,29 @@ func TestGatewayHTTPInFrontOfServe(t *testing.T) {
 	}
 }
 
+// A second --upstream prefixes every name with its upstream's, the
+// first's included, unless --upstream-keep-names keeps one upstream's
+// names as they were: a client of the first gateway goes on calling echo.
+func TestGatewayKeepNames(t *testing.T) {
+	help, _ := exec.Command(binary, "gateway", "-h").Output()
+	if !strings.Contains(string(help), "adding a second renames the first's tools, unless --upstream-keep-names keeps them") {
+		t.Errorf("gateway -h does not say that a second --upstream renames the first's tools:\n%s", help)
+	}
+	first, _ := startHTTP(t, nil)
+	second, _ := startHTTP(t, nil)
+	gw, _, _ := startEndpoint(t, nil, "gateway", "--http", "127.0.0.1:0", "--upstream", "first="+first, "--upstream", "second="+second,
+		"--upstream-keep-names", "first", "--db", filepath.Join(t.TempDir(), "gw.db"))
+	out, errs, code := mcprelCall(t, "--url", gw, "--list")
+	if code != 0 || !strings.Contains(out, "\necho {text}\n") || !strings.Contains(out, "\nsecond_echo {text}\n") || strings.Contains(out, "first_echo") {
+		t.Fatalf("--list through the gateway: exit %d, want echo kept and second_echo prefixed:\n%s\n%s", code, out, errs)
+	}
+	for _, tool := range []string{"echo", "second_echo"} {
+		if out, errs, code := mcprelCall(t, "--url", gw, tool, "text=kept"); code != 0 || !strings.Contains(out, `"text": "kept"`) {
+			t.Errorf("%s through the gateway: exit %d\n%s\n%s", tool, code, out, errs)
+		}
+	}
+}
+
 // awaitMetricLines reads the metrics at url (with a bearer token) until,
 // for each of want, one line starts with its first fragment and contains
 // the others; it fails the test with the last scrape after 20 seconds.
@@ -275,6 +301,49 @@ func hasMetricLine(body string, frags []string) bool {
 		}
 	}
 	return false
+}
+
+// What a call forwards (a file's contents, a message) is its caller's:
+// the gateway's request line holds the arguments only at --log-level
+// debug, never at the default info.
+func TestGatewayLogsArgumentsAtDebugOnly(t *testing.T) {
+	up, _ := startHTTP(t, nil)
+	for _, level := range []string{"info", "debug"} {
+		gw, _, log := startEndpoint(t, nil, "gateway", "--http", "127.0.0.1:0", "--upstream", "demo="+up, "--log-level", level,
+			"--db", filepath.Join(t.TempDir(), "gw.db"))
+		if out, errs, code := mcprelCall(t, "--url", gw, "echo", "text=the-callers-words"); code != 0 {
+			t.Fatalf("echo through the gateway: exit %d\n%s\n%s", code, out, errs)
+		}
+		line := awaitLogLine(t, log, "msg=request", "tool=echo")
+		if has := strings.Contains(line, "the-callers-words"); has != (level == "debug") {
+			t.Errorf("--log-level %s: the request line %q; want the arguments at debug only", level, line)
+		}
+	}
+}
+
+// awaitLogLine returns the first line from log holding every one of
+// frags, within 20 seconds (a safety net: the line comes once the
+// request ended).
+func awaitLogLine(t *testing.T, log <-chan string, frags ...string) string {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case line, ok := <-log:
+			if !ok {
+				t.Fatalf("the log ended without a line holding %q", frags)
+			}
+			all := true
+			for _, f := range frags {
+				all = all && strings.Contains(line, f)
+			}
+			if all {
+				return line
+			}
+		case <-timeout:
+			t.Fatalf("no log line holds %q", frags)
+		}
+	}
 }
 
 // --upstream-capabilities says what a shared connection declares.

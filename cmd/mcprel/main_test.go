@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -56,9 +57,9 @@ func TestDemoWire(t *testing.T) {
 	for _, want := range []string{
 		`← {"jsonrpc":"2.0","id":4,"result"`, // the count finished
 		`"progressToken":"count-4","progress":3`,
-		`msg=request id=5 method=tools/call era=legacy transport=stdio tool=slow_count args="intervalMs=50 steps=100" outcome=cancelled`,
+		`msg=request id=5 method=tools/call era=legacy transport=stdio tool=slow_count outcome=cancelled`,
 		`msg="handler returned after the request ended; result discarded" id=5`,
-		`msg=request id=7 method=tools/call era=legacy transport=stdio tool=echo args="text=\"done before the cancel\"" outcome=completed`,
+		`msg=request id=7 method=tools/call era=legacy transport=stdio tool=echo outcome=completed`,
 		`"resultType":"complete"`,
 		`"code":-32700`,
 		// The ledger: one execution, replays, a conflict, a stored failure.
@@ -115,6 +116,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--max-concurrent", "many"}, `invalid value "many" for flag -max-concurrent`},
 		{[]string{"serve", "--stdio", "--http", "127.0.0.1:0"}, "choose one of --stdio and --http"},
 		{[]string{"serve", "--http", "localhost"}, `--http wants HOST:PORT`},
+		{[]string{"serve", "--http", "127.0.0.1:99999"}, `--http "127.0.0.1:99999": the port must be a number from 0 to 65535`},
+		{[]string{"gateway", "--upstream", "a=cat", "--http", "127.0.0.1:-1"}, `--http "127.0.0.1:-1": the port must be a number from 0 to 65535`},
+		{[]string{"serve", "--metrics", "127.0.0.1:70000"}, `--metrics "127.0.0.1:70000": the port must be a number from 0 to 65535`},
 		{[]string{"serve", "--http", "127.0.0.1:0", "--path", "mcp"}, `--path must be a URL path starting with "/"`},
 		{[]string{"serve", "--path", "/x"}, "--path applies to --http only"},
 		{[]string{"serve", "--http", "127.0.0.1:0", "--token", "alice"}, `--token wants TENANT=TOKEN, not "alice"`},
@@ -172,6 +176,70 @@ func TestHelpAndBadFlags(t *testing.T) {
 	for _, flag := range []string{"-retention", "-synchronous"} {
 		if strings.Contains(string(out), flag) {
 			t.Errorf("mcprel ledger show -h lists %s, which a read-only command ignores:\n%s", flag, out)
+		}
+	}
+}
+
+// An address that cannot be listened on (taken, say) is a failure
+// (exit 1) that names it, and leaves nothing behind: the listeners are
+// bound before the database is created.
+func TestListenFailureCreatesNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	taken := ln.Addr().String()
+	for _, args := range [][]string{
+		{"serve", "--http", taken},
+		{"serve", "--http", "127.0.0.1:0", "--metrics", taken},
+		{"gateway", "--upstream", "a=" + binary + " serve --stdio", "--http", taken},
+	} {
+		dir := t.TempDir()
+		cmd := exec.Command(binary, args...)
+		cmd.Dir = dir
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(string(out), taken) {
+			t.Errorf("mcprel %q: exit %d, want 1 and a message naming %s:\n%s", args, code, taken, out)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+			t.Errorf("mcprel %q failed to listen and left %v behind", args, entries)
+		}
+	}
+}
+
+// Help asked for is the output, not a complaint: -h and --help on every
+// command print to stdout (so that it pipes into a pager), exit 0, and
+// start with the command's synopsis, then a sentence that says what it
+// does, before its flags.
+func TestHelpGoesToStdout(t *testing.T) {
+	for _, cmd := range [][]string{{"serve"}, {"gateway"}, {"call"}, {"review"}, {"probe"}, {"demo"}, {"ledger", "show"}, {"ledger", "resolve"}} {
+		for _, h := range []string{"-h", "--help"} {
+			c := exec.Command(binary, append(cmd, h)...)
+			var out, errb bytes.Buffer
+			c.Stdout, c.Stderr = &out, &errb
+			c.Run()
+			name := strings.Join(cmd, " ")
+			lines := strings.Split(out.String(), "\n")
+			if code := c.ProcessState.ExitCode(); code != 0 || errb.Len() > 0 {
+				t.Errorf("mcprel %s %s: exit %d, stderr %q; want 0 and nothing on stderr", name, h, code, errb.String())
+			}
+			if !strings.HasPrefix(lines[0], "usage: mcprel "+name+" ") {
+				t.Errorf("mcprel %s %s: the help starts with %q, want the synopsis \"usage: mcprel %s ...\"", name, h, lines[0], name)
+			}
+			sentence := ""
+			for i, l := range lines {
+				if l == "" && i+1 < len(lines) {
+					sentence = lines[i+1]
+					break
+				}
+			}
+			if sentence == "" || strings.HasPrefix(strings.TrimSpace(sentence), "-") {
+				t.Errorf("mcprel %s %s: no sentence after the synopsis:\n%s", name, h, out.String())
+			}
+			if !strings.Contains(out.String(), "  -") {
+				t.Errorf("mcprel %s %s lists no flags:\n%s", name, h, out.String())
+			}
 		}
 	}
 }
@@ -394,8 +462,15 @@ func startHTTPAt(t *testing.T, addr string, env []string, args ...string) (strin
 // prints its endpoint URL first on stderr (serve, gateway).
 func startEndpoint(t *testing.T, env []string, args ...string) (string, *exec.Cmd, <-chan string) {
 	t.Helper()
+	return startEndpointIn(t, t.TempDir(), env, args...)
+}
+
+// startEndpointIn is startEndpoint in dir, where the default ledger file
+// goes.
+func startEndpointIn(t *testing.T, dir string, env []string, args ...string) (string, *exec.Cmd, <-chan string) {
+	t.Helper()
 	cmd := exec.Command(binary, args...)
-	cmd.Dir = t.TempDir() // where the default ledger file goes
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

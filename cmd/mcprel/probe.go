@@ -25,7 +25,7 @@ const exitProbeFailed = 21
 // any MCP server.
 func probeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout)
 	stdioCmd := fs.String("stdio", "", `the server to start and probe over stdio, as one command line ("mcprel serve --stdio"); each fixture starts it afresh`)
 	url := fs.String("url", "", "the Streamable HTTP endpoint to probe (http://127.0.0.1:PORT/mcp)")
 	policyFile := fs.String("policy", "", "a policy in mcprel review's vocabulary naming the tools the probe may call, and how (their probe sections); without one, only protocol methods are sent")
@@ -40,7 +40,7 @@ func probeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&timing.Deadline, "deadline-wait", 0, "the longest wait for a stalled call to end on the server's side (default 20s)")
 	fs.DurationVar(&timing.Keepalive, "keepalive-wait", 0, "the longest wait for a keepalive comment on a quiet SSE stream (default 20s)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: mcprel probe (--stdio "CMD" | --url URL) [--policy FILE] [--json | --junit FILE]
+		fmt.Fprintf(fs.Output(), `usage: mcprel probe (--stdio "CMD" | --url URL) [--policy FILE] [--json | --junit FILE]
 
 Runs the reliability fixtures against a running MCP server, in every
 protocol era it speaks, and reports each as passed, failed (with the
@@ -51,6 +51,7 @@ frames that prove it) or not applicable (with why):
 Exit status: 0 every applicable fixture passed, 21 at least one failed,
 1 the server could not be reached, 2 a mistake in the command line.
 
+Flags:
 `, strings.Join(probe.Fixtures(), "\n  "))
 		fs.PrintDefaults()
 	}

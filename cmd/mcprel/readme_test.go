@@ -74,7 +74,7 @@ func TestReadmeCommandLinesAreTested(t *testing.T) {
 		{regexp.MustCompile(`^bin/mcprel gateway `), "TestReadmeGatewayLines (starts the endpoint its call lines use)"},
 		{regexp.MustCompile(`^bin/mcprel call --url http://127\.0\.0\.1:8081/`), "TestReadmeGatewayLines"},
 		{regexp.MustCompile(`^bin/mcprel (call|review|probe) `), "TestReadmeCallAndReviewLines"},
-		{regexp.MustCompile(`^npx @modelcontextprotocol/inspector@`), "internal/interop/inspector TestReadmeInspectorLines"},
+		{regexp.MustCompile(`^npx -y @modelcontextprotocol/inspector@`), "TestReadmeCallAndReviewLines (in order, with the lines after it) and internal/interop/inspector TestReadmeInspectorLines"},
 		{regexp.MustCompile(`^(git clone <this repository> mcprel|cd your-server && go mod init example\.com/your-server|go work init \. \.\./mcprel)$`), "TestReadmeLibrarySetup"},
 	}
 	lines := readmeShellLines(t)
@@ -97,6 +97,69 @@ func TestReadmeCommandLinesAreTested(t *testing.T) {
 	}
 }
 
+// Every npx the README's code shows (a command line, a client's
+// configuration) runs with -y: without it npx asks before it installs a
+// package, and a client that starts it without a terminal, or a reader
+// who pastes the line into a script, waits for an answer forever.
+func TestReadmeNpxNeverAsks(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	npx := regexp.MustCompile(`\bnpx\s+(\S+)`)
+	inCode, found := false, 0
+	for i, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, "```") {
+			inCode = !inCode && l != "```"
+			continue
+		}
+		if !inCode {
+			continue
+		}
+		for _, m := range npx.FindAllStringSubmatch(l, -1) {
+			found++
+			if m[1] != "-y" {
+				t.Errorf("README.md:%d: npx without -y asks before it installs: %s", i+1, strings.TrimSpace(l))
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("found no npx in the README's code; the parser is broken")
+	}
+}
+
+// The shell lines of the README and docs/ run the binary the README
+// builds (bin/mcprel, after its go build line) or go run ./cmd/mcprel —
+// never a bare mcprel, which nothing installs on the reader's PATH.
+func TestDocsRunTheBinaryTheReadmeBuilds(t *testing.T) {
+	docs, _ := filepath.Glob("../../docs/*.md")
+	bare := regexp.MustCompile(`(^|[\s"'])mcprel\s`)
+	checked := 0
+	for _, file := range append(docs, "../../README.md") {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inBlock := false
+		for i, l := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(l, "```") {
+				inBlock = l == "```sh"
+				continue
+			}
+			if !inBlock || strings.HasPrefix(strings.TrimSpace(l), "#") {
+				continue
+			}
+			checked++
+			if code, _, _ := strings.Cut(l, " #"); bare.MatchString(code) {
+				t.Errorf("%s:%d runs a bare mcprel, which nothing installs: %s", strings.TrimPrefix(file, "../../"), i+1, l)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("found no shell lines; the parser is broken")
+	}
+}
+
 // readmeLinesWith returns the README's command lines that start with prefix.
 func readmeLinesWith(t *testing.T, prefix string) []readmeLine {
 	var out []readmeLine
@@ -111,11 +174,15 @@ func readmeLinesWith(t *testing.T, prefix string) []readmeLine {
 	return out
 }
 
-// Every "mcprel call", "mcprel review" and "mcprel probe" command line the README shows
-// works as written, in order, from the repository's root with $PWD a fresh
-// directory, against the endpoint the README's own "mcprel serve --http"
-// line starts where they name http://127.0.0.1:8080/mcp: an example that
-// stops working fails here.
+// Every "mcprel call", "mcprel review" and "mcprel probe" command line the
+// README shows works as written, in order, from the repository's root
+// with $PWD a fresh directory, and so do the Inspector's lines before them
+// (when `npm ci` installed it in internal/interop/inspector): run as a
+// reader runs them, one after the other against one server — the README's
+// "mcprel serve --http" line, started in $PWD, so that its ./mcprel.db is
+// the $PWD/mcprel.db the stdio lines name — where they name
+// http://127.0.0.1:8080/mcp. A line that stops working, or that works only
+// on a database the lines before it did not touch, fails here.
 func TestReadmeCallAndReviewLines(t *testing.T) {
 	dir := t.TempDir()
 	var serve readmeLine
@@ -129,11 +196,15 @@ func TestReadmeCallAndReviewLines(t *testing.T) {
 	if err != nil || len(words) < 4 {
 		t.Fatalf("README.md:%d: %q: %v", serve.number, serve.text, err)
 	}
-	url, _, _ := startHTTPAt(t, words[3], nil, words[4:]...)
+	url, _, _ := startEndpointIn(t, dir, nil, append([]string{"serve", "--http", words[3]}, words[4:]...)...)
+	inspector := readmeInspector(t)
 	var lines []readmeLine
 	for _, l := range readmeShellLines(t) {
 		if strings.Contains(l.text, gatewayURL) {
 			continue // TestReadmeGatewayLines
+		}
+		if strings.HasPrefix(l.text, readmeNpxInspector+" ") {
+			lines = append(lines, l)
 		}
 		for _, cmd := range []string{"call", "review", "probe"} {
 			if strings.HasPrefix(l.text, "bin/mcprel "+cmd+" ") {
@@ -142,7 +213,11 @@ func TestReadmeCallAndReviewLines(t *testing.T) {
 		}
 	}
 	for _, l := range lines {
-		cmdline := strings.NewReplacer("http://127.0.0.1:8080/mcp", url, "$PWD", dir, "bin/mcprel", binary).Replace(l.text)
+		if inspector == "" && strings.HasPrefix(l.text, readmeNpxInspector) {
+			t.Logf("README.md:%d not run: the Inspector is not installed in internal/interop/inspector", l.number)
+			continue
+		}
+		cmdline := strings.NewReplacer(readmeNpxInspector, inspector, "http://127.0.0.1:8080/mcp", url, "$PWD", dir, "bin/mcprel", binary).Replace(l.text)
 		words, err := splitCommand(cmdline)
 		if err != nil {
 			t.Fatalf("README.md:%d: %v", l.number, err)
@@ -158,6 +233,32 @@ func TestReadmeCallAndReviewLines(t *testing.T) {
 		}
 		t.Logf("README.md:%d works: %s", l.number, l.text)
 	}
+}
+
+// readmeNpxInspector is how the README starts the Inspector.
+const readmeNpxInspector = "npx -y @modelcontextprotocol/inspector@2.12.0"
+
+// readmeInspector is the command line that runs the Inspector `npm ci`
+// installed in internal/interop/inspector, pinned to the README's
+// version, standing in for what npx would download: "" when it is not
+// installed, unless MCPREL_REQUIRE_INTEROP=1 makes that a failure.
+func readmeInspector(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("../../internal/interop/inspector/node_modules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := filepath.Join(dir, ".bin", "node")
+	launcher := filepath.Join(dir, "@modelcontextprotocol", "inspector", "clients", "launcher", "build", "index.js")
+	for _, f := range []string{node, launcher} {
+		if _, err := os.Stat(f); err != nil {
+			if os.Getenv("MCPREL_REQUIRE_INTEROP") == "1" {
+				t.Fatalf("the Inspector is not installed: run `npm ci` in internal/interop/inspector (MCPREL_REQUIRE_INTEROP=1): %v", err)
+			}
+			return ""
+		}
+	}
+	return strings.Join(quoted([]string{node, launcher}), " ")
 }
 
 // gatewayURL is the endpoint the README's gateway line serves.

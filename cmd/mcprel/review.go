@@ -27,7 +27,7 @@ const exitRefused = 20
 // policy file describes, or of every tool a running server advertises.
 func reviewCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("review", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout)
 	asJSON := fs.Bool("json", false, "write the report as JSON instead of Markdown")
 	fromServer := fs.String("from-server", "", "review every tool of the Streamable HTTP server at this URL, from what it advertises")
 	stdioCmd := fs.String("stdio", "", `review every tool of the server this command starts, over stdio ("mcprel serve --stdio")`)
@@ -38,7 +38,7 @@ func reviewCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	gatewayDB := fs.String("db", "", "with --gateway: the gateway's --db, a SQLite file (the default) or a postgres:// URL; only which of the two is read, nothing is opened")
 	passStderr := fs.Bool("server-stderr", false, "with --stdio: pass the server's stderr through as it comes; by default only its last lines are shown, when the review cannot be made")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: mcprel review POLICY [--json]
+		fmt.Fprint(fs.Output(), `usage: mcprel review POLICY [--json]
        mcprel review --gateway [--db DB] POLICY [--json]
        mcprel review --from-server URL [--json]
        mcprel review --stdio "CMD" [--json]
@@ -49,6 +49,7 @@ POLICY is a YAML or JSON file (docs/review.md). Exit status: 0 every
 operation is production ready, 20 at least one is refused, 1 the policy
 is invalid or the server unreachable, 2 a mistake in the command line.
 
+Flags:
 `)
 		fs.PrintDefaults()
 	}
@@ -175,6 +176,9 @@ func policyFromServer(ctx context.Context, endpoint, command string, headers []s
 		c, err = client.DialStdio(ctx, words, opts)
 	}
 	if err != nil {
+		if nf := notFoundAt("review", endpoint, err); nf != nil {
+			return nil, nf
+		}
 		return nil, fmt.Errorf("review: connecting: %w", err)
 	}
 	defer c.Close()

@@ -69,7 +69,7 @@ func (f *runtimeFlags) register(fs *flag.FlagSet) {
 	f.keepAlive = fs.Duration("keepalive", streamhttp.DefaultKeepAlive, "comment line cadence on quiet SSE streams")
 	f.limits.register(fs)
 	f.grace = fs.Duration("shutdown-grace", 10*time.Second, "on SIGINT/SIGTERM, how long running calls may finish before they are cancelled")
-	f.logLevel = fs.String("log-level", "info", "debug, info, warn or error")
+	f.logLevel = fs.String("log-level", "info", "debug, info, warn or error; each call's arguments are on its request line at debug only")
 	f.logFormat = fs.String("log-format", "text", "text or json (log lines go to stderr)")
 	f.db.register(fs)
 	f.metricsAddr = fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics on a listener of their own (e.g. 127.0.0.1:9464)")
@@ -148,7 +148,7 @@ func (f *runtimeFlags) options(ctx context.Context, fs *flag.FlagSet, stdin io.R
 	}
 	f.limits.apply(&opts.Server, len(f.tokens) > 0)
 	if *f.httpAddr != "" {
-		httpOpts, err := httpOptions(*f.httpAddr, *f.path, f.hosts, f.origins, *f.authToken, f.tokens)
+		httpOpts, err := httpOptions(f.cmd, *f.httpAddr, *f.path, f.hosts, f.origins, *f.authToken, f.tokens)
 		if err != nil {
 			return nil, err
 		}
@@ -163,6 +163,11 @@ func (f *runtimeFlags) options(ctx context.Context, fs *flag.FlagSet, stdin io.R
 	}
 	if *f.metricsPath != "" && (*f.httpAddr == "" || !strings.HasPrefix(*f.metricsPath, "/") || *f.metricsPath == *f.path) {
 		return nil, usagef("%s: --metrics-path needs --http, must start with / and differ from --path", f.cmd)
+	}
+	if *f.metricsAddr != "" {
+		if err := checkListenAddr(f.cmd, "--metrics", *f.metricsAddr); err != nil {
+			return nil, err
+		}
 	}
 	*f.metricsToken = cmp.Or(*f.metricsToken, os.Getenv("MCPREL_METRICS_TOKEN"))
 	if err := checkMetricsFlags(*f.metricsToken, *f.metricsOpen, *f.metricsTenants, f.tokens); err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"flag"
 	"io"
-	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -29,7 +28,12 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 // shutdown order) lives in package host.
 func serveCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout)
+	setUsage(fs, "usage: mcprel serve [--stdio | --http ADDR] [flags]",
+		`Serves the demo tools and the ledger's over stdio (the default) or
+Streamable HTTP, with the ledger in ./mcprel.db (--db another file or a
+postgres:// URL). Exit status: 0 after a graceful shutdown, 1 a failure,
+2 a mistake in the command line.`)
 	rf := runtimeFlags{cmd: "serve"}
 	rf.register(fs)
 	var of outboxFlags
@@ -85,17 +89,18 @@ func setFlags(fs *flag.FlagSet) map[string]bool {
 	return set
 }
 
-// httpOptions checks the HTTP flags and turns them into handler options.
-func httpOptions(addr, path string, hosts, origins []string, authToken string, tokens []string) (*streamhttp.HandlerOptions, error) {
-	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-		return nil, usagef("serve: --http wants HOST:PORT, such as 127.0.0.1:8080 (port 0 picks a free one), not %q", addr)
+// httpOptions checks the HTTP flags of command cmd and turns them into
+// handler options.
+func httpOptions(cmd, addr, path string, hosts, origins []string, authToken string, tokens []string) (*streamhttp.HandlerOptions, error) {
+	if err := checkListenAddr(cmd, "--http", addr); err != nil {
+		return nil, err
 	}
 	if !strings.HasPrefix(path, "/") || strings.ContainsAny(path, " {}?#") {
-		return nil, usagef("serve: --path must be a URL path starting with \"/\", such as /mcp, not %q", path)
+		return nil, usagef("%s: --path must be a URL path starting with \"/\", such as /mcp, not %q", cmd, path)
 	}
 	for _, o := range origins {
 		if u, err := url.Parse(o); o != "*" && (err != nil || u.Scheme == "" || u.Host == "") {
-			return nil, usagef("serve: --allowed-origin wants scheme://host[:port], such as https://app.example.com, not %q", o)
+			return nil, usagef("%s: --allowed-origin wants scheme://host[:port], such as https://app.example.com, not %q", cmd, o)
 		}
 	}
 	token := cmp.Or(authToken, os.Getenv("MCPREL_AUTH_TOKEN"))
@@ -103,10 +108,10 @@ func httpOptions(addr, path string, hosts, origins []string, authToken string, t
 	for _, t := range tokens {
 		name, tok, ok := strings.Cut(t, "=")
 		if !ok || name == "" || tok == "" {
-			return nil, usagef("serve: --token wants TENANT=TOKEN, not %q", t)
+			return nil, usagef("%s: --token wants TENANT=TOKEN, not %q", cmd, t)
 		}
 		if prev, dup := tenants[tok]; dup || tok == token {
-			return nil, usagef("serve: the token of tenant %q is given twice (also for %q)", name, cmp.Or(prev, "--auth-token"))
+			return nil, usagef("%s: the token of tenant %q is given twice (also for %q)", cmd, name, cmp.Or(prev, "--auth-token"))
 		}
 		tenants[tok] = name
 	}

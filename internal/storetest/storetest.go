@@ -46,7 +46,7 @@ func Postgres(t testing.TB) string {
 	}
 	dsn, drop, err := FreshSchema(context.Background(), base, "mcprel_test_")
 	if err != nil {
-		t.Fatalf("%s: %v", PostgresEnv, err)
+		t.Fatalf("%s: %v (it must name a database that exists: createdb creates one)", PostgresEnv, err)
 	}
 	t.Cleanup(func() {
 		if err := drop(); err != nil {

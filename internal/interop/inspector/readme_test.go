@@ -16,7 +16,7 @@ import (
 
 // readmeInspector is how the README starts the Inspector; the test runs
 // the same package from node_modules, pinned to the same version.
-const readmeInspector = "npx @modelcontextprotocol/inspector@2.12.0"
+const readmeInspector = "npx -y @modelcontextprotocol/inspector@2.12.0"
 
 // The README's Inspector lines, run as written (the binary, the working
 // directory and the example port put in their places), in order, against
