@@ -12,6 +12,7 @@ import (
 	"github.com/mcprel/mcprel/internal/ledgertest"
 	"github.com/mcprel/mcprel/internal/storetest"
 	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
 )
@@ -62,8 +63,10 @@ func TestGatewayKeyedCallsInFrontOfServerEverything(t *testing.T) {
 						Meta map[string]json.RawMessage `json:"_meta"`
 					}
 					json.Unmarshal(m.Params, &p)
-					if string(p.Meta[mcp.MetaIdempotencyKey]) != `"echo-1"` {
-						t.Errorf("the forwarded echo did not carry its key upstream: %s", m.Params)
+					// The key the upstream sees is the tenant's: derived
+					// from the tenant, the tool and the caller's key.
+					if want, _ := json.Marshal(ledger.DerivedKey("", "echo", "echo-1")); string(p.Meta[mcp.MetaIdempotencyKey]) != string(want) {
+						t.Errorf("the forwarded echo did not carry its derived key %s upstream: %s", want, m.Params)
 					}
 				}
 			}
