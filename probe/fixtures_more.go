@@ -701,7 +701,7 @@ func fixtureTransportSecurity(ctx context.Context, r *run) outcome {
 		}
 		s.close()
 		if s.status < 400 {
-			problems = append(problems, fmt.Sprintf("%s was served (HTTP %d)", what, s.status))
+			problems = append(problems, fmt.Sprintf("%s was not refused (%s)", what, s.httpStatus()))
 			return
 		}
 		seen = append(seen, fmt.Sprintf("%s: HTTP %d", what, s.status))

@@ -35,7 +35,7 @@ type httpPeer struct {
 // here, on a session of its own.
 func newHTTP(ctx context.Context, t *Target, era Era, rec *recorder, timeout time.Duration) (*httpPeer, error) {
 	p := &httpPeer{t: t, era: era, rec: rec, headerWait: timeout,
-		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, DisableCompression: true}}}
+		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, DisableCompression: true}, CheckRedirect: noRedirect}}
 	p.next.Store(1)
 	if era == Legacy {
 		s, err := p.post(ctx, requestFrame(1, mcp.MethodInitialize, initializeParams()), mcp.MethodInitialize, "", nil)
@@ -44,8 +44,11 @@ func newHTTP(ctx context.Context, t *Target, era Era, rec *recorder, timeout tim
 		}
 		m, _, ok := s.box.wait(ctx, 0, timeout, func(m inbound) bool { return m.isResponseTo(1) })
 		s.close()
+		if !ok && s.status >= 300 {
+			return nil, fmt.Errorf("the server answered initialize with %s%s", s.httpStatus(), bodyNote(s.body))
+		}
 		if !ok {
-			return nil, fmt.Errorf("the server did not answer initialize within %v (HTTP %d)", timeout, s.status)
+			return nil, fmt.Errorf("the server did not answer initialize within %v (%s)", timeout, s.httpStatus())
 		}
 		if m.msg.Error != nil {
 			return nil, fmt.Errorf("the server refused initialize: %s", m.msg.Error.Message)
@@ -60,11 +63,19 @@ func newHTTP(ctx context.Context, t *Target, era Era, rec *recorder, timeout tim
 	return p, nil
 }
 
+// noRedirect is the probe's http.Client's CheckRedirect: it follows no
+// redirect. A redirect would carry the request's body and headers (the
+// target's bearer token among them) to another address, and that
+// address's answer would be taken for the server's; the 3xx is the answer,
+// reported as a redirect that says where it pointed.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
 // stream is one HTTP response: a JSON body (one message) or an SSE
 // stream (one message per event), read as it comes.
 type stream struct {
 	status   int
 	header   http.Header
+	redirect string // a 3xx response's Location, resolved: where it pointed
 	box      *mailbox
 	started  time.Time // the request was sent
 	headers  time.Time // its response's headers came
@@ -109,6 +120,19 @@ func (s *stream) waitGate(ctx context.Context) {
 		case <-ctx.Done():
 		}
 	}
+}
+
+// httpStatus is the response's status for a report: a redirect says
+// where it pointed.
+func (s *stream) httpStatus() string {
+	if s.status >= 300 && s.status < 400 {
+		to := s.redirect
+		if to == "" {
+			to = "nowhere (no Location)"
+		}
+		return fmt.Sprintf("HTTP %d, a redirect to %s, which the probe does not follow", s.status, to)
+	}
+	return fmt.Sprintf("HTTP %d", s.status)
 }
 
 // sse reports whether the response is an event stream.
@@ -223,7 +247,10 @@ func (p *httpPeer) do(ctx context.Context, method string, body io.Reader, h map[
 		return nil, &UnreachableError{Target: p.t.String(), Err: err}
 	}
 	s.status, s.header, s.headers = resp.StatusCode, resp.Header, time.Now()
-	p.rec.note("HTTP %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	if loc, err := resp.Location(); err == nil && resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		s.redirect = loc.String()
+	}
+	p.rec.note("%s %s", s.httpStatus(), resp.Header.Get("Content-Type"))
 	go s.read(rctx, resp.Body, p.rec)
 	return s, nil
 }
@@ -320,8 +347,9 @@ func (p *httpPeer) callWith(ctx context.Context, method string, members, caps ma
 	defer s.close()
 	m, _, ok := s.box.wait(ctx, 0, timeout, func(m inbound) bool { return m.isResponseTo(id) })
 	if !ok {
+		s.close() // its body, if any, is read whole
 		if s.status >= 300 {
-			return inbound{}, fmt.Errorf("the server answered %s with HTTP %d%s", method, s.status, bodyNote(s.body))
+			return inbound{}, fmt.Errorf("the server answered %s with %s%s", method, s.httpStatus(), bodyNote(s.body))
 		}
 		return inbound{}, fmt.Errorf("the server did not answer %s within %v", method, timeout)
 	}

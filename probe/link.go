@@ -239,7 +239,7 @@ func (r *run) inFlight(ctx context.Context, c *call, op *review.Operation) (outc
 	}
 	how := ""
 	if c.s != nil {
-		how = fmt.Sprintf(" (HTTP %d, %s)", c.s.status, c.s.header.Get("Content-Type"))
+		how = fmt.Sprintf(" (%s, %s)", c.s.httpStatus(), c.s.header.Get("Content-Type"))
 	}
 	return fail("%q reported no progress within %v%s", op.Name, r.timing.Answer, how), false
 }
