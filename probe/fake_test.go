@@ -2,8 +2,10 @@ package probe_test
 
 import (
 	"bufio"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -18,6 +20,9 @@ import (
 //	decreasing-progress   progress goes down once
 //	ignores-key           the mutation runs again for a key it has seen
 //	no-deadline           a call that makes no progress runs forever
+//	floods-log            it writes notifications/message as fast as it can, from the start
+//	random-bytes          it writes random bytes as fast as it can, and nothing else
+//	endless-line          it writes one line that never ends
 //
 // It speaks both eras, and serves slow {steps, intervalMs} (a read that
 // reports progress), stall (a call that never ends nor reports), count (a
@@ -28,6 +33,21 @@ const fakeBugs = "MCPREL_PROBE_FAKE_SERVER"
 
 func fakeServer(bugs string) int {
 	f := &fake{bugs: bugs, out: bufio.NewWriter(os.Stdout), calls: map[string]chan struct{}{}, keys: map[string]fakeRecord{}}
+	switch {
+	case f.bug("random-bytes"):
+		go io.Copy(os.Stdout, rand.Reader)
+	case f.bug("endless-line"):
+		go func() {
+			os.Stdout.WriteString(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"`)
+			io.Copy(os.Stdout, endless('x'))
+		}()
+	case f.bug("floods-log"):
+		go func() {
+			for i := 0; ; i++ {
+				f.send(map[string]any{"method": "notifications/message", "params": map[string]any{"level": "info", "data": fmt.Sprintf("log line %d", i)}})
+			}
+		}()
+	}
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(nil, 16<<20)
 	for in.Scan() {
@@ -42,6 +62,16 @@ func fakeServer(bugs string) int {
 		f.handle(m.ID, m.Method, m.Params)
 	}
 	return 0
+}
+
+// endless is a reader of one byte, repeated forever.
+type endless byte
+
+func (e endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(e)
+	}
+	return len(p), nil
 }
 
 type fakeRecord struct {

@@ -69,7 +69,7 @@ func fixtureCancelBeforeCompletion(ctx context.Context, r *run) outcome {
 	settled := p.box.count()
 	time.Sleep(2 * r.timing.Quiet) // watching for what must not come
 	progressAfter, ranOn := 0, 0
-	for i, m := range p.box.since(cancelAt) {
+	for _, m := range p.box.since(cancelAt) {
 		switch {
 		case m.isResponseTo(c.id):
 			return fail("the server answered the cancelled request (id %d) after the cancellation: %s", c.id, describe(m))
@@ -78,7 +78,7 @@ func fixtureCancelBeforeCompletion(ctx context.Context, r *run) outcome {
 		}
 		if tok, _, ok := m.progressOf(); ok && tok == c.token {
 			progressAfter++
-			if cancelAt+i >= settled {
+			if m.seq >= settled {
 				ranOn++
 			}
 		}

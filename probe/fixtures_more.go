@@ -447,11 +447,11 @@ func fixtureSSEHeaders(ctx context.Context, r *run) outcome {
 	}
 	if quietOK {
 		deadline := time.Now().Add(r.timing.Keepalive)
-		for time.Now().Before(deadline) && len(quiet.keepalives()) == 0 && quiet.box.endedWith() == nil {
+		for _, ok := quiet.keepalive(); time.Now().Before(deadline) && !ok && quiet.box.endedWith() == nil; _, ok = quiet.keepalive() {
 			time.Sleep(100 * time.Millisecond) // the stream is read by its own goroutine
 		}
-		if ka := quiet.keepalives(); len(ka) > 0 {
-			seen = append(seen, fmt.Sprintf("a keepalive comment came %v into the quiet stream", ka[0].Sub(quiet.headers).Round(time.Millisecond)))
+		if ka, ok := quiet.keepalive(); ok {
+			seen = append(seen, fmt.Sprintf("a keepalive comment came %v into the quiet stream", ka.Sub(quiet.headers).Round(time.Millisecond)))
 		} else {
 			problems = append(problems, fmt.Sprintf("no keepalive comment on the quiet stream within %v", r.timing.Keepalive))
 		}

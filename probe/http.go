@@ -80,12 +80,12 @@ type stream struct {
 	started  time.Time // the request was sent
 	headers  time.Time // its response's headers came
 	firstAt  time.Time // its first event (or body) came
-	eventIDs []string
-	comments []time.Time
 	mu       sync.Mutex
+	lastID   string    // the last event id it carried
+	comment  time.Time // its first comment (a keepalive) came
 	cancel   context.CancelFunc
 	done     chan struct{}
-	body     []byte // a body that is no JSON-RPC message (an error page)
+	body     []byte // the start of a body that is no JSON-RPC message (an error page), at most maxBodyKept
 
 	gmu  sync.Mutex
 	gate chan struct{} // while not nil, the reader waits for it: the probe stopped reading
@@ -151,17 +151,15 @@ func (s *stream) close() {
 func (s *stream) lastEventID() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.eventIDs) == 0 {
-		return ""
-	}
-	return s.eventIDs[len(s.eventIDs)-1]
+	return s.lastID
 }
 
-// keepalives are the times comment lines came.
-func (s *stream) keepalives() []time.Time {
+// keepalive is when the stream's first comment line (a keepalive) came;
+// false while none has.
+func (s *stream) keepalive() (time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]time.Time(nil), s.comments...)
+	return s.comment, !s.comment.IsZero()
 }
 
 // headerFor is the Mcp-Name a 2026-07-28 request carries for its method.
@@ -255,28 +253,37 @@ func (p *httpPeer) do(ctx context.Context, method string, body io.Reader, h map[
 	return s, nil
 }
 
+// maxBodyKept is how much of a body that is no JSON-RPC message a
+// stream keeps, for a report.
+const maxBodyKept = 4 << 10
+
 func (s *stream) read(ctx context.Context, body io.ReadCloser, rec *recorder) {
 	defer close(s.done)
 	defer body.Close()
 	if !s.sse() {
-		data, err := io.ReadAll(io.LimitReader(body, maxLine))
-		if len(bytes.TrimSpace(data)) > 0 {
-			s.firstAt = time.Now()
-			rec.add("received", bytes.TrimSpace(data))
-			if msg, derr := jsonrpc.Decode(bytes.TrimSpace(data)); derr == nil {
-				s.box.put(inbound{msg: msg, raw: data, at: s.firstAt})
-			} else {
-				s.body = data
-			}
-		}
+		data, err := io.ReadAll(io.LimitReader(body, maxMessage+1))
 		if err == nil {
 			err = io.EOF
+		}
+		if len(data) > maxMessage {
+			data, err = data[:maxBodyKept], errTooLong("a response body")
+		}
+		if data = bytes.TrimSpace(data); len(data) > 0 {
+			s.mu.Lock()
+			s.firstAt = time.Now()
+			s.mu.Unlock()
+			rec.add("received", data)
+			if msg, derr := jsonrpc.Decode(data); derr == nil && err == io.EOF {
+				s.box.put(inbound{msg: msg, raw: data, at: time.Now()})
+			} else {
+				s.body = bytes.Clone(data[:min(len(data), maxBodyKept)])
+			}
 		}
 		s.box.end(err)
 		return
 	}
 	br := bufio.NewReaderSize(body, 4<<10)
-	var data []byte
+	var data []byte // the event being read: its data lines, at most maxMessage
 	for {
 		s.waitGate(ctx)
 		line, err := readLine(br)
@@ -290,23 +297,33 @@ func (s *stream) read(ctx context.Context, body io.ReadCloser, rec *recorder) {
 				}
 				s.mu.Unlock()
 				rec.add("received", data)
-				if msg, derr := jsonrpc.Decode(data); derr == nil {
-					s.box.put(inbound{msg: msg, raw: bytes.Clone(data), at: time.Now()})
+				raw := bytes.Clone(data)
+				if msg, derr := jsonrpc.Decode(raw); derr == nil {
+					s.box.put(inbound{msg: msg, raw: raw, at: time.Now()})
 				}
-				data = nil
+				if data = data[:0]; cap(data) > 64<<10 {
+					data = nil // a large event's buffer is not held for the next
+				}
 			}
 		case strings.HasPrefix(text, ":"):
 			s.mu.Lock()
-			s.comments = append(s.comments, time.Now())
+			if s.comment.IsZero() {
+				s.comment = time.Now()
+			}
 			s.mu.Unlock()
 		case strings.HasPrefix(text, "data:"):
+			more := strings.TrimPrefix(strings.TrimPrefix(text, "data:"), " ")
+			if len(data)+1+len(more) > maxMessage {
+				err = errTooLong("an event")
+				break
+			}
 			if len(data) > 0 {
 				data = append(data, '\n')
 			}
-			data = append(data, strings.TrimPrefix(strings.TrimPrefix(text, "data:"), " ")...)
+			data = append(data, more...)
 		case strings.HasPrefix(text, "id:"):
 			s.mu.Lock()
-			s.eventIDs = append(s.eventIDs, strings.TrimSpace(strings.TrimPrefix(text, "id:")))
+			s.lastID = strings.TrimSpace(strings.TrimPrefix(text, "id:"))
 			s.mu.Unlock()
 		}
 		if err != nil {

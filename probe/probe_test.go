@@ -54,13 +54,19 @@ var fastTiming = probe.Timing{Answer: 5 * time.Second, Quiet: 500 * time.Millise
 
 func probeFake(t *testing.T, bugs string) *probe.Report {
 	t.Helper()
+	return probeFakeOnly(t, bugs)
+}
+
+// probeFakeOnly probes the fake server with bugs, running only the
+// fixtures given (every one for none).
+func probeFakeOnly(t *testing.T, bugs string, only ...int) *probe.Report {
+	t.Helper()
 	pol, err := review.Parse("fake.yaml", []byte(fakePolicy))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rep, err := probe.Run(context.Background(), &probe.Options{
-		Target: probe.Target{Command: []string{os.Args[0], "-test.run=^$"}, Env: []string{fakeBugs + "=" + bugs}},
-		Policy: pol, Timing: fastTiming,
+		Target: stdioFake(bugs), Policy: pol, Timing: fastTiming, Only: only,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,41 +31,94 @@ type Frame struct {
 	Text string `json:"text"`
 }
 
-// maxFrameText clips a frame's text in a report.
-const maxFrameText = 600
+// What a fixture keeps for its report is bounded, whatever the server
+// sends: at most maxFrames frames — the first headFrames (the requests
+// that began it) and the latest (where a failure shows), the frames
+// between counted in a note — each clipped to maxFrameText bytes.
+const (
+	maxFrames    = 256
+	headFrames   = 32
+	maxFrameText = 600
+)
 
-// recorder keeps the frames of one fixture, in order.
+// recorder keeps the frames of one fixture, in order, within maxFrames.
 type recorder struct {
 	start time.Time
 	mu    sync.Mutex
-	fs    []Frame
+	head  []Frame // the first headFrames
+	tail  []Frame // a ring of the latest, at most maxFrames-headFrames-1
+	next  int     // where the ring's next frame goes, once it is full
+	// skipped is how many frames came between head and tail, not kept.
+	skipped int
 }
 
 func newRecorder() *recorder { return &recorder{start: time.Now()} }
 
 func (r *recorder) add(dir string, text []byte) {
+	n := len(text)
+	if n > maxFrameText {
+		text = text[:maxFrameText]
+	}
 	t := string(text)
-	if len(t) > maxFrameText {
-		t = t[:maxFrameText] + fmt.Sprintf("… (%d bytes)", len(text))
+	if n > maxFrameText {
+		t += fmt.Sprintf("… (%d bytes)", n)
 	}
 	r.mu.Lock()
-	r.fs = append(r.fs, Frame{At: time.Since(r.start).Round(time.Microsecond), Dir: dir, Text: t})
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	f := Frame{At: time.Since(r.start).Round(time.Microsecond), Dir: dir, Text: t}
+	switch {
+	case len(r.head) < headFrames:
+		r.head = append(r.head, f)
+	case len(r.tail) < maxFrames-headFrames-1:
+		r.tail = append(r.tail, f)
+	default:
+		r.tail[r.next] = f
+		r.next = (r.next + 1) % len(r.tail)
+		r.skipped++
+	}
 }
 
 func (r *recorder) note(format string, args ...any) { r.add("note", fmt.Appendf(nil, format, args...)) }
 
+// frames returns the frames kept, in order; where some were not kept, a
+// note between says how many.
 func (r *recorder) frames() []Frame {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Frame(nil), r.fs...)
+	out := make([]Frame, 0, len(r.head)+len(r.tail)+1)
+	out = append(out, r.head...)
+	tail := append(append([]Frame(nil), r.tail[r.next:]...), r.tail[:r.next]...)
+	if r.skipped > 0 {
+		out = append(out, Frame{At: tail[0].At, Dir: "note",
+			Text: fmt.Sprintf("… %d frames not kept (a fixture keeps its first %d and its latest %d)", r.skipped, headFrames, len(r.tail))})
+	}
+	return append(out, tail...)
 }
 
 // inbound is a message the server sent, decoded, with when it came.
 type inbound struct {
 	msg jsonrpc.Message
-	raw []byte
+	raw []byte // msg's members alias it
 	at  time.Time
+	seq int // its place among what the connection received, from 0
+}
+
+// keptCost is what a kept message costs: its bytes, and its decoded form
+// beside them.
+func (m inbound) keptCost() int { return len(m.raw) + 256 }
+
+// keepRank orders messages for keeping when a mailbox is full: the
+// lowest go first. Answers — what the probe's requests wait on — are
+// kept longest, then progress; log and other notifications, requests and
+// lines that are no message go first.
+func (m inbound) keepRank() int {
+	switch {
+	case m.msg.Kind == jsonrpc.KindResponse || answersNotification(m):
+		return 2
+	case m.msg.Kind == jsonrpc.KindNotification && m.msg.Method == mcp.NotificationProgress:
+		return 1
+	}
+	return 0
 }
 
 // isResponseTo reports whether m answers the request with id.
@@ -88,12 +142,33 @@ func (m inbound) progressOf() (token string, value float64, ok bool) {
 	return strings.Trim(string(p.Token), `"`), p.Progress, true
 }
 
+// A mailbox keeps at most maxKept messages and maxKeptBytes of them,
+// whatever the server sends: past either, the least needed go first
+// (keepRank), oldest first. maxMessage bounds one message the probe
+// reads — a stdio line, an SSE event, an HTTP body — and one longer ends
+// its connection with errTooLong.
+const (
+	maxKept      = 2048
+	maxKeptBytes = 16 << 20
+	maxMessage   = 8 << 20
+)
+
+// errTooLong is how a connection ends when the server sent what (a line,
+// an event, a response body) longer than maxMessage.
+func errTooLong(what string) error {
+	return fmt.Errorf("the server sent %s longer than %d MiB, the most the probe reads", what, maxMessage>>20)
+}
+
 // mailbox holds what one connection (or one HTTP response stream)
-// received, in order, for fixtures to wait on.
+// received, in order, within its bounds, for fixtures to wait on. A
+// message's place (seq) counts every message received, kept or not.
 type mailbox struct {
 	mu      sync.Mutex
-	msgs    []inbound
-	ended   error // the stream ended: io.EOF, or why
+	msgs    []inbound // kept, in order of seq
+	next    int       // the next message's seq: how many came
+	bytes   int       // what msgs cost (keptCost)
+	dropped int       // messages received and not kept
+	ended   error     // the stream ended: io.EOF, or why
 	changed chan struct{}
 }
 
@@ -101,10 +176,42 @@ func newMailbox() *mailbox { return &mailbox{changed: make(chan struct{})} }
 
 func (b *mailbox) put(m inbound) {
 	b.mu.Lock()
+	m.seq = b.next
+	b.next++
 	b.msgs = append(b.msgs, m)
+	b.bytes += m.keptCost()
+	b.trim()
 	close(b.changed)
 	b.changed = make(chan struct{})
 	b.mu.Unlock()
+}
+
+// trim lets go of messages past the bounds, the least needed and oldest
+// first, down to three quarters of each bound at once, so that a flood
+// costs one pass per quarter of the bound, not one per message.
+func (b *mailbox) trim() {
+	n, size := 0, 0
+	if len(b.msgs) > maxKept {
+		n = len(b.msgs) - maxKept*3/4
+	}
+	if b.bytes > maxKeptBytes {
+		size = b.bytes - maxKeptBytes*3/4
+	}
+	for rank := 0; rank <= 2 && (n > 0 || size > 0); rank++ {
+		kept := b.msgs[:0]
+		for _, m := range b.msgs {
+			if (n > 0 || size > 0) && m.keepRank() == rank {
+				n--
+				size -= m.keptCost()
+				b.bytes -= m.keptCost()
+				b.dropped++
+				continue
+			}
+			kept = append(kept, m)
+		}
+		clear(b.msgs[len(kept):])
+		b.msgs = kept
+	}
 }
 
 func (b *mailbox) end(err error) {
@@ -117,22 +224,27 @@ func (b *mailbox) end(err error) {
 	b.mu.Unlock()
 }
 
-// wait returns the first message from index from on that ok accepts, and
-// the index after it; false once the deadline passed or the stream ended
+// first is the index in msgs of the first kept message whose seq is at
+// least from.
+func (b *mailbox) first(from int) int {
+	return sort.Search(len(b.msgs), func(i int) bool { return b.msgs[i].seq >= from })
+}
+
+// wait returns the first message from seq from on that ok accepts, and
+// the seq after it; false once the deadline passed or the stream ended
 // without one.
 func (b *mailbox) wait(ctx context.Context, from int, timeout time.Duration, ok func(inbound) bool) (inbound, int, bool) {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
 		b.mu.Lock()
-		for i := from; i < len(b.msgs); i++ {
-			if ok(b.msgs[i]) {
-				m := b.msgs[i]
+		for _, m := range b.msgs[b.first(from):] {
+			if ok(m) {
 				b.mu.Unlock()
-				return m, i + 1, true
+				return m, m.seq + 1, true
 			}
 		}
-		from = len(b.msgs)
+		from = b.next
 		ended, ch := b.ended, b.changed
 		b.mu.Unlock()
 		if ended != nil {
@@ -148,21 +260,23 @@ func (b *mailbox) wait(ctx context.Context, from int, timeout time.Duration, ok 
 	}
 }
 
-// since returns the messages from index from on.
+// since returns the messages kept from seq from on.
 func (b *mailbox) since(from int) []inbound {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if from >= len(b.msgs) {
+	i := b.first(from)
+	if i >= len(b.msgs) {
 		return nil
 	}
-	return append([]inbound(nil), b.msgs[from:]...)
+	return append([]inbound(nil), b.msgs[i:]...)
 }
 
-// count is how many messages came so far.
+// count is how many messages came so far, kept or not: the seq of the
+// next.
 func (b *mailbox) count() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.msgs)
+	return b.next
 }
 
 // endedWith reports whether the stream ended, and how.
@@ -259,9 +373,6 @@ func (t *tail) String() string {
 	return strings.TrimSpace(string(t.buf))
 }
 
-// maxLine bounds a line the probe reads from a server.
-const maxLine = 32 << 20
-
 // startStdio starts argv and speaks era to it: the 2025 era's handshake
 // is made here.
 func startStdio(ctx context.Context, t *Target, era Era, rec *recorder, timeout time.Duration) (*stdioPeer, error) {
@@ -301,13 +412,11 @@ func (p *stdioPeer) read(r io.Reader) {
 			<-gate
 		}
 		line, err := readLine(br)
-		if len(bytes.TrimSpace(line)) > 0 {
-			p.rec.add("received", bytes.TrimSpace(line))
-			msg, derr := jsonrpc.Decode(bytes.TrimSpace(line))
-			if derr == nil {
-				p.box.put(inbound{msg: msg, raw: bytes.Clone(bytes.TrimSpace(line)), at: time.Now()})
-			} else {
-				p.box.put(inbound{raw: bytes.Clone(bytes.TrimSpace(line)), at: time.Now()})
+		if err == nil || err == io.EOF {
+			if raw := bytes.Clone(bytes.TrimSpace(line)); len(raw) > 0 {
+				p.rec.add("received", raw)
+				msg, _ := jsonrpc.Decode(raw) // a line that is no message is kept as it came
+				p.box.put(inbound{msg: msg, raw: raw, at: time.Now()})
 			}
 		}
 		if err != nil {
@@ -317,15 +426,16 @@ func (p *stdioPeer) read(r io.Reader) {
 	}
 }
 
-// readLine reads one newline-ended line of at most maxLine bytes.
+// readLine reads one newline-ended line of at most maxMessage bytes; a
+// longer one is errTooLong, and what of it was read is not returned.
 func readLine(br *bufio.Reader) ([]byte, error) {
 	var line []byte
 	for {
 		chunk, err := br.ReadSlice('\n')
-		line = append(line, chunk...)
-		if len(line) > maxLine {
-			return line, fmt.Errorf("a line longer than %d bytes", maxLine)
+		if len(line)+len(chunk) > maxMessage {
+			return nil, errTooLong("a line")
 		}
+		line = append(line, chunk...)
 		if err != bufio.ErrBufferFull {
 			return line, err
 		}
