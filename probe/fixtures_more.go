@@ -2,6 +2,7 @@ package probe
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -385,6 +386,8 @@ func slowStdioConsumer(ctx context.Context, r *run, op *review.Operation) outcom
 // Fixture 10. An SSE response has Content-Type text/event-stream,
 // Cache-Control no-cache and X-Accel-Buffering no, its headers come
 // before its first event, and a quiet stream carries keepalive comments.
+// A server that answers with no stream at all gives it nothing to check:
+// not applicable, never passed.
 func fixtureSSEHeaders(ctx context.Context, r *run) outcome {
 	if r.t.Transport() == "stdio" {
 		return notApplicable("a Streamable HTTP fixture")
@@ -396,7 +399,9 @@ func fixtureSSEHeaders(ctx context.Context, r *run) outcome {
 	defer p.close(ctx)
 	// A quiet stream first: the keepalive takes longest to see.
 	var quiet *stream
+	quietName := "the 2025 GET stream"
 	if r.era == Modern {
+		quietName = "subscriptions/listen"
 		_, quiet, err = p.request(ctx, mcp.MethodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true}}, "", nil)
 	} else {
 		quiet, err = p.get(ctx, nil)
@@ -405,13 +410,11 @@ func fixtureSSEHeaders(ctx context.Context, r *run) outcome {
 		return fail("%v", err)
 	}
 	defer quiet.close()
-	var problems, seen []string
+	// problems fail the fixture; seen says what passed; unchecked, what
+	// there was no stream to check.
+	var problems, seen, unchecked []string
 	check := func(s *stream, what string) {
 		ct, cc, xa := s.header.Get("Content-Type"), s.header.Get("Cache-Control"), s.header.Get("X-Accel-Buffering")
-		if !strings.HasPrefix(ct, "text/event-stream") {
-			problems = append(problems, fmt.Sprintf("%s: Content-Type %q", what, ct))
-			return
-		}
 		if !strings.Contains(strings.ToLower(cc), "no-cache") {
 			problems = append(problems, fmt.Sprintf("%s: Cache-Control %q, want no-cache", what, cc))
 		}
@@ -424,11 +427,14 @@ func fixtureSSEHeaders(ctx context.Context, r *run) outcome {
 		}
 		seen = append(seen, what+": "+ct)
 	}
+	noStream := func(s *stream) string {
+		return fmt.Sprintf("%s %s, not a stream", s.httpStatus(), cmp.Or(s.header.Get("Content-Type"), "(no Content-Type)"))
+	}
 	quietOK := quiet.status < 300 && quiet.sse()
 	if quietOK {
 		check(quiet, "the quiet stream")
 	} else {
-		seen = append(seen, fmt.Sprintf("no quiet stream to watch (HTTP %d %s)", quiet.status, quiet.header.Get("Content-Type")))
+		unchecked = append(unchecked, fmt.Sprintf("%s was answered with %s: no quiet stream to watch for keepalives", quietName, noStream(quiet)))
 	}
 	if slow := r.roles.slow; slow != nil && r.tools[slow.Name] {
 		c, err := p.callTool(ctx, slow, slow.Probe.Arguments, newToken(1))
@@ -436,12 +442,17 @@ func fixtureSSEHeaders(ctx context.Context, r *run) outcome {
 			return fail("%v", err)
 		}
 		s := c.s
-		if _, _, ok := c.progress(ctx, 0, r.timing.Answer); ok {
+		switch _, _, ok := c.progress(ctx, 0, r.timing.Answer); {
+		case ok:
 			check(s, "the progress stream")
 			headers, first := s.headers.Sub(s.started), s.firstAt.Sub(s.started)
 			if first > 200*time.Millisecond && headers >= first-5*time.Millisecond {
 				problems = append(problems, fmt.Sprintf("the headers came with the first event (%v), not before it", first.Round(time.Millisecond)))
 			}
+		case !s.sse():
+			unchecked = append(unchecked, fmt.Sprintf("the call of %q was answered with %s", slow.Name, noStream(s)))
+		default:
+			unchecked = append(unchecked, fmt.Sprintf("the call of %q reported no progress within %v", slow.Name, r.timing.Answer))
 		}
 		s.close()
 	}
@@ -450,16 +461,25 @@ func fixtureSSEHeaders(ctx context.Context, r *run) outcome {
 		for _, ok := quiet.keepalive(); time.Now().Before(deadline) && !ok && quiet.box.endedWith() == nil; _, ok = quiet.keepalive() {
 			time.Sleep(100 * time.Millisecond) // the stream is read by its own goroutine
 		}
-		if ka, ok := quiet.keepalive(); ok {
+		ka, ok := quiet.keepalive()
+		at, ended := quiet.box.endedWhen()
+		switch {
+		case ok:
 			seen = append(seen, fmt.Sprintf("a keepalive comment came %v into the quiet stream", ka.Sub(quiet.headers).Round(time.Millisecond)))
-		} else {
+		case ended != nil:
+			problems = append(problems, fmt.Sprintf("the quiet stream ended %v after its headers (%v), before any keepalive comment",
+				at.Sub(quiet.headers).Round(time.Millisecond), ended))
+		default:
 			problems = append(problems, fmt.Sprintf("no keepalive comment on the quiet stream within %v", r.timing.Keepalive))
 		}
 	}
 	if len(problems) > 0 {
 		return fail("%s", strings.Join(problems, "; "))
 	}
-	return pass("%s", strings.Join(seen, "; "))
+	if len(seen) == 0 {
+		return notApplicable("no response was an SSE stream, so there is nothing to check: %s", strings.Join(unchecked, "; "))
+	}
+	return pass("%s", strings.Join(append(seen, unchecked...), "; "))
 }
 
 // Fixture 11. A cut subscriptions/listen stream is opened again with a
@@ -478,22 +498,15 @@ func fixtureReconnect(ctx context.Context, r *run) outcome {
 	}
 	defer l.close()
 	listen := map[string]any{"notifications": map[string]any{"toolsListChanged": true}}
-	acked := func(c *call) (inbound, bool) {
-		m, _, ok := c.box.wait(ctx, c.from, r.timing.Answer, func(m inbound) bool {
-			return m.msg.Method == mcp.NotificationSubscriptionAck || m.isResponseTo(c.id)
-		})
-		return m, ok
-	}
 	first, err := l.start(ctx, mcp.MethodListen, listen, "", nil)
 	if err != nil {
 		return fail("%v", err)
 	}
-	m, ok := acked(first)
-	if !ok {
-		return fail("subscriptions/listen was neither acknowledged nor answered within %v", r.timing.Answer)
-	}
-	if m.isResponseTo(first.id) && m.msg.Error != nil {
-		return notApplicable("the server does not serve subscriptions/listen: %s", errorText(m.msg.Error))
+	if o, ok := r.subscribed(ctx, first, "subscriptions/listen"); !ok {
+		if o.status == Failed {
+			return o
+		}
+		return notApplicable("the server does not serve subscriptions/listen: %s", o.detail)
 	}
 	switch l := l.(type) {
 	case stdioLink:
@@ -508,11 +521,45 @@ func fixtureReconnect(ctx context.Context, r *run) outcome {
 	if second.s != nil {
 		defer second.s.close()
 	}
-	m, ok = acked(second)
-	if !ok || m.msg.Error != nil {
-		return fail("after the first stream was cut, a new subscriptions/listen (id %d) was not acknowledged: %s", second.id, describeOr(m, ok))
+	what := fmt.Sprintf("after the first stream was cut, a new subscriptions/listen (id %d)", second.id)
+	if o, ok := r.subscribed(ctx, second, what); !ok {
+		o.status = Failed
+		return o
 	}
-	return pass("a cut subscriptions/listen was opened again under a new id and acknowledged")
+	return pass("a cut subscriptions/listen was opened again under a new id, acknowledged, and stayed open")
+}
+
+// subscribed reports whether the subscriptions/listen call c was
+// acknowledged and its stream stayed open: its first message is
+// notifications/subscriptions/acknowledged, and neither a response nor
+// the stream's end follows while the probe watches (its quiet wait). If
+// not, the outcome says why: failed, or — the listen refused with an
+// error — not applicable, with the error.
+func (r *run) subscribed(ctx context.Context, c *call, what string) (outcome, bool) {
+	m, _, ok := c.box.wait(ctx, c.from, r.timing.Answer, func(m inbound) bool {
+		return m.msg.Method == mcp.NotificationSubscriptionAck || m.isResponseTo(c.id)
+	})
+	switch {
+	case !ok && c.box.endedWith() != nil:
+		return fail("%s ended (%v) with neither an acknowledgement nor an answer", what, c.box.endedWith()), false
+	case !ok:
+		return fail("%s was neither acknowledged nor answered within %v", what, r.timing.Answer), false
+	case m.isResponseTo(c.id) && m.msg.Error != nil:
+		return notApplicable("%s", errorText(m.msg.Error)), false
+	case m.isResponseTo(c.id):
+		return fail("%s was answered at once with a result (%s), not acknowledged with %s: no stream stayed open",
+			what, clip(string(m.msg.Result), 120), mcp.NotificationSubscriptionAck), false
+	}
+	acked := m.at
+	if end, _, ok := c.box.wait(ctx, c.from, r.timing.Quiet, func(m inbound) bool { return m.isResponseTo(c.id) }); ok {
+		return fail("%s was acknowledged, then answered %v later (%s): the stream did not stay open",
+			what, end.at.Sub(acked).Round(time.Millisecond), describe(end)), false
+	}
+	if at, err := c.box.endedWhen(); err != nil {
+		return fail("%s was acknowledged, then its stream ended %v later (%v): it did not stay open",
+			what, at.Sub(acked).Round(time.Millisecond), err), false
+	}
+	return outcome{}, true
 }
 
 func describeOr(m inbound, ok bool) string {
@@ -543,7 +590,7 @@ func resume2025(ctx context.Context, r *run) outcome {
 	last := s.lastEventID()
 	s.close()
 	if last == "" {
-		return pass("the server's events carry no id: it does not advertise resumption, and there is nothing to resume")
+		return notApplicable("the server's events carry no id: it offers no resumption, so there is nothing to resume")
 	}
 	g, err := p.get(ctx, map[string]string{mcp.HeaderLastEventID: last})
 	if err != nil {

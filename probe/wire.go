@@ -169,6 +169,7 @@ type mailbox struct {
 	bytes   int       // what msgs cost (keptCost)
 	dropped int       // messages received and not kept
 	ended   error     // the stream ended: io.EOF, or why
+	endedAt time.Time // when
 	changed chan struct{}
 }
 
@@ -217,7 +218,7 @@ func (b *mailbox) trim() {
 func (b *mailbox) end(err error) {
 	b.mu.Lock()
 	if b.ended == nil {
-		b.ended = err
+		b.ended, b.endedAt = err, time.Now()
 		close(b.changed)
 		b.changed = make(chan struct{})
 	}
@@ -284,6 +285,14 @@ func (b *mailbox) endedWith() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.ended
+}
+
+// endedWhen reports when the stream ended, and how; a nil error while it
+// has not.
+func (b *mailbox) endedWhen() (time.Time, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.endedAt, b.ended
 }
 
 // clientInfo is who the probe says it is.
