@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/review"
 )
@@ -178,7 +179,10 @@ type Report struct {
 	Target    string   `json:"target"`
 	Transport string   `json:"transport"`
 	Eras      []string `json:"eras"`
-	Results   []Result `json:"results"`
+	// ErasNotSpoken says, for each era the server was asked for and does
+	// not speak, why not: "2026-07-28: …".
+	ErasNotSpoken []string `json:"eras_not_spoken,omitempty"`
+	Results       []Result `json:"results"`
 }
 
 // Count returns how many results have status s.
@@ -273,6 +277,7 @@ func Run(ctx context.Context, o *Options) (*Report, error) {
 	if len(eras) == 0 {
 		return nil, &UnreachableError{Target: o.Target.String(), Err: errors.New(strings.Join(reasons, "; "))}
 	}
+	rep.ErasNotSpoken = reasons
 	if len(rs.setup) > 0 {
 		rs.setupNote = setup(ctx, &o.Target, eras[0], timing, rs.setup)
 	}
@@ -333,7 +338,11 @@ func Run(ctx context.Context, o *Options) (*Report, error) {
 const parallel = 4
 
 // greet asks the server for era's first answer — server/discover in the
-// 2026-07-28 era, initialize in the 2025 era — and lists its tools.
+// 2026-07-28 era, initialize in the 2025 era — and lists its tools. The
+// 2026-07-28 era is the server's only when server/discover lists it in
+// supportedVersions and the server then serves a 2026-07-28 request (the
+// tools/list): a server that answers server/discover and refuses the
+// version — as a stateful 2025 server may — speaks the 2025 era alone.
 func greet(ctx context.Context, t *Target, era Era, timing Timing) (map[string]bool, error) {
 	rec := newRecorder()
 	l, err := open(ctx, t, era, rec, timing)
@@ -349,13 +358,23 @@ func greet(ctx context.Context, t *Target, era Era, timing Timing) (map[string]b
 		if m.msg.Error != nil {
 			return nil, fmt.Errorf("server/discover: %s", errorText(m.msg.Error))
 		}
+		var d mcp.DiscoverResult
+		if err := jsonUnmarshal(m.msg.Result, &d); err != nil {
+			return nil, fmt.Errorf("server/discover's result: %v", err)
+		}
+		if !slices.Contains(d.SupportedVersions, mcp.Version20260728) {
+			return nil, fmt.Errorf("server/discover lists supportedVersions %q, without %s", d.SupportedVersions, mcp.Version20260728)
+		}
 	}
 	m, err := l.call(ctx, mcp.MethodToolsList, nil, timing.Answer)
 	if err != nil {
 		return nil, err
 	}
 	listed := map[string]bool{}
-	if m.msg.Error != nil {
+	if e := m.msg.Error; e != nil {
+		if era == Modern && e.Code != jsonrpc.CodeMethodNotFound {
+			return nil, fmt.Errorf("server/discover lists %s, but the server refused a %s tools/list: %s", mcp.Version20260728, mcp.Version20260728, errorText(e))
+		}
 		return listed, nil // no tools: the protocol fixtures still apply
 	}
 	var res mcp.ListToolsResult

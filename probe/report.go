@@ -14,7 +14,11 @@ const maxFramesShown = 24
 // WriteText writes the report for a person: one line per fixture and era,
 // and under each failure the frames that prove it.
 func (r *Report) WriteText(w io.Writer) error {
-	fmt.Fprintf(w, "mcprel probe: %s (%s), eras %s\n\n", r.Target, r.Transport, strings.Join(r.Eras, ", "))
+	fmt.Fprintf(w, "mcprel probe: %s (%s), eras %s\n", r.Target, r.Transport, strings.Join(r.Eras, ", "))
+	for _, why := range r.ErasNotSpoken {
+		fmt.Fprintf(w, "  not probed: %s\n", why)
+	}
+	fmt.Fprintln(w)
 	for _, res := range r.Results {
 		fmt.Fprintf(w, "%3d %-36s %-10s %-14s %s\n", res.Fixture, res.Name, res.Era, res.Status, res.Detail)
 		if res.Status != Failed {
