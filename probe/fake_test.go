@@ -20,6 +20,7 @@ import (
 //	decreasing-progress   progress goes down once
 //	ignores-key           the mutation runs again for a key it has seen
 //	no-deadline           a call that makes no progress runs forever
+//	dies-on-stall         the process exits (status 3) when stall is called
 //	floods-log            it writes notifications/message as fast as it can, from the start
 //	random-bytes          it writes random bytes as fast as it can, and nothing else
 //	endless-line          it writes one line that never ends
@@ -197,6 +198,10 @@ func (f *fake) call(id json.RawMessage, params json.RawMessage) {
 			f.result(id, text(fmt.Sprintf("counted to %d", steps)))
 		}()
 	case "stall":
+		if f.bug("dies-on-stall") {
+			fmt.Fprintln(os.Stderr, "fake: a call that stalls is more than this server takes")
+			os.Exit(3)
+		}
 		// Ended by its deadline, as a server should, unless it has none.
 		go func() {
 			defer done()

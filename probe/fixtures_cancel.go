@@ -419,8 +419,8 @@ func fixtureDeadline(ctx context.Context, r *run) outcome {
 		defer c.s.close()
 	}
 	if !ok {
-		if c.s != nil && c.s.box.endedWith() != nil {
-			return fail("the server closed the stream after %v without an answer", took.Round(time.Millisecond))
+		if err := c.box.endedWith(); err != nil {
+			return fail("the server's %s ended %v after the call was sent, without an answer (%v)", map[bool]string{true: "response stream", false: "output"}[c.s != nil], took.Round(time.Millisecond), err)
 		}
 		return fail("a call without progress was still running after %v: nothing on the server's side ended it", wait)
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -242,6 +243,7 @@ func (p *httpPeer) do(ctx context.Context, method string, body io.Reader, h map[
 	}
 	if err != nil {
 		cancel()
+		p.rec.suspect("a "+method, fmt.Sprintf("could not be sent (%v)", err))
 		return nil, &UnreachableError{Target: p.t.String(), Err: err}
 	}
 	s.status, s.header, s.headers = resp.StatusCode, resp.Header, time.Now()
@@ -251,6 +253,17 @@ func (p *httpPeer) do(ctx context.Context, method string, body io.Reader, h map[
 	p.rec.note("%s %s", s.httpStatus(), resp.Header.Get("Content-Type"))
 	go s.read(rctx, resp.Body, p.rec)
 	return s, nil
+}
+
+// cut tells the run, when a response was cut (err) other than by the
+// probe or for its length, that the server may have died; it returns once
+// the run knows.
+func (s *stream) cut(ctx context.Context, err error, rec *recorder) {
+	var tl *tooLong
+	if err == io.EOF || ctx.Err() != nil || errors.As(err, &tl) {
+		return
+	}
+	rec.suspect(fmt.Sprintf("a response (HTTP %d %s)", s.status, s.header.Get("Content-Type")), fmt.Sprintf("was cut (%v)", err))
 }
 
 // maxBodyKept is how much of a body that is no JSON-RPC message a
@@ -279,6 +292,7 @@ func (s *stream) read(ctx context.Context, body io.ReadCloser, rec *recorder) {
 				s.body = bytes.Clone(data[:min(len(data), maxBodyKept)])
 			}
 		}
+		s.cut(ctx, err, rec)
 		s.box.end(err)
 		return
 	}
@@ -327,6 +341,7 @@ func (s *stream) read(ctx context.Context, body io.ReadCloser, rec *recorder) {
 			s.mu.Unlock()
 		}
 		if err != nil {
+			s.cut(ctx, err, rec)
 			s.box.end(err)
 			return
 		}

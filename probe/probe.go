@@ -182,7 +182,10 @@ type Report struct {
 	// ErasNotSpoken says, for each era the server was asked for and does
 	// not speak, why not: "2026-07-28: …".
 	ErasNotSpoken []string `json:"eras_not_spoken,omitempty"`
-	Results       []Result `json:"results"`
+	// Deaths are the server's deaths the probe noticed: when, during
+	// which fixtures, and how. The fixtures they touched say so.
+	Deaths  []Death  `json:"deaths,omitempty"`
+	Results []Result `json:"results"`
 }
 
 // Count returns how many results have status s.
@@ -297,6 +300,12 @@ func Run(ctx context.Context, o *Options) (*Report, error) {
 	// Fixtures run a few at a time, each on connections (and processes)
 	// of its own, so that the long waits — a keepalive, a deadline —
 	// overlap; the ones that count a mutation's executions take turns.
+	//
+	// The server's death stops them: the fixtures running are told, and
+	// no other starts.
+	fctx, stop := context.WithCancel(ctx)
+	defer stop()
+	v := newVitals(&o.Target, timing.Answer, stop)
 	results := make([]Result, len(jobs))
 	var counting sync.Mutex
 	var mu sync.Mutex
@@ -310,11 +319,17 @@ func Run(ctx context.Context, o *Options) (*Report, error) {
 				counting.Lock()
 				defer counting.Unlock()
 			}
-			r := &run{t: &o.Target, era: j.era, timing: timing, roles: rs, rec: newRecorder(), tools: tools[j.era]}
+			rec := newRecorder()
+			rec.v, rec.label = v, fmt.Sprintf("%d %s (%s)", j.fx.n, j.fx.name, j.era)
+			r := &run{t: &o.Target, era: j.era, timing: timing, roles: rs, rec: rec, tools: tools[j.era]}
 			began := time.Now()
 			out := notApplicable("the run was stopped before this fixture")
-			if ctx.Err() == nil {
-				out = j.fx.run(ctx, r)
+			if d, dead := v.httpDeath(); dead {
+				out = notApplicable("not run: %s", d)
+			} else if ctx.Err() == nil {
+				v.starts(rec)
+				out = v.diedDuring(rec, j.fx.run(fctx, r))
+				v.ends(rec)
 			}
 			res := Result{Fixture: j.fx.n, Name: j.fx.name, Checks: j.fx.checks, Transport: o.Target.Transport(), Era: j.era.String(),
 				Status: out.status, Detail: out.detail, Measured: out.measured, Took: time.Since(began).Round(time.Millisecond)}
@@ -331,6 +346,7 @@ func Run(ctx context.Context, o *Options) (*Report, error) {
 	}
 	wg.Wait()
 	rep.Results = results
+	rep.Deaths = v.all()
 	return rep, ctx.Err()
 }
 

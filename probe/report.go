@@ -18,6 +18,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	for _, why := range r.ErasNotSpoken {
 		fmt.Fprintf(w, "  not probed: %s\n", why)
 	}
+	for _, d := range r.Deaths {
+		fmt.Fprintf(w, "  %s\n", d)
+	}
 	fmt.Fprintln(w)
 	for _, res := range r.Results {
 		fmt.Fprintf(w, "%3d %-36s %-10s %-14s %s\n", res.Fixture, res.Name, res.Era, res.Status, res.Detail)

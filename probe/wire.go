@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcprel/mcprel/jsonrpc"
@@ -50,6 +51,11 @@ type recorder struct {
 	next  int     // where the ring's next frame goes, once it is full
 	// skipped is how many frames came between head and tail, not kept.
 	skipped int
+
+	v       *vitals // the run's, which it tells of the server's death; nil outside a fixture
+	label   string  // the fixture's, as a Death names it
+	death   *Death  // a stdio process of the fixture exited unasked
+	deathIn time.Duration
 }
 
 func newRecorder() *recorder { return &recorder{start: time.Now()} }
@@ -79,6 +85,43 @@ func (r *recorder) add(dir string, text []byte) {
 }
 
 func (r *recorder) note(format string, args ...any) { r.add("note", fmt.Appendf(nil, format, args...)) }
+
+// exited records that a stdio process of the fixture exited unasked, and
+// how: the server died during this fixture.
+func (r *recorder) exited(how string) {
+	r.note("the server died: %s", how)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.death != nil {
+		return
+	}
+	in := time.Since(r.start)
+	d := Death{At: in, During: []string{r.label}, How: how}
+	if r.v != nil {
+		d = r.v.exited(r, how)
+	}
+	r.death, r.deathIn = &d, in
+}
+
+// died returns the death exited recorded, and how long into the fixture
+// it came.
+func (r *recorder) died() (Death, time.Duration, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.death == nil {
+		return Death{}, 0, false
+	}
+	return *r.death, r.deathIn, true
+}
+
+// suspect tells the run that a connection of this fixture to the HTTP
+// server failed (what failed, and how), and returns once the run knows
+// whether the server died.
+func (r *recorder) suspect(what, how string) {
+	if r.v != nil {
+		r.v.suspect(fmt.Sprintf("%s in fixture %s %s", what, r.label, how))
+	}
+}
 
 // frames returns the frames kept, in order; where some were not kept, a
 // note between says how many.
@@ -153,11 +196,15 @@ const (
 	maxMessage   = 8 << 20
 )
 
-// errTooLong is how a connection ends when the server sent what (a line,
-// an event, a response body) longer than maxMessage.
-func errTooLong(what string) error {
-	return fmt.Errorf("the server sent %s longer than %d MiB, the most the probe reads", what, maxMessage>>20)
+// tooLong is how a connection ends when the server sent what (a line, an
+// event, a response body) longer than maxMessage.
+type tooLong struct{ what string }
+
+func (e *tooLong) Error() string {
+	return fmt.Sprintf("the server sent %s longer than %d MiB, the most the probe reads", e.what, maxMessage>>20)
 }
+
+func errTooLong(what string) error { return &tooLong{what} }
 
 // mailbox holds what one connection (or one HTTP response stream)
 // received, in order, within its bounds, for fixtures to wait on. A
@@ -351,8 +398,13 @@ type stdioPeer struct {
 	stderr *tail
 	era    Era
 
-	wmu  sync.Mutex
-	next int64
+	wmu      sync.Mutex
+	next     int64
+	lastSent string // the method of the last message sent
+
+	closing  atomic.Bool   // the probe is ending the process
+	reapOnce sync.Once     // cmd.Wait, called once
+	reaped   chan struct{} // closed once the process exited and was waited for
 
 	gate chan struct{} // while not nil, the reader waits for it: the probe stopped reading
 	gmu  sync.Mutex
@@ -387,7 +439,7 @@ func (t *tail) String() string {
 func startStdio(ctx context.Context, t *Target, era Era, rec *recorder, timeout time.Duration) (*stdioPeer, error) {
 	cmd := exec.Command(t.Command[0], t.Command[1:]...)
 	cmd.Env = append(os.Environ(), t.Env...)
-	p := &stdioPeer{cmd: cmd, box: newMailbox(), rec: rec, stderr: &tail{}, era: era, next: 1}
+	p := &stdioPeer{cmd: cmd, box: newMailbox(), rec: rec, stderr: &tail{}, era: era, next: 1, reaped: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -429,10 +481,54 @@ func (p *stdioPeer) read(r io.Reader) {
 			}
 		}
 		if err != nil {
+			var tl *tooLong
+			if !errors.As(err, &tl) {
+				if state, died := p.lost(); died {
+					err = fmt.Errorf("its process exited (%s)", state)
+				}
+			}
 			p.box.end(err)
 			return
 		}
 	}
+}
+
+// exitWait is how long the probe waits for a process to exit: one whose
+// output ended or whose input broke, one it closed the input of.
+const exitWait = 2 * time.Second
+
+// reap waits for the process to exit, once; every caller returns when it
+// did.
+func (p *stdioPeer) reap() {
+	p.reapOnce.Do(func() {
+		p.cmd.Wait()
+		close(p.reaped)
+	})
+}
+
+// lost is told that the process's output ended or its input broke. If the
+// probe was not ending it and it exits within exitWait, the server died
+// during the fixture: the recorder is told, before anyone reports what
+// broke, and lost returns its exit status.
+func (p *stdioPeer) lost() (string, bool) {
+	if p.closing.Load() {
+		return "", false // the end is the probe's own doing
+	}
+	go p.reap()
+	select {
+	case <-p.reaped:
+	case <-time.After(exitWait):
+		return "", false // its output ended, and it lives on
+	}
+	state := p.cmd.ProcessState.String()
+	p.wmu.Lock()
+	after := p.lastSent
+	p.wmu.Unlock()
+	if after != "" {
+		after = " after the probe sent " + after
+	}
+	p.rec.exited(fmt.Sprintf("its process exited (%s)%s%s", state, after, p.stderrNote()))
+	return state, true
 }
 
 // readLine reads one newline-ended line of at most maxMessage bytes; a
@@ -472,12 +568,24 @@ func (p *stdioPeer) resume() {
 	}
 }
 
-// write sends one frame.
+// write sends one frame. When the process's input is broken, and the
+// process exited, the error says so.
 func (p *stdioPeer) write(frame []byte) error {
 	p.wmu.Lock()
-	defer p.wmu.Unlock()
 	p.rec.add("sent", frame)
+	var m struct {
+		Method string `json:"method"`
+	}
+	if json.Unmarshal(frame, &m) == nil && m.Method != "" {
+		p.lastSent = m.Method
+	}
 	_, err := p.stdin.Write(append(frame, '\n'))
+	p.wmu.Unlock()
+	if err != nil {
+		if state, died := p.lost(); died {
+			return fmt.Errorf("%w: its process exited (%s)", err, state)
+		}
+	}
 	return err
 }
 
@@ -572,17 +680,17 @@ func (p *stdioPeer) rss() (int64, bool) {
 	return 0, false
 }
 
-// close ends the process: its stdin closed, then a kill after a moment.
+// close ends the process: its stdin closed, then a kill after exitWait.
 func (p *stdioPeer) close() {
 	p.resume()
+	p.closing.Store(true)
 	p.stdin.Close()
-	done := make(chan struct{})
-	go func() { p.cmd.Wait(); close(done) }()
+	go p.reap()
 	select {
-	case <-done:
-	case <-time.After(2 * time.Second):
+	case <-p.reaped:
+	case <-time.After(exitWait):
 		p.cmd.Process.Kill()
-		<-done
+		<-p.reaped
 	}
 }
 

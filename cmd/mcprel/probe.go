@@ -48,8 +48,9 @@ frames that prove it) or not applicable (with why):
 
   %s
 
-Exit status: 0 every applicable fixture passed, 21 at least one failed,
-1 the server could not be reached, 2 a mistake in the command line.
+Exit status: 0 every applicable fixture passed, 21 at least one failed
+(or the server died), 1 the server could not be reached, 2 a mistake in
+the command line.
 
 Flags:
 `, strings.Join(probe.Fixtures(), "\n  "))
@@ -144,7 +145,7 @@ Flags:
 	} else if err := report.WriteText(stdout); err != nil {
 		return err
 	}
-	if report.Count(probe.Failed) > 0 {
+	if report.Count(probe.Failed) > 0 || len(report.Deaths) > 0 {
 		return &exitError{exitProbeFailed, ""}
 	}
 	return nil
