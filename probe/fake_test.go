@@ -18,6 +18,7 @@ import (
 //
 //	answers-after-cancel  a cancelled call runs on and is answered
 //	decreasing-progress   progress goes down once
+//	progress-after-cancel a cancelled call goes on reporting progress, and is never answered
 //	ignores-key           the mutation runs again for a key it has seen
 //	no-deadline           a call that makes no progress runs forever
 //	dies-on-stall         the process exits (status 3) when stall is called
@@ -33,7 +34,7 @@ import (
 const fakeBugs = "MCPREL_PROBE_FAKE_SERVER"
 
 func fakeServer(bugs string) int {
-	f := &fake{bugs: bugs, out: bufio.NewWriter(os.Stdout), calls: map[string]chan struct{}{}, keys: map[string]fakeRecord{}}
+	f := &fake{bugs: bugs, out: bufio.NewWriter(os.Stdout), calls: map[string]chan struct{}{}, keys: map[string]fakeRecord{}, unanswered: map[string]bool{}}
 	switch {
 	case f.bug("random-bytes"):
 		go io.Copy(os.Stdout, rand.Reader)
@@ -85,9 +86,12 @@ type fake struct {
 	mu   sync.Mutex
 	out  *bufio.Writer
 
-	calls   map[string]chan struct{} // in flight, by id: closed when cancelled
-	counter float64
-	keys    map[string]fakeRecord
+	calls map[string]chan struct{} // in flight, by id: closed when cancelled
+	// unanswered are the calls cancelled that progress-after-cancel
+	// runs on without an answer, by id.
+	unanswered map[string]bool
+	counter    float64
+	keys       map[string]fakeRecord
 }
 
 func (f *fake) bug(name string) bool { return strings.Contains(f.bugs, name) }
@@ -133,6 +137,12 @@ func (f *fake) handle(id json.RawMessage, method string, params json.RawMessage)
 			RequestID json.RawMessage `json:"requestId"`
 		}
 		if json.Unmarshal(params, &p) != nil || f.bug("answers-after-cancel") {
+			return
+		}
+		if f.bug("progress-after-cancel") {
+			f.mu.Lock()
+			f.unanswered[string(p.RequestID)] = true
+			f.mu.Unlock()
 			return
 		}
 		f.mu.Lock()
@@ -195,7 +205,12 @@ func (f *fake) call(id json.RawMessage, params json.RawMessage) {
 					f.send(map[string]any{"method": "notifications/progress", "params": map[string]any{"progressToken": p.Meta.Token, "progress": v, "total": steps}})
 				}
 			}
-			f.result(id, text(fmt.Sprintf("counted to %d", steps)))
+			f.mu.Lock()
+			unanswered := f.unanswered[string(id)]
+			f.mu.Unlock()
+			if !unanswered {
+				f.result(id, text(fmt.Sprintf("counted to %d", steps)))
+			}
 		}()
 	case "stall":
 		if f.bug("dies-on-stall") {

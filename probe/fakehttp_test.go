@@ -34,8 +34,12 @@ type httpFake struct {
 	// quiet stream it holds is open: it takes no more connections.
 	crashOn string
 	// tools are what tools/list lists (each takes any arguments and
-	// answers at once).
+	// answers at once, but slow).
 	tools []string
+	// slow is listed too: a call of it reports progress every 20 ms on
+	// its SSE stream until the stream is closed, and is never answered —
+	// a POSTed cancellation does nothing to it.
+	slow bool
 
 	srv     *httptest.Server
 	mu      sync.Mutex
@@ -64,6 +68,9 @@ func (f *httpFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Method string          `json:"method"`
 		Params struct {
 			Name string `json:"name"`
+			Meta struct {
+				Token json.RawMessage `json:"progressToken"`
+			} `json:"_meta"`
 		} `json:"params"`
 	}
 	if json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&m) != nil {
@@ -110,11 +117,31 @@ func (f *httpFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		result(map[string]any{})
 	case "tools/list":
 		var tools []map[string]any
-		for _, name := range f.tools {
+		for _, name := range append(f.tools, map[bool]string{true: "slow"}[f.slow]) {
+			if name == "" {
+				continue
+			}
 			tools = append(tools, map[string]any{"name": name, "inputSchema": map[string]any{"type": "object"}})
 		}
 		result(map[string]any{"tools": tools, "resultType": "complete"})
 	case "tools/call":
+		if m.Params.Name == "slow" && f.slow {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("Cache-Control", "no-cache")
+			w.Header().Set("X-Accel-Buffering", "no")
+			w.WriteHeader(http.StatusOK)
+			tick := time.NewTicker(20 * time.Millisecond)
+			defer tick.Stop()
+			for i := 1; ; i++ {
+				fmt.Fprintf(w, "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":%s,\"progress\":%d}}\n\n", m.Params.Meta.Token, i)
+				w.(http.Flusher).Flush()
+				select {
+				case <-r.Context().Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}
 		if m.Params.Name == f.crashOn && slices.Contains(f.tools, f.crashOn) {
 			f.crash()
 			panic(http.ErrAbortHandler)

@@ -84,8 +84,9 @@ func fixtureCancelBeforeCompletion(ctx context.Context, r *run) outcome {
 		}
 	}
 	if ranOn > 0 {
-		return fail("the call went on after the cancellation: %d progress reports came %v after it", ranOn, r.timing.Quiet).
-			with("progress_after_cancel", progressAfter)
+		return fail("the call went on after the cancellation: %d of its progress reports came later than %v after the cancellation (in the %v the probe watched then), %d in all after it",
+			ranOn, r.timing.Quiet, 2*r.timing.Quiet, progressAfter).
+			with("progress_after_cancel", progressAfter).with("progress_after_quiet", ranOn)
 	}
 	return pass("the cancelled call stopped: no response, no progress after %v, and the notification got no answer; the server answered %s %v after it",
 		r.timing.Quiet, r.heartbeat(), answered.Round(time.Millisecond)).with("progress_after_cancel", progressAfter)
@@ -285,9 +286,16 @@ func postedCancel(ctx context.Context, r *run, p *httpPeer) outcome {
 			return fail("the server answered the request cancelled by POST: %s", describe(m))
 		}
 	}
-	if more := len(s.box.since(settled)); more > 0 {
+	ranOn := 0
+	for _, m := range s.box.since(settled) {
+		if tok, _, ok := m.progressOf(); ok && tok == c.token {
+			ranOn++
+		}
+	}
+	if ranOn > 0 {
 		s.close()
-		return fail("progress went on after the POSTed cancellation: %d reports %v after it", more, r.timing.Quiet)
+		return fail("progress went on after the POSTed cancellation: %d of its progress reports came later than %v after the cancellation (in the %v the probe watched then)",
+			ranOn, r.timing.Quiet, 2*r.timing.Quiet).with("progress_after_quiet", ranOn)
 	}
 	s.close()
 	detail := "a POSTed cancellation stopped the call: no response, no more progress"
