@@ -430,7 +430,7 @@ var fixtures = []fixture{
 	{3, "malformed and unknown cancellations", "cancellation: invalid notifications are ignored, fire and forget", fixtureBadCancellations, false},
 	{4, "HTTP stream cancellation", "checklist fixture 3; Streamable HTTP: closing the stream cancels (2026-07-28), a POSTed cancel does and a dropped stream does not (2025)", fixtureStreamCancel, false},
 	{5, "progress discipline", "checklist fixture 4; progress strictly increasing, never after the final response", fixtureProgress, false},
-	{6, "deadlines", "deadline policy: a call without progress ends on the server's side", fixtureDeadline, false},
+	{6, "deadlines", "deadline policy: whether a call without progress ends on the server's side, and how (no spec requires it: without a server deadline the client's must end it)", fixtureDeadline, false},
 	{7, "duplicate mutation", "checklist fixtures 5, 6, 7: retry class, key replay, key reuse with other arguments", fixtureDuplicateMutation, true},
 	{8, "concurrent duplicates", "checklist fixture 11: two connections race one key", fixtureRaceOneKey, true},
 	{9, "slow consumer", "checklist fixture 8; flow control: bounded queues, the final response kept", fixtureSlowConsumer, false},

@@ -88,7 +88,8 @@ func failed(rep *probe.Report) []int {
 // A server written from the spec alone, with nothing of mcprel's, passes
 // every fixture that applies to it over stdio, in both eras; broken in
 // one way, it fails exactly the fixtures that break shows, and no other,
-// each with the frames that prove it.
+// each with the frames that prove it. A server without a deadline of its
+// own breaks no rule (none requires one): fixture 6 says it has none.
 func TestBrokenServersFailWhatTheyBreak(t *testing.T) {
 	for _, tc := range []struct {
 		bugs string
@@ -98,7 +99,7 @@ func TestBrokenServersFailWhatTheyBreak(t *testing.T) {
 		{"answers-after-cancel", []int{1}},
 		{"decreasing-progress", []int{5}},
 		{"ignores-key", []int{7, 8}},
-		{"no-deadline", []int{6}},
+		{"no-deadline", nil},
 	} {
 		t.Run("bugs="+tc.bugs, func(t *testing.T) {
 			rep := probeFake(t, tc.bugs)
@@ -117,6 +118,9 @@ func TestBrokenServersFailWhatTheyBreak(t *testing.T) {
 				}
 				if r.Fixture == 5 && r.Status == probe.Passed && r.Measured["reports_per_second"] == nil {
 					t.Errorf("fixture 5 measured no rate: %v", r.Measured)
+				}
+				if own := tc.bugs != "no-deadline"; r.Fixture == 6 && r.Measured["server_deadline"] != own {
+					t.Errorf("fixture 6 (%s) measured server_deadline %v, want %v: %s", r.Era, r.Measured["server_deadline"], own, r.Detail)
 				}
 				if r.Fixture == 7 && r.Status == probe.Passed && r.Measured["class"] != "CONDITIONAL" {
 					t.Errorf("a keyed mutation that runs once per key was classed %v", r.Measured["class"])

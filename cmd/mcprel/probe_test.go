@@ -63,8 +63,9 @@ func TestProbeServePassesEveryFixture(t *testing.T) {
 
 // The probe's exit status says what happened: 2 for a mistake in the
 // command line, 1 for a server it could not reach, 21 when a fixture
-// failed (here a tool that ignores its cancellation and outlives the
-// probe's wait for a deadline), whose frames the JUnit report carries.
+// failed (here the progress fixture, given a tool that holds until it is
+// released and so does not answer within the probe's wait), whose frames
+// the JUnit report carries.
 func TestProbeExitStatuses(t *testing.T) {
 	if code, _, errs := runProbe(t); code != exitUsage || !strings.Contains(errs, "--stdio and --url") {
 		t.Errorf("no target: exit %d, %s", code, errs)
@@ -77,15 +78,15 @@ func TestProbeExitStatuses(t *testing.T) {
 	}
 	dir := t.TempDir()
 	policy := filepath.Join(dir, "hold.yaml")
-	os.WriteFile(policy, []byte("operations:\n  - name: lab_hold\n    semantics: {kind: read-only}\n    probe: {call: true, stall_arguments: {gate: probe}}\n"), 0o644)
+	os.WriteFile(policy, []byte("operations:\n  - name: lab_hold\n    semantics: {kind: read-only}\n    progress: {emits: true}\n    probe: {call: true, arguments: {gate: probe}}\n"), 0o644)
 	junit := filepath.Join(dir, "probe.xml")
 	code, out, errs := runProbe(t, "--stdio", binary+" serve --stdio --lab --log-level warn --db "+filepath.Join(dir, "s.db"),
-		"--policy", policy, "--only", "6", "--deadline-wait", "300ms", "--junit", junit)
-	if code != exitProbeFailed || !strings.Contains(out, "still running after 300ms") {
+		"--policy", policy, "--only", "5", "--deadline-wait", "300ms", "--junit", junit)
+	if code != exitProbeFailed || !strings.Contains(out, `"lab_hold" did not answer within 300ms`) {
 		t.Fatalf("a failing fixture: exit %d\n%s\n%s", code, out, errs)
 	}
 	xml, err := os.ReadFile(junit)
-	if err != nil || !strings.Contains(string(xml), `<failure message="a call without progress was still running`) || !strings.Contains(string(xml), "lab_hold") {
+	if err != nil || !strings.Contains(string(xml), `lab_hold&#34; did not answer within 300ms`) || !strings.Contains(string(xml), `&#34;method&#34;:&#34;tools/call&#34;`) {
 		t.Fatalf("the JUnit report: %v\n%s", err, xml)
 	}
 }
