@@ -145,3 +145,18 @@ func TestAFailureAmidAFloodShowsBoundedFrames(t *testing.T) {
 		}
 	}
 }
+
+// A notification answered with a stream that never ends — the late
+// cancellation of fixture 2, the malformed ones of fixture 3 — fails
+// those fixtures within the answer wait, instead of holding the run for
+// as long as the server sends.
+func TestAnEndlessAnswerToANotificationFailsInTime(t *testing.T) {
+	rep, err := probe.Run(context.Background(), &probe.Options{Target: probe.Target{URL: floodServer(t, "events")}, Timing: fastTiming, Only: []int{2, 3}})
+	must(t, err)
+	for _, r := range rep.Results {
+		t.Logf("%2d %s %s (%v): %s", r.Fixture, r.Era, r.Status, r.Took, r.Detail)
+		if r.Status != probe.Failed || !strings.Contains(r.Detail, "did not end within 5s") {
+			t.Errorf("fixture %d (%s) does not fail for the answer that does not end", r.Fixture, r.Era)
+		}
+	}
+}

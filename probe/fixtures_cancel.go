@@ -186,7 +186,9 @@ func fixtureBadCancellations(ctx context.Context, r *run) outcome {
 			if err != nil {
 				return fail("posting %s: %v", b, err)
 			}
-			<-s.done
+			if !s.ended(r.timing.Answer) {
+				return fail("%v", s.endless("the notification "+b, r.timing.Answer))
+			}
 			// Streamable HTTP: 202 for a notification taken, or a 4xx —
 			// with at most an error that has no id — for one that is not.
 			for _, m := range s.box.since(0) {
@@ -270,9 +272,13 @@ func postedCancel(ctx context.Context, r *run, p *httpPeer) outcome {
 	}
 	id, s := c.id, c.s
 	status, body, err := p.notify(ctx, mcp.NotificationCancelled, map[string]any{"requestId": id, "reason": "mcprel probe: cancelled by POST"})
-	if err != nil || status >= 300 {
+	if err != nil {
 		s.close()
-		return fail("the server refused the POSTed cancellation: HTTP %d%s %v", status, bodyNote(body), err)
+		return fail("posting the cancellation: %v", err)
+	}
+	if status >= 300 {
+		s.close()
+		return fail("the server refused the POSTed cancellation: HTTP %d%s", status, bodyNote(body))
 	}
 	cancelAt := s.box.count()
 	// Progress may be in flight; once the server acted it stops, and no

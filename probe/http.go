@@ -148,6 +148,26 @@ func (s *stream) close() {
 	<-s.done
 }
 
+// ended waits up to d for the response to end, and reports whether it
+// did; one that did not is closed: a response that never ends is not
+// waited for.
+func (s *stream) ended(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.done:
+		return true
+	case <-t.C:
+		s.close()
+		return false
+	}
+}
+
+// endless is the error of a response that did not end within d.
+func (s *stream) endless(what string, d time.Duration) error {
+	return fmt.Errorf("the server's response to %s did not end within %v (%s %s)", what, d, s.httpStatus(), s.header.Get("Content-Type"))
+}
+
 // lastEventID is the last event id the stream carried.
 func (s *stream) lastEventID() string {
 	s.mu.Lock()
@@ -405,7 +425,9 @@ func (p *httpPeer) notify(ctx context.Context, method string, params any) (int, 
 	if err != nil {
 		return 0, nil, err
 	}
-	<-s.done
+	if !s.ended(p.headerWait) {
+		return s.status, nil, s.endless(method, p.headerWait)
+	}
 	var body []byte
 	for _, m := range s.box.since(0) {
 		body = m.raw
