@@ -34,7 +34,8 @@ const mailerEnv = "CMDTEST_MAILER_SENT"
 
 // serveMailer serves the tools examples/gateway/mail.yaml describes over
 // stdio: send_email sends every time it is called (a line in file) and,
-// asked to "stall", sends and then never answers; send_receipt sends once
+// asked to "stall", sends and then never answers (asked for "delayMs",
+// sends and answers that long after); send_receipt sends once
 // per requestId; list_sent reads the file.
 func serveMailer(file string) {
 	srv, err := server.New(mcp.Implementation{Name: "mailer", Version: "1"}, &server.Options{Logger: slog.New(slog.DiscardHandler)})
@@ -58,6 +59,7 @@ func serveMailer(file string) {
 		To        string `json:"to"`
 		RequestID string `json:"requestId,omitempty"`
 		Stall     bool   `json:"stall,omitempty"`
+		DelayMs   int    `json:"delayMs,omitempty"`
 	}
 	server.AddTypedTool(srv, server.Tool{Name: "send_email"}, func(ctx context.Context, call *server.CallRequest, in mail) (string, error) {
 		mu.Lock()
@@ -65,6 +67,11 @@ func serveMailer(file string) {
 		mu.Unlock()
 		if in.Stall {
 			<-ctx.Done()
+			return "", ctx.Err()
+		}
+		select {
+		case <-time.After(time.Duration(in.DelayMs) * time.Millisecond): // the point: an answer that comes later
+		case <-ctx.Done():
 			return "", ctx.Err()
 		}
 		return "sent to " + in.To, nil

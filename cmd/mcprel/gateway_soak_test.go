@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -49,6 +50,9 @@ type soakGateway struct {
 	c      *client.Client
 	exited chan struct{} // closed when the process has been waited for
 	tail   *lineTail
+	// lostClaims counts the calls it answered with what the ledger
+	// records because their claim was lost while they ran (its log).
+	lostClaims atomic.Int64
 }
 
 // lineTail keeps the last lines a process wrote to stderr, for the
@@ -120,6 +124,9 @@ func spawnSoakGateway(t testing.TB, sentFile, dsn, lease, name string) (*soakGat
 		}
 		close(first)
 		for lines.Scan() {
+			if strings.Contains(lines.Text(), "claim was lost while it ran") {
+				g.lostClaims.Add(1)
+			}
 			g.tail.add(lines.Text())
 		}
 		cmd.Wait() // after stderr is read to its end, as Wait wants
