@@ -396,6 +396,28 @@ func TestUpstreamKeysAreTheTenants(t *testing.T) {
 	if want := ledger.DerivedKey("alice", "send_keyed", "order-2"); res.IsError || text(res) != "sent "+want {
 		t.Fatalf("alice's call keyed in _meta = %+v, want the upstream sent %s", res, want)
 	}
+	// An upstream that reads its arguments and _meta as Go's
+	// encoding/json does matches names in any case: a key spelt another
+	// way would reach it as the caller gave it, and tenants would share
+	// it again. Such a call is refused, and nothing is sent.
+	sent := m.sent.Load()
+	for _, spelt := range []struct {
+		args map[string]any
+		meta map[string]any
+	}{
+		{map[string]any{"to": "ops", "text": "hello"}, map[string]any{"DEV.MCPREL/IDEMPOTENCYKEY": "order-3"}},
+		{map[string]any{"to": "ops", "text": "hello", "requestId": "order-4", "requestid": forAlice}, nil},
+		{map[string]any{"to": "ops", "text": "hello", "requeſtId": "order-5"}, nil}, // ſ folds to s
+		{map[string]any{"to": "ops", "text": "hello", "requestId": "order-6"}, map[string]any{mcp.MetaIdempotencyKey: "order-6", "dev.mcprel/IdempotencyKey": forAlice}},
+	} {
+		for _, c := range []*client.Client{a, b} {
+			res, err := c.CallTool(context.Background(), "send_keyed", spelt.args, &client.CallOptions{Meta: spelt.meta})
+			must(t, err)
+			if f := failureOf(t, res); f.Code != mcp.FailureInvalidArguments || m.sent.Load() != sent {
+				t.Fatalf("a key spelt another way (%v, _meta %v) = %+v, %d sent; want invalid_arguments, nothing sent", spelt.args, spelt.meta, f, m.sent.Load()-sent)
+			}
+		}
+	}
 	res, err = b.CallTool(context.Background(), gateway.LookupTool, map[string]any{"tool": "send_keyed", "idempotencyKey": "order-1"}, nil)
 	must(t, err)
 	var op gateway.Operation

@@ -48,9 +48,11 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
@@ -288,7 +290,33 @@ func (k *keyed) check(call *server.CallRequest) error {
 // is not a string, is malformed, or is given twice with two values is
 // refused; "" means the call has none. inArgs says whether it was in the
 // arguments.
+//
+// So is a call with an argument or _meta member whose name is the key's
+// spelt another way ("requestid" for "requestId"): the key is read under
+// its exact name only, but a handler, or the upstream a gateway forwards
+// to, that decodes as Go's encoding/json does matches names in any case,
+// and would take that member for the key — one the ledger never saw, and,
+// behind a gateway, the caller's own rather than the one derived for its
+// tenant, which the gateway replaces under the exact name only.
 func keyOf(call *server.CallRequest, arg string) (key string, inArgs bool, te *mcp.ToolError) {
+	for name := range call.DecodedArguments() {
+		if name != arg && strings.EqualFold(name, arg) {
+			return "", false, keyError(arg, fmt.Sprintf("arguments.%s is the key's argument %s spelt another way; give the idempotency key as arguments.%s (or in _meta[%q]) only", name, arg, arg, mcp.MetaIdempotencyKey))
+		}
+	}
+	var spelt string
+	if len(call.Meta) > 0 {
+		jsonrpc.Members(call.Meta, func(k, _ []byte) bool {
+			if name := string(k); name != mcp.MetaIdempotencyKey && strings.EqualFold(name, mcp.MetaIdempotencyKey) {
+				spelt = name
+				return false
+			}
+			return true
+		})
+	}
+	if spelt != "" {
+		return "", false, keyError(arg, fmt.Sprintf("_meta[%q] is %q spelt another way; give the idempotency key as arguments.%s or in _meta[%q] only", spelt, mcp.MetaIdempotencyKey, arg, mcp.MetaIdempotencyKey))
+	}
 	inMeta := call.KnownMeta.IdempotencyKey
 	var fromMeta string
 	if len(inMeta) > 0 && string(inMeta) != "null" {

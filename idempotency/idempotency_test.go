@@ -175,6 +175,19 @@ func TestIdempotencyRefusals(t *testing.T) {
 		map[string]any{mcp.MetaIdempotencyKey: "k2"}).failure(t); f.Code != mcp.FailureInvalidArguments {
 		t.Fatalf("two keys: %+v", f)
 	}
+	// So is a key under a name that is the key's spelt another way: a
+	// handler (or an upstream) that decodes as Go's encoding/json does
+	// would read it, whatever the ledger keyed the call by.
+	for i, spelt := range []struct{ args, meta map[string]any }{
+		{map[string]any{"sku": "A", "quantity": 1, "idempotencyKey": "k1", "IdempotencyKey": "k2"}, nil},
+		{map[string]any{"sku": "A", "quantity": 1, "idempotencykey": "k1"}, nil},
+		{map[string]any{"sku": "A", "quantity": 1}, map[string]any{"DEV.MCPREL/IDEMPOTENCYKEY": "k1"}},
+		{map[string]any{"sku": "A", "quantity": 1}, map[string]any{mcp.MetaIdempotencyKey: "k1", "dev.mcprel/idempotencyKEY": "k2"}},
+	} {
+		if f := call(t, c, int64(100+i), spelt.args, spelt.meta).failure(t); f.Code != mcp.FailureInvalidArguments {
+			t.Fatalf("a key spelt another way (%v, _meta %v): %+v", spelt.args, spelt.meta, f)
+		}
+	}
 	// Arguments that fail validation store nothing: the key stays free.
 	if f := call(t, c, 4, map[string]any{"sku": "A", "quantity": 0, "idempotencyKey": "k1"}, nil).failure(t); f.Code != mcp.FailureInvalidArguments {
 		t.Fatalf("invalid quantity: %+v", f)
