@@ -205,6 +205,13 @@ func (q *writer) post(b []byte, answer bool, after func()) error {
 	return q.enqueue(context.Background(), f, false)
 }
 
+// postWithin queues the answer b to a server's request as post does,
+// but waits for room until ctx ends (and returns its cause).
+func (q *writer) postWithin(ctx context.Context, b []byte, after func()) error {
+	f := &frame{b: append(b, '\n'), answer: true, after: after}
+	return q.enqueue(ctx, f, true)
+}
+
 func (q *writer) run() {
 	defer close(q.done)
 	var batch []*frame

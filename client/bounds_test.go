@@ -83,6 +83,57 @@ func TestPingFloodDoesNotHoldTheCall(t *testing.T) {
 	})
 }
 
+// A stdio server that sends a burst of requests for a handler — one
+// question for each of many calls in flight, say — gets every answer,
+// however many are ready before it reads the first: an answer that finds
+// the answers' share of the write queue full waits for room, within its
+// own deadline, rather than being dropped while the server reads on and
+// waits for it.
+func TestABurstOfServerRequestsIsAnsweredInFull(t *testing.T) {
+	const sent = 40
+	synctest.Test(t, func(t *testing.T) {
+		o := &client.Options{MaxServerRequests: 64, OnRequest: func(ctx context.Context, method string, params json.RawMessage) (any, error) {
+			return nil, jsonrpc.NewError(jsonrpc.CodeMethodNotFound, "not during a call") // as a gateway refuses what it cannot attribute
+		}}
+		gate := make(chan struct{})
+		var mu sync.Mutex
+		answered := 0
+		c, _, _ := dialWith(t, o, func(f *fakeServer, m jsonrpc.Message) {
+			switch {
+			case m.Method == mcp.MethodToolsCall:
+				for i := range sent {
+					f.send(`{"jsonrpc":"2.0","id":"q-%d","method":"elicitation/create","params":{"message":"?"}}`, i)
+				}
+				<-gate // the server reads nothing more until the answers are all ready
+				result(f, m, "done")
+			case m.Kind == jsonrpc.KindResponse && m.Error != nil && m.Error.Code == jsonrpc.CodeMethodNotFound:
+				mu.Lock()
+				answered++
+				mu.Unlock()
+			}
+		})
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.CallTool(context.Background(), "ask", nil, nil)
+			done <- err
+		}()
+		synctest.Wait() // every answer is written, queued, waiting for room — or dropped
+		if st := c.Stats(); st.ServerRequestsDropped != 0 {
+			t.Errorf("%d of %d answers dropped while the server was about to read them", st.ServerRequestsDropped, sent)
+		}
+		close(gate)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if answered != sent {
+			t.Fatalf("the server got %d answers to its %d requests", answered, sent)
+		}
+	})
+}
+
 // The requests a stdio server sends for a handler are answered at most 16
 // at a time; past that they are refused at once with CodeOverloaded, and
 // a refused request never reaches the handler.

@@ -279,9 +279,13 @@ func (t *stdioTransport) dispatch(line []byte) {
 // reader: ping and what the client cannot serve at once, a handler's
 // request on a goroutine of its own, at most Options.MaxServerRequests
 // (and MaxServerRequestBytes of params) at a time. Past that bound the request
-// is refused with CodeOverloaded; an answer that finds the write queue's
-// share for answers full (the server is not reading them) is dropped.
-// Both are counted.
+// is refused with CodeOverloaded. An answer the reader gives (a ping's, a
+// refusal) that finds the write queue's share for answers full (the
+// server is not reading them) is dropped; a handler's answer waits for
+// room on its own goroutine, as long as its handler could have run — a
+// burst of requests answered at once, one for each of many calls in
+// flight, is a server that reads on and waits for every answer — and is
+// dropped only then. Both are counted.
 //
 // stdio carries nothing that ties a server's request to a call, so it is
 // the call's (CallOptions.OnRequest) only while that call is the one in
@@ -311,8 +315,18 @@ func (t *stdioTransport) serve(m jsonrpc.Message) {
 			t.opts.Logger.Debug("the call ended while its handler answered the server's request; no answer sent", "method", m.Method)
 			return
 		}
-		t.answer(m, b, func() { t.answers.give(size) })
+		t.answerWithin(a.ctx, m, b, func() { t.answers.give(size) })
 	}()
+}
+
+// answerWithin is answer for an answer that may wait for room in the
+// queue until ctx ends (a handler's, on a goroutine of its own).
+func (t *stdioTransport) answerWithin(ctx context.Context, m jsonrpc.Message, b []byte, after func()) {
+	if err := t.w.postWithin(ctx, b, after); err != nil {
+		t.stats.serverDropped.Add(1)
+		t.opts.Logger.Debug("dropped the answer to the server's request", "method", m.Method, "err", err)
+		after()
+	}
 }
 
 // answer queues the answer to the server's request m; after, if set,
