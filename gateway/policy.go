@@ -242,7 +242,8 @@ func PolicyFromReview(rp *review.Policy, facts Facts) (*Policy, error) {
 }
 
 // claimsHold refuses an operation the gateway would forward as less than
-// its policy says: a read the review does not class SAFE, a keyed
+// its policy says: a read the review does not class SAFE, or one given a
+// key or a guard (a read is never keyed), a keyed
 // mutation it does not class CONDITIONAL (or one the gateway cannot key:
 // a versioned write, an effect in the gateway's database), a mutation
 // that does not say whether it is keyed. The error names what is missing
@@ -265,6 +266,10 @@ func claimsHold(op *review.Operation, rep *review.OperationReport) error {
 		return fmt.Errorf("gateway: policy of tool %q does not say what the tool is (semantics.kind: read-only or mutation); a tool the policy names is never guessed to be unsafe", op.Name)
 	case kind == "read-only" && rep.Retry.Class != review.ClassSafe:
 		return why("calls it read-only", review.ClassSafe)
+	case kind == "read-only" && ((key != "" && key != "none") || op.Idempotency.KeyArgument != "" || (guard != "" && guard != "none")):
+		// A read is forwarded SAFE, retried freely and never keyed: the
+		// key, its guard and the ledger would be dropped without a word.
+		return fmt.Errorf("gateway: policy of tool %q calls it read-only, but gives it an idempotency key (key, key_argument or external_effect_guard): a read is forwarded as SAFE, never keyed; say which it is (semantics.kind: mutation to key it)", op.Name)
 	case kind != "mutation":
 		return nil
 	case !deref(op.Semantics.ExternalEffect):

@@ -121,6 +121,10 @@ operations:
 			"idempotency.store.kind is process-memory, where the gateway's is sqlite"},
 		{"a transaction not held", "  - name: x\n    semantics: {kind: mutation}\n    idempotency: {key: required, external_effect_guard: at_most_once, transaction: {result: false}}\n",
 			"idempotency.transaction.result is false, where the gateway's is true"},
+		{"read with a key", "  - name: x\n    semantics: {kind: read-only}\n    idempotency: {key: required, key_argument: requestId, external_effect_guard: at_most_once}\n",
+			"calls it read-only, but gives it an idempotency key"},
+		{"read with a key argument", "  - name: x\n    semantics: {kind: read-only}\n    idempotency: {key_argument: requestId}\n", "calls it read-only, but gives it an idempotency key"},
+		{"read with a guard", "  - name: x\n    semantics: {kind: read-only}\n    idempotency: {key: none, external_effect_guard: upstream_key}\n", "calls it read-only, but gives it an idempotency key"},
 		{"unbounded queue", "  - name: x\n    semantics: {kind: read-only}\n    flow_control: {queue_capacity: unbounded}\n", "flow_control.queue_capacity is unbounded"},
 	} {
 		rp, err := review.Parse("p.yaml", []byte("operations:\n"+bad.yaml))
