@@ -69,10 +69,12 @@ func serveMailer(file string) {
 			<-ctx.Done()
 			return "", ctx.Err()
 		}
-		select {
-		case <-time.After(time.Duration(in.DelayMs) * time.Millisecond): // the point: an answer that comes later
-		case <-ctx.Done():
-			return "", ctx.Err()
+		if in.DelayMs > 0 {
+			select {
+			case <-time.After(time.Duration(in.DelayMs) * time.Millisecond): // the point: an answer that comes later
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
 		}
 		return "sent to " + in.To, nil
 	})
