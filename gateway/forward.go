@@ -834,11 +834,20 @@ func (l *link) relayedInput(ie *client.InputError, caps mcp.ClientCapabilities) 
 	return &server.InputRequired{Requests: reqs, State: state}
 }
 
+// protocolMeta begins the names of the protocol's own _meta members.
+// (No letter of it folds to one of another length, so any spelling of it
+// is as long.)
+const protocolMeta = "io.modelcontextprotocol/"
+
 // passMeta is what of the downstream request's _meta goes upstream: the
 // caller's own members (an idempotency key among them), never the
 // protocol's, which speak of this hop (the progress token, the
 // 2026-07-28 era's per-request members), nor the caller's trace context,
-// which the gateway's own span continues and replaces.
+// which the gateway's own span continues and replaces. Nor is any of
+// those names spelt another way: an upstream that matches names in any
+// case, as Go's encoding/json does, would take "progresstoken" for the
+// gateway's own token, and report the call's progress under another
+// call's.
 //
 // Its values are the request's bytes, valid while the request's handler
 // runs; keep copies them, for a call that outlives it.
@@ -848,7 +857,8 @@ func (g *Gateway) passMeta(ctx context.Context, raw json.RawMessage, keep bool) 
 		jsonrpc.Members(raw, func(k, v []byte) bool {
 			key := string(k)
 			switch {
-			case key == mcp.MetaProgressToken, key == "traceparent", key == "tracestate", strings.HasPrefix(key, "io.modelcontextprotocol/"):
+			case strings.EqualFold(key, mcp.MetaProgressToken), strings.EqualFold(key, "traceparent"), strings.EqualFold(key, "tracestate"),
+				len(key) >= len(protocolMeta) && strings.EqualFold(key[:len(protocolMeta)], protocolMeta):
 				return true
 			}
 			if out == nil {

@@ -501,3 +501,50 @@ func TestURLElicitationReachesOnlyWhoTakesIt(t *testing.T) {
 		t.Fatalf("a client with form elicitation only: %v, want the URL mode refused", err)
 	}
 }
+
+// The _meta members the gateway sets upstream itself — the progress
+// token it routes the call's progress by, the trace context, the
+// protocol's io.modelcontextprotocol/ members — are its own: a
+// downstream member named as one of them spelt another way is not passed
+// on, for an upstream that matches names in any case, as Go's
+// encoding/json does, would take it for the gateway's. A tenant who named
+// another call's progress token so ("progresstoken") had its call's
+// progress reported to that call's client. The caller's other members
+// pass as they came.
+func TestReservedMetaSpeltAnotherWayIsNotPassedOn(t *testing.T) {
+	eraPairs(t, func(t *testing.T, up, down eraCase) {
+		u := newUpstream(t)
+		must(t, u.srv.AddTool(server.Tool{Name: "meta"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text(string(call.Meta))}}, nil
+		}))
+		f := newFront(t, u.options(up.era), nil)
+		c := f.dial(t, down.era, nil)
+		res, err := c.CallTool(context.Background(), "meta", nil, &client.CallOptions{
+			OnProgress: func(client.Progress) {}, // so that the gateway sends a token of its own
+			Meta: map[string]any{
+				"progresstoken": "p1", "PROGRESSTOKEN": "p2", "progreſsToken": "p3", // ſ folds to s
+				"TraceParent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "TRACESTATE": "k=v",
+				"IO.ModelContextProtocol/relatedTask": map[string]any{"taskId": "t-1"},
+				"x-caller":                            "kept",
+			}})
+		must(t, err)
+		seen := map[string]string{}
+		must(t, jsonrpc.Members([]byte(text(res)), func(k, v []byte) bool {
+			seen[string(k)] = string(v)
+			return true
+		}))
+		for name := range seen {
+			for _, own := range []string{mcp.MetaProgressToken, "traceparent", "tracestate"} {
+				if name != own && strings.EqualFold(name, own) {
+					t.Errorf("the upstream was sent _meta[%q], %s spelt another way", name, own)
+				}
+			}
+			if p := "io.modelcontextprotocol/"; len(name) >= len(p) && strings.EqualFold(name[:len(p)], p) && !strings.HasPrefix(name, p) {
+				t.Errorf("the upstream was sent _meta[%q], one of the protocol's members spelt another way", name)
+			}
+		}
+		if seen["x-caller"] != `"kept"` {
+			t.Errorf("the caller's own member was not passed on: the upstream saw %v", seen)
+		}
+	})
+}
