@@ -135,9 +135,7 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, upTasks upstreamT
 				args = json.RawMessage(bytes.Clone(call.Arguments)) // a held call outlives the request's frame
 			}
 		}
-		if key := idempotency.Key(call); key != "" && tp.Retry == server.RetryConditional {
-			args = withUpstreamKey(args, o.Meta, tp.keyArgument(), upstreamKey(call.Tenant, upstreamTool, key))
-		}
+		args = withUpstreamKeys(args, o.Meta, tp.keyArgument(), call.Tenant, upstreamTool)
 		if hold {
 			h := l.g.hold(call, l.up.Name, sink)
 			o.OnRequest = h.ask
@@ -410,23 +408,43 @@ func upstreamKey(tenant, upstreamTool, key string) string {
 	return ledger.DerivedKey(tenant, upstreamTool, key)
 }
 
-// withUpstreamKey is args with the key argument arg, where the caller put
-// its key, holding key instead; meta, the _meta that goes upstream, gets
-// the same where the caller put its key there. args is the call's raw
-// arguments (or nil): the rest of them pass as they came.
-func withUpstreamKey(args any, meta map[string]any, arg, key string) any {
-	if _, ok := meta[mcp.MetaIdempotencyKey]; ok {
-		meta[mcp.MetaIdempotencyKey] = key
+// withUpstreamKeys is a call's arguments and _meta as they go upstream,
+// with every idempotency key in them derived for tenant (upstreamKey):
+// the argument arg and the _meta key, under their names in any case, for
+// an upstream may read names in any case. This holds for every tool, not
+// only one the gateway's ledger keys: a tool the policy does not name may
+// still reach an upstream that deduplicates by the key. args is the
+// call's raw arguments (or nil); the rest of them pass as they came, and
+// a call that carries no key costs a scan of the names of its arguments.
+func withUpstreamKeys(args any, meta map[string]any, arg, tenant, upstreamTool string) any {
+	for k, v := range meta {
+		if !strings.EqualFold(k, mcp.MetaIdempotencyKey) {
+			continue
+		}
+		var key string
+		if raw, ok := v.(json.RawMessage); ok && json.Unmarshal(raw, &key) == nil && key != "" {
+			meta[k] = upstreamKey(tenant, upstreamTool, key)
+		}
 	}
 	raw, _ := args.(json.RawMessage)
+	keyed := false
+	jsonrpc.Members(raw, func(k, _ []byte) bool {
+		keyed = strings.EqualFold(string(k), arg)
+		return !keyed
+	})
+	if !keyed {
+		return args
+	}
 	var members map[string]json.RawMessage
 	if json.Unmarshal(raw, &members) != nil {
 		return args
 	}
-	if _, ok := members[arg]; !ok {
-		return args
+	for k, v := range members {
+		var key string
+		if strings.EqualFold(k, arg) && json.Unmarshal(v, &key) == nil && key != "" {
+			members[k], _ = json.Marshal(upstreamKey(tenant, upstreamTool, key))
+		}
 	}
-	members[arg], _ = json.Marshal(key)
 	out, err := json.Marshal(members)
 	if err != nil {
 		return args

@@ -425,4 +425,22 @@ func TestUpstreamKeysAreTheTenants(t *testing.T) {
 	if op.UpstreamKey != forBob {
 		t.Fatalf("bob's lookup names upstream key %q, want %q", op.UpstreamKey, forBob)
 	}
+
+	// A tool the policy does not name has no ledger at the gateway, but
+	// its upstream may deduplicate by the key all the same: the key goes
+	// derived too, whatever the case of its name.
+	open := newFront(t, gateway.Options{Upstreams: []gateway.Upstream{{Name: "mail", URL: m.url}}},
+		&streamhttp.HandlerOptions{Tokens: map[string]string{"tok-a": "alice", "tok-b": "bob"}})
+	a2 := open.dial(t, mcp.Modern, &client.Options{Header: http.Header{"Authorization": {"Bearer tok-a"}}})
+	b2 := open.dial(t, mcp.Legacy, &client.Options{Header: http.Header{"Authorization": {"Bearer tok-b"}}})
+	res, err = a2.CallTool(context.Background(), "send_keyed", map[string]any{"to": "ops", "text": "hi"}, &client.CallOptions{Meta: map[string]any{mcp.MetaIdempotencyKey: "order-9"}})
+	must(t, err)
+	if res.IsError || text(res) != "sent "+ledger.DerivedKey("alice", "send_keyed", "order-9") {
+		t.Fatalf("alice's call of a tool the policy does not name = %+v", res)
+	}
+	res, err = b2.CallTool(context.Background(), "send_keyed", map[string]any{"to": "ops", "text": "hi"}, &client.CallOptions{Meta: map[string]any{strings.ToUpper(mcp.MetaIdempotencyKey): "order-9"}})
+	must(t, err)
+	if res.IsError || strings.Contains(text(res), "order-9") || m.sent.Load() != 5 {
+		t.Fatalf("bob's call with alice's key under another case = %+v, %d sent; want it sent with a key of his own", res, m.sent.Load())
+	}
 }
