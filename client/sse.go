@@ -263,13 +263,18 @@ func (t *sseTransport) start(ctx context.Context, req outgoing) (*exchange, erro
 		return nil, ErrConnectionLost
 	}
 	forget := func(abandon bool) { t.calls.forget(req, abandon) }
-	// The POST lives as long as the call's clocks and the stream: its
-	// answer says only that the server took the message.
-	postCtx, abort := context.WithCancel(ctx)
+	// The POST's answer says only that the server took the message, and
+	// the call's answer may come on the stream first: the POST is not
+	// cut short when the call ends with its answer — cutting it could
+	// cancel the connection another request waits to reuse, failing that
+	// request — only when the call is given up (onCancel), the stream
+	// ends, or answerTimeout passes.
+	postCtx, abort := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
 	unlink := context.AfterFunc(t.lifetime, abort)
 	posted := make(chan struct{})
 	ex.onFinish = func() { forget(false) }
 	ex.onCancel = func(id jsonrpc.ID, reason string) Cancellation {
+		abort()
 		forget(true)
 		// A POST of its own, not waited for, and sent after the
 		// request's POST ended: it must not overtake what it cancels.
