@@ -135,7 +135,11 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, upTasks upstreamT
 				args = json.RawMessage(bytes.Clone(call.Arguments)) // a held call outlives the request's frame
 			}
 		}
-		args = withUpstreamKeys(args, o.Meta, tp.keyArgument(), call.Tenant, upstreamTool)
+		keyArg := "" // a tool the policy does not key: no argument is known to be its key
+		if tp.Retry == server.RetryConditional {
+			keyArg = tp.keyArgument()
+		}
+		args = withUpstreamKeys(args, o.Meta, keyArg, call.Tenant, upstreamTool)
 		if hold {
 			h := l.g.hold(call, l.up.Name, sink)
 			o.OnRequest = h.ask
@@ -409,13 +413,16 @@ func upstreamKey(tenant, upstreamTool, key string) string {
 }
 
 // withUpstreamKeys is a call's arguments and _meta as they go upstream,
-// with every idempotency key in them derived for tenant (upstreamKey):
-// the argument arg and the _meta key, under their names in any case, for
-// an upstream may read names in any case. This holds for every tool, not
-// only one the gateway's ledger keys: a tool the policy does not name may
-// still reach an upstream that deduplicates by the key. args is the
-// call's raw arguments (or nil); the rest of them pass as they came, and
-// a call that carries no key costs a scan of the names of its arguments.
+// with its idempotency keys derived for tenant (upstreamKey), under their
+// names in any case, for an upstream may read names in any case. The
+// _meta key is this call's key whatever the tool, so it is derived for
+// every tool: one the policy does not name may still reach an upstream
+// that deduplicates by it. The argument arg is derived only where the
+// policy says it is the call's key (arg "" derives none): an argument of
+// a tool the gateway was told nothing of may be another call's key, one a
+// read looks up. args is the call's raw arguments (or nil); the rest pass
+// as they came, and a call that carries no key costs a scan of the names
+// of its arguments.
 func withUpstreamKeys(args any, meta map[string]any, arg, tenant, upstreamTool string) any {
 	for k, v := range meta {
 		if !strings.EqualFold(k, mcp.MetaIdempotencyKey) {
@@ -427,6 +434,9 @@ func withUpstreamKeys(args any, meta map[string]any, arg, tenant, upstreamTool s
 		}
 	}
 	raw, _ := args.(json.RawMessage)
+	if arg == "" {
+		return args
+	}
 	keyed := false
 	jsonrpc.Members(raw, func(k, _ []byte) bool {
 		keyed = strings.EqualFold(string(k), arg)
