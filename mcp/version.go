@@ -73,3 +73,12 @@ func NegotiateLegacy(requested string) string {
 	}
 	return LatestLegacyVersion
 }
+
+// Version is the newest revision of the era, the one mcprel asks for
+// when it speaks the era as a client.
+func (e Era) Version() string {
+	if e == Modern {
+		return Version20260728
+	}
+	return Version20251125
+}

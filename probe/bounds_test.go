@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/probe"
 )
 
@@ -81,7 +82,7 @@ func TestAFloodStaysWithinTheProbesBounds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := 4 * probe.MaxKept
-			h, err := probe.Flood(context.Background(), tc.target, probe.Modern, "tools/list", n, time.Minute)
+			h, err := probe.Flood(context.Background(), tc.target, mcp.Modern, "tools/list", n, time.Minute)
 			must(t, err)
 			if h.Ended != nil || h.Received < n {
 				t.Fatalf("%d messages came, then the stream ended: %v", h.Received, h.Ended)
@@ -115,7 +116,7 @@ func TestAMessagePastTheLimitEndsTheConnection(t *testing.T) {
 		{"JSON body", probe.Target{URL: floodServer(t, "endless-body")}, "a response body"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h, err := probe.Flood(context.Background(), tc.target, probe.Modern, "tools/list", 1<<30, 10*time.Second)
+			h, err := probe.Flood(context.Background(), tc.target, mcp.Modern, "tools/list", 1<<30, 10*time.Second)
 			must(t, err)
 			limit := fmt.Sprintf("%s longer than %d MiB", tc.what, probe.MaxMessage>>20)
 			if h.Ended == nil || !strings.Contains(h.Ended.Error(), limit) {

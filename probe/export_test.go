@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/mcprel/mcprel/mcp"
 )
 
 // The probe's bounds, for the tests that hold it to them.
@@ -35,7 +37,7 @@ type Held struct {
 // Flood connects to t in era, sends method (an HTTP POST, whose response
 // stream is read), and waits until n messages came or the stream ended —
 // or wait passed, an error. It returns what the connection holds then.
-func Flood(ctx context.Context, t Target, era Era, method string, n int, wait time.Duration) (Held, error) {
+func Flood(ctx context.Context, t Target, era mcp.Era, method string, n int, wait time.Duration) (Held, error) {
 	rec := newRecorder()
 	var box *mailbox
 	var id int64

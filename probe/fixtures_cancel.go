@@ -14,7 +14,7 @@ import (
 // serves: ping in the 2025 era, server/discover in the 2026-07-28 era
 // (which has no ping).
 func (r *run) heartbeat() string {
-	if r.era == Modern {
+	if r.era == mcp.Modern {
 		return mcp.MethodDiscover
 	}
 	return mcp.MethodPing
@@ -95,7 +95,7 @@ func fixtureCancelBeforeCompletion(ctx context.Context, r *run) outcome {
 // Fixture 2. A cancellation that arrives after the response changes
 // nothing: the result stands, nothing more is sent, no error.
 func fixtureLateCancel(ctx context.Context, r *run) outcome {
-	if r.t.Transport() != "stdio" && r.era == Modern {
+	if r.t.Transport() != "stdio" && r.era == mcp.Modern {
 		return notApplicable("in the 2026-07-28 era a request over Streamable HTTP is cancelled by closing its stream: there is no late notification to send")
 	}
 	l, err := open(ctx, r.t, r.era, r.rec, r.timing)
@@ -147,7 +147,7 @@ func fixtureLateCancel(ctx context.Context, r *run) outcome {
 // Fixture 3. Malformed, unknown-id and duplicate cancellations are
 // ignored: no answer, and the server keeps serving.
 func fixtureBadCancellations(ctx context.Context, r *run) outcome {
-	if r.t.Transport() != "stdio" && r.era == Modern {
+	if r.t.Transport() != "stdio" && r.era == mcp.Modern {
 		return notApplicable("the 2026-07-28 era defines no notification from client to server over Streamable HTTP")
 	}
 	bad := []string{
@@ -223,7 +223,7 @@ func fixtureStreamCancel(ctx context.Context, r *run) outcome {
 		return fail("%v", err)
 	}
 	defer p.close(ctx)
-	if r.era == Modern {
+	if r.era == mcp.Modern {
 		return streamCloseCancels(ctx, r, p)
 	}
 	return postedCancel(ctx, r, p)

@@ -400,7 +400,7 @@ func fixtureSSEHeaders(ctx context.Context, r *run) outcome {
 	// A quiet stream first: the keepalive takes longest to see.
 	var quiet *stream
 	quietName := "the 2025 GET stream"
-	if r.era == Modern {
+	if r.era == mcp.Modern {
 		quietName = "subscriptions/listen"
 		_, quiet, err = p.request(ctx, mcp.MethodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true}}, "", nil)
 	} else {
@@ -419,7 +419,7 @@ func fixtureSSEHeaders(ctx context.Context, r *run) outcome {
 			problems = append(problems, fmt.Sprintf("%s: Cache-Control %q, want no-cache", what, cc))
 		}
 		if !strings.EqualFold(xa, "no") {
-			if r.era == Modern {
+			if r.era == mcp.Modern {
 				problems = append(problems, fmt.Sprintf("%s: X-Accel-Buffering %q, want no", what, xa))
 			} else {
 				seen = append(seen, what+" has no X-Accel-Buffering: no (the 2025 era does not ask for it)")
@@ -486,7 +486,7 @@ func fixtureSSEHeaders(ctx context.Context, r *run) outcome {
 // new id (2026-07-28); 2025 resumption with Last-Event-ID works as
 // advertised or is refused cleanly.
 func fixtureReconnect(ctx context.Context, r *run) outcome {
-	if r.era == Legacy {
+	if r.era == mcp.Legacy {
 		if r.t.Transport() == "stdio" {
 			return notApplicable("over stdio the 2025 era has no stream to resume")
 		}
@@ -625,7 +625,7 @@ func fixtureTaskCancel(ctx context.Context, r *run) outcome {
 	defer l.close()
 	members := toolCall(op, op.Probe.Arguments)
 	var caps map[string]any
-	if r.era == Modern {
+	if r.era == mcp.Modern {
 		caps = map[string]any{"extensions": map[string]any{mcp.ExtensionTasks: map[string]any{}}}
 	} else {
 		members["task"] = map[string]any{"ttl": 60000}
@@ -757,7 +757,7 @@ func fixtureTransportSecurity(ctx context.Context, r *run) outcome {
 	if u, err := url.Parse(r.t.URL); err == nil && loopback(u.Hostname()) {
 		try("a foreign Host", map[string]string{"Host": "probe.invalid:" + u.Port()})
 	}
-	if r.era == Legacy {
+	if r.era == mcp.Legacy {
 		try("a guessed session id", map[string]string{mcp.HeaderSessionID: "probe-" + rand.Text()})
 	}
 	big := append(append([]byte(`{"jsonrpc":"2.0","id":901,"method":"ping","params":{"pad":"`), bytes.Repeat([]byte("x"), oversize)...), `"}}`...)

@@ -24,7 +24,7 @@ import (
 type httpPeer struct {
 	t       *Target
 	hc      *http.Client
-	era     Era
+	era     mcp.Era
 	rec     *recorder
 	session string // 2025: the session's id
 	next    atomic.Int64
@@ -34,11 +34,11 @@ type httpPeer struct {
 
 // newHTTP opens a peer of era on t; the 2025 era's handshake is made
 // here, on a session of its own.
-func newHTTP(ctx context.Context, t *Target, era Era, rec *recorder, timeout time.Duration) (*httpPeer, error) {
+func newHTTP(ctx context.Context, t *Target, era mcp.Era, rec *recorder, timeout time.Duration) (*httpPeer, error) {
 	p := &httpPeer{t: t, era: era, rec: rec, headerWait: timeout,
 		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, DisableCompression: true}, CheckRedirect: noRedirect}}
 	p.next.Store(1)
-	if era == Legacy {
+	if era == mcp.Legacy {
 		s, err := p.post(ctx, requestFrame(1, mcp.MethodInitialize, initializeParams()), mcp.MethodInitialize, "", nil)
 		if err != nil {
 			return nil, err
@@ -198,13 +198,13 @@ func nameOf(method string, members map[string]any) string {
 func (p *httpPeer) post(ctx context.Context, frame []byte, method, name string, extra map[string]string) (*stream, error) {
 	h := map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 	switch p.era {
-	case Modern:
+	case mcp.Modern:
 		h[mcp.HeaderProtocolVersion] = mcp.Version20260728
 		h[mcp.HeaderMethod] = method
 		if name != "" {
 			h[mcp.HeaderName] = name
 		}
-	case Legacy:
+	case mcp.Legacy:
 		if method != mcp.MethodInitialize {
 			h[mcp.HeaderProtocolVersion] = mcp.Version20251125
 		}

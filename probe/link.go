@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/review"
 )
 
@@ -53,7 +54,7 @@ func (c *call) progress(ctx context.Context, from int, timeout time.Duration) (f
 
 // open connects to t in era: a fresh process for stdio, a fresh client
 // (and 2025 session) for HTTP.
-func open(ctx context.Context, t *Target, era Era, rec *recorder, timing Timing) (link, error) {
+func open(ctx context.Context, t *Target, era mcp.Era, rec *recorder, timing Timing) (link, error) {
 	if len(t.Command) > 0 {
 		p, err := startStdio(ctx, t, era, rec, timing.Answer)
 		if err != nil {
@@ -166,7 +167,7 @@ func (r *run) listed(op *review.Operation, role string) (outcome, bool) {
 		return notApplicable("the policy names no %s for the probe to call", role), false
 	}
 	if !r.tools[op.Name] {
-		return notApplicable("the server does not list %q (the policy's %s) in the %s era", op.Name, role, r.era), false
+		return notApplicable("the server does not list %q (the policy's %s) in the %s era", op.Name, role, r.era.Version()), false
 	}
 	return outcome{}, true
 }

@@ -16,24 +16,6 @@ import (
 	"github.com/mcprel/mcprel/review"
 )
 
-// Era is a protocol era the server speaks.
-type Era uint8
-
-const (
-	// Modern is the stateless 2026-07-28 revision.
-	Modern Era = iota + 1
-	// Legacy is the 2025-11-25 revision, with the initialize handshake.
-	Legacy
-)
-
-// String returns the era's protocol version.
-func (e Era) String() string {
-	if e == Modern {
-		return mcp.Version20260728
-	}
-	return mcp.Version20251125
-}
-
 // Target is the server under test: a command the probe starts and speaks
 // to over stdio, or a Streamable HTTP endpoint.
 type Target struct {
@@ -240,7 +222,7 @@ func (o outcome) with(key string, v any) outcome {
 // run is one fixture's run in one era: what it may use.
 type run struct {
 	t      *Target
-	era    Era
+	era    mcp.Era
 	timing Timing
 	roles  roles
 	rec    *recorder
@@ -260,22 +242,22 @@ func Run(ctx context.Context, o *Options) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Target: o.Target.String(), Transport: o.Target.Transport()}
-	var eras []Era
-	tools := map[Era]map[string]bool{}
+	var eras []mcp.Era
+	tools := map[mcp.Era]map[string]bool{}
 	var reasons []string
-	for _, era := range []Era{Modern, Legacy} {
+	for _, era := range []mcp.Era{mcp.Modern, mcp.Legacy} {
 		listed, err := greet(ctx, &o.Target, era, timing)
 		if err != nil {
 			var ue *UnreachableError
 			if errors.As(err, &ue) {
 				return nil, err
 			}
-			reasons = append(reasons, fmt.Sprintf("%s: %v", era, err))
+			reasons = append(reasons, fmt.Sprintf("%s: %v", era.Version(), err))
 			continue
 		}
 		eras = append(eras, era)
 		tools[era] = listed
-		rep.Eras = append(rep.Eras, era.String())
+		rep.Eras = append(rep.Eras, era.Version())
 	}
 	if len(eras) == 0 {
 		return nil, &UnreachableError{Target: o.Target.String(), Err: errors.New(strings.Join(reasons, "; "))}
@@ -286,7 +268,7 @@ func Run(ctx context.Context, o *Options) (*Report, error) {
 	}
 	type job struct {
 		fx  fixture
-		era Era
+		era mcp.Era
 	}
 	var jobs []job
 	for _, fx := range fixtures {
@@ -320,7 +302,7 @@ func Run(ctx context.Context, o *Options) (*Report, error) {
 				defer counting.Unlock()
 			}
 			rec := newRecorder()
-			rec.v, rec.label = v, fmt.Sprintf("%d %s (%s)", j.fx.n, j.fx.name, j.era)
+			rec.v, rec.label = v, fmt.Sprintf("%d %s (%s)", j.fx.n, j.fx.name, j.era.Version())
 			r := &run{t: &o.Target, era: j.era, timing: timing, roles: rs, rec: rec, tools: tools[j.era]}
 			began := time.Now()
 			out := notApplicable("the run was stopped before this fixture")
@@ -331,7 +313,7 @@ func Run(ctx context.Context, o *Options) (*Report, error) {
 				out = v.diedDuring(rec, j.fx.run(fctx, r))
 				v.ends(rec)
 			}
-			res := Result{Fixture: j.fx.n, Name: j.fx.name, Checks: j.fx.checks, Transport: o.Target.Transport(), Era: j.era.String(),
+			res := Result{Fixture: j.fx.n, Name: j.fx.name, Checks: j.fx.checks, Transport: o.Target.Transport(), Era: j.era.Version(),
 				Status: out.status, Detail: out.detail, Measured: out.measured, Took: time.Since(began).Round(time.Millisecond)}
 			if out.status == Failed {
 				res.Frames = r.rec.frames()
@@ -359,14 +341,14 @@ const parallel = 4
 // supportedVersions and the server then serves a 2026-07-28 request (the
 // tools/list): a server that answers server/discover and refuses the
 // version — as a stateful 2025 server may — speaks the 2025 era alone.
-func greet(ctx context.Context, t *Target, era Era, timing Timing) (map[string]bool, error) {
+func greet(ctx context.Context, t *Target, era mcp.Era, timing Timing) (map[string]bool, error) {
 	rec := newRecorder()
 	l, err := open(ctx, t, era, rec, timing)
 	if err != nil {
 		return nil, err
 	}
 	defer l.close()
-	if era == Modern {
+	if era == mcp.Modern {
 		m, err := l.call(ctx, mcp.MethodDiscover, nil, timing.Answer)
 		if err != nil {
 			return nil, err
@@ -388,7 +370,7 @@ func greet(ctx context.Context, t *Target, era Era, timing Timing) (map[string]b
 	}
 	listed := map[string]bool{}
 	if e := m.msg.Error; e != nil {
-		if era == Modern && e.Code != jsonrpc.CodeMethodNotFound {
+		if era == mcp.Modern && e.Code != jsonrpc.CodeMethodNotFound {
 			return nil, fmt.Errorf("server/discover lists %s, but the server refused a %s tools/list: %s", mcp.Version20260728, mcp.Version20260728, errorText(e))
 		}
 		return listed, nil // no tools: the protocol fixtures still apply
@@ -403,7 +385,7 @@ func greet(ctx context.Context, t *Target, era Era, timing Timing) (map[string]b
 }
 
 // setup makes the policy's setup calls once, and says how they went.
-func setup(ctx context.Context, t *Target, era Era, timing Timing, calls []review.ProbeCall) string {
+func setup(ctx context.Context, t *Target, era mcp.Era, timing Timing, calls []review.ProbeCall) string {
 	l, err := open(ctx, t, era, newRecorder(), timing)
 	if err != nil {
 		return "setup: " + err.Error()

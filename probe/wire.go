@@ -348,7 +348,7 @@ var clientInfo = map[string]any{"name": "mcprel-probe", "version": "0.1.0"}
 // params builds a request's params for era: the members given, with the
 // 2026-07-28 era's _meta (version, capabilities, client info) and a
 // progress token when one is asked for.
-func params(era Era, members map[string]any, token string, caps map[string]any) map[string]any {
+func params(era mcp.Era, members map[string]any, token string, caps map[string]any) map[string]any {
 	out := make(map[string]any, len(members)+1)
 	for k, v := range members {
 		out[k] = v
@@ -362,7 +362,7 @@ func params(era Era, members map[string]any, token string, caps map[string]any) 
 	if token != "" {
 		meta[mcp.MetaProgressToken] = token
 	}
-	if era == Modern {
+	if era == mcp.Modern {
 		if caps == nil {
 			caps = map[string]any{}
 		}
@@ -396,7 +396,7 @@ type stdioPeer struct {
 	box    *mailbox
 	rec    *recorder
 	stderr *tail
-	era    Era
+	era    mcp.Era
 
 	wmu      sync.Mutex
 	next     int64
@@ -436,7 +436,7 @@ func (t *tail) String() string {
 
 // startStdio starts argv and speaks era to it: the 2025 era's handshake
 // is made here.
-func startStdio(ctx context.Context, t *Target, era Era, rec *recorder, timeout time.Duration) (*stdioPeer, error) {
+func startStdio(ctx context.Context, t *Target, era mcp.Era, rec *recorder, timeout time.Duration) (*stdioPeer, error) {
 	cmd := exec.Command(t.Command[0], t.Command[1:]...)
 	cmd.Env = append(os.Environ(), t.Env...)
 	p := &stdioPeer{cmd: cmd, box: newMailbox(), rec: rec, stderr: &tail{}, era: era, next: 1, reaped: make(chan struct{})}
@@ -454,7 +454,7 @@ func startStdio(ctx context.Context, t *Target, era Era, rec *recorder, timeout 
 	}
 	p.stdin = stdin
 	go p.read(stdout)
-	if era == Legacy {
+	if era == mcp.Legacy {
 		if err := p.handshake(ctx, timeout); err != nil {
 			p.close()
 			return nil, err
