@@ -24,8 +24,8 @@ func ExampleClient_CallToolWithRetries() {
 	}
 	defer c.Close()
 	planner := retry.NewPlanner(retry.Options{Table: retry.Table{Tools: map[string]retry.Rule{
-		"reserve_inventory": {Class: retry.Conditional, Lookup: "lookup_operation"},
-		"charge_account":    {Class: retry.Unsafe, Lookup: "list_charges"},
+		"reserve_inventory": {Class: mcp.RetryConditional, Lookup: "lookup_operation"},
+		"charge_account":    {Class: mcp.RetryUnsafe, Lookup: "list_charges"},
 	}}})
 	res, err := c.CallToolWithRetries(ctx, "reserve_inventory",
 		map[string]any{"sku": "w1", "quantity": 3, mcp.ArgIdempotencyKey: "order-1234"},

@@ -504,7 +504,7 @@ func TestInputRequiredTooManyAtOnce(t *testing.T) {
 // neither asks again (the server would ask for the same input) nor, for
 // an unsafe tool, calls for reconciliation.
 func TestInputErrorIsNotRetried(t *testing.T) {
-	for _, class := range []retry.Class{retry.Safe, retry.Unsafe} {
+	for _, class := range []mcp.RetryClass{mcp.RetrySafe, mcp.RetryUnsafe} {
 		t.Run(class.String(), func(t *testing.T) {
 			srv := mcptest.NewServer(t, nil)
 			var runs atomic.Int64

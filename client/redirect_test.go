@@ -288,7 +288,7 @@ func failsCall(t *testing.T, s redirectScene, status int, err error) {
 		t.Fatal(err)
 	}
 	res, err := s.c.CallToolWithRetries(context.Background(), "read", nil, nil,
-		&client.Retries{Planner: planner("read", retry.Safe, retry.Options{})})
+		&client.Retries{Planner: planner("read", mcp.RetrySafe, retry.Options{})})
 	if err == nil {
 		t.Fatalf("the redirected call answered %+v", res)
 	}

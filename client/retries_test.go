@@ -22,7 +22,7 @@ import (
 func noJitter(int) float64 { return 0 }
 
 // planner is a retry planner that classes tool as class, without jitter.
-func planner(tool string, class retry.Class, o retry.Options) *retry.Planner {
+func planner(tool string, class mcp.RetryClass, o retry.Options) *retry.Planner {
 	o.Table.Tools = map[string]retry.Rule{tool: {Class: class}}
 	o.Backoff.Jitter = noJitter
 	return retry.NewPlanner(o)
@@ -59,7 +59,7 @@ func (c *calls) count() int {
 // *retry.ReconcileError that wraps the deadline, after one attempt. A Safe
 // tool in the same case is called again, with a new id.
 func TestRetriesNeverResendAnUnsafeCallThatMayHaveBeenSent(t *testing.T) {
-	for _, class := range []retry.Class{retry.Unsafe, retry.Safe} {
+	for _, class := range []mcp.RetryClass{mcp.RetryUnsafe, mcp.RetrySafe} {
 		t.Run(class.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var got calls
@@ -75,11 +75,11 @@ func TestRetriesNeverResendAnUnsafeCallThatMayHaveBeenSent(t *testing.T) {
 				var rec *retry.ReconcileError
 				var de *client.DeadlineError
 				switch class {
-				case retry.Unsafe:
+				case mcp.RetryUnsafe:
 					if !errors.As(err, &rec) || !errors.As(err, &de) || de.Clock != client.IdleClock || got.count() != 1 {
 						t.Fatalf("%d attempts, %v; want one, and a ReconcileError wrapping the idle deadline", got.count(), err)
 					}
-				case retry.Safe:
+				case mcp.RetrySafe:
 					if err != nil || res.IsError || got.count() != 2 || got.ids[0] == got.ids[1] {
 						t.Fatalf("%d attempts with ids %v: %v; want two, with new ids", got.count(), got.ids, err)
 					}
@@ -108,7 +108,7 @@ func TestRetriesConditionalOnlyWithAKey(t *testing.T) {
 				}
 				_, err := c.CallToolWithRetries(context.Background(), "reserve", args,
 					&client.CallOptions{Idle: time.Second, Max: time.Minute},
-					&client.Retries{Planner: planner("reserve", retry.Conditional, retry.Options{})})
+					&client.Retries{Planner: planner("reserve", mcp.RetryConditional, retry.Options{})})
 				synctest.Wait()
 				var rec *retry.ReconcileError
 				if !withKey {
@@ -139,7 +139,7 @@ func TestRetriesTakeANullKeyForNone(t *testing.T) {
 		args := map[string]any{"sku": "w1", mcp.ArgIdempotencyKey: nil}
 		_, err := c.CallToolWithRetries(context.Background(), "reserve", args,
 			&client.CallOptions{Idle: time.Second, Max: time.Minute},
-			&client.Retries{Planner: planner("reserve", retry.Conditional, retry.Options{})})
+			&client.Retries{Planner: planner("reserve", mcp.RetryConditional, retry.Options{})})
 		synctest.Wait()
 		if rec := (*retry.ReconcileError)(nil); !errors.As(err, &rec) || got.count() != 1 {
 			t.Fatalf("with a null key: %d attempts, %v; want one and a ReconcileError", got.count(), err)
@@ -168,7 +168,7 @@ func TestRetriesHonourRetryAfter(t *testing.T) {
 				result(f, m, "ok")
 			})
 			_, err := c.CallToolWithRetries(context.Background(), "read", nil, nil,
-				&client.Retries{Planner: planner("read", retry.Safe, retry.Options{})})
+				&client.Retries{Planner: planner("read", mcp.RetrySafe, retry.Options{})})
 			if err != nil || got.count() != 2 || got.at[1].Sub(got.at[0]) != 3*time.Second {
 				t.Fatalf("%d attempts at %v: %v; want the second 3s after the first", got.count(), got.at, err)
 			}
@@ -206,7 +206,7 @@ func TestRetriesHonourRetryAfter(t *testing.T) {
 				}
 				defer c.Close()
 				_, err = c.CallToolWithRetries(context.Background(), "read", nil, nil,
-					&client.Retries{Planner: planner("read", retry.Safe, retry.Options{})})
+					&client.Retries{Planner: planner("read", mcp.RetrySafe, retry.Options{})})
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil || len(at) != 2 || at[1].Sub(at[0]) != want {
@@ -230,7 +230,7 @@ func TestRetriesStopWhenTheBudgetIsSpent(t *testing.T) {
 			}
 		})
 		var why error
-		p := planner("read", retry.Safe, retry.Options{
+		p := planner("read", mcp.RetrySafe, retry.Options{
 			MaxAttempts: 5,
 			Budget:      &retry.Budget{Ratio: -1, MinPerSecond: -1}, // nothing to spend
 			Observe: func(e retry.Event) {
@@ -261,7 +261,7 @@ func TestRetriesEndWithinTheMaxDeadline(t *testing.T) {
 		})
 		start := time.Now()
 		_, err := c.CallToolWithRetries(context.Background(), "read", nil, &client.CallOptions{Max: 5 * time.Second},
-			&client.Retries{Planner: planner("read", retry.Safe, retry.Options{})})
+			&client.Retries{Planner: planner("read", mcp.RetrySafe, retry.Options{})})
 		var rpc *jsonrpc.Error
 		if !errors.As(err, &rpc) || got.count() != 1 || time.Since(start) != 0 {
 			t.Fatalf("after %v, %d attempts: %v; want one, ended at once", time.Since(start), got.count(), err)
@@ -282,7 +282,7 @@ func TestRetriesCancelledBetweenAttempts(t *testing.T) {
 		})
 		ctx, cancel := context.WithCancelCause(context.Background())
 		stop := errors.New("the user gave up")
-		p := planner("read", retry.Safe, retry.Options{Observe: func(e retry.Event) {
+		p := planner("read", mcp.RetrySafe, retry.Options{Observe: func(e retry.Event) {
 			if e.Decision.Retry {
 				cancel(stop) // during the pause that follows
 			}

@@ -11,7 +11,6 @@ import (
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/mcp"
-	"github.com/mcprel/mcprel/retry"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/taskserver"
 )
@@ -210,7 +209,7 @@ func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
 				tp.Task = mirroredTask(upTasks, tp, l.eraNow())
 			}
 			var policies []server.ToolInterceptor
-			if tp.Retry == server.RetryConditional {
+			if tp.Retry == mcp.RetryConditional {
 				policies = append(policies, idempotency.Keyed(g.opts.Ledger, tp.keyed()))
 			}
 			if tp.Task != TaskNone {
@@ -221,7 +220,7 @@ func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
 				// A forward's cancellation is passed upstream, and the
 				// task ends by what it left (ReadsCancel).
 				policies = append(policies, taskserver.AsTask(g.opts.Tasks, taskserver.Policy{
-					Required: tp.Task == TaskRequired, Resumable: tp.retryClass() != retry.Unsafe || upTasks != noUpstreamTask,
+					Required: tp.Task == TaskRequired, Resumable: tp.retryClass() != mcp.RetryUnsafe || upTasks != noUpstreamTask,
 					ReadsCancel: true}))
 			}
 			return g.srv.AddTool(server.Tool{
@@ -251,7 +250,7 @@ func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
 // a plain call. A 2026-07-28 upstream decides per call, so its tools are
 // tasks downstream only where the policy makes them so.
 func mirroredTask(up upstreamTasks, tp ToolPolicy, era mcp.Era) TaskSupport {
-	keyed := tp.Retry == server.RetryConditional
+	keyed := tp.Retry == mcp.RetryConditional
 	switch {
 	case up == upstreamTaskRequired && keyed:
 		return TaskRequired
@@ -301,7 +300,7 @@ func (g *Gateway) syncTemplates(l *link, templates []mcp.ResourceTemplate) {
 // conditional tool it serves as name with key (upstreamKey); "" for a
 // tool that is not conditional, or not served.
 func (g *Gateway) upstreamKeyOf(tenant, name, key string) string {
-	if g.opts.Policy.forTool(name).Retry != server.RetryConditional {
+	if g.opts.Policy.forTool(name).Retry != mcp.RetryConditional {
 		return ""
 	}
 	g.mu.Lock()

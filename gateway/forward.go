@@ -114,7 +114,7 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, upTasks upstreamT
 		// or when the gateway runs it as a task of its own: the gateway's
 		// follows the upstream's.
 		asTask := upTasks == upstreamTaskRequired || upTasks != noUpstreamTask && taskserver.TaskID(call) != ""
-		hold := !asTask && call.Era == mcp.Modern && c.Era() != mcp.Modern && answersAny(call.ClientCapabilities) && tp.Retry != server.RetryConditional
+		hold := !asTask && call.Era == mcp.Modern && c.Era() != mcp.Modern && answersAny(call.ClientCapabilities) && tp.Retry != mcp.RetryConditional
 		sink := l.sink(&call.Request)
 		caps := relayed(call.ClientCapabilities) // a 2026-07-28 upstream is told the caller's
 		o := &client.CallOptions{
@@ -136,7 +136,7 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, upTasks upstreamT
 			}
 		}
 		keyArg := "" // a tool the policy does not key: no argument is known to be its key
-		if tp.Retry == server.RetryConditional {
+		if tp.Retry == mcp.RetryConditional {
 			keyArg = tp.keyArgument()
 		}
 		args = withUpstreamKeys(args, o.Meta, keyArg, call.Tenant, upstreamTool)
@@ -228,7 +228,7 @@ func (l *link) taskCancelled(ctx context.Context, call *server.CallRequest, tp T
 	// A task taken over from a gateway that stopped may have been sent
 	// by that one.
 	sent = sent || taskserver.Attempt(call) > 1
-	if tp.Retry == server.RetrySafe || !sent {
+	if tp.Retry == mcp.RetrySafe || !sent {
 		// The checkpoint observes the intent and ends the task cancelled
 		// (tasks.ErrCancelled); it must not be cut short by the cancel
 		// that brought it here.
@@ -352,7 +352,7 @@ func (l *link) attempt(f *forward, planner *retry.Planner, call *server.CallRequ
 // the caller is told that retrying with the key is safe. raw is the
 // client's error, mapped what the downstream is told.
 func keyedFailure(tp ToolPolicy, raw, mapped error, outcome Outcome) error {
-	if tp.Retry != server.RetryConditional {
+	if tp.Retry != mcp.RetryConditional {
 		return mapped
 	}
 	if neverRan(raw, outcome) {
@@ -647,7 +647,7 @@ func (l *link) outcomeUnknown(tp ToolPolicy, why string) error {
 
 // resendAdvice says why a tool that may be sent again is safe to retry.
 func resendAdvice(tp ToolPolicy) string {
-	if tp.Retry == server.RetryConditional {
+	if tp.Retry == mcp.RetryConditional {
 		return "retrying with the same idempotency key is safe: the upstream deduplicates by it"
 	}
 	return "retrying is safe: the tool only reads"
@@ -962,7 +962,7 @@ func (l *link) request(ctx context.Context, q *server.Request, method, downName,
 		f.rec.Outcome = OutcomeOK
 		return nil
 	}
-	return asRPC(l.callFailure(f.ctx, err, ToolPolicy{Retry: server.RetrySafe}, q, &f.rec))
+	return asRPC(l.callFailure(f.ctx, err, ToolPolicy{Retry: mcp.RetrySafe}, q, &f.rec))
 }
 
 // asRPC carries a gateway failure as a JSON-RPC error, its structured

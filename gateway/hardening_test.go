@@ -81,7 +81,7 @@ func TestUpstreamRefusalPassesItsRetryAfterOn(t *testing.T) {
 		return true
 	})
 	f := newFront(t, gateway.Options{Upstreams: []gateway.Upstream{{Name: "up", URL: endpoint}},
-		Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"echo": {Retry: server.RetrySafe, MaxAttempts: 1}}}}, nil)
+		Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"echo": {Retry: mcp.RetrySafe, MaxAttempts: 1}}}}, nil)
 	c := f.dial(t, mcp.Modern, nil)
 	for _, tc := range []struct {
 		status     int

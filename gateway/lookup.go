@@ -53,7 +53,7 @@ func (g *Gateway) addLookup(l *ledger.Ledger) error {
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"tool":{"type":"string","minLength":1,"maxLength":128,"description":"the tool as this gateway lists it"},` +
 			`"idempotencyKey":{"type":"string","minLength":1,"maxLength":255}},"required":["tool","idempotencyKey"],"additionalProperties":false}`),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: ptrTo(true)},
-		Policy:      server.Policy{Timeout: server.TimeoutFast, Retry: server.RetrySafe},
+		Policy:      server.Policy{Timeout: server.TimeoutFast, Retry: mcp.RetrySafe},
 	}, func(ctx context.Context, req *server.CallRequest, in lookupArgs) (Operation, error) {
 		rec, err := l.Lookup(ctx, req.Tenant, in.Tool, in.Key)
 		switch {

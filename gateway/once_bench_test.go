@@ -159,7 +159,7 @@ func touchFront(b *testing.B, u *touchUpstream, l *ledger.Ledger) *front {
 		Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
 		Ledger:    l,
 		Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{
-			"touch": {Retry: server.RetryConditional, KeyArgument: "requestId"},
+			"touch": {Retry: mcp.RetryConditional, KeyArgument: "requestId"},
 		}},
 	}, nil)
 }

@@ -139,9 +139,9 @@ func keyedFront(t *testing.T, m *mailer, hopts *streamhttp.HandlerOptions) (*fro
 		Upstreams: []gateway.Upstream{{Name: "mail", URL: m.url}},
 		Ledger:    l,
 		Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{
-			"send":       {Retry: server.RetryConditional, KeyArgument: "requestId", ReconcileWith: "outbox"},
-			"send_keyed": {Retry: server.RetryConditional, KeyArgument: "requestId", UpstreamHonoursKey: true},
-			"outbox":     {Retry: server.RetrySafe},
+			"send":       {Retry: mcp.RetryConditional, KeyArgument: "requestId", ReconcileWith: "outbox"},
+			"send_keyed": {Retry: mcp.RetryConditional, KeyArgument: "requestId", UpstreamHonoursKey: true},
+			"outbox":     {Retry: mcp.RetrySafe},
 		}},
 	}, hopts)
 	return f, l
@@ -257,8 +257,8 @@ func TestGatewayRetriesOnlyWhatCannotRunTwice(t *testing.T) {
 		Upstreams: []gateway.Upstream{{Name: "mail", URL: m.url}},
 		Ledger:    l,
 		Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{
-			"outbox": {Retry: server.RetrySafe},
-			"send":   {Retry: server.RetryConditional, KeyArgument: "requestId"},
+			"outbox": {Retry: mcp.RetrySafe},
+			"send":   {Retry: mcp.RetryConditional, KeyArgument: "requestId"},
 		}},
 	}, nil)
 	c := f.dial(t, mcp.Modern, nil)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/mcp"
-	"github.com/mcprel/mcprel/retry"
 	"github.com/mcprel/mcprel/review"
 	"github.com/mcprel/mcprel/server"
 )
@@ -32,7 +31,7 @@ type ToolPolicy struct {
 	// declares read-only; RetryConditional for a mutation the gateway's
 	// ledger (Options.Ledger) runs once per idempotency key; RetryUnsafe
 	// otherwise.
-	Retry server.RetryClass
+	Retry mcp.RetryClass
 	// Idle and Max are the tool's clocks; zero means the class's default.
 	Idle, Max time.Duration
 
@@ -89,22 +88,22 @@ func (tp ToolPolicy) keyArgument() string { return cmp.Or(tp.KeyArgument, mcp.Ar
 
 // retryClass is the class the gateway's own retries of the tool are
 // planned by: a keyed tool forwarded at most once may be sent again only
-// when its request never left (retry.Unsafe).
-func (tp ToolPolicy) retryClass() retry.Class {
+// when its request never left (mcp.RetryUnsafe).
+func (tp ToolPolicy) retryClass() mcp.RetryClass {
 	switch {
-	case tp.Retry == server.RetrySafe:
-		return retry.Safe
-	case tp.Retry == server.RetryConditional && tp.UpstreamHonoursKey:
-		return retry.Conditional
+	case tp.Retry == mcp.RetrySafe:
+		return mcp.RetrySafe
+	case tp.Retry == mcp.RetryConditional && tp.UpstreamHonoursKey:
+		return mcp.RetryConditional
 	}
-	return retry.Unsafe
+	return mcp.RetryUnsafe
 }
 
 // resendable reports whether a call of the tool may be sent upstream
 // again after a failure that may have reached the upstream: a read, or a
 // keyed call whose upstream honours the key. A downstream client is told
 // such a failure is retryable; any other tool's is an unknown outcome.
-func (tp ToolPolicy) resendable() bool { return tp.retryClass() != retry.Unsafe }
+func (tp ToolPolicy) resendable() bool { return tp.retryClass() != mcp.RetryUnsafe }
 
 // Policy is what the gateway knows of the tools it forwards, by the name
 // downstream clients call them.
@@ -116,7 +115,7 @@ type Policy struct {
 func (p *Policy) forTool(name string) ToolPolicy {
 	tp := p.Tools[name] // a tool the policy does not name is unsafe
 	def := DefaultUnsafeDeadlines
-	if tp.Retry == server.RetrySafe {
+	if tp.Retry == mcp.RetrySafe {
 		def = DefaultSafeDeadlines
 	}
 	if tp.Idle == 0 {
@@ -134,16 +133,16 @@ func (p *Policy) check(keeps, runsTasks bool) error {
 		if tp.Task != TaskNone && !runsTasks {
 			return fmt.Errorf("gateway: policy of tool %q: a task needs the gateway's task server (Options.Tasks), and this gateway has none", name)
 		}
-		if tp.Task == TaskOptional && tp.Retry == server.RetryConditional {
+		if tp.Task == TaskOptional && tp.Retry == mcp.RetryConditional {
 			return fmt.Errorf("gateway: policy of tool %q: a keyed tool that runs as a task must require it (tasks.support: required): run inline, its forward would hold the ledger's transaction", name)
 		}
 		if tp.Idle < 0 || tp.Max < 0 {
 			return fmt.Errorf("gateway: policy of tool %q: negative deadlines", name)
 		}
-		if tp.Retry == server.RetryConditional && !keeps {
+		if tp.Retry == mcp.RetryConditional && !keeps {
 			return fmt.Errorf("gateway: policy of tool %q: a conditional tool needs the gateway's idempotency ledger (Options.Ledger), and this gateway has none", name)
 		}
-		if tp.Retry != server.RetryConditional && (tp.KeyRequired || tp.KeyArgument != "" || tp.UpstreamHonoursKey) {
+		if tp.Retry != mcp.RetryConditional && (tp.KeyRequired || tp.KeyArgument != "" || tp.UpstreamHonoursKey) {
 			return fmt.Errorf("gateway: policy of tool %q: an idempotency key is given for a tool that is not conditional", name)
 		}
 	}
@@ -219,9 +218,9 @@ func PolicyFromReview(rp *review.Policy, facts Facts) (*Policy, error) {
 		}
 		switch rep.Retry.Class {
 		case review.ClassSafe:
-			tp.Retry = server.RetrySafe
+			tp.Retry = mcp.RetrySafe
 		case review.ClassConditional:
-			tp.Retry = server.RetryConditional
+			tp.Retry = mcp.RetryConditional
 			tp.KeyRequired = deref(op.Idempotency.Key) == "required"
 			tp.KeyArgument = op.Idempotency.KeyArgument
 			tp.UpstreamHonoursKey = deref(op.Idempotency.ExternalGuard) == "upstream_key"
@@ -233,7 +232,7 @@ func PolicyFromReview(rp *review.Policy, facts Facts) (*Policy, error) {
 		case "required":
 			tp.Task = TaskRequired
 		}
-		if tp.Retry != server.RetryUnsafe && op.Retry.MaxAttempts != nil {
+		if tp.Retry != mcp.RetryUnsafe && op.Retry.MaxAttempts != nil {
 			tp.MaxAttempts = max(*op.Retry.MaxAttempts, 1)
 		}
 		p.Tools[op.Name] = tp

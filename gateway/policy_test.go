@@ -12,7 +12,6 @@ import (
 	"github.com/mcprel/mcprel/internal/storetest"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/review"
-	"github.com/mcprel/mcprel/server"
 )
 
 // The gateway's policy comes from a policy in mcprel review's
@@ -90,7 +89,7 @@ operations:
 	must(t, err)
 	p, err := gateway.PolicyFromReview(rp, gateway.DefaultFacts)
 	must(t, err)
-	if tp := p.Tools["send"]; tp.Retry != server.RetryConditional || !tp.KeyRequired || tp.KeyArgument != "requestId" || tp.UpstreamHonoursKey || tp.ReconcileWith != "outbox" {
+	if tp := p.Tools["send"]; tp.Retry != mcp.RetryConditional || !tp.KeyRequired || tp.KeyArgument != "requestId" || tp.UpstreamHonoursKey || tp.ReconcileWith != "outbox" {
 		t.Fatalf("the keyed mutation = %+v, want conditional, key required in requestId, at most once, reconciled with outbox", tp)
 	}
 	if rp.Operations[0].Idempotency.Store.Kind != nil {

@@ -20,7 +20,6 @@ import (
 	"github.com/mcprel/mcprel/internal/storetest"
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
-	"github.com/mcprel/mcprel/server"
 )
 
 // redirectTarget is where an upstream's redirect points: it records what
@@ -161,8 +160,8 @@ func TestKeyedCallRedirectedFreesItsKey(t *testing.T) {
 		Upstreams: []gateway.Upstream{{Name: "mail", URL: proxy.URL, Header: http.Header{"Authorization": {"Bearer upstream-secret"}}}},
 		Ledger:    l,
 		Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{
-			"send":   {Retry: server.RetryConditional, KeyArgument: "requestId", ReconcileWith: "outbox"},
-			"outbox": {Retry: server.RetrySafe},
+			"send":   {Retry: mcp.RetryConditional, KeyArgument: "requestId", ReconcileWith: "outbox"},
+			"outbox": {Retry: mcp.RetrySafe},
 		}},
 	}, nil)
 	c := f.dial(t, mcp.Modern, nil)

@@ -35,8 +35,8 @@ func taskFront(t *testing.T, m *mailer) (*front, *taskserver.Server) {
 		Upstreams: []gateway.Upstream{{Name: "mail", URL: m.url}},
 		Ledger:    l, Tasks: ts,
 		Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{
-			"send":   {Retry: server.RetryConditional, KeyArgument: "requestId", Task: gateway.TaskRequired},
-			"outbox": {Retry: server.RetrySafe, Task: gateway.TaskOptional},
+			"send":   {Retry: mcp.RetryConditional, KeyArgument: "requestId", Task: gateway.TaskRequired},
+			"outbox": {Retry: mcp.RetrySafe, Task: gateway.TaskOptional},
 		}},
 	}, nil)
 	return f, ts

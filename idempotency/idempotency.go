@@ -206,7 +206,7 @@ func Replaying(call *server.CallRequest) (json.RawMessage, bool) {
 type keyed struct {
 	ledger *ledger.Ledger
 	policy Policy
-	class  server.RetryClass // the tool's, once intercepted
+	class  mcp.RetryClass // the tool's, once intercepted
 	log    *slog.Logger
 	// maxRun is the longest a call of the tool may run (the server's
 	// maximum deadline for it); zero if it has none.
@@ -218,8 +218,8 @@ type keyed struct {
 
 // intercept amends the declaration and wraps the handler.
 func (k *keyed) intercept(t *server.Tool, next server.CallHandler) (server.CallHandler, error) {
-	if t.Policy.Retry == server.RetryUnsafe {
-		t.Policy.Retry = server.RetryConditional
+	if t.Policy.Retry == mcp.RetryUnsafe {
+		t.Policy.Retry = mcp.RetryConditional
 	}
 	k.class = t.Policy.Retry
 	srv := t.Server()
@@ -271,8 +271,8 @@ func (k *keyed) check(call *server.CallRequest) error {
 	case key == "":
 		// Nothing dedupes this call: unless its author declared the tool
 		// safe to retry anyway, a retry may run it twice.
-		if k.class == server.RetryConditional {
-			call.NarrowRetry(server.RetryUnsafe)
+		if k.class == mcp.RetryConditional {
+			call.NarrowRetry(mcp.RetryUnsafe)
 		}
 		return nil
 	case !inArgs:

@@ -565,7 +565,7 @@ func TestRetryClassOfKeyedTools(t *testing.T) {
 	}{
 		{"required", quick, idempotency.KeyRequired},
 		{"optional", quick, idempotency.KeyOptional},
-		{"optional-but-safe", server.Policy{MaxTimeout: 20 * time.Millisecond, Retry: server.RetrySafe}, idempotency.KeyOptional},
+		{"optional-but-safe", server.Policy{MaxTimeout: 20 * time.Millisecond, Retry: mcp.RetrySafe}, idempotency.KeyOptional},
 	} {
 		if err := srv.AddTool(server.Tool{Name: tc.name, Policy: tc.policy}, block, idempotency.Keyed(l, idempotency.Policy{Key: tc.key})); err != nil {
 			t.Fatal(err)

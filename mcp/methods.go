@@ -74,7 +74,7 @@ const (
 // on them only when it trusts the server: they are the server's word.
 const (
 	// MetaRetryClass is RetryClassSafe, RetryClassConditional or
-	// RetryClassUnsafe (see server.RetryClass).
+	// RetryClassUnsafe (see RetryClass).
 	MetaRetryClass = MetaPrefix + "retryClass"
 	// MetaTimeoutClass is "fast", "standard" or "long" (see
 	// server.TimeoutClass); MetaIdleTimeoutMs and MetaMaxTimeoutMs are the

@@ -99,7 +99,7 @@ func clientScenario(t *testing.T, era mcp.Era) {
 	// Retries, planned with a budget of one retry.
 	p := retry.NewPlanner(retry.Options{
 		Table: retry.Table{Tools: map[string]retry.Rule{
-			"flaky": {Class: retry.Safe}, "busy": {Class: retry.Safe}, "charge": {Class: retry.Unsafe},
+			"flaky": {Class: mcp.RetrySafe}, "busy": {Class: mcp.RetrySafe}, "charge": {Class: mcp.RetryUnsafe},
 		}},
 		Budget:  &retry.Budget{Ratio: -1, MinPerSecond: 1e-9},
 		Observe: m.Observe,

@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/retry"
 )
 
@@ -190,7 +191,7 @@ func TestRetryLoopNeverSleepsPastTheDeadline(t *testing.T) {
 			start := time.Now()
 			deadline := start.Add(3 * time.Second)
 			p := retry.NewPlanner(retry.Options{
-				Table:       retry.Table{Default: retry.Rule{Class: retry.Safe}},
+				Table:       retry.Table{Default: retry.Rule{Class: mcp.RetrySafe}},
 				MaxAttempts: 100,
 				Budget:      &retry.Budget{MinPerSecond: 1000},
 			})

@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/retry"
 )
 
@@ -30,7 +31,7 @@ func alwaysFail(p *retry.Planner, calls int) int {
 // of the calls: 10,000 calls make at most 11,000 attempts, where the
 // attempt cap alone allows 30,000.
 func TestBudgetCapsAmplificationUnderTotalFailure(t *testing.T) {
-	safe := retry.Table{Default: retry.Rule{Class: retry.Safe}}
+	safe := retry.Table{Default: retry.Rule{Class: mcp.RetrySafe}}
 	const calls = 10_000
 
 	budgeted := alwaysFail(retry.NewPlanner(retry.Options{Table: safe}), calls)
@@ -55,7 +56,7 @@ func TestBudgetCapsAmplificationUnderTotalFailure(t *testing.T) {
 // at most MaxBalance.
 func TestBudgetHoldsOverTimeAndConcurrency(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := retry.NewPlanner(retry.Options{Table: retry.Table{Default: retry.Rule{Class: retry.Safe}}})
+		p := retry.NewPlanner(retry.Options{Table: retry.Table{Default: retry.Rule{Class: mcp.RetrySafe}}})
 		const calls = 10_000
 		var attempts atomic.Int64
 		var wg sync.WaitGroup

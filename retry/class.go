@@ -2,57 +2,10 @@ package retry
 
 import "github.com/mcprel/mcprel/mcp"
 
-// Class is what a client may do with a tool call whose outcome it does not
-// know — its response was lost, or a deadline fired — in the terms of the
-// retry matrix mcprel follows. The classes are ordered from least to most
-// retryable, so the smaller of two classes is the more careful one.
-type Class uint8
-
-const (
-	// Unsafe, the zero value: the call has effects and nothing
-	// deduplicates them. It is never retried automatically once it may
-	// have reached the server; reconcile (look the operation up) first.
-	Unsafe Class = iota
-	// Conditional: the call carries a durable idempotency key. Retry only
-	// with the same key and byte-identical arguments; the server then
-	// replays the committed result or runs the operation once.
-	Conditional
-	// Safe: the call has no effects by contract (a read, a computation).
-	// It may be made again with a new JSON-RPC id.
-	Safe
-)
-
-// String returns "unsafe", "conditional" or "safe", the names an mcprel
-// server advertises in a tool's _meta (mcp.RetryClassUnsafe and the
-// others).
-func (c Class) String() string {
-	switch c {
-	case Safe:
-		return mcp.RetryClassSafe
-	case Conditional:
-		return mcp.RetryClassConditional
-	}
-	return mcp.RetryClassUnsafe
-}
-
-// ParseClass reads a class name as String writes it. It reports false for
-// anything else, which a caller must not read as any class.
-func ParseClass(s string) (Class, bool) {
-	switch s {
-	case mcp.RetryClassSafe:
-		return Safe, true
-	case mcp.RetryClassConditional:
-		return Conditional, true
-	case mcp.RetryClassUnsafe:
-		return Unsafe, true
-	}
-	return Unsafe, false
-}
-
 // Rule is the client's policy for one tool.
 type Rule struct {
 	// Class is how calls of the tool may be retried.
-	Class Class
+	Class mcp.RetryClass
 	// Lookup, when not empty, names the tool that finds out whether an
 	// earlier call took effect (such as mcprel's demo lookup_operation).
 	// A *ReconcileError names it, so that a person or a model knows what
@@ -113,16 +66,16 @@ func (t Table) Rule(tool string, advertised *mcp.Tool) Rule {
 // which is all a retry with a new id needs). It reports false when the
 // server claims nothing. The claim is the server's word; Table.Rule
 // decides whether it counts.
-func ServerClass(tool *mcp.Tool) (Class, bool) {
+func ServerClass(tool *mcp.Tool) (mcp.RetryClass, bool) {
 	if s, ok := tool.Meta[mcp.MetaRetryClass].(string); ok {
-		if c, ok := ParseClass(s); ok {
+		if c, ok := mcp.ParseRetryClass(s); ok {
 			return c, true
 		}
 	}
 	if a := tool.Annotations; a != nil {
 		if (a.ReadOnlyHint != nil && *a.ReadOnlyHint) || (a.IdempotentHint != nil && *a.IdempotentHint) {
-			return Safe, true
+			return mcp.RetrySafe, true
 		}
 	}
-	return Unsafe, false
+	return mcp.RetryUnsafe, false
 }

@@ -32,11 +32,11 @@ func ExampleSeededJitter() {
 func ExamplePlanner() {
 	planner := retry.NewPlanner(retry.Options{
 		Table: retry.Table{
-			Default: retry.Rule{Class: retry.Unsafe},
+			Default: retry.Rule{Class: mcp.RetryUnsafe},
 			Tools: map[string]retry.Rule{
-				"get_order":   {Class: retry.Safe},
-				"place_order": {Class: retry.Conditional, Lookup: "lookup_operation"},
-				"send_email":  {Class: retry.Unsafe, Lookup: "list_sent_emails"},
+				"get_order":   {Class: mcp.RetrySafe},
+				"place_order": {Class: mcp.RetryConditional, Lookup: "lookup_operation"},
+				"send_email":  {Class: mcp.RetryUnsafe, Lookup: "list_sent_emails"},
 			},
 		},
 		Backoff: retry.Backoff{Jitter: retry.SeededJitter("example")},

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/retry"
 )
 
@@ -16,8 +17,8 @@ func TestObserveSeesStartsAndDecisions(t *testing.T) {
 	var events []retry.Event
 	p := retry.NewPlanner(retry.Options{
 		Table: retry.Table{Tools: map[string]retry.Rule{
-			"read":    {Class: retry.Safe},
-			"reserve": {Class: retry.Conditional},
+			"read":    {Class: mcp.RetrySafe},
+			"reserve": {Class: mcp.RetryConditional},
 		}},
 		MaxAttempts: 2,
 		// One retry in hand and no more: the floor hardly refills.
@@ -46,7 +47,7 @@ func TestObserveSeesStartsAndDecisions(t *testing.T) {
 
 	type seen struct {
 		tool    string
-		class   retry.Class
+		class   mcp.RetryClass
 		attempt int
 		start   bool
 		failure retry.Kind
@@ -54,13 +55,13 @@ func TestObserveSeesStartsAndDecisions(t *testing.T) {
 		err     error
 	}
 	want := []seen{
-		{"read", retry.Safe, 1, true, 0, false, nil},
-		{"read", retry.Safe, 1, false, retry.Lost, true, nil},
-		{"read", retry.Safe, 2, false, retry.Lost, false, retry.ErrAttemptsExhausted},
-		{"reserve", retry.Unsafe, 1, true, 0, false, nil},
-		{"reserve", retry.Unsafe, 1, false, retry.Lost, false, nil}, // a *ReconcileError
-		{"reserve", retry.Conditional, 1, true, 0, false, nil},
-		{"reserve", retry.Conditional, 1, false, retry.Lost, false, retry.ErrBudgetExhausted},
+		{"read", mcp.RetrySafe, 1, true, 0, false, nil},
+		{"read", mcp.RetrySafe, 1, false, retry.Lost, true, nil},
+		{"read", mcp.RetrySafe, 2, false, retry.Lost, false, retry.ErrAttemptsExhausted},
+		{"reserve", mcp.RetryUnsafe, 1, true, 0, false, nil},
+		{"reserve", mcp.RetryUnsafe, 1, false, retry.Lost, false, nil}, // a *ReconcileError
+		{"reserve", mcp.RetryConditional, 1, true, 0, false, nil},
+		{"reserve", mcp.RetryConditional, 1, false, retry.Lost, false, retry.ErrBudgetExhausted},
 	}
 	if len(events) != len(want) {
 		t.Fatalf("%d events, want %d: %+v", len(events), len(want), events)

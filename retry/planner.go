@@ -95,7 +95,7 @@ type Event struct {
 	Tool string
 	// Class is the class the call is planned by: a Conditional call
 	// without an idempotency key is Unsafe.
-	Class Class
+	Class mcp.RetryClass
 	// Attempt is the number of the attempt the event is about: 1 at a
 	// call's start, the failed attempt's for a decision.
 	Attempt int
@@ -170,9 +170,9 @@ func (p *Planner) Start(c Call) *Attempts {
 
 // class is the class the call is planned by, and whether it is a
 // Conditional call made Unsafe by its missing key.
-func (a *Attempts) class() (Class, bool) {
-	if a.rule.Class == Conditional && !a.call.HasIdempotencyKey {
-		return Unsafe, true
+func (a *Attempts) class() (mcp.RetryClass, bool) {
+	if a.rule.Class == mcp.RetryConditional && !a.call.HasIdempotencyKey {
+		return mcp.RetryUnsafe, true
 	}
 	return a.rule.Class, false
 }
@@ -258,23 +258,23 @@ func (a *Attempts) next(f Failure, now time.Time) Decision {
 		return Decision{Err: fmt.Errorf("%w: %w", ErrBudgetExhausted, f.cause())}
 	}
 	a.made++
-	return Decision{Retry: true, Delay: d, SameKey: class == Conditional}
+	return Decision{Retry: true, Delay: d, SameKey: class == mcp.RetryConditional}
 }
 
 // permit applies the matrix of Next: nil when the class allows another
 // attempt after f.
-func (a *Attempts) permit(class Class, keyless bool, f Failure) error {
+func (a *Attempts) permit(class mcp.RetryClass, keyless bool, f Failure) error {
 	unsafe := func() error { return reconcile(a.call.Tool, a.rule, keyless, f) }
 	switch f.Kind {
 	case NotSent:
 		return nil
 	case Lost, IdleTimeout, ServerTimeout:
-		if class == Unsafe {
+		if class == mcp.RetryUnsafe {
 			return unsafe()
 		}
 		return nil
 	case Overloaded, RateLimited, ShuttingDown:
-		if class == Unsafe && !a.p.table.TrustServer {
+		if class == mcp.RetryUnsafe && !a.p.table.TrustServer {
 			return unsafe()
 		}
 		return nil
@@ -282,12 +282,12 @@ func (a *Attempts) permit(class Class, keyless bool, f Failure) error {
 		if !f.Retryable {
 			return fmt.Errorf("%w: %w", ErrNotRetryable, f.cause())
 		}
-		if class == Unsafe && !a.p.table.TrustServer {
+		if class == mcp.RetryUnsafe && !a.p.table.TrustServer {
 			return unsafe()
 		}
 		return nil
 	case MaxTimeout:
-		if class == Unsafe {
+		if class == mcp.RetryUnsafe {
 			return unsafe()
 		}
 		return fmt.Errorf("%w: %w", ErrDeadline, f.cause())

@@ -49,15 +49,15 @@ func outcomeOf(t *testing.T, d retry.Decision) outcome {
 // whether it carries an idempotency key.
 type caller struct {
 	name  string
-	class retry.Class
+	class mcp.RetryClass
 	keyed bool
 }
 
 var callers = [4]caller{
-	{"safe", retry.Safe, false},
-	{"conditional with its key", retry.Conditional, true},
-	{"conditional without a key", retry.Conditional, false},
-	{"unsafe", retry.Unsafe, false},
+	{"safe", mcp.RetrySafe, false},
+	{"conditional with its key", mcp.RetryConditional, true},
+	{"conditional without a key", mcp.RetryConditional, false},
+	{"unsafe", mcp.RetryUnsafe, false},
 }
 
 // The retry matrix: every class × every kind of failure, from a server the
@@ -136,8 +136,8 @@ func TestRetryMatrix(t *testing.T) {
 func TestReconcileErrorNamesTheToolAndTheLookup(t *testing.T) {
 	p := retry.NewPlanner(retry.Options{Table: retry.Table{
 		Tools: map[string]retry.Rule{
-			"charge":  {Class: retry.Unsafe, Lookup: "find_charge"},
-			"reserve": {Class: retry.Conditional, Lookup: "lookup_operation"},
+			"charge":  {Class: mcp.RetryUnsafe, Lookup: "find_charge"},
+			"reserve": {Class: mcp.RetryConditional, Lookup: "lookup_operation"},
 		},
 	}})
 	cause := io.ErrUnexpectedEOF
@@ -172,7 +172,7 @@ func TestReconcileErrorNamesTheToolAndTheLookup(t *testing.T) {
 func TestAttemptCap(t *testing.T) {
 	for _, tt := range []struct{ max, want int }{{0, retry.DefaultMaxAttempts}, {1, 1}, {-4, 1}, {5, 5}} {
 		p := retry.NewPlanner(retry.Options{
-			Table:       retry.Table{Default: retry.Rule{Class: retry.Safe}},
+			Table:       retry.Table{Default: retry.Rule{Class: mcp.RetrySafe}},
 			MaxAttempts: tt.max,
 			Budget:      &retry.Budget{Ratio: 100},
 		})
@@ -190,7 +190,7 @@ func TestAttemptCap(t *testing.T) {
 // takes nothing from the budget; one that may have reached it does.
 func TestNotSentSpendsNoBudget(t *testing.T) {
 	p := retry.NewPlanner(retry.Options{
-		Table:  retry.Table{Default: retry.Rule{Class: retry.Safe}},
+		Table:  retry.Table{Default: retry.Rule{Class: mcp.RetrySafe}},
 		Budget: &retry.Budget{Ratio: -1, MinPerSecond: -1}, // empty for good
 	})
 	a := p.Start(retry.Call{Tool: "search"})
@@ -214,7 +214,7 @@ func TestPlannerUsesAdvertisedClassOnlyWhenTrusted(t *testing.T) {
 		if d.Retry != trust {
 			t.Errorf("trust %v: Retry = %v (%v)", trust, d.Retry, d.Err)
 		}
-		if want := map[bool]retry.Class{false: retry.Unsafe, true: retry.Safe}[trust]; a.Rule().Class != want {
+		if want := map[bool]mcp.RetryClass{false: mcp.RetryUnsafe, true: mcp.RetrySafe}[trust]; a.Rule().Class != want {
 			t.Errorf("trust %v: class %v, want %v", trust, a.Rule().Class, want)
 		}
 	}
@@ -222,7 +222,7 @@ func TestPlannerUsesAdvertisedClassOnlyWhenTrusted(t *testing.T) {
 
 func TestRetryAfterGovernsThePause(t *testing.T) {
 	p := retry.NewPlanner(retry.Options{
-		Table:   retry.Table{Default: retry.Rule{Class: retry.Safe}},
+		Table:   retry.Table{Default: retry.Rule{Class: mcp.RetrySafe}},
 		Backoff: retry.Backoff{Jitter: fixed(0)},
 		Budget:  &retry.Budget{Ratio: 1},
 	})

@@ -37,7 +37,7 @@ func TestReviewReadsWhatTheServerAdvertises(t *testing.T) {
 	if err := srv.AddTool(server.Tool{Name: "charge"}, ok, idempotency.Keyed(l, idempotency.Policy{External: true})); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.AddTool(server.Tool{Name: "lookup", Policy: server.Policy{Retry: server.RetrySafe}},
+	if err := srv.AddTool(server.Tool{Name: "lookup", Policy: server.Policy{Retry: mcp.RetrySafe}},
 		func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{}, nil
 		}); err != nil {

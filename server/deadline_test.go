@@ -163,9 +163,9 @@ func TestTimeoutRetryableByRetryClass(t *testing.T) {
 		fast := server.Policy{Timeout: server.TimeoutFast}
 		readOnly := &mcp.ToolAnnotations{ReadOnlyHint: mcp.Bool(true)}
 		for _, tool := range []server.Tool{
-			{Name: "safe", Policy: server.Policy{Timeout: server.TimeoutFast, Retry: server.RetrySafe}},
+			{Name: "safe", Policy: server.Policy{Timeout: server.TimeoutFast, Retry: mcp.RetrySafe}},
 			{Name: "unsafe-but-says-read-only", Policy: fast, Annotations: readOnly},
-			{Name: "versioned", Policy: server.Policy{Timeout: server.TimeoutFast, Retry: server.RetryConditional}},
+			{Name: "versioned", Policy: server.Policy{Timeout: server.TimeoutFast, Retry: mcp.RetryConditional}},
 		} {
 			if err := srv.AddTool(tool, block); err != nil {
 				t.Fatal(err)

@@ -248,7 +248,7 @@ func (ss *session) callTool(r *inflight, in *incoming) {
 	if !ss.verifyRetry(r, in, &call.Request, r.method+"\x00"+name, args) {
 		return
 	}
-	r.retryable = call.retry.retryableAfterTimeout()
+	r.retryable = call.retry != mcp.RetryUnsafe
 	if g := rt.policy.Group; g != nil {
 		r.group = g.ln
 	}

@@ -45,7 +45,7 @@ type inflight struct {
 	queued bool   // guarded by admission.mu
 	seq    uint64 // arrival order while queued; guarded by admission.mu
 
-	retryable bool            // a timeout may be retried as it is (see Policy.retryableAfterTimeout)
+	retryable bool            // a timeout may be retried as it is (a class other than mcp.RetryUnsafe)
 	tenant    string          // who the request is for (see WithTenant)
 	obsCtx    context.Context // what the observers' RequestStarted returned
 	coalesced atomic.Uint64   // its progress replaced before it was read (see pressureCounter)

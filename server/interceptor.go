@@ -179,8 +179,8 @@ func (c *CallRequest) SupplyArgument(name string, v any) {
 // than its tool's class: a call of an idempotent tool made without a key
 // may run twice if retried, so it is RetryUnsafe. A class wider than the
 // tool's is ignored.
-func (c *CallRequest) NarrowRetry(class RetryClass) {
-	if class.rank() < c.retry.rank() {
+func (c *CallRequest) NarrowRetry(class mcp.RetryClass) {
+	if class < c.retry {
 		c.retry = class
 	}
 }

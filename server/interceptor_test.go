@@ -163,12 +163,12 @@ func TestCheckNarrowsRetry(t *testing.T) {
 	srv := mcptest.NewServer(t, nil)
 	err := srv.AddTool(server.Tool{
 		Name:   "versioned",
-		Policy: server.Policy{Retry: server.RetryConditional, MaxTimeout: 20 * time.Millisecond},
+		Policy: server.Policy{Retry: mcp.RetryConditional, MaxTimeout: 20 * time.Millisecond},
 		Check: func(ctx context.Context, call *server.CallRequest) (context.Context, error) {
 			if _, ok := call.DecodedArguments()["version"]; !ok {
-				call.NarrowRetry(server.RetryUnsafe)
+				call.NarrowRetry(mcp.RetryUnsafe)
 			}
-			call.NarrowRetry(server.RetrySafe) // wider: ignored
+			call.NarrowRetry(mcp.RetrySafe) // wider: ignored
 			return ctx, nil
 		},
 	}, func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) {

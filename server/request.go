@@ -114,7 +114,7 @@ type CallRequest struct {
 
 	args     map[string]any // Arguments, decoded once when the call arrived (see Argument)
 	supplied map[string]any // arguments a Check supplied for the schema (see SupplyArgument)
-	retry    RetryClass     // the tool's class, as a Check narrowed it
+	retry    mcp.RetryClass // the tool's class, as a Check narrowed it
 	attached []attachment   // what policies gave the handler (see Attach)
 }
 

@@ -111,7 +111,7 @@ type Policy struct {
 	// (see RetryClass). The zero value is RetryUnsafe; an interceptor that
 	// makes the tool idempotent (package idempotency) sets
 	// RetryConditional.
-	Retry RetryClass
+	Retry mcp.RetryClass
 
 	// Group, when set, is a share of the server the tool's calls draw on
 	// together with the other tools of the group (see LimitGroup).
@@ -133,7 +133,7 @@ func (p Policy) validate(tool string) error {
 	if p.Timeout > TimeoutLong {
 		return fmt.Errorf("server: tool %q: unknown timeout class %d", tool, p.Timeout)
 	}
-	if p.Retry > RetryConditional {
+	if p.Retry > mcp.RetrySafe {
 		return fmt.Errorf("server: tool %q: unknown retry class %d", tool, p.Retry)
 	}
 	if p.Timeout == TimeoutLong && p.MaxTimeout == 0 {

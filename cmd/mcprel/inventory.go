@@ -189,7 +189,7 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger, ob *outbox.Outbox) err
 		Description: "Returns the stock of a SKU and its version: the authoritative read after a timeout or a lost response. Read-only; safe to retry.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"sku":` + nameSchema + `},"required":["sku"],"additionalProperties":false}`),
 		Annotations: readOnly,
-		Policy:      server.Policy{Timeout: server.TimeoutFast, Retry: server.RetrySafe},
+		Policy:      server.Policy{Timeout: server.TimeoutFast, Retry: mcp.RetrySafe},
 	}, func(ctx context.Context, req *server.CallRequest, in stockKey) (stockLevel, error) {
 		var level stockLevel
 		err := db.ReadTx(ctx, func(tx *store.Tx) (err error) {
@@ -218,7 +218,7 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger, ob *outbox.Outbox) err
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: mcp.Bool(false), DestructiveHint: mcp.Bool(true), IdempotentHint: mcp.Bool(true), OpenWorldHint: mcp.Bool(false)},
 		// The expected version is its key: a retry of a call that took
 		// effect is refused, never applied twice.
-		Policy: server.Policy{Retry: server.RetryConditional},
+		Policy: server.Policy{Retry: mcp.RetryConditional},
 		Meta:   versioned,
 	}, func(ctx context.Context, req *server.CallRequest, in setStockArgs) (stockLevel, error) {
 		out := stockLevel{SKU: in.SKU, Available: in.Quantity}
@@ -273,7 +273,7 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger, ob *outbox.Outbox) err
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"tool":{"type":"string","enum":[` + keyed + `]},` +
 			`"idempotencyKey":` + keySchema + `},"required":["tool","idempotencyKey"],"additionalProperties":false}`),
 		Annotations: readOnly,
-		Policy:      server.Policy{Timeout: server.TimeoutFast, Retry: server.RetrySafe},
+		Policy:      server.Policy{Timeout: server.TimeoutFast, Retry: mcp.RetrySafe},
 	}, func(ctx context.Context, req *server.CallRequest, in lookupArgs) (lookupResult, error) {
 		rec, err := l.Lookup(ctx, req.Tenant, in.Tool, in.IdempotencyKey)
 		if errors.Is(err, ledger.ErrNotFound) {

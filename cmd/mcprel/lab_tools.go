@@ -89,7 +89,7 @@ func addLabTools(srv *server.Server, gates *labGates) error {
 		Description: "Lab: reports one progress step, then waits for lab_release of the same gate, ignoring its own cancellation, and returns.",
 		InputSchema: json.RawMessage(gateSchema),
 		Annotations: safe,
-		Policy:      server.Policy{Timeout: server.TimeoutLong, IdleTimeout: time.Minute, MaxTimeout: 2 * time.Minute, Retry: server.RetrySafe},
+		Policy:      server.Policy{Timeout: server.TimeoutLong, IdleTimeout: time.Minute, MaxTimeout: 2 * time.Minute, Retry: mcp.RetrySafe},
 	}, func(ctx context.Context, req *server.CallRequest, in labGateArgs) (labHoldResult, error) {
 		g := gates.gate(in.Gate)
 		defer close(g.returned)
@@ -109,7 +109,7 @@ func addLabTools(srv *server.Server, gates *labGates) error {
 		Description: "Lab: releases the gate's lab_hold and returns once that handler has returned.",
 		InputSchema: json.RawMessage(gateSchema),
 		Annotations: safe,
-		Policy:      server.Policy{Timeout: server.TimeoutStandard, Retry: server.RetrySafe},
+		Policy:      server.Policy{Timeout: server.TimeoutStandard, Retry: mcp.RetrySafe},
 	}, func(ctx context.Context, req *server.CallRequest, in labGateArgs) (labGateArgs, error) {
 		g := gates.gate(in.Gate)
 		gates.mu.Lock()
@@ -133,7 +133,7 @@ func addLabTools(srv *server.Server, gates *labGates) error {
 		Description: "Lab: returns once the gate's held side (lab_hold, or lab_task past its first checkpoint) is waiting.",
 		InputSchema: json.RawMessage(gateSchema),
 		Annotations: safe,
-		Policy:      server.Policy{Timeout: server.TimeoutStandard, Retry: server.RetrySafe},
+		Policy:      server.Policy{Timeout: server.TimeoutStandard, Retry: mcp.RetrySafe},
 	}, func(ctx context.Context, req *server.CallRequest, in labGateArgs) (labGateArgs, error) {
 		select {
 		case <-gates.gate(in.Gate).entered:
@@ -150,7 +150,7 @@ func addLabTools(srv *server.Server, gates *labGates) error {
 		Description: fmt.Sprintf("Lab: reports increasing progress every everyMs until the call ends; its idle deadline is %v, its maximum %v.", labTickIdle, labTickMax),
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"everyMs":{"type":"integer","minimum":1,"maximum":1000}},"required":["everyMs"],"additionalProperties":false}`),
 		Annotations: safe,
-		Policy:      server.Policy{Timeout: server.TimeoutLong, IdleTimeout: labTickIdle, MaxTimeout: labTickMax, Retry: server.RetrySafe},
+		Policy:      server.Policy{Timeout: server.TimeoutLong, IdleTimeout: labTickIdle, MaxTimeout: labTickMax, Retry: mcp.RetrySafe},
 	}, func(ctx context.Context, req *server.CallRequest, in labTickArgs) (struct{}, error) {
 		t := time.NewTicker(time.Duration(in.EveryMs) * time.Millisecond)
 		defer t.Stop()
@@ -172,7 +172,7 @@ func addLabTools(srv *server.Server, gates *labGates) error {
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"reports":{"type":"integer","minimum":1,"maximum":1000000},` +
 			`"everyMs":{"type":"integer","minimum":0,"maximum":1000},"padBytes":{"type":"integer","minimum":0,"maximum":65536}},"required":["reports"],"additionalProperties":false}`),
 		Annotations: safe,
-		Policy:      server.Policy{Timeout: server.TimeoutStandard, Retry: server.RetrySafe},
+		Policy:      server.Policy{Timeout: server.TimeoutStandard, Retry: mcp.RetrySafe},
 	}, func(ctx context.Context, req *server.CallRequest, in labFloodArgs) (labFloodArgs, error) {
 		pad := strings.Repeat(".", in.PadBytes)
 		for n := 1; n <= in.Reports; n++ {
@@ -203,7 +203,7 @@ func addLabTaskTool(ts *taskserver.Server, gates *labGates) error {
 		Description: "Lab: a durable task that checkpoints, waits for lab_release of its gate, and checkpoints again.",
 		InputSchema: json.RawMessage(gateSchema),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: mcp.Bool(true), IdempotentHint: mcp.Bool(true), OpenWorldHint: mcp.Bool(false)},
-		Policy:      server.Policy{Timeout: server.TimeoutLong, MaxTimeout: 2 * time.Minute, Retry: server.RetrySafe},
+		Policy:      server.Policy{Timeout: server.TimeoutLong, MaxTimeout: 2 * time.Minute, Retry: mcp.RetrySafe},
 	}, func(ctx context.Context, call *server.CallRequest, in labGateArgs) (labTaskResult, error) {
 		g := gates.gate(in.Gate)
 		defer close(g.returned)

@@ -47,7 +47,7 @@ func addReportTool(srv *server.Server, ts *taskserver.Server) error {
 			`"stepMs":{"type":"integer","minimum":0,"maximum":60000,"description":"time each row takes, in milliseconds"}},` +
 			`"required":["rows"],"additionalProperties":false}`),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: mcp.Bool(true), IdempotentHint: mcp.Bool(true), OpenWorldHint: mcp.Bool(false)},
-		Policy:      server.Policy{Timeout: server.TimeoutLong, Retry: server.RetrySafe},
+		Policy:      server.Policy{Timeout: server.TimeoutLong, Retry: mcp.RetrySafe},
 	}, generateReport, taskserver.AsTask(ts, taskserver.Policy{Resumable: true}))
 }
 

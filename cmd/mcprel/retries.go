@@ -40,14 +40,14 @@ func callWithRetries(ctx context.Context, c *client.Client, tool *mcp.Tool, name
 	_, hasKey := args[mcp.ArgIdempotencyKey]
 	switch {
 	case p.class != "":
-		cl, ok := retry.ParseClass(p.class)
+		cl, ok := mcp.ParseRetryClass(p.class)
 		if !ok {
 			return nil, usagef("call: --class must be safe, conditional or unsafe, not %q", p.class)
 		}
 		table.Tools = map[string]retry.Rule{name: {Class: cl}}
 	case !p.trustServer && hasKey:
 		// The user gave a key: the tool deduplicates by it.
-		table.Tools = map[string]retry.Rule{name: {Class: retry.Conditional}}
+		table.Tools = map[string]retry.Rule{name: {Class: mcp.RetryConditional}}
 	}
 	observe := func(e retry.Event) {
 		if p.observe != nil {
@@ -83,7 +83,7 @@ func advertisedSafe(tool *mcp.Tool) (string, bool) {
 	if tool == nil {
 		return "", false
 	}
-	if c, ok := retry.ServerClass(tool); !ok || c != retry.Safe {
+	if c, ok := retry.ServerClass(tool); !ok || c != mcp.RetrySafe {
 		return "", false
 	}
 	if s, ok := tool.Meta[mcp.MetaRetryClass].(string); ok {
@@ -96,15 +96,15 @@ func advertisedSafe(tool *mcp.Tool) (string, bool) {
 // class the call was planned by: a safe call may simply be made again, a
 // conditional one with the same idempotency key. (An unsafe one ends in a
 // reconcileError instead, which says to find out first.)
-func withRetryAdvice(err error, name string, class retry.Class, args map[string]any) error {
+func withRetryAdvice(err error, name string, class mcp.RetryClass, args map[string]any) error {
 	var de *client.DeadlineError
 	if !errors.As(err, &de) {
 		return err
 	}
 	switch key, _ := args[mcp.ArgIdempotencyKey].(string); {
-	case class == retry.Safe:
+	case class == mcp.RetrySafe:
 		return &advisedError{err, fmt.Sprintf("tool %q is safe to retry: calling it again does no harm", name)}
-	case class == retry.Conditional && key != "":
+	case class == mcp.RetryConditional && key != "":
 		return &advisedError{err, fmt.Sprintf("calling tool %q again is safe with the same arguments and idempotency key (--idempotency-key %s): the server runs it at most once", name, key)}
 	}
 	return err

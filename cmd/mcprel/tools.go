@@ -30,7 +30,7 @@ func addDemoTools(srv *server.Server) error {
 		Description: "Returns its text argument unchanged. Read-only; safe to retry.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string","description":"text to return"}},"required":["text"],"additionalProperties":false}`),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: mcp.Bool(true), IdempotentHint: mcp.Bool(true), OpenWorldHint: mcp.Bool(false)},
-		Policy:      server.Policy{Timeout: server.TimeoutFast, Retry: server.RetrySafe},
+		Policy:      server.Policy{Timeout: server.TimeoutFast, Retry: mcp.RetrySafe},
 	}, func(ctx context.Context, req *server.CallRequest, in echoArgs) (string, error) {
 		return in.Text, nil
 	})
@@ -48,7 +48,7 @@ func addDemoTools(srv *server.Server) error {
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: mcp.Bool(true), IdempotentHint: mcp.Bool(true), OpenWorldHint: mcp.Bool(false)},
 		// Each step is progress, so idle only has to outlast the longest
 		// pause; the whole count is bounded at ten minutes.
-		Policy: server.Policy{Timeout: server.TimeoutLong, IdleTimeout: 90 * time.Second, MaxTimeout: 10 * time.Minute, Retry: server.RetrySafe},
+		Policy: server.Policy{Timeout: server.TimeoutLong, IdleTimeout: 90 * time.Second, MaxTimeout: 10 * time.Minute, Retry: mcp.RetrySafe},
 	}, slowCount)
 }
 

@@ -28,7 +28,7 @@ func main() {
 	greet := server.Tool{
 		Name:        "greet",
 		Description: "Greets someone. Read-only; safe to retry.",
-		Policy:      server.Policy{Retry: server.RetrySafe},
+		Policy:      server.Policy{Retry: mcp.RetrySafe},
 	}
 	err = server.AddTypedTool(srv, greet,
 		func(ctx context.Context, req *server.CallRequest, in greetArgs) (string, error) {

@@ -66,6 +66,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/retry"
 )
 
@@ -355,7 +356,7 @@ func amplification(calls int, rate float64, attempts int, callMax time.Duration,
 	run := func(rate float64) (naive, budgeted int) {
 		naive = amplify(calls, rate, &naiveDecider{backoff: backoff, max: attempts, callMax: callMax, deadline: map[int]time.Time{}})
 		p := retry.NewPlanner(retry.Options{
-			Table:       retry.Table{Default: retry.Rule{Class: retry.Safe}},
+			Table:       retry.Table{Default: retry.Rule{Class: mcp.RetrySafe}},
 			Backoff:     backoff,
 			MaxAttempts: attempts,
 		})

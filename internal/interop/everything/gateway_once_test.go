@@ -14,7 +14,6 @@ import (
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
-	"github.com/mcprel/mcprel/server"
 )
 
 // server-everything has no idempotency: behind the gateway, with its echo
@@ -29,7 +28,7 @@ func TestGatewayKeyedCallsInFrontOfServerEverything(t *testing.T) {
 			peer, w, logger := upstream(t, mode)
 			f := gatewaycheck.Start(t, peer, gateway.Options{Logger: logger,
 				Ledger: ledgertest.Open(t, storetest.SQLite(t), nil, nil, ""),
-				Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"echo": {Retry: server.RetryConditional, KeyRequired: true}}}})
+				Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"echo": {Retry: mcp.RetryConditional, KeyRequired: true}}}})
 			c := f.Dial(t, gatewaycheck.Downstreams[2], client.Options{})
 			keyed := &client.CallOptions{Meta: map[string]any{mcp.MetaIdempotencyKey: "echo-1"}}
 			first, err := c.CallTool(t.Context(), "echo", map[string]any{"message": "keyed once"}, keyed)
