@@ -3,6 +3,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -383,15 +385,25 @@ func (t *httpTransport) exchange(hreq *http.Request, req outgoing, ex *exchange)
 }
 
 // sendError is the error of a request to url the HTTP client failed to
-// make: a *ConnectError when no connection could be opened (the request
-// never left), ErrConnectionLost otherwise (it may have reached the
-// server).
+// make: a *ConnectError when no connection could be opened — the dial
+// failed, or the TLS handshake, which comes before any byte of the
+// request — so the request never left; ErrConnectionLost otherwise (it
+// may have reached the server).
 func sendError(url string, err error) error {
 	var op *net.OpError
-	if errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect") {
+	if errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect") || handshakeFailed(err) {
 		return &ConnectError{URL: url, Err: err}
 	}
 	return fmt.Errorf("%w: %v", ErrConnectionLost, err)
+}
+
+// handshakeFailed reports whether err is a TLS handshake's failure: a
+// certificate the client does not trust, an alert from the server, a
+// peer that speaks no TLS.
+func handshakeFailed(err error) bool {
+	return errors.As(err, new(*tls.CertificateVerificationError)) || errors.As(err, new(x509.UnknownAuthorityError)) ||
+		errors.As(err, new(x509.HostnameError)) || errors.As(err, new(x509.CertificateInvalidError)) ||
+		errors.As(err, new(tls.RecordHeaderError)) || errors.As(err, new(tls.AlertError))
 }
 
 // maxResumes bounds the reconnections of one request's stream.

@@ -11,7 +11,7 @@ import (
 // credentials), a body that may have effects — goes to the URL it was
 // given and to no address a server names. The server that answered did
 // not run the request (it sent the redirect instead), and the same
-// request would be redirected again, so FailureOf classes it
+// request would be redirected again, so VerdictOf classes it
 // retry.Rejected: nothing ran, and it is not made again.
 type RedirectError struct {
 	// Status is the redirect's HTTP status.

@@ -176,8 +176,8 @@ func wantRedirect(t *testing.T, err error, status int) {
 	if msg := err.Error(); !strings.Contains(msg, fmt.Sprint(status)) || !strings.Contains(msg, elsewhereURL) || strings.Count(msg, "client:") != 1 {
 		t.Fatalf("the error says %q; want the status and where it pointed, the client named once", msg)
 	}
-	if f := client.FailureOf(err); f.Kind != retry.Rejected {
-		t.Fatalf("FailureOf: %v; want rejected (the request did not run, and would be redirected again)", f.Kind)
+	if f := client.VerdictOf(nil, err); f.Kind != retry.Rejected || f.Outcome != retry.OutcomeRefused {
+		t.Fatalf("VerdictOf: %v, %v; want rejected, refused (the request did not run, and would be redirected again)", f.Kind, f.Outcome)
 	}
 }
 

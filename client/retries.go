@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -29,8 +30,8 @@ type Retries struct {
 // CallToolWithRetries calls a tool as CallTool does and, when an attempt
 // fails, asks r's planner whether to make it again: each new attempt has a
 // new JSON-RPC id and the same arguments, so the same idempotency key
-// (args[mcp.ArgIdempotencyKey]); a Conditional tool called without a key
-// is planned as Unsafe. The planner's pause honours a server's retry-after
+// (args[mcp.ArgIdempotencyKey], or o.Meta's mcp.MetaIdempotencyKey); a
+// Conditional tool called without a key is planned as Unsafe. The planner's pause honours a server's retry-after
 // (retryAfterMs, HTTP Retry-After on a 429 or 503) and never ends after
 // the call's deadline.
 //
@@ -68,10 +69,7 @@ func (c *Client) CallToolWithRetries(ctx context.Context, name string, args map[
 	ctx, stop := context.WithDeadlineCause(ctx, time.Now().Add(limit), &DeadlineError{Clock: MaxClock, After: limit})
 	defer stop()
 	deadline, _ := ctx.Deadline()
-	// A key is a non-empty string: the server runs a call whose key is
-	// null as one without, which nothing dedupes.
-	key, _ := args[mcp.ArgIdempotencyKey].(string)
-	hasKey := key != ""
+	hasKey := keyOf(args, o) != ""
 	var arguments any // a nil map is no arguments, not "arguments": null
 	if args != nil {
 		arguments = args
@@ -79,17 +77,9 @@ func (c *Client) CallToolWithRetries(ctx context.Context, name string, args map[
 	attempts := rs.Planner.Start(retry.Call{Tool: name, Advertised: rs.Tool, HasIdempotencyKey: hasKey, Deadline: deadline})
 	for {
 		res, err := c.CallTool(ctx, name, arguments, o)
-		var f retry.Failure
-		switch {
-		case err == nil && !res.IsError:
+		f := VerdictOf(res, err)
+		if f.Kind == retry.Succeeded {
 			return res, nil
-		case err == nil:
-			var ok bool
-			if f, ok = retry.FromResult(res); !ok {
-				return res, nil
-			}
-		default:
-			f = FailureOf(err)
 		}
 		var maxFired *DeadlineError
 		if ctx.Err() != nil && !errors.As(context.Cause(ctx), &maxFired) {
@@ -120,40 +110,25 @@ func (c *Client) CallToolWithRetries(ctx context.Context, name string, args map[
 	}
 }
 
-// FailureOf says what a failed attempt was, as far as the client knows:
-// what only it can tell (a request that never left, which clock fired, an
-// HTTP refusal with its Retry-After) before what the server's answer says
-// (retry.Classify).
-func FailureOf(err error) retry.Failure {
-	var de *DeadlineError
-	var se *StatusError
-	var ce *ConnectError
-	var ie *InputError
-	var re *InputRoundsError
-	var redirect *RedirectError
-	switch {
-	case errors.As(err, &ie) || errors.As(err, &re):
-		// The server answered that it needs input, and the client did not
-		// give it: no round ran to completion, and asking again would ask
-		// for the same input.
-		return retry.Failure{Kind: retry.Rejected, Err: err}
-	case errors.As(err, &redirect):
-		// The server answered with a redirect instead of running the
-		// request, and would answer the same again.
-		return retry.Failure{Kind: retry.Rejected, Err: err}
-	case errors.As(err, &ce):
-		// No connection could be opened: the request never left.
-		return retry.Failure{Kind: retry.NotSent, Err: err}
-	case errors.As(err, &de) && de.Clock == IdleClock:
-		return retry.Failure{Kind: retry.IdleTimeout, Err: err}
-	case errors.As(err, &de):
-		return retry.Failure{Kind: retry.MaxTimeout, Err: err}
-	case errors.As(err, &se) && (se.Status == 429 || se.Status == 503):
-		f := retry.Failure{Kind: retry.Overloaded, Err: err}
-		if d, ok := retry.ParseRetryAfter(se.RetryAfter, time.Now()); ok {
-			f.RetryAfter = d
-		}
-		return f
+// keyOf is the idempotency key a call carries, where the server reads it:
+// the idempotencyKey argument, or else _meta's mcp.MetaIdempotencyKey. A
+// key is a non-empty string: the server runs a call whose key is null as
+// one without, which nothing dedupes.
+func keyOf(args map[string]any, o *CallOptions) string {
+	if k, _ := args[mcp.ArgIdempotencyKey].(string); k != "" {
+		return k
 	}
-	return retry.Classify(err)
+	if o == nil {
+		return ""
+	}
+	switch k := o.Meta[mcp.MetaIdempotencyKey].(type) {
+	case string:
+		return k
+	case json.RawMessage:
+		var s string
+		if json.Unmarshal(k, &s) == nil {
+			return s
+		}
+	}
+	return ""
 }

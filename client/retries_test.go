@@ -90,11 +90,12 @@ func TestRetriesNeverResendAnUnsafeCallThatMayHaveBeenSent(t *testing.T) {
 }
 
 // A Conditional tool is retried only when the call carries an
-// idempotency key, and then with the same key and byte-identical
-// arguments under a new JSON-RPC id; without a key it is Unsafe.
+// idempotency key — as its argument, or in _meta, where the server reads
+// it too — and then with the same key and byte-identical arguments under
+// a new JSON-RPC id; without a key it is Unsafe.
 func TestRetriesConditionalOnlyWithAKey(t *testing.T) {
-	for _, withKey := range []bool{false, true} {
-		t.Run(fmt.Sprint("key=", withKey), func(t *testing.T) {
+	for _, keyIn := range []string{"none", "arguments", "_meta"} {
+		t.Run("key in "+keyIn, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var got calls
 				c, _ := dial(t, false, func(f *fakeServer, m jsonrpc.Message) {
@@ -103,15 +104,18 @@ func TestRetriesConditionalOnlyWithAKey(t *testing.T) {
 					}
 				})
 				args := map[string]any{"sku": "w1", "quantity": 3}
-				if withKey {
+				o := &client.CallOptions{Idle: time.Second, Max: time.Minute}
+				switch keyIn {
+				case "arguments":
 					args[mcp.ArgIdempotencyKey] = "k-1"
+				case "_meta":
+					o.Meta = map[string]any{mcp.MetaIdempotencyKey: "k-1"}
 				}
-				_, err := c.CallToolWithRetries(context.Background(), "reserve", args,
-					&client.CallOptions{Idle: time.Second, Max: time.Minute},
+				_, err := c.CallToolWithRetries(context.Background(), "reserve", args, o,
 					&client.Retries{Planner: planner("reserve", mcp.RetryConditional, retry.Options{})})
 				synctest.Wait()
 				var rec *retry.ReconcileError
-				if !withKey {
+				if keyIn == "none" {
 					if !errors.As(err, &rec) || got.count() != 1 {
 						t.Fatalf("without a key: %d attempts, %v; want one and a ReconcileError", got.count(), err)
 					}

@@ -315,17 +315,9 @@ func (l *link) attempt(f *forward, planner *retry.Planner, call *server.CallRequ
 	for {
 		res, err := send()
 		l.record(err)
-		var fl retry.Failure
-		switch {
-		case err == nil && !res.IsError:
+		fl := client.VerdictOf(res, err)
+		if fl.Kind == retry.Succeeded {
 			return res, nil
-		case err == nil:
-			var ok bool
-			if fl, ok = retry.FromResult(res); !ok || !fl.Retryable {
-				return res, nil // the upstream's answer stands
-			}
-		default:
-			fl = client.FailureOf(err)
 		}
 		if f.ctx.Err() != nil {
 			return res, err
@@ -371,34 +363,17 @@ func keyedFailure(tp ToolPolicy, raw, mapped error, outcome Outcome) error {
 }
 
 // neverRan reports whether a forward that failed with err (and was
-// recorded as outcome) provably did not run upstream: no connection could
-// be opened, or the gateway itself refused it (its circuit open, no
-// session), the request was withdrawn before any of it was written (a
-// cancel that came first), the upstream asked for input before acting (an input round),
-// it does not know the tool, or an HTTP 4xx refusal (a rate limit, a
-// credential refused) that is no timeout or conflict. A 503 is not proof:
-// a proxy answers it after it passed the request on; nor is an invalid
-// params error, which an SDK raises on a tool's output after the tool
-// ran.
+// recorded as outcome) provably did not run upstream: the gateway refused
+// it itself (its circuit open, no session), the upstream asked for input
+// before acting, or the client's verdict says it was never sent or was
+// refused (client.VerdictOf). A 503 is not proof: a proxy answers it
+// after it passed the request on; nor is an invalid params error, which
+// an SDK raises on a tool's output after the tool ran.
 func neverRan(err error, outcome Outcome) bool {
-	var rpc *jsonrpc.Error
-	var se *client.StatusError
-	var ce *client.ConnectError
-	var ue *errUnavailable
-	var cancelled *client.CancelledError
-	switch {
-	case outcome == OutcomeInput, errors.As(err, &ce), errors.As(err, &ue):
+	if outcome == OutcomeInput || errors.As(err, new(*errUnavailable)) {
 		return true
-	case errors.As(err, &cancelled) && cancelled.Cancel == client.RequestNotSent:
-		return true // withdrawn from the client's queue before a byte of it was written
-	case errors.As(err, &rpc):
-		return rpc.Code == jsonrpc.CodeMethodNotFound
-	case errors.As(err, new(*client.RedirectError)):
-		return true // the upstream answered with a redirect instead of running it, which was not followed
-	case errors.As(err, &se):
-		return se.Status >= 400 && se.Status < 500 && se.Status != http.StatusRequestTimeout && se.Status != http.StatusConflict
 	}
-	return false
+	return !client.VerdictOf(nil, err).Outcome.Ran()
 }
 
 // upstreamKey is the idempotency key an upstream is sent for a keyed

@@ -153,7 +153,7 @@ func callPlanned(ctx context.Context, c *client.Client, p *retry.Planner, tool s
 	a := p.Start(retry.Call{Tool: tool})
 	for {
 		res, err := c.CallTool(ctx, tool, nil, nil)
-		var f retry.Failure
+		var f retry.Verdict
 		switch {
 		case err != nil:
 			f = retry.Classify(err)

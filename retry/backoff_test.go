@@ -197,7 +197,7 @@ func TestRetryLoopNeverSleepsPastTheDeadline(t *testing.T) {
 			})
 			a := p.Start(retry.Call{Tool: "search", Deadline: deadline})
 			for {
-				d := a.Next(retry.Failure{Kind: retry.Lost, RetryAfter: time.Duration(c) * 10 * time.Millisecond}, time.Now())
+				d := a.Next(retry.Verdict{Kind: retry.Lost, RetryAfter: time.Duration(c) * 10 * time.Millisecond}, time.Now())
 				if !d.Retry {
 					if !errors.Is(d.Err, retry.ErrDeadline) {
 						t.Fatalf("loop %d ended with %v, want ErrDeadline", c, d.Err)

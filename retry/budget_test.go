@@ -20,7 +20,7 @@ func alwaysFail(p *retry.Planner, calls int) int {
 	for range calls {
 		a := p.Start(retry.Call{Tool: "search"})
 		attempts++
-		for a.Next(retry.Failure{Kind: retry.Lost}, t0).Retry {
+		for a.Next(retry.Verdict{Kind: retry.Lost}, t0).Retry {
 			attempts++
 		}
 	}
@@ -65,7 +65,7 @@ func TestBudgetHoldsOverTimeAndConcurrency(t *testing.T) {
 				a := p.Start(retry.Call{Tool: "search", Deadline: time.Now().Add(30 * time.Second)})
 				attempts.Add(1)
 				for {
-					d := a.Next(retry.Failure{Kind: retry.Lost}, time.Now())
+					d := a.Next(retry.Verdict{Kind: retry.Lost}, time.Now())
 					if !d.Retry {
 						return
 					}

@@ -53,7 +53,7 @@ func ExamplePlanner() {
 
 	// The connection broke after an email went out: reconcile, never resend.
 	email := planner.Start(retry.Call{Tool: "send_email"})
-	d = email.Next(retry.Failure{Kind: retry.Lost}, now)
+	d = email.Next(retry.Verdict{Kind: retry.Lost}, now)
 	var re *retry.ReconcileError
 	if errors.As(d.Err, &re) {
 		fmt.Println("send_email:", re.Instruction)

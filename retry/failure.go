@@ -54,7 +54,88 @@ const (
 	// request). Making the same request again gets the same answer, so it
 	// is never retried.
 	Rejected
+	// Unavailable: the server, or an HTTP intermediary in front of it,
+	// answered HTTP 503. The server probably did not act on it, but a
+	// proxy can answer 503 after passing the request on: whether it ran is
+	// unknown, and only a call that may be sent again is.
+	Unavailable
+	// Unreachable: a gateway answered that its upstream could not be
+	// reached (upstream_unavailable): the request never got there.
+	Unreachable
+	// InProgress: an operation with the call's idempotency key is still
+	// running under an earlier request (in_progress); this request ran
+	// nothing. The same call with the same key, later, gets its outcome.
+	InProgress
+	// Undetermined: the server answered that the call's outcome is unknown
+	// (outcome_unknown: a gateway whose upstream's answer was lost, a
+	// ledger that recorded the loss). Whether to send it again is its
+	// retryable flag's word; otherwise reconcile.
+	Undetermined
+	// Cancelled: the caller cancelled the request. Whether it ran is
+	// unknown, unless it was withdrawn before any of it was written.
+	Cancelled
+	// Succeeded: the call was answered with its result. No failure; a
+	// verdict of every request has one, for metrics and traces.
+	Succeeded
 )
+
+// Outcome is what became of a request, as far as its client can know:
+// not sent, sent and answered (that it did not run, or with what it did),
+// or sent with an unknown outcome.
+type Outcome uint8
+
+const (
+	// OutcomeUnknown, the zero value: the request left the client, or may
+	// have, and nothing says whether it ran. The only safe guess for a
+	// failure the client cannot place.
+	OutcomeUnknown Outcome = iota
+	// OutcomeNotSent: the request provably never left the client.
+	OutcomeNotSent
+	// OutcomeRefused: the server (or a gateway or an HTTP intermediary
+	// speaking for it) answered that it did not run the request: it
+	// refused it, was overloaded, asked for input first, or knows no such
+	// method. Whether that answer counts as proof for a call that nothing
+	// deduplicates is the client's policy (retry.Table.TrustServer).
+	OutcomeRefused
+	// OutcomeAnswered: the server answered with what the request did (a
+	// result, a failed result, an error the server raised while or after
+	// running it).
+	OutcomeAnswered
+)
+
+var outcomeNames = [...]string{
+	OutcomeUnknown:  "unknown",
+	OutcomeNotSent:  "not_sent",
+	OutcomeRefused:  "refused",
+	OutcomeAnswered: "answered",
+}
+
+// String returns a stable snake_case name, fit for a metric label.
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "unknown"
+}
+
+// Ran reports whether the request may have run: false only for a request
+// never sent or one the server refused. A keyed call whose verdict did not
+// run may free its key.
+func (o Outcome) Ran() bool { return o == OutcomeUnknown || o == OutcomeAnswered }
+
+// outcome is the kind's usual outcome; a verdict may say otherwise (a
+// cancelled request that was never written was not sent).
+func (k Kind) outcome() Outcome {
+	switch k {
+	case NotSent:
+		return OutcomeNotSent
+	case Overloaded, RateLimited, ShuttingDown, Unreachable, InProgress:
+		return OutcomeRefused
+	case ToolFailed, Rejected, Succeeded:
+		return OutcomeAnswered
+	}
+	return OutcomeUnknown
+}
 
 var kindNames = [...]string{
 	Lost:          "lost",
@@ -67,6 +148,12 @@ var kindNames = [...]string{
 	ShuttingDown:  "shutting_down",
 	ToolFailed:    "tool_failed",
 	Rejected:      "rejected",
+	Unavailable:   "unavailable",
+	Unreachable:   "unreachable",
+	InProgress:    "in_progress",
+	Undetermined:  "undetermined",
+	Cancelled:     "cancelled",
+	Succeeded:     "succeeded",
 }
 
 // String returns a stable snake_case name, fit for a metric label.
@@ -98,13 +185,32 @@ func (k Kind) happened() string {
 		return "the tool reported a failure"
 	case Rejected:
 		return "the server rejected the request"
+	case Unavailable:
+		return "it was answered HTTP 503 (unavailable), which an HTTP proxy can answer after passing a request on"
+	case Unreachable:
+		return "the gateway answered that its upstream could not be reached"
+	case InProgress:
+		return "an earlier call with the same idempotency key is still running"
+	case Undetermined:
+		return "the server answered that whether it took effect is unknown"
+	case Cancelled:
+		return "it was cancelled"
+	case Succeeded:
+		return "it succeeded"
 	}
 	return "the connection broke after the request was sent, before its answer"
 }
 
-// Failure describes one failed attempt.
-type Failure struct {
-	Kind Kind
+// Verdict says what happened to one request: whether it was sent, and
+// answered (Outcome); how (Kind); and what the server said of trying
+// again (Retryable, RetryAfter). The client layer gives it for any
+// outcome (client.VerdictOf); the retry planner, package client's
+// retries, mcprel call's exit status and the gateway all read it, and
+// nothing else classifies.
+type Verdict struct {
+	// Outcome: not sent, refused, answered, or unknown.
+	Outcome Outcome
+	Kind    Kind
 	// Retryable is the structured failure body's retryable flag: whether
 	// the server says the same call may succeed if made again. Only
 	// ToolFailed reads it; the other kinds say it themselves.
@@ -113,40 +219,62 @@ type Failure struct {
 	// (retryAfterMs, or an HTTP Retry-After read with ParseRetryAfter); 0
 	// when it asked nothing. When both are present, use the longer.
 	RetryAfter time.Duration
+	// Status is the HTTP status the answer came with when it was no
+	// JSON-RPC message (0 otherwise).
+	Status int
 	// Err is the underlying error: a *jsonrpc.Error, an *mcp.ToolError, a
 	// transport's error. Decisions wrap it, so errors.As finds it.
 	Err error
 }
 
+// notSent reports whether the request provably never left: its outcome
+// says so, or its kind does (a verdict built without an outcome).
+func (f Verdict) notSent() bool { return f.Outcome == OutcomeNotSent || f.Kind == NotSent }
+
+// Of returns a verdict of kind k with its usual outcome.
+func Of(k Kind, err error) Verdict { return Verdict{Outcome: k.outcome(), Kind: k, Err: err} }
+
 // cause is the error a decision wraps: Err, or the kind when Err is nil.
-func (f Failure) cause() error {
+func (f Verdict) cause() error {
 	if f.Err != nil {
 		return f.Err
 	}
 	return errors.New(f.Kind.happened())
 }
 
-// Classify returns the failure that err describes: a *jsonrpc.Error by its
-// code (mcprel's -31001…-31004 with the structured body in their data),
-// an *mcp.ToolError by its failure code and flags, and anything else as
-// Lost. A transport error is Lost because the client cannot know from the
-// error alone whether the request went out; a client that can prove it
-// did not (or knows which clock fired) says so with NotSent, IdleTimeout
-// or MaxTimeout instead.
-func Classify(err error) Failure {
+// Classify returns the verdict of what a server answered, as err: a
+// *jsonrpc.Error by its code (mcprel's -31001…-31004 with the structured
+// body in their data), an *mcp.ToolError by its failure code and flags,
+// and anything else as Lost. A transport's error is Lost because the
+// error alone cannot say whether the request went out; the client, which
+// can prove more (a request that never left, the clock that fired, an
+// HTTP status), says so in client.VerdictOf, which calls this for the
+// rest.
+func Classify(err error) Verdict {
 	if rpc, ok := errors.AsType[*jsonrpc.Error](err); ok {
-		f := Failure{Kind: Rejected, Err: err}
+		var f Verdict
 		switch rpc.Code {
 		case mcp.CodeOverloaded:
-			f.Kind = Overloaded
+			f = Of(Overloaded, err)
 		case mcp.CodeRateLimited:
-			f.Kind = RateLimited
+			f = Of(RateLimited, err)
 		case mcp.CodeUnavailable:
-			f.Kind = ShuttingDown
+			f = Of(ShuttingDown, err)
 		case mcp.CodeTimeout:
-			f.Kind = ServerTimeout
-		default:
+			f = Of(ServerTimeout, err)
+		case jsonrpc.CodeMethodNotFound, mcp.CodeUnsupportedVersion, mcp.CodeMissingClientCapability, mcp.CodeHeaderMismatch,
+			jsonrpc.CodeParseError, jsonrpc.CodeInvalidRequest:
+			// Refused before anything ran: no such method, a version or
+			// a capability the server will not serve the request under,
+			// a request it could not read.
+			f = Of(Rejected, err)
+			f.Outcome = OutcomeRefused
 			return f
+		default:
+			// Invalid params and internal errors are answers too, but
+			// not proof that nothing ran: an SDK raises invalid params on
+			// a tool's output after the tool ran.
+			return Of(Rejected, err)
 		}
 		if body, ok := decodeBody(rpc.Data); ok {
 			f.RetryAfter = millis(body.RetryAfterMs)
@@ -156,21 +284,20 @@ func Classify(err error) Failure {
 	if te, ok := errors.AsType[*mcp.ToolError](err); ok {
 		return toolFailure(te, err)
 	}
-	return Failure{Kind: Lost, Err: err}
+	return Of(Lost, err)
 }
 
-// FromResult returns the failure a tool result reports, and false when
+// FromResult returns the verdict of a failed tool result, and false when
 // the result is not a failure (isError unset). The structured body is
 // read from _meta[mcp.MetaFailure]; a failed result without one, as any
 // server may send, is a ToolFailed that is not retryable: the tool gave
 // its answer and the model should read it.
-func FromResult(r *mcp.CallToolResult) (Failure, bool) {
+func FromResult(r *mcp.CallToolResult) (Verdict, bool) {
 	if r == nil || !r.IsError {
-		return Failure{}, false
+		return Verdict{}, false
 	}
 	te := &mcp.ToolError{Code: mcp.FailureToolError}
-	raw, err := json.Marshal(r.Meta[mcp.MetaFailure])
-	if body, ok := decodeBody(raw); err == nil && ok {
+	if body, ok := failureBody(r.Meta[mcp.MetaFailure]); ok {
 		te.Code, te.Message, te.Retryable = body.Code, body.Message, body.Retryable
 		te.RetryAfter = millis(body.RetryAfterMs)
 	} else {
@@ -184,13 +311,52 @@ func FromResult(r *mcp.CallToolResult) (Failure, bool) {
 	return toolFailure(te, te), true
 }
 
-func toolFailure(te *mcp.ToolError, err error) Failure {
-	f := Failure{Kind: ToolFailed, Retryable: te.Retryable, RetryAfter: max(0, te.RetryAfter), Err: err}
-	if te.Code == mcp.FailureTimeout {
+// failureBody reads the structured failure of a result's _meta, decoded
+// (a map) or raw (as a pass-through result keeps it).
+func failureBody(v any) (mcp.Failure, bool) {
+	if raw, ok := v.(json.RawMessage); ok {
+		return decodeBody(raw)
+	}
+	if v == nil {
+		return mcp.Failure{}, false
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return mcp.Failure{}, false
+	}
+	return decodeBody(raw)
+}
+
+// toolFailure is the verdict of a failed result by its failure code
+// (docs/errors.md): the codes that say the request ran nothing are
+// refusals, the ones that say the outcome is unknown are not answers.
+func toolFailure(te *mcp.ToolError, err error) Verdict {
+	var f Verdict
+	switch te.Code {
+	case mcp.FailureTimeout:
 		// The flag on a timeout says what the server's own class allows;
 		// the client's class decides instead (see Planner).
-		f.Kind = ServerTimeout
+		f = Of(ServerTimeout, err)
+	case mcp.FailureOverloaded:
+		f = Of(Overloaded, err)
+	case mcp.FailureRateLimited:
+		f = Of(RateLimited, err)
+	case mcp.FailureShuttingDown:
+		f = Of(ShuttingDown, err)
+	case mcp.FailureUpstreamUnavailable:
+		f = Of(Unreachable, err)
+	case mcp.FailureInProgress:
+		f = Of(InProgress, err)
+	case mcp.FailureOutcomeUnknown:
+		f = Of(Undetermined, err)
+	case mcp.FailureInvalidArguments, mcp.FailureKeyRequired, mcp.FailureKeyConflict, mcp.FailureLedger, mcp.FailureStorage:
+		// Refused, or rolled back, before the operation took effect.
+		f = Of(ToolFailed, err)
+		f.Outcome = OutcomeRefused
+	default:
+		f = Of(ToolFailed, err)
 	}
+	f.Retryable, f.RetryAfter = te.Retryable, max(0, te.RetryAfter)
 	return f
 }
 

@@ -91,8 +91,8 @@ func TestFromResult(t *testing.T) {
 		after     time.Duration
 		code      string
 	}{
-		{"retryable, as built", inProgress, retry.ToolFailed, true, 250 * time.Millisecond, mcp.FailureInProgress},
-		{"retryable, as decoded", decoded(inProgress), retry.ToolFailed, true, 250 * time.Millisecond, mcp.FailureInProgress},
+		{"retryable, as built", inProgress, retry.InProgress, true, 250 * time.Millisecond, mcp.FailureInProgress},
+		{"retryable, as decoded", decoded(inProgress), retry.InProgress, true, 250 * time.Millisecond, mcp.FailureInProgress},
 		{"business failure", decoded(stock), retry.ToolFailed, false, 0, "insufficient_stock"},
 		{"server timeout", decoded(timeout), retry.ServerTimeout, false, 0, mcp.FailureTimeout},
 		{"no body (another server)", &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "boom"}}}, retry.ToolFailed, false, 0, mcp.FailureToolError},

@@ -26,7 +26,7 @@ func TestObserveSeesStartsAndDecisions(t *testing.T) {
 		Observe: func(e retry.Event) { events = append(events, e) },
 	})
 	now := time.Unix(1000, 0)
-	lost := retry.Failure{Kind: retry.Lost, Err: io.ErrUnexpectedEOF}
+	lost := retry.Verdict{Kind: retry.Lost, Err: io.ErrUnexpectedEOF}
 
 	read := p.Start(retry.Call{Tool: "read"})
 	if d := read.Next(lost, now); !d.Retry {

@@ -50,21 +50,30 @@ func (e *ReconcileError) Error() string {
 // Unwrap returns the cause.
 func (e *ReconcileError) Unwrap() error { return e.Cause }
 
-func reconcile(tool string, r Rule, keyless bool, f Failure) *ReconcileError {
+func reconcile(tool string, r Rule, keyless bool, f Verdict) *ReconcileError {
 	why := "nothing deduplicates its effects"
-	if keyless {
+	switch {
+	case keyless:
 		why = "it was called without an idempotency key"
+	case f.Kind == Undetermined && f.Retryable == false && r.Class != mcp.RetryUnsafe:
+		why = "the server does not say that sending it again is safe"
 	}
 	how := "read the state it changes"
 	if r.Lookup != "" {
 		how = fmt.Sprintf("call the tool %q", r.Lookup)
 	}
+	// One statement of what happened: a refusal is the server's word that
+	// nothing ran, which this client does not take as proof; anything
+	// else may have taken effect.
+	what := fmt.Sprintf("the call of tool %q may have taken effect (%s) and is not retried", tool, f.Kind.happened())
+	if f.Outcome == OutcomeRefused {
+		what = fmt.Sprintf("the server says the call of tool %q did not run (%s), which this client takes as proof only from a server it trusts (Table.TrustServer); it is not retried", tool, f.Kind.happened())
+	}
 	return &ReconcileError{
-		Tool:   tool,
-		Lookup: r.Lookup,
-		Instruction: fmt.Sprintf("the call of tool %q may have taken effect (%s) and is not retried because %s; "+
-			"before calling it again, %s to find out whether it did", tool, f.Kind.happened(), why, how),
-		Cause: f.cause(),
+		Tool:        tool,
+		Lookup:      r.Lookup,
+		Instruction: fmt.Sprintf("%s because %s; before calling it again, %s to find out whether it did", what, why, how),
+		Cause:       f.cause(),
 	}
 }
 
@@ -226,13 +235,17 @@ type Decision struct {
 //
 //	NotSent                          every class
 //	Lost, IdleTimeout, ServerTimeout Safe, Conditional; Unsafe: reconcile
+//	  Unavailable (HTTP 503)
 //	Overloaded, RateLimited,         Safe, Conditional; Unsafe only from a
-//	  ShuttingDown                     trusted server (it says nothing ran)
+//	  ShuttingDown, Unreachable,       trusted server (it says nothing ran)
+//	  InProgress
 //	ToolFailed, retryable            Safe, Conditional; Unsafe as above
 //	ToolFailed, not retryable        none: the tool's answer stands
+//	Undetermined, retryable          Safe, Conditional; Unsafe: reconcile
+//	Undetermined, not retryable      reconcile
 //	MaxTimeout                       none: no time left; Unsafe: reconcile
-//	Rejected                         none
-func (a *Attempts) Next(f Failure, now time.Time) Decision {
+//	Rejected, Cancelled, Succeeded   none
+func (a *Attempts) Next(f Verdict, now time.Time) Decision {
 	failed := a.made
 	d := a.next(f, now)
 	if a.p.observe != nil {
@@ -242,7 +255,7 @@ func (a *Attempts) Next(f Failure, now time.Time) Decision {
 	return d
 }
 
-func (a *Attempts) next(f Failure, now time.Time) Decision {
+func (a *Attempts) next(f Verdict, now time.Time) Decision {
 	class, keyless := a.class()
 	if err := a.permit(class, keyless, f); err != nil {
 		return Decision{Err: err}
@@ -254,7 +267,7 @@ func (a *Attempts) next(f Failure, now time.Time) Decision {
 	if !ok {
 		return Decision{Err: fmt.Errorf("%w: %w", ErrDeadline, f.cause())}
 	}
-	if f.Kind != NotSent && !a.p.budget.Withdraw(now) {
+	if !f.notSent() && !a.p.budget.Withdraw(now) {
 		return Decision{Err: fmt.Errorf("%w: %w", ErrBudgetExhausted, f.cause())}
 	}
 	a.made++
@@ -263,17 +276,33 @@ func (a *Attempts) next(f Failure, now time.Time) Decision {
 
 // permit applies the matrix of Next: nil when the class allows another
 // attempt after f.
-func (a *Attempts) permit(class mcp.RetryClass, keyless bool, f Failure) error {
+func (a *Attempts) permit(class mcp.RetryClass, keyless bool, f Verdict) error {
 	unsafe := func() error { return reconcile(a.call.Tool, a.rule, keyless, f) }
+	if f.notSent() {
+		// Whatever ended it, a request never sent did nothing: it may be
+		// sent again while there is time, unless its caller withdrew it.
+		switch f.Kind {
+		case MaxTimeout:
+			return fmt.Errorf("%w: %w", ErrDeadline, f.cause())
+		case Cancelled:
+			return fmt.Errorf("%w: %w", ErrNotRetryable, f.cause())
+		}
+		return nil
+	}
 	switch f.Kind {
 	case NotSent:
 		return nil
-	case Lost, IdleTimeout, ServerTimeout:
+	case Lost, IdleTimeout, ServerTimeout, Unavailable:
 		if class == mcp.RetryUnsafe {
 			return unsafe()
 		}
 		return nil
-	case Overloaded, RateLimited, ShuttingDown:
+	case Undetermined:
+		if class == mcp.RetryUnsafe || !f.Retryable {
+			return unsafe()
+		}
+		return nil
+	case Overloaded, RateLimited, ShuttingDown, Unreachable, InProgress:
 		if class == mcp.RetryUnsafe && !a.p.table.TrustServer {
 			return unsafe()
 		}

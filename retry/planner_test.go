@@ -76,20 +76,20 @@ func TestRetryMatrix(t *testing.T) {
 	never := [4]outcome{final, final, final, final}
 	tests := []struct {
 		name               string
-		f                  retry.Failure
+		f                  retry.Verdict
 		untrusted, trusted [4]outcome
 	}{
-		{"not sent", retry.Failure{Kind: retry.NotSent, Err: io.ErrClosedPipe}, [4]outcome{again, sameKey, again, again}, [4]outcome{again, sameKey, again, again}},
-		{"lost after send", retry.Failure{Kind: retry.Lost, Err: io.ErrUnexpectedEOF}, lostLike, lostLike},
-		{"idle timeout", retry.Failure{Kind: retry.IdleTimeout}, lostLike, lostLike},
-		{"server timeout", retry.Failure{Kind: retry.ServerTimeout}, lostLike, lostLike},
-		{"max timeout", retry.Failure{Kind: retry.MaxTimeout}, [4]outcome{noTime, noTime, reconcile, reconcile}, [4]outcome{noTime, noTime, reconcile, reconcile}},
-		{"overloaded", retry.Failure{Kind: retry.Overloaded, RetryAfter: time.Second, Err: overloaded}, refused, refusedTrusted},
-		{"rate limited", retry.Failure{Kind: retry.RateLimited, RetryAfter: time.Second}, refused, refusedTrusted},
-		{"shutting down", retry.Failure{Kind: retry.ShuttingDown}, refused, refusedTrusted},
-		{"tool failed, retryable", retry.Failure{Kind: retry.ToolFailed, Retryable: true, Err: toolRetryable}, refused, refusedTrusted},
-		{"tool failed, final", retry.Failure{Kind: retry.ToolFailed, Err: toolFinal}, never, never},
-		{"protocol error", retry.Failure{Kind: retry.Rejected, Err: invalid}, never, never},
+		{"not sent", retry.Verdict{Kind: retry.NotSent, Err: io.ErrClosedPipe}, [4]outcome{again, sameKey, again, again}, [4]outcome{again, sameKey, again, again}},
+		{"lost after send", retry.Verdict{Kind: retry.Lost, Err: io.ErrUnexpectedEOF}, lostLike, lostLike},
+		{"idle timeout", retry.Verdict{Kind: retry.IdleTimeout}, lostLike, lostLike},
+		{"server timeout", retry.Verdict{Kind: retry.ServerTimeout}, lostLike, lostLike},
+		{"max timeout", retry.Verdict{Kind: retry.MaxTimeout}, [4]outcome{noTime, noTime, reconcile, reconcile}, [4]outcome{noTime, noTime, reconcile, reconcile}},
+		{"overloaded", retry.Verdict{Kind: retry.Overloaded, RetryAfter: time.Second, Err: overloaded}, refused, refusedTrusted},
+		{"rate limited", retry.Verdict{Kind: retry.RateLimited, RetryAfter: time.Second}, refused, refusedTrusted},
+		{"shutting down", retry.Verdict{Kind: retry.ShuttingDown}, refused, refusedTrusted},
+		{"tool failed, retryable", retry.Verdict{Kind: retry.ToolFailed, Retryable: true, Err: toolRetryable}, refused, refusedTrusted},
+		{"tool failed, final", retry.Verdict{Kind: retry.ToolFailed, Err: toolFinal}, never, never},
+		{"protocol error", retry.Verdict{Kind: retry.Rejected, Err: invalid}, never, never},
 	}
 	for _, tt := range tests {
 		for _, trust := range []bool{false, true} {
@@ -142,7 +142,7 @@ func TestReconcileErrorNamesTheToolAndTheLookup(t *testing.T) {
 	}})
 	cause := io.ErrUnexpectedEOF
 
-	d := p.Start(retry.Call{Tool: "charge"}).Next(retry.Failure{Kind: retry.Lost, Err: cause}, t0)
+	d := p.Start(retry.Call{Tool: "charge"}).Next(retry.Verdict{Kind: retry.Lost, Err: cause}, t0)
 	re, ok := errors.AsType[*retry.ReconcileError](d.Err)
 	if !ok {
 		t.Fatalf("got %v, want a *ReconcileError", d.Err)
@@ -156,13 +156,13 @@ func TestReconcileErrorNamesTheToolAndTheLookup(t *testing.T) {
 		}
 	}
 
-	d = p.Start(retry.Call{Tool: "reserve"}).Next(retry.Failure{Kind: retry.IdleTimeout}, t0)
+	d = p.Start(retry.Call{Tool: "reserve"}).Next(retry.Verdict{Kind: retry.IdleTimeout}, t0)
 	re, ok = errors.AsType[*retry.ReconcileError](d.Err)
 	if !ok || !strings.Contains(re.Instruction, "without an idempotency key") || re.Lookup != "lookup_operation" {
 		t.Errorf("a conditional tool called without its key: %v", d.Err)
 	}
 
-	d = p.Start(retry.Call{Tool: "unlisted"}).Next(retry.Failure{Kind: retry.Lost}, t0)
+	d = p.Start(retry.Call{Tool: "unlisted"}).Next(retry.Verdict{Kind: retry.Lost}, t0)
 	re, ok = errors.AsType[*retry.ReconcileError](d.Err)
 	if !ok || re.Lookup != "" || !strings.Contains(re.Instruction, "read the state it changes") {
 		t.Errorf("an unlisted tool without a lookup: %v", d.Err)
@@ -178,7 +178,7 @@ func TestAttemptCap(t *testing.T) {
 		})
 		a := p.Start(retry.Call{Tool: "search"})
 		var d retry.Decision
-		for d = a.Next(retry.Failure{Kind: retry.Lost}, t0); d.Retry; d = a.Next(retry.Failure{Kind: retry.Lost}, t0) {
+		for d = a.Next(retry.Verdict{Kind: retry.Lost}, t0); d.Retry; d = a.Next(retry.Verdict{Kind: retry.Lost}, t0) {
 		}
 		if a.Count() != tt.want || !errors.Is(d.Err, retry.ErrAttemptsExhausted) {
 			t.Errorf("MaxAttempts %d: %d attempts, ended with %v; want %d and ErrAttemptsExhausted", tt.max, a.Count(), d.Err, tt.want)
@@ -194,10 +194,10 @@ func TestNotSentSpendsNoBudget(t *testing.T) {
 		Budget: &retry.Budget{Ratio: -1, MinPerSecond: -1}, // empty for good
 	})
 	a := p.Start(retry.Call{Tool: "search"})
-	if d := a.Next(retry.Failure{Kind: retry.NotSent}, t0); !d.Retry {
+	if d := a.Next(retry.Verdict{Kind: retry.NotSent}, t0); !d.Retry {
 		t.Fatalf("not sent, empty budget: %v", d.Err)
 	}
-	if d := a.Next(retry.Failure{Kind: retry.Lost}, t0); !errors.Is(d.Err, retry.ErrBudgetExhausted) {
+	if d := a.Next(retry.Verdict{Kind: retry.Lost}, t0); !errors.Is(d.Err, retry.ErrBudgetExhausted) {
 		t.Fatalf("lost, empty budget: %v, want ErrBudgetExhausted", d.Err)
 	}
 }
@@ -210,7 +210,7 @@ func TestPlannerUsesAdvertisedClassOnlyWhenTrusted(t *testing.T) {
 	for _, trust := range []bool{false, true} {
 		p := retry.NewPlanner(retry.Options{Table: retry.Table{TrustServer: trust}})
 		a := p.Start(retry.Call{Tool: "search", Advertised: tool})
-		d := a.Next(retry.Failure{Kind: retry.Lost}, t0)
+		d := a.Next(retry.Verdict{Kind: retry.Lost}, t0)
 		if d.Retry != trust {
 			t.Errorf("trust %v: Retry = %v (%v)", trust, d.Retry, d.Err)
 		}
@@ -227,12 +227,12 @@ func TestRetryAfterGovernsThePause(t *testing.T) {
 		Budget:  &retry.Budget{Ratio: 1},
 	})
 	a := p.Start(retry.Call{Tool: "search", Deadline: t0.Add(time.Minute)})
-	if d := a.Next(retry.Failure{Kind: retry.Overloaded, RetryAfter: 1500 * time.Millisecond}, t0); d.Delay != 1500*time.Millisecond {
+	if d := a.Next(retry.Verdict{Kind: retry.Overloaded, RetryAfter: 1500 * time.Millisecond}, t0); d.Delay != 1500*time.Millisecond {
 		t.Errorf("retryAfterMs 1500: pause %v", d.Delay)
 	}
 	// A retry-after that would end after the deadline gives up at once.
 	a = p.Start(retry.Call{Tool: "search", Deadline: t0.Add(time.Second)})
-	if d := a.Next(retry.Failure{Kind: retry.RateLimited, RetryAfter: 2 * time.Second}, t0); !errors.Is(d.Err, retry.ErrDeadline) {
+	if d := a.Next(retry.Verdict{Kind: retry.RateLimited, RetryAfter: 2 * time.Second}, t0); !errors.Is(d.Err, retry.ErrDeadline) {
 		t.Errorf("retry-after past the deadline: %v, want ErrDeadline", d.Err)
 	}
 }

@@ -35,9 +35,9 @@ const (
 	exitIdle       = 12 // the idle deadline fired: no progress for --idle
 	exitMax        = 13 // the maximum deadline fired: the call ran for --max
 	exitCancelled  = 14 // interrupted (Ctrl-C): the message says what became of the request
-	exitOverloaded = 15 // the server was overloaded, rate limited or shutting down
-	exitConnection = 16 // the server could not be reached, or the connection was lost
-	exitReconcile  = 17 // an unsafe call's outcome is unknown: reconcile before retrying
+	exitOverloaded = 15 // the server refused the request for now: overloaded, rate limited, shutting down, or the key's operation still running
+	exitConnection = 16 // the request was never sent (the server could not be reached), or a gateway could not reach its upstream
+	exitReconcile  = 17 // the outcome is unknown: the call may or may not have taken effect
 )
 
 // exitError ends a command with a status of its own.
@@ -282,9 +282,23 @@ without it, on a terminal the questions are asked there, and otherwise declined`
 		return perr
 	}
 	if res.IsError {
-		return &exitError{exitToolError, ""}
+		return resultFailure(res)
 	}
 	return nil
+}
+
+// resultFailure is the exit status of a failed result, printed already:
+// a tool's own failure is 10; a result that says the outcome is unknown
+// (a gateway's or a ledger's outcome_unknown) is 17, and one that says
+// the request never reached the server behind a gateway is 16, like the
+// failures they report.
+func resultFailure(res *mcp.CallToolResult) error {
+	v := client.VerdictOf(res, nil)
+	code := exitStatus(v)
+	if code == exitToolError {
+		return &exitError{exitToolError, ""}
+	}
+	return &exitError{code, "call: the server answered " + v.Err.Error()}
 }
 
 var errInterrupted = errors.New("interrupted")
@@ -546,19 +560,14 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// callFailure maps how a call failed to its exit status.
+// callFailure maps how a call failed to its exit status. The clocks and
+// the interruption say most precisely how the call ended (their messages
+// carry any reconcile advice); otherwise the verdict decides
+// (exitStatus): a server's refusal says so in its own words, and an
+// unknown outcome says what may be done next.
 func callFailure(err error) error {
 	var de *client.DeadlineError
 	var ce *client.CancelledError
-	var re *jsonrpc.Error
-	var se *client.StatusError
-	var cf *client.ConnectError
-	var rd *client.RedirectError
-	var rf *reconcileError
-	// The clocks and the interruption say most precisely how the call
-	// ended, and so does a server that answered it was shutting down or
-	// overloaded (each message carries any reconcile advice); otherwise an
-	// unknown outcome of an unsafe call comes before the cause.
 	switch {
 	case errors.As(err, &de) && de.Clock == client.IdleClock:
 		return &exitError{exitIdle, "call: " + err.Error()}
@@ -567,29 +576,47 @@ func callFailure(err error) error {
 	case errors.As(err, &ce):
 		return &exitError{exitCancelled, "call: " + err.Error()}
 	}
-	if why, ok := refusal(err); ok {
+	v := client.VerdictOf(nil, err)
+	code := exitStatus(v)
+	if code == 0 {
+		return err
+	}
+	if why, ok := refusal(err); ok && code == exitOverloaded {
 		// Nothing is suggested otherwise: the status says to come back
 		// later, and a task that was created already goes on.
 		next := ""
-		if errors.As(err, &rf) {
+		if errors.As(err, new(*reconcileError)) {
 			// The planner kept an unsafe call from being made again on
 			// an untrusted server's word that it did not run.
 			next = "; the server says the call did not run, which mcprel call takes as proof only with --trust-server: " +
 				"if the tool's effect matters, find out whether it happened before calling it again"
 		}
-		return &exitError{exitOverloaded, "call: " + why + next}
+		return &exitError{code, "call: " + why + next}
 	}
+	return &exitError{code, "call: " + err.Error()}
+}
+
+// exitStatus is the exit status of a call whose verdict is v: 17 for
+// every outcome that is unknown, 16 for a request never sent (or that a
+// gateway could not deliver), 15 for a server's refusal to come back
+// later, 11 for any other refusal or protocol error, 10 for a tool's
+// failure; 0 for a success.
+func exitStatus(v retry.Verdict) int {
 	switch {
-	case errors.As(err, &rf):
-		return &exitError{exitReconcile, "call: " + err.Error()}
-	case errors.As(err, &re), errors.As(err, &rd):
-		// A redirect is the server's refusal too: it did not run the
-		// request, and would answer the same again.
-		return &exitError{exitProtocol, "call: " + err.Error()}
-	case errors.As(err, &cf), errors.Is(err, client.ErrConnectionLost), errors.As(err, &se):
-		return &exitError{exitConnection, "call: " + err.Error()}
+	case v.Kind == retry.Succeeded:
+		return 0
+	case v.Outcome == retry.OutcomeUnknown:
+		return exitReconcile
+	case v.Outcome == retry.OutcomeNotSent, v.Kind == retry.Unreachable:
+		return exitConnection
 	}
-	return err
+	switch v.Kind {
+	case retry.Overloaded, retry.RateLimited, retry.ShuttingDown, retry.InProgress:
+		return exitOverloaded
+	case retry.ToolFailed:
+		return exitToolError
+	}
+	return exitProtocol
 }
 
 // connectFailure maps a failure to connect to its exit status: a mistake
@@ -676,9 +703,13 @@ Exit status:
   12  the idle deadline fired: no increasing progress for --idle
   13  the maximum deadline fired: the call ran for --max
   14  interrupted (Ctrl-C); the message says what became of the request
-  15  the server was overloaded, rate limited or shutting down
-  16  the server could not be reached, or the connection was lost
-  17  the outcome is unknown and the call unsafe to retry: reconcile first
+  15  the server refused the request for now (overloaded, rate limited,
+      shutting down, or the key's operation still running): nothing ran
+  16  the request was never sent: the server could not be reached (or a
+      gateway could not reach the server behind it)
+  17  the outcome is unknown: the call may or may not have taken effect
+      (the connection was lost, an HTTP 5xx, a gateway's outcome_unknown);
+      the message says whether calling again is safe or to reconcile first
 
 Flags:
 `)

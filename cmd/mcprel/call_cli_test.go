@@ -69,8 +69,8 @@ func TestCallHelpListsExitStatuses(t *testing.T) {
 	for status, meaning := range map[int]string{
 		0: "the tool succeeded", 2: "a mistake in the command line", exitToolError: "the tool reported a failure",
 		exitProtocol: "a JSON-RPC error", exitIdle: "the idle deadline fired", exitMax: "the maximum deadline fired",
-		exitCancelled: "interrupted", exitOverloaded: "overloaded, rate limited or shutting down",
-		exitConnection: "could not be reached, or the connection was lost", exitReconcile: "reconcile first",
+		exitCancelled: "interrupted", exitOverloaded: "the server refused the request for now (overloaded, rate limited,",
+		exitConnection: "the request was never sent: the server could not be reached (or a", exitReconcile: "the outcome is unknown: the call may or may not have taken effect",
 	} {
 		found := false
 		for _, line := range strings.Split(errs, "\n") {

@@ -92,13 +92,13 @@ func advertisedSafe(tool *mcp.Tool) (string, bool) {
 	return "readOnlyHint or idempotentHint", true
 }
 
-// withRetryAdvice adds to a call's deadline what may be done next, by the
-// class the call was planned by: a safe call may simply be made again, a
+// withRetryAdvice adds to a failure whose outcome is unknown (a deadline,
+// a lost connection, an HTTP 503) what may be done next, by the class the
+// call was planned by: a safe call may simply be made again, a
 // conditional one with the same idempotency key. (An unsafe one ends in a
 // reconcileError instead, which says to find out first.)
 func withRetryAdvice(err error, name string, class mcp.RetryClass, args map[string]any) error {
-	var de *client.DeadlineError
-	if !errors.As(err, &de) {
+	if client.VerdictOf(nil, err).Outcome != retry.OutcomeUnknown {
 		return err
 	}
 	switch key, _ := args[mcp.ArgIdempotencyKey].(string); {

@@ -318,7 +318,7 @@ func (d *plannerDecider) start(c int, now time.Time) {
 	d.calls[c] = d.p.Start(retry.Call{Tool: "search", Deadline: now.Add(d.callMax)})
 }
 func (d *plannerDecider) next(c, _ int, now time.Time) (time.Duration, bool) {
-	dec := d.calls[c].Next(retry.Failure{Kind: retry.Overloaded}, now)
+	dec := d.calls[c].Next(retry.Verdict{Kind: retry.Overloaded}, now)
 	return dec.Delay, dec.Retry
 }
 
