@@ -277,7 +277,7 @@ func listAll[R, T any](ctx context.Context, c *Client, method string, page func(
 		if cursor != "" {
 			params = map[string]any{"cursor": cursor}
 		}
-		raw, err := c.roundTrip(ctx, method, "", params, nil)
+		raw, err := c.call(ctx, method, "", params, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -120,6 +120,10 @@ type Options struct {
 	// dropped on the way, so state the caller follows should be read
 	// again. Open subscriptions refetch too (ListenOptions.Refetch).
 	OnRefetch func()
+	// Interceptors wrap every request the client sends for its caller
+	// (see Interceptor), the first outermost: retries (Retrying), a
+	// circuit breaker, spans, metrics.
+	Interceptors []Interceptor
 	// Restart, for DialStdio: when the server process dies, the next call
 	// starts it again (and negotiates again) instead of failing with
 	// ErrConnectionLost. Calls in flight when it died still fail with
@@ -191,6 +195,7 @@ type Client struct {
 	subs    map[*Subscription]bool                   // open subscriptions, told of refetch flags
 	redial  func(context.Context) (transport, error) // nil: no restarts
 	opts    Options
+	send    CallFunc // Options.Interceptors around exchange; nil when there are none
 	log     *slog.Logger
 	era     mcp.Era
 	version string
@@ -318,6 +323,11 @@ func (o *Options) fill() {
 // newClient negotiates the era over t and returns the connected client.
 func newClient(ctx context.Context, t transport, o Options, stats *counters) (*Client, error) {
 	c := &Client{t: t, opts: o, log: o.Logger, stats: stats}
+	if len(o.Interceptors) > 0 {
+		c.send = chain(o.Interceptors, func(ctx context.Context, r *Request) (json.RawMessage, error) {
+			return c.exchange(ctx, r.Method, r.Name, r.Params, r.Options)
+		})
+	}
 	var err error
 	// Encoded once for every 2026-07-28 request's _meta, and checked
 	// here: a capability that is not JSON fails the connection, not

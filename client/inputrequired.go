@@ -117,6 +117,17 @@ func (c *Client) maxInputRounds() int {
 // calls in flight never see each other's state, and the caller's params
 // are never changed.
 func (c *Client) call(ctx context.Context, method, name string, params any, o *CallOptions) (json.RawMessage, error) {
+	if c.send == nil {
+		return c.exchange(ctx, method, name, params, o)
+	}
+	if o == nil {
+		o = &CallOptions{}
+	}
+	return c.send(ctx, &Request{Method: method, Name: name, Params: params, Options: o})
+}
+
+// exchange is call beneath the interceptors.
+func (c *Client) exchange(ctx context.Context, method, name string, params any, o *CallOptions) (json.RawMessage, error) {
 	maxAfter := DefaultMax
 	if o != nil && o.Max > 0 {
 		maxAfter = o.Max

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/mcprel/mcprel/mcp"
@@ -68,46 +69,46 @@ func (c *Client) CallToolWithRetries(ctx context.Context, name string, args map[
 	// cause (WithDeadlineCause is then a plain cancel).
 	ctx, stop := context.WithDeadlineCause(ctx, time.Now().Add(limit), &DeadlineError{Clock: MaxClock, After: limit})
 	defer stop()
-	deadline, _ := ctx.Deadline()
-	hasKey := keyOf(args, o) != ""
 	var arguments any // a nil map is no arguments, not "arguments": null
 	if args != nil {
 		arguments = args
 	}
-	attempts := rs.Planner.Start(retry.Call{Tool: name, Advertised: rs.Tool, HasIdempotencyKey: hasKey, Deadline: deadline})
-	for {
-		res, err := c.CallTool(ctx, name, arguments, o)
-		f := VerdictOf(res, err)
-		if f.Kind == retry.Succeeded {
-			return res, nil
-		}
-		var maxFired *DeadlineError
-		if ctx.Err() != nil && !errors.As(context.Cause(ctx), &maxFired) {
-			return res, err // the caller cancelled: no retry
-		}
-		// When the maximum deadline fired, the planner sees it passed:
-		// no retry, and a *ReconcileError for an Unsafe call.
-		d := attempts.Next(f, time.Now())
-		if !d.Retry {
-			if rec, ok := errors.AsType[*retry.ReconcileError](d.Err); ok {
-				return nil, rec
-			}
-			if err == nil {
-				return res, nil // the tool's failure stands
-			}
-			return nil, err
-		}
-		timer := time.NewTimer(d.Delay)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			if errors.As(context.Cause(ctx), &maxFired) {
-				return nil, maxFired // the maximum deadline fired between attempts
-			}
-			return nil, &CancelledError{Cause: context.Cause(ctx)}
-		case <-timer.C:
-		}
+	var opts CallOptions
+	if o != nil {
+		opts = *o
 	}
+	req := &Request{Method: mcp.MethodToolsCall, Name: name, Params: map[string]any{"name": name, "arguments": arguments}, Options: &opts}
+	raw, err, d := retrying(ctx, req, func(ctx context.Context, req *Request) (json.RawMessage, error) {
+		return c.CallToolRaw(ctx, name, arguments, req.Options)
+	}, &Plan{Planner: rs.Planner, Tool: rs.Tool}, nil)
+	var maxFired *DeadlineError
+	var between *CancelledError
+	switch {
+	case errors.As(d.Err, &between) && errors.As(context.Cause(ctx), &maxFired):
+		return nil, maxFired // the maximum deadline fired between attempts
+	case between != nil:
+		return nil, between // the caller cancelled between attempts
+	case ctx.Err() != nil && !errors.As(context.Cause(ctx), &maxFired):
+		return decodeResult(raw, err) // the caller cancelled an attempt: no retry
+	}
+	// When the maximum deadline fired, the planner saw it passed: no
+	// retry, and a *ReconcileError for an Unsafe call.
+	if rec, ok := errors.AsType[*retry.ReconcileError](d.Err); ok {
+		return nil, rec
+	}
+	return decodeResult(raw, err) // a failed result the planner did not retry stands
+}
+
+// decodeResult is a tools/call's answer as CallTool returns it.
+func decodeResult(raw json.RawMessage, err error) (*mcp.CallToolResult, error) {
+	if err != nil {
+		return nil, err
+	}
+	var res mcp.CallToolResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return nil, fmt.Errorf("client: tools/call answered %s: %w", clip(raw), err)
+	}
+	return &res, nil
 }
 
 // keyOf is the idempotency key a call carries, where the server reads it:

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -70,8 +71,9 @@ func relayStateOf(q *server.Request, upstream string) (relayState, error) {
 	return st, nil
 }
 
-// forwardTool is the handler of one upstream tool: it forwards the call
-// and maps how it ended.
+// forwardTool is the handler of one upstream tool: it picks the upstream
+// connection, calls through the client's seam (whose interceptors retry,
+// count the circuit, trace and measure) and maps the verdict.
 func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, upTasks upstreamTasks, planner *retry.Planner) server.ToolHandler {
 	return func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
 		// left ends when the call is left to another process: its task
@@ -104,89 +106,34 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, upTasks upstreamT
 			}
 			return nil, idempotency.NotRun(l.unavailable(err))
 		}
-		// A 2025-era upstream may ask mid-call, which a 2026-07-28 client
-		// can answer only across requests: the call is held, unless the
-		// client declared nothing the upstream could ask it (its
-		// questions are then refused on the way, as anywhere), or the
-		// call is keyed: its claim is one request's, and a held call
-		// would outlive it.
 		// The upstream runs the call as a task of its own when it must,
 		// or when the gateway runs it as a task of its own: the gateway's
-		// follows the upstream's.
+		// follows the upstream's. A 2025-era upstream may ask mid-call,
+		// which a 2026-07-28 client can answer only across requests: the
+		// call is held, unless the client declared nothing the upstream
+		// could ask it (its questions are then refused on the way, as
+		// anywhere), or the call is keyed: its claim is one request's,
+		// and a held call would outlive it.
 		asTask := upTasks == upstreamTaskRequired || upTasks != noUpstreamTask && taskserver.TaskID(call) != ""
 		hold := !asTask && call.Era == mcp.Modern && c.Era() != mcp.Modern && answersAny(call.ClientCapabilities) && tp.Retry != mcp.RetryConditional
-		sink := l.sink(&call.Request)
-		caps := relayed(call.ClientCapabilities) // a 2026-07-28 upstream is told the caller's
-		o := &client.CallOptions{
-			Idle:           tp.Idle + l.g.opts.ClockSlack,
-			Max:            tp.Max + l.g.opts.ClockSlack,
-			OnProgress:     sink.progress,
-			OnNotification: sink.note,
-			Meta:           l.g.passMeta(f.ctx, call.Meta, hold),
-			Capabilities:   &caps,
-		}
-		if len(st.State) > 0 || call.InputResponses != nil {
-			o.Input = &client.InputAnswers{Responses: call.InputResponses, RequestState: st.State}
-		}
-		var args any
-		if len(call.Arguments) > 0 {
-			args = json.RawMessage(call.Arguments)
-			if hold {
-				args = json.RawMessage(bytes.Clone(call.Arguments)) // a held call outlives the request's frame
-			}
-		}
-		keyArg := "" // a tool the policy does not key: no argument is known to be its key
-		if tp.Retry == mcp.RetryConditional {
-			keyArg = tp.keyArgument()
-		}
-		args = withUpstreamKeys(args, o.Meta, keyArg, call.Tenant, upstreamTool)
+		up := l.upstreamCall(f.ctx, call, upstreamTool, tp, st, hold)
 		if hold {
-			h := l.g.hold(call, l.up.Name, sink)
-			o.OnRequest = h.ask
-			// The upstream call runs apart from this request (it keeps
-			// its span, not its cancellation), and ends with the gateway.
-			cctx, cancel := context.WithCancelCause(context.WithoutCancel(f.ctx))
-			stop := context.AfterFunc(l.g.ctx, func() { cancel(errClosing) })
-			h.cancel = cancel
-			l.g.heldCalls.Add(1)
-			go func() {
-				defer l.g.heldCalls.Done()
-				defer release()
-				defer stop()
-				defer cancel(nil)
-				res, err := l.callTool(cctx, c, upstreamTool, args, o)
-				l.record(err)
-				var rec ForwardRecord
-				if err != nil {
-					err = l.callFailure(cctx, err, tp, &call.Request, &rec)
-				}
-				h.ended <- heldEnd{res, err, rec.CancelPropagated}
-			}()
-			f.rec.Reached = true
-			res, err := h.serve(f.ctx, call, &f.rec)
-			f.rec.InUpstream = time.Since(f.start)
-			f.settle(res, err)
-			return res, err
+			return l.forwardHeld(f, call, c, release, up, tp)
 		}
 		defer release()
-		o.OnRequest = relay(&call.Request)
+		up.o.OnRequest = relay(&call.Request)
 		sent := time.Now()
 		var res *mcp.CallToolResult
 		if !asTask {
-			res, err = l.attempt(f, planner, call, func() (*mcp.CallToolResult, error) {
-				return l.callTool(f.ctx, c, upstreamTool, args, o)
-			})
+			res, err = l.callTool(withRetries(f.ctx, planner, idempotency.Key(call) != "", &f.rec), c, upstreamTool, up.args, up.o)
 			// A 2026-07-28 upstream that runs the tool only as a task
 			// refuses a plain call (-32021, the tasks extension): nothing
 			// ran, and the call is made again as a task.
 			asTask = err != nil && upTasks != noUpstreamTask && needsTask(err)
 		}
 		if asTask {
-			if left == nil {
-				left = context.WithoutCancel(ctx)
-			}
 			var started bool
-			res, err, started = l.callAsUpstreamTask(f, left, call, c, upstreamTool, args, o, tp)
+			res, err, started = l.callAsUpstreamTask(f, cmp.Or(left, context.WithoutCancel(ctx)), call, c, upstreamTool, up.args, up.o, tp)
 			if started {
 				f.rec.InUpstream, f.rec.Reached = time.Since(sent), true
 				if err != nil {
@@ -195,7 +142,6 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, upTasks upstreamT
 				f.settle(res, err)
 				return res, err
 			}
-			l.record(err)
 		}
 		f.rec.InUpstream, f.rec.Reached = time.Since(sent), true
 		if err == nil {
@@ -208,6 +154,77 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, upTasks upstreamT
 		}
 		return nil, keyedFailure(tp, err, mapped, f.rec.Outcome)
 	}
+}
+
+// upstreamCallArgs are a forwarded call's arguments and options as they
+// go upstream.
+type upstreamCallArgs struct {
+	tool string
+	args any
+	o    *client.CallOptions
+	sink *sink
+}
+
+// upstreamCall is what a forwarded call sends upstream: the caller's
+// arguments and _meta with their keys derived for the tenant, the
+// policy's clocks with the gateway's slack, the caller's capabilities and
+// any input it answered. A held call's copies outlive the request.
+func (l *link) upstreamCall(ctx context.Context, call *server.CallRequest, upstreamTool string, tp ToolPolicy, st relayState, hold bool) upstreamCallArgs {
+	sink := l.sink(&call.Request)
+	caps := relayed(call.ClientCapabilities) // a 2026-07-28 upstream is told the caller's
+	o := &client.CallOptions{
+		Idle:           tp.Idle + l.g.opts.ClockSlack,
+		Max:            tp.Max + l.g.opts.ClockSlack,
+		OnProgress:     sink.progress,
+		OnNotification: sink.note,
+		Meta:           l.g.passMeta(ctx, call.Meta, hold),
+		Capabilities:   &caps,
+	}
+	if len(st.State) > 0 || call.InputResponses != nil {
+		o.Input = &client.InputAnswers{Responses: call.InputResponses, RequestState: st.State}
+	}
+	var args any
+	if len(call.Arguments) > 0 {
+		args = json.RawMessage(call.Arguments)
+		if hold {
+			args = json.RawMessage(bytes.Clone(call.Arguments)) // a held call outlives the request's frame
+		}
+	}
+	keyArg := "" // a tool the policy does not key: no argument is known to be its key
+	if tp.Retry == mcp.RetryConditional {
+		keyArg = tp.keyArgument()
+	}
+	return upstreamCallArgs{tool: upstreamTool, args: withUpstreamKeys(args, o.Meta, keyArg, call.Tenant, upstreamTool), o: o, sink: sink}
+}
+
+// forwardHeld forwards a call the gateway holds: the upstream call runs
+// apart from this request (it keeps its span, not its cancellation) and
+// ends with the gateway; the downstream client answers the upstream's
+// questions across its requests.
+func (l *link) forwardHeld(f *forward, call *server.CallRequest, c *client.Client, release func(), up upstreamCallArgs, tp ToolPolicy) (*mcp.CallToolResult, error) {
+	h := l.g.hold(call, l.up.Name, up.sink)
+	up.o.OnRequest = h.ask
+	cctx, cancel := context.WithCancelCause(context.WithoutCancel(f.ctx))
+	stop := context.AfterFunc(l.g.ctx, func() { cancel(errClosing) })
+	h.cancel = cancel
+	l.g.heldCalls.Add(1)
+	go func() {
+		defer l.g.heldCalls.Done()
+		defer release()
+		defer stop()
+		defer cancel(nil)
+		res, err := l.callTool(cctx, c, up.tool, up.args, up.o)
+		var rec ForwardRecord
+		if err != nil {
+			err = l.callFailure(cctx, err, tp, &call.Request, &rec)
+		}
+		h.ended <- heldEnd{res, err, rec.CancelPropagated}
+	}()
+	f.rec.Reached = true
+	res, err := h.serve(f.ctx, call, &f.rec)
+	f.rec.InUpstream = time.Since(f.start)
+	f.settle(res, err)
+	return res, err
 }
 
 // errTaskCancelled ends a task's forward when tasks/cancel was asked of
@@ -302,35 +319,6 @@ func watchTask(ctx context.Context, call *server.CallRequest) (_, left context.C
 func (l *link) planner(tp ToolPolicy) *retry.Planner {
 	return retry.NewPlanner(retry.Options{Table: retry.Table{Default: retry.Rule{Class: tp.retryClass()}},
 		MaxAttempts: tp.MaxAttempts, Budget: l.budget, Backoff: retry.Backoff{Base: l.g.opts.RetryBase}})
-}
-
-// attempt makes a call upstream, and again while the planner allows it:
-// never past the call's deadline, after a capped, jittered pause that
-// honours the upstream's Retry-After or retryAfterMs, within the
-// upstream's budget. Each attempt is a new request upstream with the same
-// arguments, and so the same key. A caller's cancel ends it at once.
-func (l *link) attempt(f *forward, planner *retry.Planner, call *server.CallRequest, send func() (*mcp.CallToolResult, error)) (*mcp.CallToolResult, error) {
-	deadline, _ := f.ctx.Deadline()
-	attempts := planner.Start(retry.Call{Tool: call.Name, HasIdempotencyKey: idempotency.Key(call) != "", Deadline: deadline})
-	for {
-		res, err := send()
-		l.record(err)
-		fl := client.VerdictOf(res, err)
-		if fl.Kind == retry.Succeeded {
-			return res, nil
-		}
-		if f.ctx.Err() != nil {
-			return res, err
-		}
-		d := attempts.Next(fl, time.Now())
-		if !d.Retry {
-			return res, err
-		}
-		f.rec.Retries++
-		if !sleep(f.ctx, d.Delay) {
-			return res, err
-		}
-	}
 }
 
 // keyedFailure is how a keyed call's failure is told to the gateway's
@@ -521,23 +509,24 @@ func (f *forward) settle(res *mcp.CallToolResult, err error) {
 }
 
 // callFailure maps how a request q forwarded failed to what the
-// downstream is told.
+// downstream is told, by the client's verdict (client.VerdictOf): a
+// request that did not run upstream is unavailable there, and retryable;
+// one whose outcome is unknown is an unknown outcome, retryable only for
+// a tool that may be sent again; the upstream's own answers pass in their
+// own words.
 func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, q *server.Request, rec *ForwardRecord) error {
-	var ce *client.CancelledError
+	v := client.VerdictOf(nil, err)
 	var de *client.DeadlineError
 	var rpc *jsonrpc.Error
 	var ie *client.InputError
-	var tl *client.ResponseTooLargeError
 	var se *client.StatusError
 	var redirect *client.RedirectError
-	errors.As(err, &se)
-	cancelled := errors.As(err, &ce)
 	switch {
-	case ctx.Err() != nil || cancelled:
+	case ctx.Err() != nil || v.Kind == retry.Cancelled:
 		// The downstream cancelled, or the server's clock fired: the
 		// server has its own terminal state and discards this.
 		rec.Outcome = OutcomeCancelled
-		if ce != nil {
+		if ce := (*client.CancelledError)(nil); errors.As(err, &ce) {
 			rec.CancelPropagated = ce.Cancel == client.CancelSent || ce.Cancel == client.CancelQueued
 		}
 		if ctx.Err() != nil {
@@ -553,54 +542,65 @@ func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, q *ser
 	case errors.As(err, &rpc):
 		rec.Outcome = OutcomeProtocolError
 		return upstreamRPCError(l.up.Name, rpc)
-	case errors.As(err, &se) && se.Status == http.StatusServiceUnavailable:
-		// The upstream, or a proxy in front of it, says it is
-		// unavailable: probably it did not act on the request, but a proxy
-		// can answer 503 after passing a request on. A tool that may be
-		// sent again is told to retry; any other's outcome is unknown.
-		rec.Outcome = OutcomeUnavailable
-		if tp.resendable() {
-			return l.unavailable(err)
-		}
-		return l.outcomeUnknown(tp, "it answered HTTP 503 (unavailable): it probably did not act on the request, but an HTTP proxy can answer 503 after passing a request on")
-	case isUnreachable(err):
-		rec.Outcome = OutcomeUnavailable
-		return l.unavailable(err)
-	case errors.Is(err, client.ErrConnectionLost):
-		rec.Outcome = OutcomeLost
-		return l.outcomeUnknown(tp, "the connection to it ended while the call was in flight")
-	case errors.As(err, &se) && (se.Status == http.StatusBadGateway || se.Status == http.StatusGatewayTimeout):
-		// An intermediary passed the request on, or may have, and got no
-		// answer it could pass back.
-		rec.Outcome = OutcomeLost
-		return l.outcomeUnknown(tp, fmt.Sprintf("an HTTP intermediary in front of it answered %d", se.Status))
 	case errors.As(err, &de):
 		// The client's backstop fired before the server's clock: the
 		// upstream was cancelled all the same.
 		rec.Outcome = OutcomeCancelled
 		rec.CancelPropagated = de.Cancel == client.CancelSent || de.Cancel == client.CancelQueued
 		return &mcp.ToolError{Code: mcp.FailureTimeout, Message: fmt.Sprintf("upstream %q did not answer in time (%s clock)", l.up.Name, de.Clock)}
-	case errors.As(err, &tl):
-		rec.Outcome = OutcomeLost
-		return l.outcomeUnknown(tp, fmt.Sprintf("it answered with more than the gateway takes in (%d bytes), and the answer was dropped unread", tl.Limit))
-	case se != nil && se.Status >= 200 && se.Status < 300:
-		// The upstream took the request and sent back what is no
-		// JSON-RPC response (a truncated body, a page): what it did is
-		// in the answer nobody can read.
-		rec.Outcome = OutcomeLost
-		return l.outcomeUnknown(tp, fmt.Sprintf("it answered HTTP %d with no JSON-RPC response in the body", se.Status))
-	case se != nil:
-		rec.Outcome = OutcomeFailed
-		return &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf("upstream %q answered HTTP %d", l.up.Name, se.Status)}
+	case v.Kind == retry.Unavailable:
+		// The upstream, or a proxy in front of it, says it is
+		// unavailable: probably it did not act on the request, but a
+		// proxy can answer 503 after passing a request on. A tool that
+		// may be sent again is told to retry; any other's outcome is
+		// unknown.
+		rec.Outcome = OutcomeUnavailable
+		if tp.resendable() {
+			return l.unavailable(err)
+		}
+		return l.outcomeUnknown(tp, "it answered HTTP 503 (unavailable): it probably did not act on the request, but an HTTP proxy can answer 503 after passing a request on")
+	case v.Kind == retry.NotSent, v.Kind == retry.RateLimited:
+		rec.Outcome = OutcomeUnavailable
+		return l.unavailable(err)
 	case errors.As(err, &redirect):
 		// Where it pointed is for the operator's log, never downstream.
 		rec.Outcome = OutcomeFailed
 		l.log.Warn("gateway: the upstream answered with a redirect, which the gateway does not follow", "status", redirect.Status, "location", redirect.Location)
 		return &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf("upstream %q answered HTTP %d, a redirect, which the gateway does not follow: the upstream did not run the request", l.up.Name, redirect.Status)}
+	case v.Outcome == retry.OutcomeUnknown:
+		rec.Outcome = OutcomeLost
+		return l.outcomeUnknown(tp, l.lost(err, v))
+	case errors.As(err, &se):
+		rec.Outcome = OutcomeFailed
+		return &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf("upstream %q answered HTTP %d", l.up.Name, se.Status)}
 	default:
 		rec.Outcome = OutcomeFailed
 		return &mcp.ToolError{Code: mcp.FailureUpstream, Message: fmt.Sprintf("upstream %q: %s", l.up.Name, l.redact(err))}
 	}
+}
+
+// lost says why a request's outcome is unknown, in the downstream's
+// terms.
+func (l *link) lost(err error, v retry.Verdict) string {
+	var tl *client.ResponseTooLargeError
+	switch {
+	case errors.Is(err, client.ErrConnectionLost):
+		return "the connection to it ended while the call was in flight"
+	case errors.As(err, &tl):
+		return fmt.Sprintf("it answered with more than the gateway takes in (%d bytes), and the answer was dropped unread", tl.Limit)
+	case v.Status == http.StatusBadGateway || v.Status == http.StatusGatewayTimeout:
+		// An intermediary passed the request on, or may have, and got no
+		// answer it could pass back.
+		return fmt.Sprintf("an HTTP intermediary in front of it answered %d", v.Status)
+	case v.Status >= 200 && v.Status < 300:
+		// The upstream took the request and sent back what is no
+		// JSON-RPC response (a truncated body, a page): what it did is
+		// in the answer nobody can read.
+		return fmt.Sprintf("it answered HTTP %d with no JSON-RPC response in the body", v.Status)
+	case v.Status != 0:
+		return fmt.Sprintf("it answered HTTP %d", v.Status)
+	}
+	return l.redact(err)
 }
 
 // outcomeUnknown is the failure of a call that may have reached the
@@ -928,7 +928,6 @@ func (l *link) request(ctx context.Context, q *server.Request, method, downName,
 	raw, err := c.Request(f.ctx, method, upName, params, &client.CallOptions{Meta: l.g.passMeta(f.ctx, q.Meta, false), OnNotification: l.sink(q).note,
 		Capabilities: &caps})
 	f.rec.InUpstream, f.rec.Reached = time.Since(sent), true
-	l.record(err)
 	if err == nil {
 		if uerr := json.Unmarshal(raw, out); uerr != nil {
 			f.rec.Outcome = OutcomeFailed

@@ -111,7 +111,7 @@ func (l *link) run(ctx context.Context) {
 		l.g.obs.UpstreamEvent(UpstreamEvent{Upstream: l.up.Name, Kind: kind, Failures: failures + 1, Next: pause})
 		l.log.Warn(why, "err", err, "failures", failures+1, "next_try", pause)
 		failures++
-		return sleep(ctx, pause)
+		return retry.Wait(ctx, pause)
 	}
 	tried := func() { l.triedOnce.Do(func() { close(l.firstTried) }) }
 	defer tried()
@@ -188,17 +188,9 @@ func (l *link) tickEvery() time.Duration {
 func (l *link) probe(ctx context.Context, c *client.Client) {
 	pctx, cancel := context.WithTimeout(ctx, l.g.opts.CircuitCooldown+l.g.opts.ClockSlack)
 	defer cancel()
-	_, err := c.Request(pctx, mcp.MethodPing, "", nil, nil)
-	if err != nil && !isDown(err) {
-		err = nil // an answer of any kind, even an error, proves it is reachable
-	}
-	l.mu.Lock()
-	changed := l.circuit.record(err == nil, time.Now())
-	l.mu.Unlock()
-	if changed {
-		l.circuitChanged()
-	}
-	if err == nil {
+	// The circuit interceptor records what the ping found: an answer of
+	// any kind, even an error, proves the upstream reachable.
+	if _, err := c.Request(pctx, mcp.MethodPing, "", nil, nil); !isDown(err) {
 		l.relist(ctx, c)
 	}
 }
@@ -238,6 +230,7 @@ func (l *link) listen(ctx context.Context, c *client.Client) *client.Subscriptio
 // declaring caps.
 func (l *link) dial(ctx context.Context, tenant string, caps mcp.ClientCapabilities) (*client.Client, error) {
 	o := l.g.opts.Client
+	o.Interceptors = l.interceptors()
 	o.Logger = l.log
 	o.Restart = false
 	o.Stderr = nil
@@ -502,42 +495,25 @@ func (l *link) close() error {
 	return errors.Join(errs...)
 }
 
-// isUnreachable reports whether err says the request provably never
-// reached the upstream: no connection could be opened, the upstream (or
-// an intermediary in front of it) refused it as unavailable or rate
-// limited, or the gateway refused it itself. Anything else — an answer, a
-// lost connection, a 502 or 504 from an intermediary that may have passed
-// the request on — is not.
-func isUnreachable(err error) bool {
-	var ce *client.ConnectError
-	var se *client.StatusError
-	var ue *errUnavailable
-	switch {
-	case errors.As(err, &ce), errors.As(err, &ue):
-		return true
-	case errors.As(err, &se):
-		return se.Status == http.StatusServiceUnavailable || se.Status == http.StatusTooManyRequests
-	}
-	return false
-}
-
-// isDown reports whether err counts against the upstream's circuit: it
-// could not be reached, or an intermediary in front of it said it failed
-// or did not answer (502, 504), whether or not the request got through.
+// isDown reports whether err counts against the upstream's circuit, by
+// its verdict: the request could not be sent (no connection), the
+// gateway refused it itself, or an HTTP answer says the upstream is
+// unavailable or rate limited, or an intermediary in front of it that it
+// failed or did not answer (502, 504), whether or not the request got
+// through. An answer of any other kind proves it reachable.
 func isDown(err error) bool {
-	var se *client.StatusError
-	return isUnreachable(err) || errors.As(err, &se) && (se.Status == http.StatusBadGateway || se.Status == http.StatusGatewayTimeout)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
+	if err == nil {
 		return false
-	case <-t.C:
+	}
+	if errors.As(err, new(*errUnavailable)) {
 		return true
 	}
+	v := client.VerdictOf(nil, err)
+	switch {
+	case v.Kind == retry.NotSent, v.Kind == retry.Unavailable:
+		return true
+	}
+	return v.Status == http.StatusTooManyRequests || v.Status == http.StatusBadGateway || v.Status == http.StatusGatewayTimeout
 }
 
 func clip(b []byte, n int) []byte {
@@ -545,4 +521,47 @@ func clip(b []byte, n int) []byte {
 		return b[:n]
 	}
 	return b
+}
+
+// interceptors are what every request to the upstream passes, the first
+// outermost: the forward's retries (withRetries), then the circuit, which
+// counts each attempt, then the host's own (Options.Client.Interceptors:
+// spans, metrics), per attempt.
+func (l *link) interceptors() []client.Interceptor {
+	retries := client.Retrying(func(ctx context.Context, _ *client.Request) *client.Plan {
+		if p, ok := ctx.Value(retriesKey{}).(*retries); ok {
+			return &p.plan
+		}
+		return nil
+	}, func(ctx context.Context, _ retry.Decision) {
+		if p, ok := ctx.Value(retriesKey{}).(*retries); ok {
+			p.rec.Retries++
+		}
+	})
+	circuit := func(next client.CallFunc) client.CallFunc {
+		return func(ctx context.Context, req *client.Request) (json.RawMessage, error) {
+			raw, err := next(ctx, req)
+			l.record(err)
+			return raw, err
+		}
+	}
+	return append([]client.Interceptor{retries, circuit}, l.g.opts.Client.Interceptors...)
+}
+
+// retriesKey carries, in a forward's context, how its tools/call is made
+// again upstream: by the tool's planner, each retry counted in its record.
+type retriesKey struct{}
+
+type retries struct {
+	plan client.Plan
+	rec  *ForwardRecord
+}
+
+// withRetries is ctx with the call retried upstream by planner: never
+// past ctx's deadline, after a capped, jittered pause that honours the
+// upstream's Retry-After or retryAfterMs, within the upstream's budget,
+// each attempt a new request with the same arguments and so the same key
+// (keyed: the call carries one, by the ledger's reading).
+func withRetries(ctx context.Context, planner *retry.Planner, keyed bool, rec *ForwardRecord) context.Context {
+	return context.WithValue(ctx, retriesKey{}, &retries{plan: client.Plan{Planner: planner, Keyed: keyed}, rec: rec})
 }

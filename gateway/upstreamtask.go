@@ -186,7 +186,7 @@ func (l *link) callAsUpstreamTask(f *forward, left context.Context, call *server
 		if err == nil || attempt >= refollows || follow.Err() != nil || !cutOff(err) {
 			break
 		}
-		if !sleep(follow, backoff.Delay(attempt, 0)) {
+		if !retry.Wait(follow, backoff.Delay(attempt, 0)) {
 			break
 		}
 		again, release, aerr := l.acquire(follow, call.Tenant, relayed(call.ClientCapabilities))
