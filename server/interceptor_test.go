@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -276,5 +277,48 @@ func TestAttachFromCheckReachesTheHandler(t *testing.T) {
 	c := mcptest.Stdio(t, srv, nil)
 	if f := c.Call(1, mcp.MethodToolsCall, mcptest.ModernParams(map[string]any{"name": "t"})); !strings.Contains(string(f.Result), `"checked"`) {
 		t.Fatalf("the handler saw %s", f.Raw)
+	}
+}
+
+// mark is a policy's mark, of a type only its package could make.
+type mark struct{ by string }
+
+// A policy sees the marks of the policies inside it, and only theirs:
+// not a mark the tool's author put on the declaration before AddTool, not
+// one a policy made in another registration of the same declaration. A
+// later mark of the same type replaces the earlier one.
+func TestToolMarksAreTheWrappingPolicies(t *testing.T) {
+	srv := mcptest.NewServer(t, nil)
+	marking := func(by string) server.ToolInterceptor {
+		return func(t *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+			t.Mark(mark{by})
+			return next, nil
+		}
+	}
+	var seen []string
+	reading := func(t *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+		m, ok := server.Marked[mark](t)
+		if _, other := server.Marked[string](t); other {
+			return nil, errors.New("a mark of another type was found")
+		}
+		seen = append(seen, fmt.Sprintf("%s %v", m.by, ok))
+		return next, nil
+	}
+	h := func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) { return nil, nil }
+	decl := server.Tool{Name: "marked"}
+	decl.Mark(mark{"the author"})
+	for _, chain := range [][]server.ToolInterceptor{
+		{reading},
+		{reading, marking("inner")},
+		{reading, marking("outer"), marking("inner")},
+		{marking("outer"), reading, marking("inner")},
+		{reading},
+	} {
+		if err := srv.AddTool(decl, h, chain...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{" false", "inner true", "outer true", "inner true", " false"}; !slices.Equal(seen, want) {
+		t.Errorf("marks seen %q, want %q", seen, want)
 	}
 }
