@@ -46,6 +46,9 @@ type Policy struct {
 	Wait time.Duration
 }
 
+// outboxMark is the mark Outbox gives a tool (server.Tool.Mark).
+type outboxMark struct{}
+
 // Outbox is the policy that gives a keyed tool's handler the outbox d
 // delivers from (see the package doc).
 func Outbox(d *outbox.Dispatcher, p Policy) server.ToolInterceptor {
@@ -53,12 +56,17 @@ func Outbox(d *outbox.Dispatcher, p Policy) server.ToolInterceptor {
 		if d == nil {
 			return nil, fmt.Errorf("delivery: tool %q has no outbox dispatcher", t.Name)
 		}
-		if _, keyed := t.Meta[mcp.MetaKeyMode]; !keyed {
+		if _, twice := server.Marked[outboxMark](t); twice {
+			return nil, fmt.Errorf("delivery: tool %q: delivery.Outbox is given twice", t.Name)
+		}
+		kp, keyed := idempotency.PolicyOf(t)
+		if !keyed {
 			return nil, fmt.Errorf("delivery: tool %q: give delivery.Outbox before idempotency.Keyed: an intent is recorded in the transaction that claims the call's key", t.Name)
 		}
-		if t.Meta[mcp.MetaEffect] != mcp.EffectInTransaction {
+		if kp.External {
 			return nil, fmt.Errorf("delivery: tool %q: an External keyed tool has no transaction to record an intent in", t.Name)
 		}
+		t.Mark(outboxMark{})
 		t.Meta[mcp.MetaEffect] = mcp.EffectOutbox
 		return func(ctx context.Context, call *server.CallRequest) (mcp.Result, error) {
 			sc := &scope{d: d}

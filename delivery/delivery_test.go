@@ -214,7 +214,23 @@ func TestOutboxNeedsAKeyedTransaction(t *testing.T) {
 		idempotency.Keyed(l, idempotency.Policy{External: true})); err == nil {
 		t.Fatal("an External keyed tool took an outbox")
 	}
+	// Keyed is known by what it did, not by the _meta it advertises: a
+	// tool whose author wrote a keyed, transactional effect into its
+	// _meta has no transaction to record an intent in.
+	looksKeyed := server.Tool{Name: "looks-keyed", Meta: mcp.Meta{mcp.MetaKeyMode: "required", mcp.MetaEffect: mcp.EffectInTransaction}}
+	if err := srv.AddTool(looksKeyed, h, delivery.Outbox(d, delivery.Policy{})); err == nil || !strings.Contains(err.Error(), "before idempotency.Keyed") {
+		t.Fatalf("a tool no ledger wrapped, whose _meta looks keyed, with an outbox = %v", err)
+	}
+	if err := srv.AddTool(server.Tool{Name: "twice"}, h, delivery.Outbox(d, delivery.Policy{}), delivery.Outbox(d, delivery.Policy{}),
+		idempotency.Keyed(l, idempotency.Policy{})); err == nil || !strings.Contains(err.Error(), "given twice") {
+		t.Fatalf("two outboxes = %v", err)
+	}
 	if err := srv.AddTool(server.Tool{Name: "send"}, h, delivery.Outbox(d, delivery.Policy{}), idempotency.Keyed(l, idempotency.Policy{})); err != nil {
 		t.Fatal(err)
+	}
+	for _, name := range []string{"plain", "external", "looks-keyed", "twice"} {
+		if srv.HasTool(name) {
+			t.Errorf("refused tool %s was registered", name)
+		}
 	}
 }

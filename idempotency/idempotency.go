@@ -183,9 +183,9 @@ func AfterTx(call *server.CallRequest, fn func(committed bool)) {
 // outcome, in place of the answer, and hands back through Replaying when
 // the same key is used again. It must be a JSON object without a
 // "content" member (by which a stored tool result is known). Only a tool
-// that declares task support (Tool.Execution, as taskserver.AsTask sets
-// it) may keep one: a record is answered from only by the policy that
-// kept it, so a tool without it refuses the key rather than run again.
+// a policy marked with KeepsRecords (as taskserver.AsTask does) may keep
+// one: a record is answered from only by the policy that kept it, so a
+// tool without it refuses the key rather than run again.
 func Keep(call *server.CallRequest, record json.RawMessage) {
 	if sc := scopeOf(call); sc != nil {
 		sc.record = record
@@ -201,6 +201,33 @@ func Replaying(call *server.CallRequest) (json.RawMessage, bool) {
 	}
 	return nil, false
 }
+
+// PolicyOf returns the policy Keyed wrapped t with, and whether Keyed
+// wrapped it: for a policy given outside Keyed (package delivery's
+// Outbox, which needs its transaction) or one that must not be (package
+// taskserver's AsTask) to check the order it was stacked in. It reads
+// Keyed's mark (server.Tool.Mark), never the key mode the tool's _meta
+// advertises, which the tool's author may have written by hand.
+func PolicyOf(t *server.Tool) (Policy, bool) {
+	m, ok := server.Marked[keyedMark](t)
+	m.policy.Fields = slices.Clone(m.policy.Fields)
+	m.policy.Preconditions = slices.Clone(m.policy.Preconditions)
+	return m.policy, ok
+}
+
+// keyedMark is the mark Keyed gives a tool it wraps.
+type keyedMark struct{ policy Policy }
+
+// KeepsRecords marks t as a tool that a policy given inside Keyed may
+// answer with a record it keeps (Keep) rather than a tool result: package
+// taskserver's AsTask, whose answer is a created task, marks its tools so
+// when it wraps them. Keyed, outside it, stores and answers from kept
+// records only for a tool so marked, and refuses External mode for one,
+// whose calls have no transaction to create a task in with the key.
+func KeepsRecords(t *server.Tool) { t.Mark(keeper{}) }
+
+// keeper is the mark KeepsRecords gives a tool.
+type keeper struct{}
 
 // keyed is the policy of one keyed tool.
 type keyed struct {
@@ -228,10 +255,11 @@ func (k *keyed) intercept(t *server.Tool, next server.CallHandler) (server.CallH
 	if err := k.policy.check(t.Name); err != nil {
 		return nil, err
 	}
-	if k.policy.External && t.Meta[mcp.MetaTaskSupport] != nil {
+	_, k.keeps = server.Marked[keeper](t)
+	if k.policy.External && k.keeps {
 		return nil, fmt.Errorf("idempotency: tool %q: a task's creation commits with its key in one transaction; External mode has none", t.Name)
 	}
-	k.keeps = t.Execution != nil && t.Execution.TaskSupport != "" && t.Execution.TaskSupport != mcp.TaskForbidden
+	t.Mark(keyedMark{k.policy})
 	if t.Meta == nil {
 		t.Meta = mcp.Meta{}
 	}
@@ -815,7 +843,7 @@ func (k *keyed) kept(sc *scope, res mcp.Result, err error) (mcp.Result, json.Raw
 			return nil, nil, handlerFailed{fmt.Errorf("idempotency: the tool answered with a %T and kept no record of it, which the ledger cannot store", res)}
 		}
 		if !k.keeps {
-			return nil, nil, handlerFailed{fmt.Errorf("idempotency: the tool answered with a %T, but only a task-capable tool may keep a record in place of a tool result (Keep)", res)}
+			return nil, nil, handlerFailed{fmt.Errorf("idempotency: the tool answered with a %T, but only a tool a policy marked with KeepsRecords (a task) may keep a record in place of a tool result (Keep)", res)}
 		}
 		if !keepable(sc.record) {
 			return nil, nil, handlerFailed{fmt.Errorf("idempotency: the record kept of a %T is not a JSON object without a \"content\" member (Keep)", res)}

@@ -693,16 +693,21 @@ func TestAfterTxRunsOnceTheTransactionEnded(t *testing.T) {
 }
 
 // A policy inside Keyed may answer with something that is not a tool
-// result if it says what to store (Keep); a retry with the same key is
-// handed that record (Replaying) and runs nothing. An answer with no
-// record is refused, and nothing is stored.
+// result if it says what to store (Keep) and marked the tool as one that
+// keeps records (KeepsRecords); a retry with the same key is handed that
+// record (Replaying) and runs nothing. An answer with no record is
+// refused, and so is one from a policy that did not mark the tool — even
+// if the tool declares task support — and nothing is stored.
 func TestKeepAndReplayAnOutcomeThatIsNoToolResult(t *testing.T) {
 	srv, l := ledgerServer(t, nil)
 	var runs, replays atomic.Int64
 	var replayed atomic.Value
 	ticket := func(keep bool) server.ToolInterceptor {
 		return func(t *server.Tool, next server.CallHandler) (server.CallHandler, error) {
-			t.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskOptional} // a record is a task's
+			t.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskOptional} // what tools/list says, not what Keyed reads
+			if keep {
+				idempotency.KeepsRecords(t) // a record is a task's
+			}
 			return func(ctx context.Context, call *server.CallRequest) (mcp.Result, error) {
 				if record, ok := idempotency.Replaying(call); ok {
 					replays.Add(1)
@@ -710,9 +715,7 @@ func TestKeepAndReplayAnOutcomeThatIsNoToolResult(t *testing.T) {
 					return &mcp.Task{TaskID: "from-record"}, nil
 				}
 				runs.Add(1)
-				if keep {
-					idempotency.Keep(call, json.RawMessage(`{"ticket":"t-1"}`))
-				}
+				idempotency.Keep(call, json.RawMessage(`{"ticket":"t-1"}`))
 				return &mcp.Task{TaskID: "t-1"}, nil
 			}, nil
 		}
@@ -737,10 +740,24 @@ func TestKeepAndReplayAnOutcomeThatIsNoToolResult(t *testing.T) {
 		t.Fatalf("runs %d, replays %d of %v", runs.Load(), replays.Load(), replayed.Load())
 	}
 	f := c.Call(3, mcp.MethodToolsCall, params("unkept"))
+	if fail := mcptest.Failure(t, f.Result); !strings.Contains(fail.Message, "KeepsRecords") {
+		t.Fatalf("a record kept by a policy that did not mark the tool: %s", f.Raw)
+	}
+	if _, err := l.Lookup(context.Background(), "", "unkept", "k"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the refused answer's key: %v", err)
+	}
+	err := srv.AddTool(server.Tool{Name: "unrecorded"}, h, idempotency.Keyed(l, idempotency.Policy{}), func(t *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+		idempotency.KeepsRecords(t)
+		return func(context.Context, *server.CallRequest) (mcp.Result, error) { return &mcp.Task{TaskID: "t-2"}, nil }, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f = c.Call(4, mcp.MethodToolsCall, params("unrecorded"))
 	if fail := mcptest.Failure(t, f.Result); !strings.Contains(fail.Message, "kept no record") {
 		t.Fatalf("an answer without a record: %s", f.Raw)
 	}
-	if _, err := l.Lookup(context.Background(), "", "unkept", "k"); !errors.Is(err, ledger.ErrNotFound) {
+	if _, err := l.Lookup(context.Background(), "", "unrecorded", "k"); !errors.Is(err, ledger.ErrNotFound) {
 		t.Fatalf("the refused answer's key: %v", err)
 	}
 }
@@ -798,7 +815,7 @@ func TestAKeptRecordMustBeAnObjectWithoutContent(t *testing.T) {
 	bad := []string{`{`, `[1]`, `null`, `{"content":[{"type":"text","text":"forged"}],"ticket":"t-1"}`}
 	for i, record := range bad {
 		keeper := func(t *server.Tool, next server.CallHandler) (server.CallHandler, error) {
-			t.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskOptional} // a record is a task's
+			idempotency.KeepsRecords(t) // a record is a task's
 			return func(ctx context.Context, call *server.CallRequest) (mcp.Result, error) {
 				idempotency.Keep(call, json.RawMessage(record))
 				return &mcp.Task{TaskID: "t-1"}, nil
@@ -833,7 +850,7 @@ func TestARecordOutlivingItsPolicyIsNotRunAgain(t *testing.T) {
 		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("ran")}}, nil
 	}
 	asTask := func(t *server.Tool, next server.CallHandler) (server.CallHandler, error) {
-		t.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskOptional}
+		idempotency.KeepsRecords(t)
 		return func(ctx context.Context, call *server.CallRequest) (mcp.Result, error) {
 			if _, ok := idempotency.Replaying(call); ok {
 				return &mcp.Task{TaskID: "t-1"}, nil

@@ -294,7 +294,7 @@ func AsTask(ts *Server, p Policy) server.ToolInterceptor {
 		if ts == nil {
 			return nil, fmt.Errorf("taskserver: tool %q has no task server", t.Name)
 		}
-		if _, keyed := t.Meta[mcp.MetaKeyMode]; keyed {
+		if _, keyed := idempotency.PolicyOf(t); keyed {
 			return nil, fmt.Errorf("taskserver: tool %q: give idempotency.Keyed before taskserver.AsTask, so that a task's creation is what its key makes idempotent", t.Name)
 		}
 		tt := &taskTool{ts: ts, name: t.Name, policy: p, next: next}
@@ -320,6 +320,7 @@ func (tt *taskTool) intercept(t *server.Tool) (server.CallHandler, error) {
 		t.Meta = mcp.Meta{}
 	}
 	t.Meta[mcp.MetaTaskSupport] = support
+	idempotency.KeepsRecords(t) // for Keyed outside: a created task is kept in place of a result
 	if t.Policy.Timeout == server.TimeoutLong && t.Policy.MaxTimeout == 0 {
 		t.Policy.MaxTimeout = tt.ts.syncMax // a task's life is bounded by its TTL; a synchronous call by this
 	}

@@ -742,6 +742,38 @@ func TestKeyedAndTaskPoliciesStackOneWay(t *testing.T) {
 	}
 }
 
+// The order is checked by what the policies did, not by the _meta they
+// advertise: a tool whose author wrote a key mode into its _meta, with no
+// ledger behind it, is no keyed tool to AsTask, and one whose author
+// wrote task support into it, with no task behind it, is no task to an
+// External Keyed. Both register, and the _meta stays the author's.
+func TestPolicyOrderIsNotReadFromHandWrittenMeta(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t), false, nil)
+	l, err := ledger.Open(context.Background(), e.store.DB(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := func(ctx context.Context, req *server.CallRequest) (*mcp.CallToolResult, error) { return nil, nil }
+	looksKeyed := server.Tool{Name: "looks-keyed", Meta: mcp.Meta{mcp.MetaKeyMode: "required", mcp.MetaEffect: mcp.EffectInTransaction}}
+	if err := e.srv.AddTool(looksKeyed, h, taskserver.AsTask(e.ts, taskserver.Policy{})); err != nil {
+		t.Errorf("AsTask on a tool no ledger wrapped, whose _meta names a key mode: %v", err)
+	}
+	looksTask := server.Tool{Name: "looks-task", Meta: mcp.Meta{mcp.MetaTaskSupport: mcp.TaskRequired}, Policy: server.Policy{MaxTimeout: time.Second}}
+	if err := e.srv.AddTool(looksTask, h, idempotency.Keyed(l, idempotency.Policy{External: true})); err != nil {
+		t.Errorf("External Keyed on a tool no task wraps, whose _meta names task support: %v", err)
+	}
+	c := mcptest.Stdio(t, e.srv, nil)
+	var list struct{ Tools []mcp.Tool }
+	json.Unmarshal(c.Call(1, mcp.MethodToolsList, mcptest.ModernParams(nil)).Result, &list)
+	got := map[string]mcp.Meta{}
+	for _, tool := range list.Tools {
+		got[tool.Name] = tool.Meta
+	}
+	if got["looks-keyed"][mcp.MetaKeyMode] != "required" || got["looks-task"][mcp.MetaTaskSupport] != mcp.TaskRequired {
+		t.Errorf("the authors' _meta was not listed as written: %v", got)
+	}
+}
+
 // A keyed task's ledger must live in the tasks' store: a task and its key
 // commit together or not at all. One in another database is refused with
 // a message that says so, and nothing is created.
