@@ -186,3 +186,35 @@ func Describe(ops []outbox.Operation) []Status {
 	}
 	return out
 }
+
+// Deliveries is, for idempotency.Lookup's Describe, what ob's deliveries
+// add to a committed operation that lookup_operation (or "mcprel ledger
+// show") describes: the intents it recorded, as they stand (Describe),
+// and what became of each in its advice. Only the tenant's intents are
+// read.
+func Deliveries(ob *outbox.Outbox) func(ctx context.Context, tenant, tool, key string, op *idempotency.Operation) error {
+	return func(ctx context.Context, tenant, tool, key string, op *idempotency.Operation) error {
+		if !op.Committed() {
+			return nil
+		}
+		ops, err := ob.Lookup(ctx, tenant, tool, key)
+		if err != nil || len(ops) == 0 {
+			return err
+		}
+		if op.Deliveries, err = json.Marshal(Describe(ops)); err != nil {
+			return err
+		}
+		for _, o := range ops {
+			switch o.State {
+			case outbox.Pending:
+				op.Advice += fmt.Sprintf("; its delivery to %s is pending (%d attempts so far, the next at %s): it is delivered, with the same key, until %s takes or refuses it — do not retry under a new key",
+					o.Target, o.Attempts, o.NextAttempt.UTC().Format(time.RFC3339), o.Target)
+			case outbox.Delivered:
+				op.Advice += fmt.Sprintf("; %s took its delivery (its answer is here)", o.Target)
+			case outbox.Failed:
+				op.Advice += fmt.Sprintf("; its delivery failed — %s refused it for good, or could not be reached for too long (its answer says which) — and is not retried, nor is it by a retry with this key: check %s, then act under a new key if need be", o.Target, o.Target)
+			}
+		}
+		return nil
+	}
+}

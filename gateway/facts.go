@@ -190,3 +190,5 @@ func set[T comparable](c *completion, path string, field **T, v T) {
 func setDuration(c *completion, path string, field **review.Duration, d time.Duration) {
 	set(c, path, field, review.Duration{D: d})
 }
+
+func ptrTo[T any](v T) *T { return &v }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
@@ -385,7 +386,7 @@ func New(srv *server.Server, opts *Options) (*Gateway, error) {
 	}
 	if o.Ledger != nil {
 		if err := g.addLookup(o.Ledger); err != nil {
-			return nil, fmt.Errorf("gateway: serving %s: %w", LookupTool, err)
+			return nil, fmt.Errorf("gateway: serving %s: %w", idempotency.LookupTool, err)
 		}
 	}
 	return g, nil

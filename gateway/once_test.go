@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/internal/ledgertest"
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/internal/storetest"
@@ -202,9 +203,9 @@ func TestLostAnswerIsNeverForwardedAgain(t *testing.T) {
 			t.Fatalf("a retry = %+v, %d sent; want outcome_unknown naming outbox, nothing sent", retry, m.sent.Load())
 		}
 	}
-	res, err := c.CallTool(context.Background(), gateway.LookupTool, map[string]any{"tool": "send", "idempotencyKey": "m-1"}, nil)
+	res, err := c.CallTool(context.Background(), idempotency.LookupTool, map[string]any{"tool": "send", "idempotencyKey": "m-1"}, nil)
 	must(t, err)
-	var op gateway.Operation
+	var op idempotency.Operation
 	must(t, json.Unmarshal([]byte(structured(res)), &op))
 	if !op.Found || op.State != "outcome_unknown" || !strings.Contains(op.Reason, "ended while the call was in flight") {
 		t.Fatalf("lookup_operation = %+v", op)
@@ -311,7 +312,7 @@ func TestConcurrentDuplicatesReachTheUpstreamOnce(t *testing.T) {
 func (f *front) awaitInProgress(t *testing.T, c *client.Client, tool, key string) {
 	t.Helper()
 	for range 2000 {
-		res, err := c.CallTool(context.Background(), gateway.LookupTool, map[string]any{"tool": tool, "idempotencyKey": key}, nil)
+		res, err := c.CallTool(context.Background(), idempotency.LookupTool, map[string]any{"tool": tool, "idempotencyKey": key}, nil)
 		must(t, err)
 		if strings.Contains(structured(res), `"state":"in_progress"`) {
 			return
@@ -361,7 +362,7 @@ func TestKeyedCallsAreTheTenants(t *testing.T) {
 	if res := send(t, b, "send", "same", "ops"); res.IsError || res.Meta[mcp.MetaReplayed] != false || m.sent.Load() != 2 {
 		t.Fatalf("bob's call with alice's key = %+v, %d sent", res, m.sent.Load())
 	}
-	res, err := b.CallTool(context.Background(), gateway.LookupTool, map[string]any{"tool": "send", "idempotencyKey": "same"}, nil)
+	res, err := b.CallTool(context.Background(), idempotency.LookupTool, map[string]any{"tool": "send", "idempotencyKey": "same"}, nil)
 	must(t, err)
 	if !strings.Contains(structured(res), `"state":"committed"`) || !strings.Contains(structured(res), "sent to ops") {
 		t.Fatalf("bob's lookup = %s", structured(res))
@@ -418,9 +419,9 @@ func TestUpstreamKeysAreTheTenants(t *testing.T) {
 			}
 		}
 	}
-	res, err = b.CallTool(context.Background(), gateway.LookupTool, map[string]any{"tool": "send_keyed", "idempotencyKey": "order-1"}, nil)
+	res, err = b.CallTool(context.Background(), idempotency.LookupTool, map[string]any{"tool": "send_keyed", "idempotencyKey": "order-1"}, nil)
 	must(t, err)
-	var op gateway.Operation
+	var op idempotency.Operation
 	must(t, json.Unmarshal([]byte(structured(res)), &op))
 	if op.UpstreamKey != forBob {
 		t.Fatalf("bob's lookup names upstream key %q, want %q", op.UpstreamKey, forBob)

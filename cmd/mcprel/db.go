@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcprel/mcprel/delivery"
+	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/outbox"
@@ -169,23 +171,22 @@ printed, 3 there is none, 1 a failure, 2 a mistake in the command line.`)
 // showRecord prints the record of op's key, and its deliveries in ob
 // (which may be nil).
 func showRecord(ctx context.Context, l *ledger.Ledger, ob *outbox.Outbox, op operationFlags, stdout io.Writer) error {
-	rec, err := l.Lookup(ctx, *op.tenant, *op.tool, *op.key)
-	if errors.Is(err, ledger.ErrNotFound) {
-		json.NewEncoder(stdout).Encode(lookupResult{Advice: "no operation with this key committed (or its record expired)"})
-		return errNotFound
-	}
+	shown, err := idempotency.LookupOperation(ctx, l, *op.tenant, *op.tool, *op.key)
 	if err != nil {
 		return err
 	}
-	var ops []outbox.Operation
+	if !shown.Found {
+		json.NewEncoder(stdout).Encode(shown)
+		return errNotFound
+	}
 	if ob != nil {
-		if ops, err = ob.Lookup(ctx, *op.tenant, *op.tool, *op.key); err != nil {
+		if err := delivery.Deliveries(ob)(ctx, *op.tenant, *op.tool, *op.key, &shown); err != nil {
 			return err
 		}
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
-	return enc.Encode(describeRecord(rec, ops))
+	return enc.Encode(shown)
 }
 
 // ledgerResolve is "mcprel ledger resolve": an operator who checked what
@@ -259,7 +260,7 @@ effect, and the next call with the key runs). Exit status: 0 closed,
 	}
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
-		json.NewEncoder(stdout).Encode(lookupResult{Advice: "no record for this key (or its record expired): nothing to resolve"})
+		json.NewEncoder(stdout).Encode(idempotency.Operation{Advice: "no record for this key (or its record expired): nothing to resolve"})
 		return errNotFound
 	case errors.Is(err, ledger.ErrNotUnknown):
 		rec, lerr := l.Lookup(ctx, *op.tenant, *op.tool, *op.key)

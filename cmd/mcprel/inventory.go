@@ -81,24 +81,6 @@ type setStockArgs struct {
 	ExpectedVersion int64  `json:"expectedVersion"`
 }
 
-type lookupArgs struct {
-	Tool           string `json:"tool"`
-	IdempotencyKey string `json:"idempotencyKey"`
-}
-
-type lookupResult struct {
-	Found      bool            `json:"found"`
-	State      string          `json:"state,omitempty"`
-	Result     json.RawMessage `json:"result,omitempty"`
-	ExecutedAt string          `json:"executedAt,omitempty"`
-	Executions int             `json:"executions,omitempty"`
-	ExpiresAt  string          `json:"expiresAt,omitempty"`
-	Advice     string          `json:"advice"`
-	// Deliveries are the intents the operation recorded in the outbox
-	// (send_payout's payout), as they stand.
-	Deliveries []delivery.Status `json:"deliveries,omitempty"`
-}
-
 const (
 	nameSchema = `{"type":"string","minLength":1,"maxLength":128}`
 	keySchema  = `{"type":"string","minLength":1,"maxLength":255,"description":"a unique key for this operation (a UUID); reuse it on every retry of the same operation"}`
@@ -260,70 +242,17 @@ func addLedgerTools(srv *server.Server, l *ledger.Ledger, ob *outbox.Outbox) err
 		return err
 	}
 
-	keyed := `"charge_account","reserve_inventory"`
-	if ob != nil {
-		keyed += `,"send_payout"`
-	}
-	return server.AddTypedTool(srv, server.Tool{
-		Name: "lookup_operation",
+	keyed := []string{"charge_account", "reserve_inventory"}
+	lookup := idempotency.Lookup{Tools: keyed,
 		Description: "Reconciles a keyed operation after a timeout or a lost response: whether the operation with this " +
 			"idempotencyKey committed, its stored result, when, how many times it ran, and for a payout whether the " +
 			"provider has paid it. Read-only; safe to retry. " +
-			"Never repeat an operation under a new key to find out.",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"tool":{"type":"string","enum":[` + keyed + `]},` +
-			`"idempotencyKey":` + keySchema + `},"required":["tool","idempotencyKey"],"additionalProperties":false}`),
-		Annotations: readOnly,
-		Policy:      server.Policy{Timeout: server.TimeoutFast, Retry: mcp.RetrySafe},
-	}, func(ctx context.Context, req *server.CallRequest, in lookupArgs) (lookupResult, error) {
-		rec, err := l.Lookup(ctx, req.Tenant, in.Tool, in.IdempotencyKey)
-		if errors.Is(err, ledger.ErrNotFound) {
-			return lookupResult{Advice: "no operation with this key committed (or its record expired): retrying with the same key runs it once"}, nil
-		}
-		if err != nil {
-			return lookupResult{}, err
-		}
-		var ops []outbox.Operation
-		if ob != nil {
-			if ops, err = ob.Lookup(ctx, req.Tenant, in.Tool, in.IdempotencyKey); err != nil {
-				return lookupResult{}, err
-			}
-		}
-		return describeRecord(rec, ops), nil
-	})
-}
-
-// describeRecord is what lookup_operation and "mcprel ledger show" say of
-// a record, and of the deliveries ops its operation recorded.
-func describeRecord(rec ledger.Record, ops []outbox.Operation) lookupResult {
-	out := lookupResult{Found: true, State: rec.State.String(), Executions: rec.Executions, ExpiresAt: rec.ExpiresAt.UTC().Format(time.RFC3339)}
-	switch rec.State {
-	case ledger.Committed:
-		out.Result = rec.Result
-		out.ExecutedAt = rec.ExecutedAt.UTC().Format(time.RFC3339Nano)
-		out.Advice = "the operation committed: this is its result; a retry with the same key returns it without running again"
-	case ledger.OutcomeUnknown:
-		out.Result = rec.Result // {"reason": ...}
-		out.ExecutedAt = rec.ExecutedAt.UTC().Format(time.RFC3339Nano)
-		out.Advice = "the operation may have taken effect and its answer was lost: it is not run again with this key. " +
-			"Check what it did, then close the record: mcprel ledger resolve (--result FILE | --failed MESSAGE | --forget)"
-	default:
-		out.Advice = "the operation is still running: retry with the same key after a moment"
+			"Never repeat an operation under a new key to find out."}
+	if ob != nil {
+		lookup.Tools = append(keyed, "send_payout")
+		lookup.Describe = delivery.Deliveries(ob)
 	}
-	if len(ops) > 0 && rec.State == ledger.Committed {
-		out.Deliveries = delivery.Describe(ops)
-		for _, op := range ops {
-			switch op.State {
-			case outbox.Pending:
-				out.Advice += fmt.Sprintf("; its delivery to %s is pending (%d attempts so far, the next at %s): it is delivered, with the same key, until %s takes or refuses it — do not retry under a new key",
-					op.Target, op.Attempts, op.NextAttempt.UTC().Format(time.RFC3339), op.Target)
-			case outbox.Delivered:
-				out.Advice += fmt.Sprintf("; %s took its delivery (its answer is here)", op.Target)
-			case outbox.Failed:
-				out.Advice += fmt.Sprintf("; its delivery failed — %s refused it for good, or could not be reached for too long (its answer says which) — and is not retried, nor is it by a retry with this key: check %s, then act under a new key if need be", op.Target, op.Target)
-			}
-		}
-	}
-	return out
+	return idempotency.AddLookup(srv, l, lookup)
 }
 
 func readStock(ctx context.Context, tx *store.Tx, tenant, sku string) (stockLevel, error) {

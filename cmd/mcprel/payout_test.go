@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/delivery"
+	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/internal/payouts"
 	"github.com/mcprel/mcprel/internal/storetest"
 	"github.com/mcprel/mcprel/mcp"
@@ -95,21 +96,28 @@ func deliveryOf(t *testing.T, v any) delivery.Status {
 	return ds[0]
 }
 
+// payoutLookup is what lookup_operation answers of a payout, with its
+// deliveries decoded.
+type payoutLookup struct {
+	idempotency.Operation
+	Deliveries []delivery.Status `json:"deliveries"`
+}
+
 // lookupPayout asks lookup_operation about key, and returns what it said.
-func lookupPayout(t *testing.T, c *client.Client, key string) lookupResult {
+func lookupPayout(t *testing.T, c *client.Client, key string) payoutLookup {
 	t.Helper()
 	res, err := c.CallTool(context.Background(), "lookup_operation", map[string]any{"tool": "send_payout", "idempotencyKey": key}, nil)
 	if err != nil || res.IsError {
 		t.Fatalf("lookup_operation %s: %v %+v", key, err, res)
 	}
 	b, _ := json.Marshal(res.StructuredContent)
-	var out lookupResult
+	var out payoutLookup
 	json.Unmarshal(b, &out)
 	return out
 }
 
 // awaitDelivery asks lookup_operation until key's delivery ends.
-func awaitDelivery(t *testing.T, c *client.Client, key string) lookupResult {
+func awaitDelivery(t *testing.T, c *client.Client, key string) payoutLookup {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
