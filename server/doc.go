@@ -30,8 +30,8 @@
 // tool's clocks and retry class), errors.go (causes and the errors on the
 // wire), shutdown.go.
 //
-// The seams: interceptor.go (policies, and what a call carries for them:
-// Attach, Detached), route.go, observer.go and record.go (what an
+// The seams: interceptor.go (policies, the marks they leave on a tool for
+// each other, and what a call carries for them: Attach, Detached), route.go, observer.go and record.go (what an
 // observer is told).
 //
 // The lifecycle inside: dispatch.go (a decoded request on its way to its

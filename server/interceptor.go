@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 
 	"github.com/mcprel/mcprel/jsonrpc"
@@ -63,8 +64,41 @@ type CallHandler func(ctx context.Context, call *CallRequest) (mcp.Result, error
 // in a context value, so that it also reaches a handler run outside its
 // request (Server.Detached, a task's worker) when the policy attaches it
 // there. Tool.Server gives a policy the server's logger and deadlines at
-// registration.
+// registration. A policy that must go outside or inside another checks
+// the order by the marks the policies inside it left (Tool.Mark).
 type ToolInterceptor func(t *Tool, next CallHandler) (CallHandler, error)
+
+// Mark records that a policy wrapped the tool, for the policies given
+// outside it in the same AddTool to check the order they were stacked in.
+// m is a value of a type the policy's package owns, unexported so that
+// nothing else can make one; that package reads it back with Marked and
+// exports a typed accessor for the others (idempotency.PolicyOf). A
+// policy asks the marks, never the _meta another advertises: _meta is for
+// clients and reviewers to read, and a tool's author may have written
+// any of it by hand. A mark replaces an earlier one of the same type.
+// AddTool starts every registration without marks, so only the policies
+// it runs can make them.
+func (t *Tool) Mark(m any) {
+	for i, old := range t.marks {
+		if reflect.TypeOf(old) == reflect.TypeOf(m) {
+			t.marks[i] = m
+			return
+		}
+	}
+	t.marks = append(t.marks, m)
+}
+
+// Marked returns the mark of type T a policy gave t (Tool.Mark), and
+// whether one did.
+func Marked[T any](t *Tool) (T, bool) {
+	for _, m := range t.marks {
+		if v, ok := m.(T); ok {
+			return v, true
+		}
+	}
+	var zero T
+	return zero, false
+}
 
 type attachment struct{ key, value any }
 
