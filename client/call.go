@@ -367,7 +367,7 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 	defer stopMax()
 	t := c.transport()
 	ex, err := t.start(maxCtx, out)
-	if errors.Is(err, ErrConnectionLost) && ctx.Value(restartingKey{}) == nil {
+	if errors.Is(err, ErrConnectionLost) && ctx.Value(restartingKey{}) == nil && c.restartOnCall {
 		// The server died before this request left: start it again (if
 		// the client restarts servers) and send it there — a request that
 		// never left may always be sent.
@@ -385,6 +385,11 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 		if maxCtx.Err() != nil {
 			// The request was withdrawn before it left.
 			return nil, c.ended(ctx, maxCtx, RequestNotSent)
+		}
+		if errors.Is(err, ErrConnectionLost) {
+			// The connection was gone (and not started again) before the
+			// request was written.
+			return nil, &NotSentError{Err: err}
 		}
 		return nil, err
 	}

@@ -124,6 +124,10 @@ type Options struct {
 	// (see Interceptor), the first outermost: retries (Retrying), a
 	// circuit breaker, spans, metrics.
 	Interceptors []Interceptor
+	// Supervise, for DialStdio and DialSSE, keeps the connection up
+	// without waiting for a call (see Supervision); Restart is then
+	// ignored.
+	Supervise *Supervision
 	// Restart, for DialStdio: when the server process dies, the next call
 	// starts it again (and negotiates again) instead of failing with
 	// ErrConnectionLost. Calls in flight when it died still fail with
@@ -188,22 +192,27 @@ func serveRequest(ctx context.Context, h RequestHandler, m jsonrpc.Message) []by
 
 // Client is one connection to an MCP server.
 type Client struct {
-	tmu     sync.Mutex // guards t
-	t       transport
-	rmu     sync.Mutex // one restart at a time
-	subsMu  sync.Mutex
-	subs    map[*Subscription]bool                   // open subscriptions, told of refetch flags
-	redial  func(context.Context) (transport, error) // nil: no restarts
-	opts    Options
-	send    CallFunc // Options.Interceptors around exchange; nil when there are none
-	log     *slog.Logger
-	era     mcp.Era
-	version string
-	server  *mcp.Implementation
-	caps    mcp.ServerCapabilities
-	nextID  atomic.Int64
-	tools   toolHeaders // x-mcp-header annotations of the last listing
-	stats   *counters
+	tmu    sync.Mutex // guards t
+	t      transport
+	rmu    sync.Mutex // one restart at a time
+	subsMu sync.Mutex
+	subs   map[*Subscription]bool                   // open subscriptions, told of refetch flags
+	redial func(context.Context) (transport, error) // nil: no restarts
+	// restartOnCall: a call that finds the connection dead restarts it
+	// (Options.Restart, DialSSE); a supervised one fails at once instead,
+	// never sent (the supervisor restarts it, after its pause).
+	restartOnCall   bool
+	stopSupervising context.CancelFunc // nil: not supervised
+	opts            Options
+	send            CallFunc // Options.Interceptors around exchange; nil when there are none
+	log             *slog.Logger
+	era             mcp.Era
+	version         string
+	server          *mcp.Implementation
+	caps            mcp.ServerCapabilities
+	nextID          atomic.Int64
+	tools           toolHeaders // x-mcp-header annotations of the last listing
+	stats           *counters
 
 	capsJSON, infoJSON json.RawMessage // Options.Capabilities and Info, encoded once
 	// taskCapsJSON is capsJSON with the tasks extension declared: what a
@@ -530,6 +539,9 @@ func (c *Client) notifyInitialized(ctx context.Context, t transport) error {
 // deleted.
 func (c *Client) Close() error {
 	c.closeMu.Do(func() {
+		if c.stopSupervising != nil {
+			c.stopSupervising() // before the lock: a restart under way ends
+		}
 		c.rmu.Lock() // no restart after this
 		c.redial = nil
 		c.rmu.Unlock()
@@ -549,6 +561,15 @@ func clip(b []byte) string {
 // server's pipes, an HTTP response stream) ended before its response.
 // Whether the server acted on the call is unknown.
 var ErrConnectionLost = errors.New("client: the connection ended before the response")
+
+// NotSentError is a request that never left because its connection had
+// ended before it was written, and was not (or could not be) started
+// again: the server cannot have acted on it. errors.Is finds
+// ErrConnectionLost in it.
+type NotSentError struct{ Err error }
+
+func (e *NotSentError) Error() string { return "client: not sent: " + bare(e.Err) }
+func (e *NotSentError) Unwrap() error { return e.Err }
 
 // ConnectError is a request that never left the client: no connection to
 // the server could be opened (refused, no such host, unreachable). Unlike

@@ -67,6 +67,8 @@ func DialSSE(ctx context.Context, url string, opts *Options) (*Client, error) {
 		return nil, err
 	}
 	c.redial = open
+	c.restartOnCall = o.Supervise == nil
+	c.superviseIf(o.Supervise)
 	return c, nil
 }
 

@@ -37,8 +37,10 @@ func DialStdio(ctx context.Context, command []string, opts *Options) (*Client, e
 		return nil, err
 	}
 	c, err := newClient(ctx, t, o, stats)
-	if err == nil && o.Restart {
+	if err == nil && (o.Restart || o.Supervise != nil) {
 		c.redial = func(context.Context) (transport, error) { return spawn(command, o, stats) }
+		c.restartOnCall = o.Supervise == nil
+		c.superviseIf(o.Supervise)
 	}
 	return c, err
 }

@@ -35,8 +35,9 @@ func VerdictOf(res *mcp.CallToolResult, err error) retry.Verdict {
 		ce *CancelledError
 	)
 	switch {
-	case errors.As(err, new(*ConnectError)):
-		// No connection could be opened: the request never left.
+	case errors.As(err, new(*ConnectError)), errors.As(err, new(*NotSentError)):
+		// No connection could be opened, or it had ended before the
+		// request was written: the request never left.
 		return retry.Of(retry.NotSent, err)
 	case errors.As(err, new(*ExcludedToolError)):
 		// Refused by the client itself before sending.

@@ -32,11 +32,13 @@ type link struct {
 	firstTried  chan struct{} // closed once the first connection was listed, or failed
 	triedOnce   sync.Once
 	refresh     chan struct{} // a list changed upstream: relist (1-buffered, coalescing)
+	reconnected chan struct{} // the client connected again: follow it again (1-buffered, coalescing)
 
 	group *server.LimitGroup // the upstream's Limits, shared by its tools
 
 	mu      sync.Mutex
-	primary *client.Client // nil while the upstream is down
+	primary *client.Client // nil until the first connection
+	live    bool           // the primary connection is up now (the client reconnects it)
 	era     mcp.Era
 	// tasksExtension: a 2026-07-28 upstream serves the tasks extension,
 	// so it may make any call a task of its own when asked.
@@ -70,6 +72,7 @@ func newLink(g *Gateway, u Upstream, index int) (*link, error) {
 		firstListed: make(chan struct{}),
 		firstTried:  make(chan struct{}),
 		refresh:     make(chan struct{}, 1),
+		reconnected: make(chan struct{}, 1),
 		sessions:    map[string]*tenantSession{},
 		budget:      new(retry.Budget),
 		circuit:     circuit{threshold: g.opts.CircuitFailures, base: g.opts.CircuitCooldown, cap: g.opts.RestartCap},
@@ -96,78 +99,107 @@ func (l *link) closeClient(c *client.Client) error {
 	return err
 }
 
-// run keeps the upstream connected until ctx ends: it dials, lists,
-// serves list changes and probes, and when a stdio upstream dies (or an
-// HTTP+SSE stream ends) connects again after a capped, jittered, steady
-// backoff. The backoff grows with consecutive failures — to connect, or
-// of a connection that died before it had lived RestartCap, a crash loop
-// — and starts over once a connection has lived that long.
+// run connects to the upstream, lists it and serves its list changes and
+// probes until ctx ends. It dials until the first connection, after a
+// capped, jittered, steady backoff; from then on the connection is the
+// client's to keep (client.Supervision): when a stdio upstream dies or
+// an HTTP+SSE stream ends, the client connects again — after a backoff
+// that grows with consecutive failures, of a connection or of one that
+// died before it had lived RestartCap — and the gateway, told by its
+// hooks, refuses calls meanwhile and lists again once it is back.
 func (l *link) run(ctx context.Context) {
-	backoff := retry.Backoff{Base: l.g.opts.RestartBase, Cap: l.g.opts.RestartCap, Steady: true}
-	failures := 0 // consecutive, so far
-	next := func(kind EventKind, why string, err error) bool {
-		pause := backoff.Delay(failures, 0)
-		l.markDown(pause)
-		l.g.obs.UpstreamEvent(UpstreamEvent{Upstream: l.up.Name, Kind: kind, Failures: failures + 1, Next: pause})
-		l.log.Warn(why, "err", err, "failures", failures+1, "next_try", pause)
-		failures++
-		return retry.Wait(ctx, pause)
-	}
+	backoff := l.backoff()
 	tried := func() { l.triedOnce.Do(func() { close(l.firstTried) }) }
 	defer tried()
-	for ctx.Err() == nil {
-		c, err := l.dial(ctx, "", l.up.declared())
-		if err != nil {
-			tried()
-			if ctx.Err() != nil || !next(EventConnectFailed, "gateway: could not connect to the upstream", err) {
-				return
-			}
-			continue
+	var c *client.Client
+	for failures := 0; ; failures++ {
+		var err error
+		if c, err = l.dial(ctx, "", l.up.declared()); err == nil {
+			break
 		}
-		connected := time.Now()
-		l.setPrimary(c)
-		if failures > 0 || l.restartsSoFar() > 0 {
-			l.g.obs.UpstreamEvent(UpstreamEvent{Upstream: l.up.Name, Kind: EventReconnected})
-		}
-		l.log.Info("gateway: upstream connected", "era", c.ProtocolVersion(), "transport", string(l.up.Transport))
-		sub := l.listen(ctx, c)
-		l.relist(ctx, c)
 		tried()
-		alive := l.serve(ctx, c)
-		if sub != nil {
-			sub.Close()
-		}
-		if !alive {
+		pause := backoff.Delay(failures, 0)
+		l.wentDown(EventConnectFailed, failures+1, pause, err)
+		if ctx.Err() != nil || !retry.Wait(ctx, pause) {
 			return
 		}
-		// The connection is gone (a stdio upstream died, an HTTP+SSE
-		// stream ended).
-		l.setPrimary(nil)
-		l.closeClient(c)
-		l.mu.Lock()
-		l.restarts++
-		l.mu.Unlock()
-		if time.Since(connected) >= l.g.opts.RestartCap {
-			failures = 0 // it had recovered: this is a new failure, not a crash loop
-		}
-		if !next(EventDied, "gateway: the upstream's connection ended; connecting again", nil) {
-			return
-		}
+	}
+	l.setPrimary(c)
+	l.log.Info("gateway: upstream connected", "era", c.ProtocolVersion(), "transport", string(l.up.Transport))
+	sub := l.listen(ctx, c)
+	l.relist(ctx, c)
+	tried()
+	l.serve(ctx, c, &sub)
+	if sub != nil {
+		sub.Close()
 	}
 }
 
-// serve waits on a live connection: it relists on a list change, probes
-// an open circuit, closes idle tenant sessions. It returns false when ctx
-// ended, true when the connection is gone.
-func (l *link) serve(ctx context.Context, c *client.Client) bool {
+// backoff spaces the connections to the upstream.
+func (l *link) backoff() retry.Backoff {
+	return retry.Backoff{Base: l.g.opts.RestartBase, Cap: l.g.opts.RestartCap, Steady: true}
+}
+
+// supervision is how the client keeps the primary connection up: the
+// gateway hears of each death and failed try (down) and of each
+// reconnection (l.reconnected, which serve acts on).
+func (l *link) supervision() *client.Supervision {
+	return &client.Supervision{
+		Backoff: l.backoff(),
+		Healthy: l.g.opts.RestartCap,
+		OnDown: func(failures int, next time.Duration, err error) {
+			kind := EventConnectFailed
+			if err == nil {
+				kind = EventDied
+				l.mu.Lock()
+				l.restarts++
+				l.mu.Unlock()
+			}
+			l.wentDown(kind, failures, next, err)
+		},
+		OnUp: func(context.Context) {
+			select {
+			case l.reconnected <- struct{}{}:
+			default:
+			}
+		},
+	}
+}
+
+// wentDown refuses calls at once until the next try to connect, and says so.
+func (l *link) wentDown(kind EventKind, failures int, next time.Duration, err error) {
+	l.mu.Lock()
+	l.live = false
+	l.mu.Unlock()
+	l.markDown(next)
+	l.g.obs.UpstreamEvent(UpstreamEvent{Upstream: l.up.Name, Kind: kind, Failures: failures, Next: next})
+	why := "gateway: could not connect to the upstream"
+	if kind == EventDied {
+		why = "gateway: the upstream's connection ended; connecting again"
+	}
+	l.log.Warn(why, "err", err, "failures", failures, "next_try", next)
+}
+
+// serve waits on the connection until ctx ends: it relists on a list
+// change, follows the upstream again once the client reconnected (a new
+// process or stream: what changed meanwhile was never announced), probes
+// an open circuit, closes idle tenant sessions.
+func (l *link) serve(ctx context.Context, c *client.Client, sub **client.Subscription) {
 	tick := time.NewTicker(l.tickEvery())
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return false
-		case <-c.Done():
-			return true
+			return
+		case <-l.reconnected:
+			l.setPrimary(c) // the circuit starts over
+			l.g.obs.UpstreamEvent(UpstreamEvent{Upstream: l.up.Name, Kind: EventReconnected})
+			l.log.Info("gateway: upstream connected again", "era", c.ProtocolVersion(), "transport", string(l.up.Transport))
+			if *sub != nil {
+				(*sub).Close()
+			}
+			*sub = l.listen(ctx, c)
+			l.relist(ctx, c)
 		case <-l.refresh:
 			l.relist(ctx, c)
 		case <-tick.C:
@@ -233,6 +265,10 @@ func (l *link) dial(ctx context.Context, tenant string, caps mcp.ClientCapabilit
 	o.Interceptors = l.interceptors()
 	o.Logger = l.log
 	o.Restart = false
+	o.Supervise = nil
+	if tenant == "" {
+		o.Supervise = l.supervision()
+	}
 	o.Stderr = nil
 	o.Env, o.Environ = nil, nil
 	o.Header = nil
@@ -320,7 +356,7 @@ func (l *link) onNotification(method string, params json.RawMessage) {
 
 func (l *link) setPrimary(c *client.Client) {
 	l.mu.Lock()
-	l.primary = c
+	l.primary, l.live = c, c != nil
 	if c != nil {
 		l.era = c.Era()
 		l.tasksExtension = c.ServerCapabilities().Extensions[mcp.ExtensionTasks] != nil
@@ -338,12 +374,6 @@ func (l *link) markDown(next time.Duration) {
 	l.circuit.down(time.Now().Add(next))
 	l.mu.Unlock()
 	l.circuitChanged()
-}
-
-func (l *link) restartsSoFar() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.restarts
 }
 
 func (l *link) probeDue(now time.Time) bool {
@@ -453,7 +483,7 @@ func (l *link) state() UpstreamState {
 		}
 	}
 	return UpstreamState{
-		Name: l.up.Name, Transport: l.up.Transport, Connected: l.primary != nil,
+		Name: l.up.Name, Transport: l.up.Transport, Connected: l.primary != nil && l.live,
 		Era: l.era, Circuit: l.circuit.state(), InFlight: l.inflight,
 		Restarts: l.restarts, Sessions: len(l.sessions), LateResponses: late,
 	}

@@ -1,0 +1,96 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/retry"
+)
+
+// supervisorLog is what a Supervision's hooks were told.
+type supervisorLog struct {
+	mu    sync.Mutex
+	downs []int // the failures in a row, per OnDown
+	died  int   // OnDown with no error: the connection died
+	ups   chan struct{}
+}
+
+// A supervised stdio server that dies is started again without waiting
+// for a call: OnDown hears of the death, OnUp of the new connection, and
+// calls then go to it. A call made while it is down fails at once as
+// never sent, and starts nothing itself.
+func TestSupervisionRestartsADeadServer(t *testing.T) {
+	t.Setenv("MCPREL_CLIENT_TEST_SERVER", "1")
+	log := &supervisorLog{ups: make(chan struct{}, 4)}
+	gate := make(chan struct{}) // holds the first reconnection until a call has found it down
+	var once sync.Once
+	c, err := client.DialStdio(context.Background(), []string{os.Args[0]}, &client.Options{Supervise: &client.Supervision{
+		Backoff: retry.Backoff{Base: time.Millisecond, Cap: 10 * time.Millisecond, Steady: true},
+		OnDown: func(failures int, _ time.Duration, err error) {
+			log.mu.Lock()
+			log.downs = append(log.downs, failures)
+			if err == nil {
+				log.died++
+			}
+			log.mu.Unlock()
+			once.Do(func() { <-gate })
+		},
+		OnUp: func(context.Context) { log.ups <- struct{}{} },
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.CallTool(ctx, "die", nil, nil); !errors.Is(err, client.ErrConnectionLost) {
+		t.Fatalf("the call the server died in: %v, want ErrConnectionLost", err)
+	}
+	<-c.Done() // the dead connection's end, which the supervisor is waiting on
+	_, err = c.CallTool(ctx, "echo", map[string]any{"n": 1}, nil)
+	var ns *client.NotSentError
+	if !errors.As(err, &ns) || client.VerdictOf(nil, err).Outcome != retry.OutcomeNotSent {
+		t.Fatalf("a call while it is down: %v; want a *NotSentError, verdict not sent", err)
+	}
+	close(gate)
+	select {
+	case <-log.ups:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the supervisor never reconnected")
+	}
+	if _, err := c.CallTool(ctx, "echo", map[string]any{"n": 2}, nil); err != nil {
+		t.Fatalf("a call after the reconnection: %v", err)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if log.died != 1 || len(log.downs) != 1 || log.downs[0] != 1 {
+		t.Fatalf("OnDown was told %v (%d deaths); want one death, the first failure", log.downs, log.died)
+	}
+	if st := c.Stats(); st.Restarts != 1 {
+		t.Fatalf("%d restarts, want 1", st.Restarts)
+	}
+}
+
+// Close stops the supervisor: a server that dies after Close is not
+// started again.
+func TestSupervisionEndsAtClose(t *testing.T) {
+	t.Setenv("MCPREL_CLIENT_TEST_SERVER", "1")
+	downs := make(chan struct{}, 1)
+	c, err := client.DialStdio(context.Background(), []string{os.Args[0]}, &client.Options{Supervise: &client.Supervision{
+		OnDown: func(int, time.Duration, error) { downs <- struct{}{} },
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	<-c.Done()
+	select {
+	case <-downs:
+		t.Fatal("a closed connection was taken for a dead one")
+	default:
+	}
+}
