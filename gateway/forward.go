@@ -177,7 +177,7 @@ func (l *link) upstreamCall(ctx context.Context, call *server.CallRequest, upstr
 		Max:            tp.Max + l.g.opts.ClockSlack,
 		OnProgress:     sink.progress,
 		OnNotification: sink.note,
-		Meta:           l.g.passMeta(ctx, call.Meta, hold),
+		Meta:           passMeta(call.Meta, hold),
 		Capabilities:   &caps,
 	}
 	if len(st.State) > 0 || call.InputResponses != nil {
@@ -461,22 +461,20 @@ func withoutHop(res *mcp.CallToolResult) {
 
 // forward is one forwarded request's record and span.
 type forward struct {
-	ctx     context.Context
-	rec     ForwardRecord
-	start   time.Time
-	endSpan func(string)
-	l       *link
+	ctx   context.Context
+	rec   ForwardRecord
+	start time.Time
+	l     *link
 }
 
 func (l *link) begin(ctx context.Context, method, name string) *forward {
 	f := &forward{rec: ForwardRecord{Upstream: l.up.Name, Method: method, Name: name}, start: time.Now(), l: l}
-	f.ctx, f.endSpan = l.g.span(ctx, l.up.Name, method, name)
+	f.ctx = ctx
 	return f
 }
 
 func (f *forward) end() {
 	f.rec.Total = time.Since(f.start)
-	f.endSpan(string(f.rec.Outcome))
 	f.l.g.obs.Forwarded(f.rec)
 }
 
@@ -846,7 +844,8 @@ const protocolMeta = "io.modelcontextprotocol/"
 // caller's own members (an idempotency key among them), never the
 // protocol's, which speak of this hop (the progress token, the
 // 2026-07-28 era's per-request members), nor the caller's trace context,
-// which the gateway's own span continues and replaces. Nor is any of
+// which a tracing interceptor (Options.Interceptors) replaces with its
+// own span's. Nor is any of
 // those names spelt another way: an upstream that matches names in any
 // case, as Go's encoding/json does, would take "progresstoken" for the
 // gateway's own token, and report the call's progress under another
@@ -854,7 +853,7 @@ const protocolMeta = "io.modelcontextprotocol/"
 //
 // Its values are the request's bytes, valid while the request's handler
 // runs; keep copies them, for a call that outlives it.
-func (g *Gateway) passMeta(ctx context.Context, raw json.RawMessage, keep bool) map[string]any {
+func passMeta(raw json.RawMessage, keep bool) map[string]any {
 	var out map[string]any
 	if len(raw) > 0 {
 		jsonrpc.Members(raw, func(k, v []byte) bool {
@@ -873,14 +872,6 @@ func (g *Gateway) passMeta(ctx context.Context, raw json.RawMessage, keep bool) 
 			out[key] = json.RawMessage(v)
 			return true
 		})
-	}
-	if g.opts.Propagate != nil {
-		for k, v := range g.opts.Propagate(ctx) {
-			if out == nil {
-				out = map[string]any{}
-			}
-			out[k] = v
-		}
 	}
 	return out
 }
@@ -925,7 +916,7 @@ func (l *link) request(ctx context.Context, q *server.Request, method, downName,
 	}
 	defer release()
 	sent := time.Now()
-	raw, err := c.Request(f.ctx, method, upName, params, &client.CallOptions{Meta: l.g.passMeta(f.ctx, q.Meta, false), OnNotification: l.sink(q).note,
+	raw, err := c.Request(f.ctx, method, upName, params, &client.CallOptions{Meta: passMeta(q.Meta, false), OnNotification: l.sink(q).note,
 		Capabilities: &caps})
 	f.rec.InUpstream, f.rec.Reached = time.Since(sent), true
 	if err == nil {
@@ -952,12 +943,4 @@ func asRPC(err error) error {
 		code = mcp.CodeUnavailable
 	}
 	return jsonrpc.NewError(code, "%s", te.Message).WithData(te.Failure())
-}
-
-// span starts the span of a forwarded request when tracing is on.
-func (g *Gateway) span(ctx context.Context, upstream, method, name string) (context.Context, func(string)) {
-	if g.opts.Trace == nil {
-		return ctx, func(string) {}
-	}
-	return g.opts.Trace(ctx, upstream, method, name)
 }

@@ -209,16 +209,12 @@ type Options struct {
 	// Observer is told what happens to upstreams and forwarded calls
 	// (metrics). Nil tells nobody.
 	Observer Observer
-	// Trace, when set, starts the span of one forwarded request, a child
-	// of the served request's (package tracing's Observer.Upstream); end
-	// is told the forward's Outcome. Propagate then reads the trace
-	// context from the context it returns.
-	Trace func(ctx context.Context, upstream, method, name string) (context.Context, func(outcome string))
-	// Propagate returns the _meta members that carry the call's trace
-	// context upstream (traceparent, tracestate), from the handler's
-	// context; nil passes none. Package host sets it from the tracing
-	// observer, which keeps OpenTelemetry out of this package.
-	Propagate func(ctx context.Context) map[string]string
+	// Interceptors, when set, returns the client interceptors every
+	// request to the named upstream passes, per attempt, inside the
+	// gateway's retries and circuit: package host sets package tracing's
+	// Observer.Client, whose span carries the trace context upstream in
+	// _meta, which keeps OpenTelemetry out of this package.
+	Interceptors func(upstream string) []client.Interceptor
 
 	// CircuitFailures is how many consecutive failures to reach an
 	// upstream open its circuit; CircuitCooldown is how long it stays

@@ -555,8 +555,8 @@ func clip(b []byte, n int) []byte {
 
 // interceptors are what every request to the upstream passes, the first
 // outermost: the forward's retries (withRetries), then the circuit, which
-// counts each attempt, then the host's own (Options.Client.Interceptors:
-// spans, metrics), per attempt.
+// counts each attempt, then the host's own (Options.Client.Interceptors,
+// Options.Interceptors: spans, metrics), per attempt.
 func (l *link) interceptors() []client.Interceptor {
 	retries := client.Retrying(func(ctx context.Context, _ *client.Request) *client.Plan {
 		if p, ok := ctx.Value(retriesKey{}).(*retries); ok {
@@ -575,7 +575,11 @@ func (l *link) interceptors() []client.Interceptor {
 			return raw, err
 		}
 	}
-	return append([]client.Interceptor{retries, circuit}, l.g.opts.Client.Interceptors...)
+	all := append([]client.Interceptor{retries, circuit}, l.g.opts.Client.Interceptors...)
+	if l.g.opts.Interceptors != nil {
+		all = append(all, l.g.opts.Interceptors(l.up.Name)...)
+	}
+	return all
 }
 
 // retriesKey carries, in a forward's context, how its tools/call is made

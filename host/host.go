@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/gateway"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
@@ -203,7 +204,7 @@ func New(ctx context.Context, opts *Options) (_ *Runtime, err error) {
 			gw.Observer = observeBoth(gw.Observer, gatewayMetrics{gwMetrics})
 		}
 		if tracer != nil {
-			gw.Trace, gw.Propagate = tracer.Upstream, tracer.Inject
+			gw.Interceptors = func(upstream string) []client.Interceptor { return []client.Interceptor{tracer.Client(upstream)} }
 		}
 		if rt.gateway, err = gateway.New(rt.srv, &gw); err != nil {
 			return nil, err

@@ -1,9 +1,12 @@
 package metrics
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 
+	"github.com/mcprel/mcprel/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcprel/mcprel/client"
@@ -33,6 +36,7 @@ type ClientMetrics struct {
 	attempts *prometheus.CounterVec
 	retries  *prometheus.CounterVec
 	declined *prometheus.CounterVec
+	requests *prometheus.CounterVec
 	stats    *clientStats
 }
 
@@ -60,12 +64,15 @@ func NewClient(reg prometheus.Registerer, opts *ClientOptions) (*ClientMetrics, 
 		declined: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "client", Name: "retries_declined_total",
 			Help: "Failed attempts the retry planner did not make again, by tool, retry class and reason: reconcile (the call may have taken effect and nothing deduplicates it), not_retryable, attempts_exhausted, deadline, budget_exhausted."},
 			[]string{"tool", "class", "reason"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: "client", Name: "requests_total",
+			Help: "Requests the client sent, each attempt counted, by method, tool and verdict: outcome (answered, refused, not_sent, unknown) and kind (succeeded, tool_failed, lost, overloaded, ...; docs/errors.md)."},
+			[]string{"method", "tool", "outcome", "kind"}),
 		stats: newClientStats(ns),
 	}
 	for _, t := range o.Tools {
 		m.tools[t] = true
 	}
-	for _, c := range []prometheus.Collector{m.attempts, m.retries, m.declined, m.stats} {
+	for _, c := range []prometheus.Collector{m.attempts, m.retries, m.declined, m.requests, m.stats} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -86,6 +93,35 @@ func (m *ClientMetrics) Observe(e retry.Event) {
 	default:
 		m.declined.WithLabelValues(tool, class, declineReason(e.Decision.Err)).Inc()
 	}
+}
+
+// Interceptor counts each request the client sends by its verdict
+// (client.VerdictOf): give it to client.Options.Interceptors, inside any
+// retries, so that each attempt counts.
+func (m *ClientMetrics) Interceptor() client.Interceptor {
+	return func(next client.CallFunc) client.CallFunc {
+		return func(ctx context.Context, req *client.Request) (json.RawMessage, error) {
+			raw, err := next(ctx, req)
+			v := client.VerdictOfRaw(req, raw, err)
+			tool := ""
+			if req.Method == mcp.MethodToolsCall {
+				tool = m.tool(req.Name)
+			}
+			m.requests.WithLabelValues(method(req.Method), tool, v.Outcome.String(), v.Kind.String()).Inc()
+			return raw, err
+		}
+	}
+}
+
+// method is a request's method as a label: the protocol's, or "other",
+// for a client may be asked to send anything.
+func method(name string) string {
+	switch name {
+	case mcp.MethodToolsCall, mcp.MethodToolsList, mcp.MethodPromptsGet, mcp.MethodPromptsList, mcp.MethodResourcesRead,
+		mcp.MethodResourcesList, mcp.MethodResourceTempls, mcp.MethodPing, mcp.MethodComplete:
+		return name
+	}
+	return "other"
 }
 
 // tool is name when the caller listed it, "other" otherwise.

@@ -247,42 +247,6 @@ func idString(id jsonrpc.ID) string {
 
 var _ server.Observer = (*Observer)(nil)
 
-// keyUpstream names the upstream server a gateway forwarded a request to,
-// keyGatewayOutcome how the forward ended (package gateway's outcomes).
-const (
-	keyUpstream       = attribute.Key("mcprel.gateway.upstream")
-	keyGatewayOutcome = attribute.Key("mcprel.gateway.outcome")
-)
-
-// Upstream starts the span of a request a gateway forwards to an upstream
-// server (package gateway's Options.Trace): a client span, child of the
-// span of the request being served. end ends it with the forward's
-// outcome; any outcome but "ok" and "tool_error" (the upstream answered)
-// marks the span failed.
-func (o *Observer) Upstream(ctx context.Context, upstream, method, name string) (context.Context, func(outcome string)) {
-	spanName := method
-	if name != "" && method != mcp.MethodResourcesRead {
-		spanName += " " + name
-	}
-	attrs := []attribute.KeyValue{keyMethod.String(method), keyUpstream.String(upstream)}
-	if method == mcp.MethodToolsCall {
-		attrs = append(attrs, keyToolName.String(name))
-	}
-	ctx, span := o.tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
-	return ctx, func(outcome string) {
-		span.SetAttributes(keyGatewayOutcome.String(outcome))
-		if outcome != "ok" && outcome != "tool_error" {
-			span.SetStatus(codes.Error, outcome)
-		}
-		span.End()
-	}
-}
-
-// Inject returns the W3C trace context of ctx's span (traceparent and
-// tracestate), for the _meta of a request forwarded upstream: the
-// upstream's spans continue the trace.
-func (o *Observer) Inject(ctx context.Context) map[string]string {
-	m := propagation.MapCarrier{}
-	o.prop.Inject(ctx, m)
-	return m
-}
+// keyUpstream names the server a client sent a request to (a gateway's
+// upstream).
+const keyUpstream = attribute.Key("mcprel.gateway.upstream")

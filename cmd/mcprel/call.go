@@ -176,6 +176,7 @@ without it, on a terminal the questions are asked there, and otherwise declined`
 		if cm, err = metrics.NewClient(reg, &metrics.ClientOptions{Tools: tools}); err != nil {
 			return err
 		}
+		opts.Interceptors = append(opts.Interceptors, cm.Interceptor())
 		// Written whatever the call's end, so that a script can read
 		// how it went; a file that cannot be written fails a call that
 		// otherwise succeeded.

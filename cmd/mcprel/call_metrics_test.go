@@ -25,10 +25,14 @@ func TestCallMetricsFile(t *testing.T) {
 			`mcprel_client_attempts_total{class="conditional",tool="reserve_inventory"} 2`,
 			`mcprel_client_retries_total{class="conditional",failure="lost",tool="reserve_inventory"} 1`,
 			`mcprel_client_late_responses_total 0`,
+			`mcprel_client_requests_total{kind="lost",method="tools/call",outcome="unknown",tool="reserve_inventory"} 1`,
+			`mcprel_client_requests_total{kind="succeeded",method="tools/call",outcome="answered",tool="reserve_inventory"} 1`,
+			`mcprel_client_requests_total{kind="succeeded",method="tools/list",outcome="answered",tool=""} 1`,
 		}},
 		{"charge_account", []string{"charge_account", "account=alice", "cents=500"}, exitReconcile, []string{
 			`mcprel_client_attempts_total{class="unsafe",tool="charge_account"} 1`,
 			`mcprel_client_retries_declined_total{class="unsafe",reason="reconcile",tool="charge_account"} 1`,
+			`mcprel_client_requests_total{kind="lost",method="tools/call",outcome="unknown",tool="charge_account"} 1`,
 		}},
 	} {
 		t.Run(tc.tool, func(t *testing.T) {

@@ -47,7 +47,7 @@ var layer = map[string][]string{
 	"taskserver":  {"jsonrpc", "mcp", "server", "tasks", "idempotency"},
 	"delivery":    {"jsonrpc", "mcp", "server", "idempotency", "outbox", "store"},
 	"metrics":     {"jsonrpc", "mcp", "server", "client", "retry"},
-	"tracing":     {"jsonrpc", "mcp", "server"},
+	"tracing":     {"jsonrpc", "mcp", "server", "client", "retry"},
 
 	"client": {"jsonrpc", "mcp", "retry"},
 	"retry":  {"jsonrpc", "mcp"},
