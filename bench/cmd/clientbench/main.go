@@ -2,7 +2,8 @@
 // costs the process that calls: client CPU per echo call against one
 // `mcprel serve`, over stdio or Streamable HTTP, beside a raw driver — the
 // least a client can do: write the request, read the line or body, match
-// the id — and the go-sdk and mcp-go clients, in the same run. The two take turns, runs times, each making n
+// the id — and the go-sdk, mcp-go and TypeScript SDK clients, in the same
+// run. The drivers take turns, runs times, each making n
 // sequential calls and then n calls from conc goroutines; reported are
 // calls/s and this process's CPU per call (user+system), and their ratio.
 package main
@@ -32,12 +33,12 @@ import (
 
 func main() {
 	server := flag.String("server", "mcprel serve --stdio --log-level warn", "the server command line; with -http it must print its URL")
-	useHTTP := flag.Bool("http", false, "speak Streamable HTTP (2026-07-28) to the server instead of stdio")
+	useHTTP := flag.Bool("http", false, "speak Streamable HTTP to the server instead of stdio (each driver in its era: raw and client 2026-07-28, go-sdk, mcp-go and ts-v1 2025-11-25)")
 	n := flag.Int("n", 10000, "calls per phase")
 	conc := flag.Int("conc", 16, "goroutines in the concurrent phase")
 	runs := flag.Int("runs", 3, "runs; the drivers take turns within each")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	only := flag.String("drivers", "raw,client,go-sdk,mcp-go", "the drivers to measure, comma-separated: raw, client (mcprel's, the newest era the server speaks), client-2025 and client-2026 (mcprel's, pinned to an era), go-sdk, mcp-go, ts-v1 and ts-v2 (the TypeScript SDK clients, stdio only; see -ts)")
+	only := flag.String("drivers", "raw,client,go-sdk,mcp-go", "the drivers to measure, comma-separated: raw, client (mcprel's, the newest era the server speaks), client-2025 and client-2026 (mcprel's, pinned to an era), go-sdk, mcp-go, ts-v1 and ts-v2 (the TypeScript SDK clients; see -ts)")
 	flag.StringVar(&tsDir, "ts", "peers/ts-client", "the directory of calls.mjs with its node_modules (npm ci there), for the ts-v1 and ts-v2 drivers")
 	flag.Parse()
 	chosen := strings.Split(*only, ",")
@@ -84,7 +85,7 @@ func main() {
 	}
 	transport := "stdio"
 	if *useHTTP {
-		transport = "http (2026-07-28)"
+		transport = "Streamable HTTP"
 	}
 	fmt.Printf("\n%s, n=%d, conc=%d, median of %d runs: client CPU µs/call (calls/s)\n", transport, *n, *conc, *runs)
 	for _, d := range chosen {
@@ -112,10 +113,7 @@ type caller func(i int) error
 
 func measure(driver string, server []string, useHTTP bool, n, conc int) (phase, error) {
 	if strings.HasPrefix(driver, "ts-") {
-		if useHTTP {
-			return phase{}, fmt.Errorf("the %s driver speaks stdio only", driver)
-		}
-		return measureTS(strings.TrimPrefix(driver, "ts-"), server, n, conc)
+		return measureTS(strings.TrimPrefix(driver, "ts-"), server, useHTTP, n, conc)
 	}
 	var call caller
 	var stop func()
@@ -310,9 +308,21 @@ var tsDir string
 
 // measureTS runs the TypeScript SDK client (sdk "v1" or "v2") in its own
 // Node process, which makes the same calls as measure and reports its own
-// calls/s and CPU per call.
-func measureTS(sdk string, server []string, n, conc int) (phase, error) {
-	args := append([]string{"calls.mjs", sdk, fmt.Sprint(n), fmt.Sprint(conc)}, server...)
+// calls/s and CPU per call. Over stdio the Node process starts the server;
+// over HTTP this process does, and hands the Node process its URL. Node's
+// warnings are off: the v2 client's requests pile abort listeners onto one
+// signal, and printing a warning for each would be charged to the client.
+func measureTS(sdk string, server []string, useHTTP bool, n, conc int) (phase, error) {
+	target := server
+	if useHTTP {
+		url, kill, err := startHTTP(server)
+		if err != nil {
+			return phase{}, err
+		}
+		defer kill()
+		target = []string{url}
+	}
+	args := append([]string{"--no-warnings", "calls.mjs", sdk, fmt.Sprint(n), fmt.Sprint(conc)}, target...)
 	cmd := exec.Command("node", args...)
 	cmd.Dir = tsDir
 	var stderr bytes.Buffer

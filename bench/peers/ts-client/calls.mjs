@@ -1,30 +1,37 @@
-// Calls echo over stdio with an official TypeScript SDK client, as
-// clientbench's Go drivers do: 200 warm-up calls, n sequential calls, then n
+// Calls echo over stdio or Streamable HTTP with an official TypeScript SDK
+// client, as clientbench's Go drivers do: 200 warm-up calls, n sequential calls, then n
 // calls from conc concurrent callers on the one connection. Prints one JSON
 // line: calls/s and this process's CPU (user+system) per call, per phase.
 //
 // usage: node calls.mjs v1|v2 <n> <conc> <server command> [args...]
-//   v1: @modelcontextprotocol/sdk, the 2025-11-25 era (initialize handshake)
+//        node calls.mjs v1|v2 <n> <conc> <http://server URL>
+//   v1: @modelcontextprotocol/sdk, the 2025-11-25 era (initialize handshake;
+//       over HTTP, a session)
 //   v2: @modelcontextprotocol/client, pinned to the 2026-07-28 era
+// A server given as an http:// URL is spoken to over Streamable HTTP (the
+// caller has started it); anything else is a command run over stdio.
 const [sdk, nArg, concArg, command, ...args] = process.argv.slice(2);
 const n = Number(nArg), conc = Number(concArg);
 if (!['v1', 'v2'].includes(sdk) || !(n > 0) || !(conc > 0) || !command) {
-    console.error('usage: node calls.mjs v1|v2 <n> <conc> <server command> [args...]');
+    console.error('usage: node calls.mjs v1|v2 <n> <conc> <server command> [args...] | <http://server URL>');
     process.exit(2);
 }
+const overHTTP = /^https?:\/\//.test(command);
 
-let Client, StdioClientTransport, options = {};
+let Client, Transport, options = {};
 if (sdk === 'v1') {
     ({ Client } = await import('@modelcontextprotocol/sdk/client/index.js'));
-    ({ StdioClientTransport } = await import('@modelcontextprotocol/sdk/client/stdio.js'));
+    ({ [overHTTP ? 'StreamableHTTPClientTransport' : 'StdioClientTransport']: Transport } =
+        await import(overHTTP ? '@modelcontextprotocol/sdk/client/streamableHttp.js' : '@modelcontextprotocol/sdk/client/stdio.js'));
 } else {
     ({ Client } = await import('@modelcontextprotocol/client'));
-    ({ StdioClientTransport } = await import('@modelcontextprotocol/client/stdio'));
+    ({ [overHTTP ? 'StreamableHTTPClientTransport' : 'StdioClientTransport']: Transport } =
+        await import(overHTTP ? '@modelcontextprotocol/client' : '@modelcontextprotocol/client/stdio'));
     options = { versionNegotiation: { mode: { pin: '2026-07-28' } } };
 }
 
 const client = new Client({ name: 'clientbench', version: '0.0.0' }, options);
-await client.connect(new StdioClientTransport({ command, args, stderr: 'ignore' }));
+await client.connect(overHTTP ? new Transport(new URL(command)) : new Transport({ command, args, stderr: 'ignore' }));
 
 const call = async (i) => {
     const res = await client.callTool({ name: 'echo', arguments: { text: `call ${i}` } });
