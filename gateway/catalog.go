@@ -205,24 +205,27 @@ func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
 		add: func(name string, t mcp.Tool) error {
 			tp := g.opts.Policy.forTool(name)
 			upTasks := l.upstreamTasksOf(t)
-			if tp.Task == TaskNone && g.opts.Tasks != nil {
+			if tp.Task == nil && g.opts.Tasks != nil {
 				tp.Task = mirroredTask(upTasks, tp, l.eraNow())
 			}
 			var policies []server.ToolInterceptor
-			if tp.Retry == mcp.RetryConditional {
-				policies = append(policies, idempotency.Keyed(g.opts.Ledger, tp.keyed()))
+			if tp.Keyed != nil {
+				policies = append(policies, idempotency.Keyed(g.opts.Ledger, tp.ledgerPolicy()))
 			}
-			if tp.Task != TaskNone {
+			if tp.Task != nil {
 				// Run again after its gateway died only where that cannot
 				// do it twice — or where the upstream's own task, whose
 				// id the task keeps, is followed again rather than made
 				// again; otherwise it ends failed, outcome unknown.
 				// A forward's cancellation is passed upstream, and the
 				// task ends by what it left (ReadsCancel).
-				policies = append(policies, taskserver.AsTask(g.opts.Tasks, taskserver.Policy{
-					Required: tp.Task == TaskRequired, Resumable: tp.retryClass() != mcp.RetryUnsafe || upTasks != noUpstreamTask,
-					ReadsCancel: true}))
+				task := *tp.Task
+				task.Resumable = tp.retryClass() != mcp.RetryUnsafe || upTasks != noUpstreamTask
+				task.ReadsCancel = true
+				policies = append(policies, taskserver.AsTask(g.opts.Tasks, task))
 			}
+			sp := tp.Server
+			sp.Group, sp.Waits = l.group, true
 			return g.srv.AddTool(server.Tool{
 				// The upstream judges its own arguments: it may read its
 				// schema otherwise than this server would, and take some
@@ -231,7 +234,7 @@ func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
 				Name:      name, Title: t.Title, Description: t.Description,
 				InputSchema: t.InputSchema, OutputSchema: t.OutputSchema,
 				Annotations: t.Annotations, Meta: upstreamMeta(t.Meta),
-				Policy: server.Policy{Retry: tp.Retry, IdleTimeout: tp.Idle, MaxTimeout: tp.Max, Group: l.group, Waits: true},
+				Policy: sp,
 			}, l.forwardTool(t.Name, tp, upTasks, l.planner(tp)), policies...)
 		},
 		remove: func(name string) { g.srv.RemoveTool(name) },
@@ -249,15 +252,15 @@ func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
 // task downstream for every client; one it runs as a task when asked is
 // a plain call. A 2026-07-28 upstream decides per call, so its tools are
 // tasks downstream only where the policy makes them so.
-func mirroredTask(up upstreamTasks, tp ToolPolicy, era mcp.Era) TaskSupport {
-	keyed := tp.Retry == mcp.RetryConditional
+func mirroredTask(up upstreamTasks, tp ToolPolicy, era mcp.Era) *taskserver.Policy {
+	keyed := tp.Keyed != nil
 	switch {
 	case up == upstreamTaskRequired && keyed:
-		return TaskRequired
+		return &taskserver.Policy{Required: true}
 	case up == upstreamTaskRequired, up == upstreamTaskOptional && era == mcp.Legacy && !keyed:
-		return TaskOptional
+		return &taskserver.Policy{}
 	}
-	return TaskNone
+	return nil
 }
 
 // syncPrompts serves l's prompts, named as its tools are.
@@ -300,7 +303,7 @@ func (g *Gateway) syncTemplates(l *link, templates []mcp.ResourceTemplate) {
 // conditional tool it serves as name with key (upstreamKey); "" for a
 // tool that is not conditional, or not served.
 func (g *Gateway) upstreamKeyOf(tenant, name, key string) string {
-	if g.opts.Policy.forTool(name).Retry != mcp.RetryConditional {
+	if g.opts.Policy.forTool(name).Keyed == nil {
 		return ""
 	}
 	g.mu.Lock()

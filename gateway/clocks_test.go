@@ -102,7 +102,7 @@ func TestGatewayClocks(t *testing.T) {
 	for _, up := range eras {
 		t.Run("upstream-"+up.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBubble(t, up.era, map[string]gateway.ToolPolicy{"report": {Idle: 300 * time.Millisecond, Max: 2 * time.Second}})
+				b := newBubble(t, up.era, map[string]gateway.ToolPolicy{"report": {Server: server.Policy{IdleTimeout: 300 * time.Millisecond, MaxTimeout: 2 * time.Second}}})
 
 				// Increasing every 100 ms for 1.9 s: the idle clock (300 ms)
 				// never fires.

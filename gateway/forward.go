@@ -115,7 +115,7 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, upTasks upstreamT
 		// anywhere), or the call is keyed: its claim is one request's,
 		// and a held call would outlive it.
 		asTask := upTasks == upstreamTaskRequired || upTasks != noUpstreamTask && taskserver.TaskID(call) != ""
-		hold := !asTask && call.Era == mcp.Modern && c.Era() != mcp.Modern && answersAny(call.ClientCapabilities) && tp.Retry != mcp.RetryConditional
+		hold := !asTask && call.Era == mcp.Modern && c.Era() != mcp.Modern && answersAny(call.ClientCapabilities) && tp.Server.Retry != mcp.RetryConditional
 		up := l.upstreamCall(f.ctx, call, upstreamTool, tp, st, hold)
 		if hold {
 			return l.forwardHeld(f, call, c, release, up, tp)
@@ -173,8 +173,8 @@ func (l *link) upstreamCall(ctx context.Context, call *server.CallRequest, upstr
 	sink := l.sink(&call.Request)
 	caps := relayed(call.ClientCapabilities) // a 2026-07-28 upstream is told the caller's
 	o := &client.CallOptions{
-		Idle:           tp.Idle + l.g.opts.ClockSlack,
-		Max:            tp.Max + l.g.opts.ClockSlack,
+		Idle:           tp.Server.IdleTimeout + l.g.opts.ClockSlack,
+		Max:            tp.Server.MaxTimeout + l.g.opts.ClockSlack,
 		OnProgress:     sink.progress,
 		OnNotification: sink.note,
 		Meta:           passMeta(call.Meta, hold),
@@ -191,7 +191,7 @@ func (l *link) upstreamCall(ctx context.Context, call *server.CallRequest, upstr
 		}
 	}
 	keyArg := "" // a tool the policy does not key: no argument is known to be its key
-	if tp.Retry == mcp.RetryConditional {
+	if tp.Server.Retry == mcp.RetryConditional {
 		keyArg = tp.keyArgument()
 	}
 	return upstreamCallArgs{tool: upstreamTool, args: withUpstreamKeys(args, o.Meta, keyArg, call.Tenant, upstreamTool), o: o, sink: sink}
@@ -245,7 +245,7 @@ func (l *link) taskCancelled(ctx context.Context, call *server.CallRequest, tp T
 	// A task taken over from a gateway that stopped may have been sent
 	// by that one.
 	sent = sent || taskserver.Attempt(call) > 1
-	if tp.Retry == mcp.RetrySafe || !sent {
+	if tp.Server.Retry == mcp.RetrySafe || !sent {
 		// The checkpoint observes the intent and ends the task cancelled
 		// (tasks.ErrCancelled); it must not be cut short by the cancel
 		// that brought it here.
@@ -332,7 +332,7 @@ func (l *link) planner(tp ToolPolicy) *retry.Planner {
 // the caller is told that retrying with the key is safe. raw is the
 // client's error, mapped what the downstream is told.
 func keyedFailure(tp ToolPolicy, raw, mapped error, outcome Outcome) error {
-	if tp.Retry != mcp.RetryConditional {
+	if tp.Server.Retry != mcp.RetryConditional {
 		return mapped
 	}
 	if neverRan(raw, outcome) {
@@ -341,10 +341,10 @@ func keyedFailure(tp ToolPolicy, raw, mapped error, outcome Outcome) error {
 	var te *mcp.ToolError
 	if errors.As(mapped, &te) && te.Code != mcp.FailureOutcomeUnknown {
 		advice := "check before calling again with a new key"
-		if tp.UpstreamHonoursKey {
+		if tp.upstreamHonoursKey() {
 			advice = resendAdvice(tp)
 		}
-		return &mcp.ToolError{Code: mcp.FailureOutcomeUnknown, Retryable: tp.UpstreamHonoursKey,
+		return &mcp.ToolError{Code: mcp.FailureOutcomeUnknown, Retryable: tp.upstreamHonoursKey(),
 			Message: te.Message + ": the call may or may not have taken effect; " + advice}
 	}
 	return mapped
@@ -620,7 +620,7 @@ func (l *link) outcomeUnknown(tp ToolPolicy, why string) error {
 
 // resendAdvice says why a tool that may be sent again is safe to retry.
 func resendAdvice(tp ToolPolicy) string {
-	if tp.Retry == mcp.RetryConditional {
+	if tp.Server.Retry == mcp.RetryConditional {
 		return "retrying with the same idempotency key is safe: the upstream deduplicates by it"
 	}
 	return "retrying is safe: the tool only reads"
@@ -927,7 +927,7 @@ func (l *link) request(ctx context.Context, q *server.Request, method, downName,
 		f.rec.Outcome = OutcomeOK
 		return nil
 	}
-	return asRPC(l.callFailure(f.ctx, err, ToolPolicy{Retry: mcp.RetrySafe}, q, &f.rec))
+	return asRPC(l.callFailure(f.ctx, err, ToolPolicy{Server: server.Policy{Retry: mcp.RetrySafe}}, q, &f.rec))
 }
 
 // asRPC carries a gateway failure as a JSON-RPC error, its structured

@@ -139,7 +139,7 @@ func TestGatewayDeadlineCancelsUpstream(t *testing.T) {
 			f := newFront(t, gateway.Options{
 				Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
 				Client:    client.Options{Era: up.era},
-				Policy:    &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"hang": {Idle: 50 * time.Millisecond, Max: 100 * time.Millisecond}}},
+				Policy:    &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"hang": {Server: server.Policy{IdleTimeout: 50 * time.Millisecond, MaxTimeout: 100 * time.Millisecond}}}},
 			}, nil)
 			c := f.dial(t, mcp.Modern, nil)
 			res, err := c.CallTool(context.Background(), "hang", nil, &client.CallOptions{Idle: wait, Max: wait})

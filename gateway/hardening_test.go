@@ -81,7 +81,7 @@ func TestUpstreamRefusalPassesItsRetryAfterOn(t *testing.T) {
 		return true
 	})
 	f := newFront(t, gateway.Options{Upstreams: []gateway.Upstream{{Name: "up", URL: endpoint}},
-		Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"echo": {Retry: mcp.RetrySafe, MaxAttempts: 1}}}}, nil)
+		Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"echo": {Server: server.Policy{Retry: mcp.RetrySafe}, MaxAttempts: 1}}}}, nil)
 	c := f.dial(t, mcp.Modern, nil)
 	for _, tc := range []struct {
 		status     int
@@ -214,7 +214,7 @@ func TestHeldCallProgressResetsTheRetrysIdleClock(t *testing.T) {
 	f := newFront(t, gateway.Options{
 		Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
 		Client:    client.Options{Era: mcp.Legacy},
-		Policy:    &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"askslow": {Idle: time.Second, Max: time.Minute}}},
+		Policy:    &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"askslow": {Server: server.Policy{IdleTimeout: time.Second, MaxTimeout: time.Minute}}}},
 	}, nil)
 	c := f.dial(t, mcp.Modern, &client.Options{
 		Capabilities: mcp.ClientCapabilities{Elicitation: json.RawMessage(`{}`)},

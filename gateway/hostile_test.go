@@ -17,6 +17,7 @@ import (
 	"github.com/mcprel/mcprel/gateway"
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/transport/streamhttp"
 )
 
@@ -137,7 +138,7 @@ func TestSilentUpstreamEndsAtTheDeadline(t *testing.T) {
 	u := newUpstream(t)
 	f := newFront(t, gateway.Options{
 		Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
-		Policy:    &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"hang": {Idle: 100 * time.Millisecond, Max: time.Minute}}},
+		Policy:    &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"hang": {Server: server.Policy{IdleTimeout: 100 * time.Millisecond, MaxTimeout: time.Minute}}}},
 	}, &streamhttp.HandlerOptions{Tokens: map[string]string{"tok-a": "alice", "tok-b": "bob"}})
 	alice := f.dial(t, 0, &client.Options{Header: http.Header{"Authorization": {"Bearer tok-a"}}})
 	bob := f.dial(t, 0, &client.Options{Header: http.Header{"Authorization": {"Bearer tok-b"}}})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/internal/benchtest"
 	"github.com/mcprel/mcprel/internal/ledgertest"
 	"github.com/mcprel/mcprel/internal/mcptest"
@@ -159,7 +160,7 @@ func touchFront(b *testing.B, u *touchUpstream, l *ledger.Ledger) *front {
 		Upstreams: []gateway.Upstream{{Name: "up", URL: u.url}},
 		Ledger:    l,
 		Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{
-			"touch": {Retry: mcp.RetryConditional, KeyArgument: "requestId"},
+			"touch": {Keyed: &idempotency.Policy{Key: idempotency.KeyOptional, External: true, AtMostOnce: true, KeyArgument: "requestId"}},
 		}},
 	}, nil)
 }

@@ -140,9 +140,9 @@ func keyedFront(t *testing.T, m *mailer, hopts *streamhttp.HandlerOptions) (*fro
 		Upstreams: []gateway.Upstream{{Name: "mail", URL: m.url}},
 		Ledger:    l,
 		Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{
-			"send":       {Retry: mcp.RetryConditional, KeyArgument: "requestId", ReconcileWith: "outbox"},
-			"send_keyed": {Retry: mcp.RetryConditional, KeyArgument: "requestId", UpstreamHonoursKey: true},
-			"outbox":     {Retry: mcp.RetrySafe},
+			"send":       {Keyed: &idempotency.Policy{Key: idempotency.KeyOptional, External: true, AtMostOnce: true, KeyArgument: "requestId", ReconcileWith: "outbox"}},
+			"send_keyed": {Keyed: &idempotency.Policy{Key: idempotency.KeyOptional, External: true, KeyArgument: "requestId"}},
+			"outbox":     {Server: server.Policy{Retry: mcp.RetrySafe}},
 		}},
 	}, hopts)
 	return f, l
@@ -258,8 +258,8 @@ func TestGatewayRetriesOnlyWhatCannotRunTwice(t *testing.T) {
 		Upstreams: []gateway.Upstream{{Name: "mail", URL: m.url}},
 		Ledger:    l,
 		Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{
-			"outbox": {Retry: mcp.RetrySafe},
-			"send":   {Retry: mcp.RetryConditional, KeyArgument: "requestId"},
+			"outbox": {Server: server.Policy{Retry: mcp.RetrySafe}},
+			"send":   {Keyed: &idempotency.Policy{Key: idempotency.KeyOptional, External: true, AtMostOnce: true, KeyArgument: "requestId"}},
 		}},
 	}, nil)
 	c := f.dial(t, mcp.Modern, nil)

@@ -12,6 +12,7 @@ import (
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/review"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/taskserver"
 )
 
 // Deadlines a forwarded tool runs under when the policy names none. A read
@@ -25,35 +26,62 @@ var (
 
 // ToolPolicy is what the gateway knows of one tool, from its operator:
 // never from the upstream, whose annotations are hints that do not widen
-// a retry class.
+// a retry class. It is made of the policies of the packages that enforce
+// it — the server's, the ledger's and the task runner's — which the
+// gateway stacks on the forwarding tool as they are given, so that what
+// the gateway advertises and enforces is what the operator wrote.
 type ToolPolicy struct {
-	// Retry is the tool's class: RetrySafe for a tool the operator
-	// declares read-only; RetryConditional for a mutation the gateway's
-	// ledger (Options.Ledger) runs once per idempotency key; RetryUnsafe
-	// otherwise.
-	Retry mcp.RetryClass
-	// Idle and Max are the tool's clocks; zero means the class's default.
-	Idle, Max time.Duration
+	// Server is how the gateway's server runs the tool's calls (see
+	// server.Policy). Its Retry is the tool's class: RetrySafe for a tool
+	// the operator declares read-only; RetryConditional for a mutation
+	// the gateway's ledger runs once per key (Keyed, which a keyed tool
+	// must give; Keyed makes an unsafe class conditional, as
+	// idempotency.Keyed does); RetryUnsafe otherwise. IdleTimeout and
+	// MaxTimeout are the tool's clocks, zero meaning the class's default
+	// (DefaultSafeDeadlines or DefaultUnsafeDeadlines); its Timeout class
+	// must be left standard, and its Group unset: the gateway's clocks
+	// are its own, and its share of the server is its upstream's
+	// (Upstream.Limits). The rest (MaxConcurrent, Rate, Secret, …) is
+	// the server's to enforce as for any tool.
+	Server server.Policy
 
-	// What follows is for a conditional tool.
+	// Keyed, for a conditional tool, is the ledger's policy (see
+	// idempotency.Policy), which the gateway's ledger (Options.Ledger)
+	// wraps the tool with as given; nil: the tool is not keyed. Behind
+	// the gateway every effect is the upstream's, so External must be
+	// set. Key: KeyRequired refuses a call without a key before it is
+	// forwarded ("idempotency_key_required"); KeyOptional forwards one
+	// without, once, unprotected, its result saying retrySafe: false.
+	// KeyArgument names the argument that carries the key (the key may
+	// also come in _meta["dev.mcprel/idempotencyKey"], which is passed
+	// upstream). AtMostOnce says the upstream does not deduplicate by
+	// the key: a keyed call is forwarded at most once, and a lost answer
+	// leaves its outcome unknown. Without it the upstream honours the
+	// key (it receives it, in the argument or in _meta): a forward whose
+	// answer was lost may be sent again with the same key. ReconcileWith
+	// names the read tool that finds out what a call whose outcome is
+	// unknown did, for the advice its retries are given.
+	//
+	// A keyed tool that is a task (Task) is wrapped with a copy whose
+	// External and AtMostOnce are cleared: its key claims the task's
+	// creation, in the ledger's transaction, and the task runs the
+	// forward once — again after its gateway died only if AtMostOnce is
+	// not set.
+	Keyed *idempotency.Policy
 
-	// KeyRequired refuses a call without a key before it is forwarded
-	// ("idempotency_key_required"); otherwise a call without one is
-	// forwarded once, unprotected, and its result says retrySafe: false.
-	KeyRequired bool
-	// KeyArgument is the argument that carries the key; "" means
-	// "idempotencyKey". The key may also come in
-	// _meta["dev.mcprel/idempotencyKey"], which is passed upstream.
-	KeyArgument string
-	// UpstreamHonoursKey says the upstream deduplicates by the key itself
-	// (it receives it, in the argument or in _meta): a forward whose
-	// answer was lost may then be sent again with the same key. Without
-	// it, a keyed call is forwarded at most once, and a lost answer
-	// leaves its outcome unknown.
-	UpstreamHonoursKey bool
-	// ReconcileWith names the read tool that finds out what a call whose
-	// outcome is unknown did, for the advice its retries are given.
-	ReconcileWith string
+	// Task makes the tool a durable task of the gateway's (Options.Tasks,
+	// see taskserver.Policy); nil: it is not one, unless the upstream's
+	// own task support makes it one (see mirroredTask). Required runs a
+	// call only as a task; otherwise one runs as a task when the client
+	// can take one. The client gets a task id at once and polls; the
+	// gateway holds the upstream call. The gateway decides Resumable (a
+	// task whose gateway died while it held the call ends failed — its
+	// outcome unknown — and is never run again, unless the tool is safe
+	// or its upstream honours the key) and sets ReadsCancel (a task's
+	// cancellation is passed upstream, and the task ends by what it
+	// left); a policy that sets Resumable is refused. A keyed tool's task
+	// must be required: its creation is what the key makes idempotent.
+	Task *taskserver.Policy
 
 	// MaxAttempts caps the gateway's own attempts of one call upstream,
 	// the first included (0: retry.DefaultMaxAttempts). The gateway makes
@@ -62,38 +90,28 @@ type ToolPolicy struct {
 	// or, at most once, a request that provably never left the gateway.
 	// An unsafe tool is never retried.
 	MaxAttempts int
-
-	// Task makes the tool a durable task of the gateway's
-	// (Options.Tasks): TaskOptional runs a call as a task when the client
-	// can take one, TaskRequired only as one. The client gets a task id
-	// at once and polls; the gateway holds the upstream call. A task
-	// whose gateway died while it held the call ends failed — its outcome
-	// unknown — and is never run again, unless the tool is safe or its
-	// upstream honours the key. A keyed tool's task must be required: its
-	// creation is what the key makes idempotent.
-	Task TaskSupport
 }
 
-// TaskSupport says whether a tool runs as a gateway task.
-type TaskSupport uint8
-
-const (
-	TaskNone TaskSupport = iota
-	TaskOptional
-	TaskRequired
-)
-
 // keyArgument is the argument that carries a conditional tool's key.
-func (tp ToolPolicy) keyArgument() string { return cmp.Or(tp.KeyArgument, mcp.ArgIdempotencyKey) }
+func (tp ToolPolicy) keyArgument() string {
+	if tp.Keyed == nil {
+		return mcp.ArgIdempotencyKey
+	}
+	return cmp.Or(tp.Keyed.KeyArgument, mcp.ArgIdempotencyKey)
+}
+
+// upstreamHonoursKey reports whether the tool is keyed and its upstream
+// deduplicates by the key.
+func (tp ToolPolicy) upstreamHonoursKey() bool { return tp.Keyed != nil && !tp.Keyed.AtMostOnce }
 
 // retryClass is the class the gateway's own retries of the tool are
 // planned by: a keyed tool forwarded at most once may be sent again only
 // when its request never left (mcp.RetryUnsafe).
 func (tp ToolPolicy) retryClass() mcp.RetryClass {
 	switch {
-	case tp.Retry == mcp.RetrySafe:
+	case tp.Server.Retry == mcp.RetrySafe:
 		return mcp.RetrySafe
-	case tp.Retry == mcp.RetryConditional && tp.UpstreamHonoursKey:
+	case tp.Server.Retry == mcp.RetryConditional && tp.upstreamHonoursKey():
 		return mcp.RetryConditional
 	}
 	return mcp.RetryUnsafe
@@ -111,55 +129,63 @@ type Policy struct {
 	Tools map[string]ToolPolicy
 }
 
-// forTool returns the policy of a tool, with its clocks filled in.
+// forTool returns the policy of a tool as the gateway serves it: its
+// clocks filled in, and a keyed tool's class conditional.
 func (p *Policy) forTool(name string) ToolPolicy {
 	tp := p.Tools[name] // a tool the policy does not name is unsafe
+	if tp.Keyed != nil && tp.Server.Retry == mcp.RetryUnsafe {
+		tp.Server.Retry = mcp.RetryConditional // as idempotency.Keyed makes it
+	}
 	def := DefaultUnsafeDeadlines
-	if tp.Retry == mcp.RetrySafe {
+	if tp.Server.Retry == mcp.RetrySafe {
 		def = DefaultSafeDeadlines
 	}
-	if tp.Idle == 0 {
-		tp.Idle = def.Idle
+	if tp.Server.IdleTimeout == 0 {
+		tp.Server.IdleTimeout = def.Idle
 	}
-	if tp.Max == 0 {
-		tp.Max = def.Max
+	if tp.Server.MaxTimeout == 0 {
+		tp.Server.MaxTimeout = def.Max
 	}
-	tp.Idle = min(tp.Idle, tp.Max)
+	tp.Server.IdleTimeout = min(tp.Server.IdleTimeout, tp.Server.MaxTimeout)
 	return tp
 }
 
 func (p *Policy) check(keeps, runsTasks bool) error {
 	for name, tp := range p.Tools {
-		if tp.Task != TaskNone && !runsTasks {
+		sp := tp.Server
+		switch {
+		case tp.Task != nil && !runsTasks:
 			return fmt.Errorf("gateway: policy of tool %q: a task needs the gateway's task server (Options.Tasks), and this gateway has none", name)
-		}
-		if tp.Task == TaskOptional && tp.Retry == mcp.RetryConditional {
+		case tp.Task != nil && tp.Task.Resumable:
+			return fmt.Errorf("gateway: policy of tool %q: Task.Resumable is the gateway's to decide: a task is run again after its gateway died only where that cannot forward the call twice", name)
+		case tp.Task != nil && !tp.Task.Required && tp.Keyed != nil:
 			return fmt.Errorf("gateway: policy of tool %q: a keyed tool that runs as a task must require it (tasks.support: required): run inline, its forward would hold the ledger's transaction", name)
-		}
-		if tp.Idle < 0 || tp.Max < 0 {
+		case sp.IdleTimeout < 0 || sp.MaxTimeout < 0:
 			return fmt.Errorf("gateway: policy of tool %q: negative deadlines", name)
-		}
-		if tp.Retry == mcp.RetryConditional && !keeps {
-			return fmt.Errorf("gateway: policy of tool %q: a conditional tool needs the gateway's idempotency ledger (Options.Ledger), and this gateway has none", name)
-		}
-		if tp.Retry != mcp.RetryConditional && (tp.KeyRequired || tp.KeyArgument != "" || tp.UpstreamHonoursKey) {
+		case sp.Timeout != server.TimeoutStandard:
+			return fmt.Errorf("gateway: policy of tool %q: the gateway's clocks are Server.IdleTimeout and Server.MaxTimeout, or its defaults by retry class; leave Server.Timeout standard", name)
+		case sp.Group != nil:
+			return fmt.Errorf("gateway: policy of tool %q: a forwarded tool draws on its upstream's share of the server (Upstream.Limits); leave Server.Group unset", name)
+		case sp.Retry == mcp.RetryConditional && tp.Keyed == nil:
+			return fmt.Errorf("gateway: policy of tool %q: a conditional tool is keyed: give its ledger policy (Keyed)", name)
+		case tp.Keyed != nil && sp.Retry == mcp.RetrySafe:
 			return fmt.Errorf("gateway: policy of tool %q: an idempotency key is given for a tool that is not conditional", name)
+		case tp.Keyed != nil && !keeps:
+			return fmt.Errorf("gateway: policy of tool %q: a conditional tool needs the gateway's idempotency ledger (Options.Ledger), and this gateway has none", name)
+		case tp.Keyed != nil && !tp.Keyed.External:
+			return fmt.Errorf("gateway: policy of tool %q: behind the gateway a keyed tool's effect is the upstream's, outside the ledger's database: set Keyed.External (and Keyed.AtMostOnce unless the upstream deduplicates by the key)", name)
 		}
 	}
 	return nil
 }
 
-// keyed is the ledger's policy for a conditional tool. A task's key
-// claims the task's creation, in the ledger's transaction; the task runs
-// the forward once.
-func (tp ToolPolicy) keyed() idempotency.Policy {
-	p := idempotency.Policy{Key: idempotency.KeyOptional, External: true, AtMostOnce: !tp.UpstreamHonoursKey,
-		KeyArgument: tp.KeyArgument, ReconcileWith: tp.ReconcileWith}
-	if tp.Task != TaskNone {
+// ledgerPolicy is the ledger's policy the tool is wrapped with: Keyed as
+// given, or for a task, Keyed with its key claiming the task's creation,
+// in the ledger's transaction; the task runs the forward once.
+func (tp ToolPolicy) ledgerPolicy() idempotency.Policy {
+	p := *tp.Keyed
+	if tp.Task != nil {
 		p.External, p.AtMostOnce = false, false
-	}
-	if tp.KeyRequired {
-		p.Key = idempotency.KeyRequired
 	}
 	return p
 }
@@ -204,13 +230,13 @@ func PolicyFromReview(rp *review.Policy, facts Facts) (*Policy, error) {
 			if d.None {
 				return nil, fmt.Errorf("gateway: policy of tool %q: idle_timeout \"none\": a forwarded call needs an idle clock", op.Name)
 			}
-			tp.Idle = d.D
+			tp.Server.IdleTimeout = d.D
 		}
 		if d := op.Deadlines.Max; d != nil {
 			if d.None {
 				return nil, fmt.Errorf("gateway: policy of tool %q: max_timeout \"none\": a forwarded call always ends; give a duration", op.Name)
 			}
-			tp.Max = d.D
+			tp.Server.MaxTimeout = d.D
 		}
 		rep := &report.Operations[i]
 		if err := claimsHold(&op, rep); err != nil {
@@ -218,21 +244,23 @@ func PolicyFromReview(rp *review.Policy, facts Facts) (*Policy, error) {
 		}
 		switch rep.Retry.Class {
 		case review.ClassSafe:
-			tp.Retry = mcp.RetrySafe
+			tp.Server.Retry = mcp.RetrySafe
 		case review.ClassConditional:
-			tp.Retry = mcp.RetryConditional
-			tp.KeyRequired = deref(op.Idempotency.Key) == "required"
-			tp.KeyArgument = op.Idempotency.KeyArgument
-			tp.UpstreamHonoursKey = deref(op.Idempotency.ExternalGuard) == "upstream_key"
-			tp.ReconcileWith = op.Retry.ReconcileWith
+			tp.Server.Retry = mcp.RetryConditional
+			tp.Keyed = &idempotency.Policy{Key: idempotency.KeyOptional, External: true,
+				AtMostOnce:  deref(op.Idempotency.ExternalGuard) != "upstream_key",
+				KeyArgument: op.Idempotency.KeyArgument, ReconcileWith: op.Retry.ReconcileWith}
+			if deref(op.Idempotency.Key) == "required" {
+				tp.Keyed.Key = idempotency.KeyRequired
+			}
 		}
 		switch deref(op.Tasks.Support) {
 		case "optional":
-			tp.Task = TaskOptional
+			tp.Task = &taskserver.Policy{}
 		case "required":
-			tp.Task = TaskRequired
+			tp.Task = &taskserver.Policy{Required: true}
 		}
-		if tp.Retry != mcp.RetryUnsafe && op.Retry.MaxAttempts != nil {
+		if tp.Server.Retry != mcp.RetryUnsafe && op.Retry.MaxAttempts != nil {
 			tp.MaxAttempts = max(*op.Retry.MaxAttempts, 1)
 		}
 		p.Tools[op.Name] = tp

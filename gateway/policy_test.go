@@ -3,11 +3,13 @@ package gateway_test
 import (
 	"context"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/internal/ledgertest"
 	"github.com/mcprel/mcprel/internal/storetest"
 	"github.com/mcprel/mcprel/mcp"
@@ -89,8 +91,9 @@ operations:
 	must(t, err)
 	p, err := gateway.PolicyFromReview(rp, gateway.DefaultFacts)
 	must(t, err)
-	if tp := p.Tools["send"]; tp.Retry != mcp.RetryConditional || !tp.KeyRequired || tp.KeyArgument != "requestId" || tp.UpstreamHonoursKey || tp.ReconcileWith != "outbox" {
-		t.Fatalf("the keyed mutation = %+v, want conditional, key required in requestId, at most once, reconciled with outbox", tp)
+	want := idempotency.Policy{Key: idempotency.KeyRequired, External: true, AtMostOnce: true, KeyArgument: "requestId", ReconcileWith: "outbox"}
+	if tp := p.Tools["send"]; tp.Server.Retry != mcp.RetryConditional || tp.Keyed == nil || !reflect.DeepEqual(*tp.Keyed, want) {
+		t.Fatalf("the keyed mutation = %+v (keyed %+v), want conditional, keyed %+v", tp, tp.Keyed, want)
 	}
 	if rp.Operations[0].Idempotency.Store.Kind != nil {
 		t.Fatal("PolicyFromReview changed the policy it was given")

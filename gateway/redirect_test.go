@@ -15,11 +15,13 @@ import (
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/internal/ledgertest"
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/internal/storetest"
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server"
 )
 
 // redirectTarget is where an upstream's redirect points: it records what
@@ -160,8 +162,8 @@ func TestKeyedCallRedirectedFreesItsKey(t *testing.T) {
 		Upstreams: []gateway.Upstream{{Name: "mail", URL: proxy.URL, Header: http.Header{"Authorization": {"Bearer upstream-secret"}}}},
 		Ledger:    l,
 		Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{
-			"send":   {Retry: mcp.RetryConditional, KeyArgument: "requestId", ReconcileWith: "outbox"},
-			"outbox": {Retry: mcp.RetrySafe},
+			"send":   {Keyed: &idempotency.Policy{Key: idempotency.KeyOptional, External: true, AtMostOnce: true, KeyArgument: "requestId", ReconcileWith: "outbox"}},
+			"outbox": {Server: server.Policy{Retry: mcp.RetrySafe}},
 		}},
 	}, nil)
 	c := f.dial(t, mcp.Modern, nil)

@@ -371,7 +371,7 @@ func TestCrashLoopBacksOff(t *testing.T) {
 func TestStdioUpstreamAnswerTooLargeIsUnknownAtOnce(t *testing.T) {
 	f := newFront(t, gateway.Options{
 		Upstreams: []gateway.Upstream{{Name: "local", Command: []string{os.Args[0], "-test.run=^$"}, Env: []string{stdioUpstreamEnv + "=1"}}},
-		Policy:    &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"echo": {Idle: time.Hour, Max: time.Hour}}},
+		Policy:    &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"echo": {Server: server.Policy{IdleTimeout: time.Hour, MaxTimeout: time.Hour}}}},
 		Client:    client.Options{MaxMessageBytes: 4096},
 	}, nil)
 	c := f.dial(t, mcp.Modern, nil)

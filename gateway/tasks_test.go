@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/internal/ledgertest"
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/internal/storetest"
@@ -35,8 +36,8 @@ func taskFront(t *testing.T, m *mailer) (*front, *taskserver.Server) {
 		Upstreams: []gateway.Upstream{{Name: "mail", URL: m.url}},
 		Ledger:    l, Tasks: ts,
 		Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{
-			"send":   {Retry: mcp.RetryConditional, KeyArgument: "requestId", Task: gateway.TaskRequired},
-			"outbox": {Retry: mcp.RetrySafe, Task: gateway.TaskOptional},
+			"send":   {Keyed: &idempotency.Policy{Key: idempotency.KeyOptional, External: true, AtMostOnce: true, KeyArgument: "requestId"}, Task: &taskserver.Policy{Required: true}},
+			"outbox": {Server: server.Policy{Retry: mcp.RetrySafe}, Task: &taskserver.Policy{}},
 		}},
 	}, nil)
 	return f, ts

@@ -128,7 +128,7 @@ func TestUpstreamTaskIsFollowed(t *testing.T) {
 			srv, gts := gatewayTasks(t, filepath.Join(t.TempDir(), "gateway.db"))
 			pol := &gateway.Policy{}
 			if up.era == mcp.Modern {
-				pol.Tools = map[string]gateway.ToolPolicy{"research": {Task: gateway.TaskRequired}}
+				pol.Tools = map[string]gateway.ToolPolicy{"research": {Task: &taskserver.Policy{Required: true}}}
 			}
 			f := newFrontOn(t, srv, gateway.Options{Upstreams: []gateway.Upstream{{Name: "up", URL: r.url}},
 				Client: client.Options{Era: up.era}, Tasks: gts, Policy: pol}, nil)
@@ -183,7 +183,7 @@ func TestUpstreamTaskCancelled(t *testing.T) {
 			srv, gts := gatewayTasks(t, filepath.Join(t.TempDir(), "gateway.db"))
 			f := newFrontOn(t, srv, gateway.Options{Upstreams: []gateway.Upstream{{Name: "up", URL: r.url}},
 				Client: client.Options{Era: up.era}, Tasks: gts,
-				Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"research": {Task: gateway.TaskRequired}}}}, nil)
+				Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"research": {Task: &taskserver.Policy{Required: true}}}}}, nil)
 			c := taskClient(t, f)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)

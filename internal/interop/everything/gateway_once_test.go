@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/internal/interop/everything"
 	"github.com/mcprel/mcprel/internal/interop/gatewaycheck"
 	"github.com/mcprel/mcprel/internal/ledgertest"
@@ -28,7 +29,7 @@ func TestGatewayKeyedCallsInFrontOfServerEverything(t *testing.T) {
 			peer, w, logger := upstream(t, mode)
 			f := gatewaycheck.Start(t, peer, gateway.Options{Logger: logger,
 				Ledger: ledgertest.Open(t, storetest.SQLite(t), nil, nil, ""),
-				Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"echo": {Retry: mcp.RetryConditional, KeyRequired: true}}}})
+				Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"echo": {Keyed: &idempotency.Policy{Key: idempotency.KeyRequired, External: true, AtMostOnce: true}}}}})
 			c := f.Dial(t, gatewaycheck.Downstreams[2], client.Options{})
 			keyed := &client.CallOptions{Meta: map[string]any{mcp.MetaIdempotencyKey: "echo-1"}}
 			first, err := c.CallTool(t.Context(), "echo", map[string]any{"message": "keyed once"}, keyed)

@@ -22,6 +22,7 @@ import (
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server"
 )
 
 // The test binary doubles as a recording pipe in front of the stdio
@@ -172,7 +173,7 @@ func TestGatewayInFrontOfServerEverything(t *testing.T) {
 			t.Run(string(mode)+"/"+d.Name, func(t *testing.T) {
 				peer, w, logger := upstream(t, mode)
 				f := gatewaycheck.Start(t, peer, gateway.Options{Logger: logger, Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{
-					"trigger-long-running-operation": {Idle: 30 * time.Second, Max: longMax},
+					"trigger-long-running-operation": {Server: server.Policy{IdleTimeout: 30 * time.Second, MaxTimeout: longMax}},
 				}},
 					// The server goes on with a cancelled operation (it
 					// does not heed its abort signal): once its stdin is

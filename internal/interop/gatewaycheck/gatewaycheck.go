@@ -98,7 +98,7 @@ func StartOn(t *testing.T, srv *server.Server, p Peer, opts gateway.Options) *Fr
 	}
 	opts.Upstreams = []gateway.Upstream{p.Upstream}
 	if opts.Policy == nil {
-		opts.Policy = &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"wait": {Idle: WaitIdle, Max: WaitMax}}}
+		opts.Policy = &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"wait": {Server: server.Policy{IdleTimeout: WaitIdle, MaxTimeout: WaitMax}}}}
 	}
 	f := &Front{srv: srv, listed: make(chan struct{}, 1)}
 	if opts.Observer == nil {
@@ -199,7 +199,7 @@ func Forwarding(t *testing.T, upstream client.Options, start func(t *testing.T) 
 		t.Run(d.Name, func(t *testing.T) {
 			p := start(t)
 			f := Start(t, p, gateway.Options{Client: upstream, Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{
-				"wait": {Idle: CancelWait, Max: CancelWait},
+				"wait": {Server: server.Policy{IdleTimeout: CancelWait, MaxTimeout: CancelWait}},
 			}}})
 			c := f.Dial(t, d, client.Options{})
 			ctx := context.Background()
