@@ -6,14 +6,20 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/mcprel/mcprel/gateway"
 	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/internal/ledgertest"
+	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/internal/storetest"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/review"
+	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/tasks"
+	"github.com/mcprel/mcprel/taskserver"
 )
 
 // The gateway's policy comes from a policy in mcprel review's
@@ -180,5 +186,169 @@ func TestExamplePolicyAsTheGatewayRunsIt(t *testing.T) {
 	must(t, gateway.DefaultFacts.Complete(rp))
 	if ws := review.Review(rp).Operations[0].Warnings; !slices.ContainsFunc(ws, func(w string) bool { return strings.Contains(w, "at_most_once") }) {
 		t.Errorf("no warning for at_most_once without reconcile_with: %v", ws)
+	}
+}
+
+// A tool the gateway forwards is served with the policies its ToolPolicy
+// is made of, as they are written: the ledger wraps a keyed tool with
+// exactly its Keyed policy (its key mode, argument, fingerprint fields,
+// at-most-once, read to reconcile with) — a task's with its key claiming
+// the task's creation instead — and the server runs it with its Server
+// policy, the class and clocks tools/list advertises. Were the gateway to
+// restate a policy on the way (a default of its own, a field dropped),
+// what is enforced would differ from what is written here.
+func TestToolIsServedWithItsOwnPolicies(t *testing.T) {
+	send := idempotency.Policy{Key: idempotency.KeyRequired, External: true, AtMostOnce: true,
+		KeyArgument: "requestId", ReconcileWith: "outbox", Fields: []string{"to", "text"}, Preconditions: []string{"no_mailbox"}}
+	sendKeyed := idempotency.Policy{Key: idempotency.KeyOptional, External: true, KeyArgument: "requestId"}
+	policies := map[string]gateway.ToolPolicy{
+		"send": {Server: server.Policy{IdleTimeout: 3 * time.Second, MaxTimeout: 9 * time.Second, MaxConcurrent: 4, Secret: []string{"text"}},
+			Keyed: &send},
+		"send_keyed": {Server: server.Policy{Retry: mcp.RetryConditional}, Keyed: &sendKeyed, Task: &taskserver.Policy{Required: true}},
+		"outbox":     {Server: server.Policy{Retry: mcp.RetrySafe, IdleTimeout: 2 * time.Second, MaxTimeout: 4 * time.Second}, Task: &taskserver.Policy{}},
+	}
+	// What each tool is served with, as the outermost policy sees it once
+	// the gateway's have wrapped it.
+	type served struct {
+		server  server.Policy
+		keyed   idempotency.Policy
+		isKeyed bool
+		task    string
+	}
+	var mu sync.Mutex
+	got := map[string]served{}
+	capture := func(tl *server.Tool, next server.CallHandler) (server.CallHandler, error) {
+		s := served{server: tl.Policy}
+		s.keyed, s.isKeyed = idempotency.PolicyOf(tl)
+		if tl.Execution != nil {
+			s.task = tl.Execution.TaskSupport
+		}
+		mu.Lock()
+		got[tl.Name] = s
+		mu.Unlock()
+		return next, nil
+	}
+	l := ledgertest.Open(t, storetest.SQLite(t), nil, nil, "")
+	st, err := tasks.Open(context.Background(), l.DB(), nil)
+	must(t, err)
+	srv := mcptest.NewServer(t, &server.Options{ProgressInterval: time.Nanosecond, Interceptors: []server.ToolInterceptor{capture}})
+	ts, err := taskserver.New(srv, st, nil)
+	must(t, err)
+	t.Cleanup(func() { ts.Shutdown(context.Background()) })
+	m := newMailer(t)
+	f := newFrontOn(t, srv, gateway.Options{Upstreams: []gateway.Upstream{{Name: "mail", URL: m.url}},
+		Ledger: l, Tasks: ts, Policy: &gateway.Policy{Tools: policies}}, nil)
+
+	// The server's policy is the ToolPolicy's Server, with the class a
+	// key makes conditional and the gateway's defaults for clocks left
+	// zero; the gateway adds only its upstream's share (none here) and
+	// Waits.
+	wantServer := map[string]server.Policy{
+		"send": {Retry: mcp.RetryConditional, IdleTimeout: 3 * time.Second, MaxTimeout: 9 * time.Second, MaxConcurrent: 4, Secret: []string{"text"}},
+		"send_keyed": {Retry: mcp.RetryConditional,
+			IdleTimeout: gateway.DefaultUnsafeDeadlines.Idle, MaxTimeout: gateway.DefaultUnsafeDeadlines.Max},
+		"outbox": {Retry: mcp.RetrySafe, IdleTimeout: 2 * time.Second, MaxTimeout: 4 * time.Second},
+	}
+	// The ledger's is the ToolPolicy's Keyed; a task's key claims the
+	// task's creation in the ledger's transaction, so that one is not
+	// External.
+	taskKeyed := sendKeyed
+	taskKeyed.External, taskKeyed.AtMostOnce = false, false
+	wantKeyed := map[string]*idempotency.Policy{"send": &send, "send_keyed": &taskKeyed}
+	wantTask := map[string]string{"send_keyed": mcp.TaskRequired, "outbox": mcp.TaskOptional}
+
+	mu.Lock()
+	for name := range policies {
+		s, ok := got[name]
+		if !ok {
+			t.Fatalf("%s was not served", name)
+		}
+		if !s.server.Waits {
+			t.Errorf("%s: served as a tool that computes (Waits false), not one that waits on its upstream", name)
+		}
+		s.server.Waits = false
+		if !reflect.DeepEqual(s.server, wantServer[name]) {
+			t.Errorf("%s: served with server policy %+v, want %+v", name, s.server, wantServer[name])
+		}
+		if w := wantKeyed[name]; s.isKeyed != (w != nil) || w != nil && !reflect.DeepEqual(s.keyed, *w) {
+			t.Errorf("%s: wrapped by the ledger with %+v (keyed %v), want %+v", name, s.keyed, s.isKeyed, w)
+		}
+		if s.task != wantTask[name] {
+			t.Errorf("%s: task support %q, want %q", name, s.task, wantTask[name])
+		}
+	}
+	mu.Unlock()
+
+	// And tools/list says what runs.
+	tools, err := f.dial(t, mcp.Legacy, nil).ListTools(context.Background())
+	must(t, err)
+	listed := 0
+	for _, tl := range tools {
+		w, ok := wantServer[tl.Name]
+		if !ok {
+			continue
+		}
+		listed++
+		if tl.Meta[mcp.MetaRetryClass] != w.Retry.String() || tl.Meta[mcp.MetaIdleTimeoutMs] != float64(w.IdleTimeout.Milliseconds()) ||
+			tl.Meta[mcp.MetaMaxTimeoutMs] != float64(w.MaxTimeout.Milliseconds()) {
+			t.Errorf("%s: listed as %v, idle %v, max %v; want %+v", tl.Name, tl.Meta[mcp.MetaRetryClass], tl.Meta[mcp.MetaIdleTimeoutMs], tl.Meta[mcp.MetaMaxTimeoutMs], w)
+		}
+		wantMode := ""
+		if k := wantKeyed[tl.Name]; k != nil {
+			wantMode = k.Key.String()
+		}
+		if mode, _ := tl.Meta[mcp.MetaKeyMode].(string); mode != wantMode {
+			t.Errorf("%s: listed key mode %q, want %q", tl.Name, mode, wantMode)
+		}
+	}
+	if listed != len(wantServer) {
+		t.Fatalf("%d of %d tools listed", listed, len(wantServer))
+	}
+	if tl := toolNamed(tools, "send"); tl == nil || tl.Meta[mcp.MetaEffect] != mcp.EffectAtMostOnce {
+		t.Errorf("send: effect %v, want %s", tl, mcp.EffectAtMostOnce)
+	}
+}
+
+func toolNamed(tools []mcp.Tool, name string) *mcp.Tool {
+	for i := range tools {
+		if tools[i].Name == name {
+			return &tools[i]
+		}
+	}
+	return nil
+}
+
+// A ToolPolicy the gateway cannot serve as written is refused by New,
+// naming the tool and what is at odds.
+func TestToolPolicyRefused(t *testing.T) {
+	l := ledgertest.Open(t, storetest.SQLite(t), nil, nil, "")
+	st, err := tasks.Open(context.Background(), l.DB(), nil)
+	must(t, err)
+	srv := mcptest.NewServer(t, nil)
+	ts, err := taskserver.New(srv, st, nil)
+	must(t, err)
+	t.Cleanup(func() { ts.Shutdown(context.Background()) })
+	group, err := server.NewLimitGroup("g", server.Limits{})
+	must(t, err)
+	keyed := &idempotency.Policy{External: true, AtMostOnce: true}
+	for _, bad := range []struct {
+		name string
+		tp   gateway.ToolPolicy
+		want string
+	}{
+		{"not external", gateway.ToolPolicy{Keyed: &idempotency.Policy{}}, "Keyed.External"},
+		{"conditional without a key", gateway.ToolPolicy{Server: server.Policy{Retry: mcp.RetryConditional}}, "give its ledger policy"},
+		{"a keyed read", gateway.ToolPolicy{Server: server.Policy{Retry: mcp.RetrySafe}, Keyed: keyed}, "not conditional"},
+		{"a keyed optional task", gateway.ToolPolicy{Keyed: keyed, Task: &taskserver.Policy{}}, "must require it"},
+		{"resumable", gateway.ToolPolicy{Task: &taskserver.Policy{Resumable: true}}, "Task.Resumable"},
+		{"a timeout class", gateway.ToolPolicy{Server: server.Policy{Timeout: server.TimeoutFast}}, "Server.Timeout"},
+		{"a group", gateway.ToolPolicy{Server: server.Policy{Group: group}}, "Server.Group"},
+		{"negative", gateway.ToolPolicy{Server: server.Policy{MaxTimeout: -1}}, "negative"},
+	} {
+		_, err := gateway.New(srv, &gateway.Options{Upstreams: []gateway.Upstream{{Name: "up", URL: "http://127.0.0.1:1"}},
+			Ledger: l, Tasks: ts, Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"x": bad.tp}}})
+		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), `"x"`) {
+			t.Errorf("%s: %v, want an error naming x and saying %s", bad.name, err, bad.want)
+		}
 	}
 }
