@@ -184,15 +184,7 @@ func (e *CancelledError) Unwrap() error { return e.Cause }
 // described them; a tool that listing left out for malformed annotations
 // is refused (*ExcludedToolError).
 func (c *Client) CallTool(ctx context.Context, name string, args any, o *CallOptions) (*mcp.CallToolResult, error) {
-	raw, err := c.CallToolRaw(ctx, name, args, o)
-	if err != nil {
-		return nil, err
-	}
-	var res mcp.CallToolResult
-	if err := json.Unmarshal(raw, &res); err != nil {
-		return nil, fmt.Errorf("client: tools/call answered %s: %w", clip(raw), err)
-	}
-	return &res, nil
+	return decodeResult(c.CallToolRaw(ctx, name, args, o))
 }
 
 // CallToolRaw is CallTool, returning the result as the server sent it,

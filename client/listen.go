@@ -224,12 +224,5 @@ func waitToReconnect(ctx context.Context, attempt int, serverRetry time.Duration
 	if wait == 0 {
 		wait = reconnectBackoff.Delay(attempt, 0)
 	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-timer.C:
-		return true
-	}
+	return retry.Wait(ctx, wait)
 }
