@@ -43,18 +43,18 @@ func Decode(frame []byte) (Message, *Error) {
 	switch frame[0] {
 	case '{':
 	case '[':
-		if !json.Valid(frame) {
+		if !Valid(frame) {
 			return Message{}, NewError(CodeParseError, "parse error: invalid JSON")
 		}
 		return Message{}, NewError(CodeInvalidRequest, "batch messages are not supported: send one JSON-RPC message per frame")
 	default:
-		if !json.Valid(frame) {
+		if !Valid(frame) {
 			return Message{}, NewError(CodeParseError, "parse error: invalid JSON")
 		}
 		return Message{}, NewError(CodeInvalidRequest, "a JSON-RPC message must be a JSON object")
 	}
 
-	if !json.Valid(frame) {
+	if !Valid(frame) {
 		return Message{}, NewError(CodeParseError, "parse error: invalid JSON")
 	}
 	// Split once, without copying: the members alias frame. Member names

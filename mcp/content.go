@@ -156,7 +156,7 @@ func (c RawContent) MarshalJSON() ([]byte, error) {
 // splits it without a reflective decode: only _meta, isError and
 // resultType are decoded, and the rest is sliced out of a copy of data.
 func PassThrough(data []byte) (*CallToolResult, error) {
-	if !json.Valid(data) {
+	if !jsonrpc.Valid(data) {
 		return nil, errors.New("mcp: a tools/call result that is not valid JSON")
 	}
 	data = bytes.Clone(data) // the blocks are kept: nothing of the caller's buffer is

@@ -69,7 +69,7 @@ func rawMeta(params json.RawMessage) (json.RawMessage, error) {
 		}
 		return true
 	}); err != nil {
-		if !json.Valid(params) {
+		if !jsonrpc.Valid(params) {
 			return nil, errors.New("invalid params: not valid JSON")
 		}
 		return nil, errors.New("invalid params: params must be an object")
