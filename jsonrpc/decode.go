@@ -135,7 +135,9 @@ func (env *envelope) message() (Message, *Error) {
 	if hasResult || hasError {
 		return m, NewError(CodeInvalidRequest, "a request or notification must not carry result or error")
 	}
-	if err := json.Unmarshal(env.Method, &m.Method); err != nil {
+	if s, ok := PlainString(env.Method); ok {
+		m.Method = s
+	} else if err := json.Unmarshal(env.Method, &m.Method); err != nil {
 		return m, NewError(CodeInvalidRequest, `"method" must be a string`)
 	}
 	if m.Method == "" {

@@ -3,6 +3,7 @@ package jsonrpc
 import (
 	"encoding/json"
 	"errors"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -201,4 +202,54 @@ loop:
 		return -1
 	}
 	return j
+}
+
+// PlainString returns the value of v, a JSON string, when it holds no
+// escape, no control character and only valid UTF-8: then the bytes
+// between its quotes are the string encoding/json would decode, and no
+// decoder is needed. ok is false for any other v, which the caller
+// decodes in full.
+//
+// A short string seen before (a method name, "complete") is returned from
+// a small table of recent ones, without a copy.
+func PlainString(v []byte) (s string, ok bool) {
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return "", false
+	}
+	v = v[1 : len(v)-1]
+	ascii := true
+	for _, c := range v {
+		switch {
+		case c < 0x20 || c == '\\' || c == '"':
+			return "", false
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+	}
+	if !ascii {
+		if !utf8.Valid(v) {
+			return "", false
+		}
+		return string(v), true
+	}
+	return intern(v), true
+}
+
+// recent holds short strings PlainString returned lately, by a cheap hash
+// of their bytes; a string that collides with another replaces it.
+var recent [64]atomic.Pointer[string]
+
+const maxInterned = 40
+
+func intern(b []byte) string {
+	if len(b) == 0 || len(b) > maxInterned {
+		return string(b)
+	}
+	slot := &recent[(len(b)*31+int(b[0])*7+int(b[len(b)-1])*3+int(b[len(b)/2]))%len(recent)]
+	if p := slot.Load(); p != nil && *p == string(b) {
+		return *p
+	}
+	s := string(b)
+	slot.Store(&s)
+	return s
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/mcprel/mcprel/jsonrpc"
@@ -158,6 +159,49 @@ func FuzzElements(f *testing.F) {
 		got, err := elementsOf(arr)
 		if err != nil || !slices.Equal(got, want) {
 			t.Fatalf("%q: %q, %v; want %q", arr, got, err, want)
+		}
+	})
+}
+
+func TestPlainStringAgreesWithEncodingJSON(t *testing.T) {
+	for _, c := range []string{`""`, `"tools/call"`, `"tools/list"`, `"complete"`, `"caf\u00e9"`, `"café"`,
+		"\"\xff\"", `"a\"b"`, `"a\\b"`, `"a/b"`, `1`, `null`, `"`, `"unterminated`, "\"a\x01\"",
+		`"` + strings.Repeat("x", 100) + `"`, `"日本"`} {
+		s, ok := jsonrpc.PlainString([]byte(c))
+		if !ok {
+			continue // the caller decodes it in full
+		}
+		var want string
+		if err := json.Unmarshal([]byte(c), &want); err != nil || s != want {
+			t.Errorf("jsonrpc.PlainString(%q) = %q, encoding/json decodes %q (%v)", c, s, want, err)
+		}
+	}
+	for _, c := range []string{`"tools/call"`, `"complete"`, `"é"`} {
+		if _, ok := jsonrpc.PlainString([]byte(c)); !ok {
+			t.Errorf("jsonrpc.PlainString(%q) is not ok", c)
+		}
+	}
+	// The table of recent strings hands back equal strings, never a
+	// colliding one.
+	a, _ := jsonrpc.PlainString([]byte(`"tools/call"`))
+	b, _ := jsonrpc.PlainString([]byte(`"tools/list"`))
+	c, _ := jsonrpc.PlainString([]byte(`"tools/call"`))
+	if a != "tools/call" || b != "tools/list" || c != "tools/call" {
+		t.Errorf("got %q %q %q", a, b, c)
+	}
+}
+
+func FuzzPlainString(f *testing.F) {
+	f.Add([]byte(`"tools/call"`))
+	f.Add([]byte(`"caf\u00e9"`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, ok := jsonrpc.PlainString(b)
+		if !ok {
+			return
+		}
+		var want string
+		if err := json.Unmarshal(b, &want); err != nil || s != want {
+			t.Errorf("jsonrpc.PlainString(%q) = %q, encoding/json decodes %q (%v)", b, s, want, err)
 		}
 	})
 }

@@ -184,9 +184,20 @@ func PassThrough(data []byte) (*CallToolResult, error) {
 		case "structuredContent":
 			r.StructuredContent = json.RawMessage(v)
 		case "isError":
-			err = json.Unmarshal(v, &r.IsError)
+			switch string(v) {
+			case "true":
+				r.IsError = true
+			case "false":
+				r.IsError = false
+			default:
+				err = json.Unmarshal(v, &r.IsError)
+			}
 		case "resultType":
-			err = json.Unmarshal(v, &r.ResultType)
+			if s, ok := jsonrpc.PlainString(v); ok {
+				r.ResultType = s
+			} else {
+				err = json.Unmarshal(v, &r.ResultType)
+			}
 		case "_meta":
 			err = r.Meta.UnmarshalJSON(v)
 		}
