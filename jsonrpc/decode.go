@@ -54,14 +54,12 @@ func Decode(frame []byte) (Message, *Error) {
 		return Message{}, NewError(CodeInvalidRequest, "a JSON-RPC message must be a JSON object")
 	}
 
-	if !Valid(frame) {
-		return Message{}, NewError(CodeParseError, "parse error: invalid JSON")
-	}
-	// Split once, without copying: the members alias frame. Member names
-	// are matched exactly (JSON-RPC's are case-sensitive), and a repeated
-	// one counts as its last occurrence, as encoding/json reads it.
+	// Checked and split in one pass, without copying: the members alias
+	// frame. Member names are matched exactly (JSON-RPC's are
+	// case-sensitive), and a repeated one counts as its last occurrence,
+	// as encoding/json reads it.
 	var env envelope
-	Members(frame, func(k, v []byte) bool {
+	if err := ValidMembers(frame, func(k, v []byte) bool {
 		switch string(k) {
 		case "jsonrpc":
 			env.JSONRPC = v
@@ -77,7 +75,9 @@ func Decode(frame []byte) (Message, *Error) {
 			env.Error = v
 		}
 		return true
-	})
+	}); err != nil {
+		return Message{}, NewError(CodeParseError, "parse error: invalid JSON")
+	}
 	return env.message()
 }
 

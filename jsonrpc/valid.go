@@ -1,5 +1,12 @@
 package jsonrpc
 
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"unicode/utf8"
+)
+
 // Valid reports whether b is exactly one JSON value, surrounded by nothing
 // but whitespace: what encoding/json's Valid reports, byte for byte the
 // same grammar (strings may hold any byte but a control character, as
@@ -192,4 +199,82 @@ func digits(b []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// ErrInvalidJSON is what ValidMembers reports for bytes that are not
+// valid JSON.
+var ErrInvalidJSON = errors.New("not valid JSON")
+
+// ValidMembers is Members for bytes not yet known to be JSON: it checks
+// obj as Valid does in the same pass that splits it, so that bytes which
+// arrive unchecked are read once rather than checked and then split. It
+// calls fn with each member as Members does, until fn returns false; it
+// checks the rest of obj all the same. It returns ErrInvalidJSON when obj
+// is not valid JSON, whatever fn was given, and Members' error when obj is
+// valid JSON but not an object.
+func ValidMembers(obj []byte, fn func(key, value []byte) bool) error {
+	i := skipSpace(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		if Valid(obj) {
+			return errNotObject
+		}
+		return ErrInvalidJSON
+	}
+	i = skipSpace(obj, i+1)
+	if i < len(obj) && obj[i] == '}' {
+		return validTail(obj, i+1)
+	}
+	calling := true
+	for {
+		if i >= len(obj) || obj[i] != '"' {
+			return ErrInvalidJSON
+		}
+		ks, end := i, validString(obj, i)
+		if end < 0 {
+			return ErrInvalidJSON
+		}
+		key := obj[ks+1 : end-1]
+		i = skipSpace(obj, end)
+		if i >= len(obj) || obj[i] != ':' {
+			return ErrInvalidJSON
+		}
+		i = skipSpace(obj, i+1)
+		vend := validValue(obj, i, 1)
+		if vend < 0 {
+			return ErrInvalidJSON
+		}
+		if calling {
+			if bytes.IndexByte(key, '\\') >= 0 || !utf8.Valid(key) {
+				// As encoding/json reads it: escapes resolved, invalid
+				// UTF-8 replaced.
+				var k string
+				if err := json.Unmarshal(obj[ks:end], &k); err != nil {
+					return err
+				}
+				key = []byte(k)
+			}
+			calling = fn(key, obj[i:vend])
+		}
+		i = skipSpace(obj, vend)
+		if i >= len(obj) {
+			return ErrInvalidJSON
+		}
+		switch obj[i] {
+		case ',':
+			i = skipSpace(obj, i+1)
+		case '}':
+			return validTail(obj, i+1)
+		default:
+			return ErrInvalidJSON
+		}
+	}
+}
+
+// validTail checks that nothing but whitespace follows obj's value, which
+// ends at i.
+func validTail(obj []byte, i int) error {
+	if skipSpace(obj, i) != len(obj) {
+		return ErrInvalidJSON
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package jsonrpc
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -59,4 +60,43 @@ func BenchmarkValid(b *testing.B) {
 			json.Valid(frame)
 		}
 	})
+}
+
+// ValidMembers must say what Valid says of any bytes, and hand fn what
+// Members hands it for valid ones.
+func checkValidMembers(t *testing.T, b []byte) {
+	type kv struct{ k, v string }
+	var got, want []kv
+	err := ValidMembers(b, func(k, v []byte) bool { got = append(got, kv{string(k), string(v)}); return true })
+	if !json.Valid(b) {
+		if err != ErrInvalidJSON {
+			t.Errorf("ValidMembers(%q) = %v for invalid JSON", b, err)
+		}
+		return
+	}
+	werr := Members(b, func(k, v []byte) bool { want = append(want, kv{string(k), string(v)}); return true })
+	if (err == nil) != (werr == nil) || err == ErrInvalidJSON {
+		t.Errorf("ValidMembers(%q) = %v, Members says %v", b, err, werr)
+		return
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("ValidMembers(%q) gave %q, Members %q", b, got, want)
+	}
+}
+
+func TestValidMembers(t *testing.T) {
+	for _, c := range append(validCases, `{"a\u0062":1, "a":[1,{"x":"}"}] ,"b" : null }`, "{\"\xff\":1}", `{"a":1}  `, `{"a":1} x`) {
+		checkValidMembers(t, []byte(c))
+	}
+	n := 0
+	if err := ValidMembers([]byte(`{"a":1,"b":2,"c":x}`), func(k, v []byte) bool { n++; return false }); err != ErrInvalidJSON || n != 1 {
+		t.Errorf("stopped early: %v after %d members; want the rest checked", err, n)
+	}
+}
+
+func FuzzValidMembers(f *testing.F) {
+	for _, c := range validCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(checkValidMembers)
 }

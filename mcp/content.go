@@ -149,16 +149,15 @@ func (c RawContent) MarshalJSON() ([]byte, error) {
 	return c, nil
 }
 
+var errNotJSONResult = errors.New("mcp: a tools/call result that is not valid JSON")
+
 // PassThrough decodes a tools/call result for a program that passes it
 // on (a gateway): its content blocks stay RawContent and its
 // structuredContent raw JSON, so that it is encoded again as it came,
-// whatever the blocks' types. It checks that data is JSON once and then
-// splits it without a reflective decode: only _meta, isError and
+// whatever the blocks' types. It checks that data is JSON in the one pass
+// that splits it, without a reflective decode: only _meta, isError and
 // resultType are decoded, and the rest is sliced out of a copy of data.
 func PassThrough(data []byte) (*CallToolResult, error) {
-	if !jsonrpc.Valid(data) {
-		return nil, errors.New("mcp: a tools/call result that is not valid JSON")
-	}
 	data = bytes.Clone(data) // the blocks are kept: nothing of the caller's buffer is
 	r := &CallToolResult{Content: []Content{}}
 	var err error
@@ -203,7 +202,11 @@ func PassThrough(data []byte) (*CallToolResult, error) {
 		}
 		return err == nil
 	}
-	if e := jsonrpc.Members(data, member); e != nil {
+	// Checked as JSON in the pass that splits it: its bytes are read once.
+	if e := jsonrpc.ValidMembers(data, member); e != nil {
+		if e == jsonrpc.ErrInvalidJSON {
+			return nil, errNotJSONResult
+		}
 		return nil, fmt.Errorf("mcp: a tools/call result: %w", e)
 	}
 	if err != nil {
