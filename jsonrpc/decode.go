@@ -137,8 +137,14 @@ func (env *envelope) message() (Message, *Error) {
 	}
 	if s, ok := PlainString(env.Method); ok {
 		m.Method = s
-	} else if err := json.Unmarshal(env.Method, &m.Method); err != nil {
-		return m, NewError(CodeInvalidRequest, `"method" must be a string`)
+	} else {
+		// Into a variable of its own: &m.Method would put every
+		// decoded Message on the heap.
+		var method string
+		if err := json.Unmarshal(env.Method, &method); err != nil {
+			return m, NewError(CodeInvalidRequest, `"method" must be a string`)
+		}
+		m.Method = method
 	}
 	if m.Method == "" {
 		return m, NewError(CodeInvalidRequest, `"method" must not be empty`)

@@ -2,6 +2,7 @@ package jsonrpc
 
 import (
 	"encoding/json"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -57,6 +58,8 @@ func AppendNotification(b []byte, method string, params json.RawMessage) []byte 
 
 // AppendRequest appends a request. params may be nil.
 func AppendRequest(b []byte, id ID, method string, params json.RawMessage) []byte {
+	// Grown once for the whole message rather than by each append.
+	b = slices.Grow(b, len(`{"jsonrpc":"2.0","id":,"method":"","params":}`)+maxIDLen+len(method)+len(params))
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = id.AppendJSON(b)
 	b = append(b, `,"method":`...)
@@ -67,6 +70,9 @@ func AppendRequest(b []byte, id ID, method string, params json.RawMessage) []byt
 	}
 	return append(b, '}')
 }
+
+// maxIDLen is room for an integer id; a long string id grows b again.
+const maxIDLen = 20
 
 func appendInt(b []byte, n int64) []byte {
 	return IntID(n).AppendJSON(b)
