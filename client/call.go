@@ -358,6 +358,9 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 	maxCtx, stopMax := maxClock(ctx, opts.Max)
 	defer stopMax()
 	t := c.transport()
+	if ht, ok := ctx.Value(restartingKey{}).(transport); ok {
+		t = ht // a handshake's request, over the connection it negotiates
+	}
 	ex, err := t.start(maxCtx, out)
 	if errors.Is(err, ErrConnectionLost) && ctx.Value(restartingKey{}) == nil && c.restartOnCall {
 		// The server died before this request left: start it again (if
@@ -803,7 +806,7 @@ func (c *Client) renewSession(ctx context.Context, err error) bool {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	c.log.Warn("the server no longer knows the session; starting a new one")
-	if c.handshake(ctx) != nil {
+	if c.handshake(ctx, ht) != nil {
 		return false
 	}
 	c.stats.reconnects.Add(1)

@@ -623,7 +623,9 @@ func (c *Client) transport() transport {
 	return c.t
 }
 
-// restartingKey marks the context of a restart's own handshake.
+// restartingKey marks the context of a handshake (a restart's, a
+// session's renewal): its value is the transport being negotiated, which
+// its requests go over, and which no other request uses until it is done.
 type restartingKey struct{}
 
 // restart replaces a dead transport with a new one (a new process, a new
@@ -646,6 +648,17 @@ func (c *Client) restart(ctx context.Context, dead transport) (transport, error)
 		}
 		return nil, fmt.Errorf("%w: restarting the server: %s", ErrConnectionLost, bare(err))
 	}
+	if !stream {
+		c.stats.restarts.Add(1)
+	}
+	// The new connection is negotiated before any call may use it: a
+	// call meanwhile still finds the dead one (and is never sent, or
+	// waits for this restart), never a server that has not finished its
+	// handshake.
+	if err := c.handshake(ctx, nt); err != nil {
+		go nt.close(c.opts.StopGrace)
+		return nil, fmt.Errorf("%w: the new connection: %s", ErrConnectionLost, bare(err))
+	}
 	c.tmu.Lock()
 	c.t = nt
 	c.tmu.Unlock()
@@ -653,11 +666,7 @@ func (c *Client) restart(ctx context.Context, dead transport) (transport, error)
 	if stream {
 		c.log.Warn("the server's event stream ended; opened a new one, a new session")
 	} else {
-		c.stats.restarts.Add(1)
 		c.log.Warn("the server process died; started it again")
-	}
-	if err := c.handshake(ctx); err != nil {
-		return nil, fmt.Errorf("%w: the new connection: %s", ErrConnectionLost, bare(err))
 	}
 	c.stats.reconnects.Add(1)
 	return nt, nil
@@ -666,8 +675,8 @@ func (c *Client) restart(ctx context.Context, dead transport) (transport, error)
 // handshake opens a new connection (a restarted process, a new 2025
 // session) in the era already negotiated, without touching what the
 // client learned: calls keep reading it meanwhile.
-func (c *Client) handshake(ctx context.Context) error {
-	ctx = context.WithValue(ctx, restartingKey{}, true) // it does not restart again
+func (c *Client) handshake(ctx context.Context, t transport) error {
+	ctx = context.WithValue(ctx, restartingKey{}, t) // it does not restart again
 	if c.era == mcp.Modern {
 		raw, err := c.roundTrip(ctx, mcp.MethodDiscover, "", nil, &CallOptions{Max: c.opts.ProbeTimeout, quiet: true})
 		if err != nil {
@@ -689,7 +698,6 @@ func (c *Client) handshake(ctx context.Context) error {
 	if json.Unmarshal(raw, &res) != nil || res.ProtocolVersion != c.version {
 		return fmt.Errorf("client: the server now chose protocol version %q, not %q", res.ProtocolVersion, c.version)
 	}
-	t := c.transport()
 	t.initialized(res.ProtocolVersion)
 	if err := c.notifyInitialized(ctx, t); err != nil {
 		return err

@@ -132,11 +132,24 @@ func Retrying(plan func(context.Context, *Request) *Plan, observe func(ctx conte
 	}
 }
 
-// retrying makes req while p allows, and returns the last attempt's
-// answer and the decision that ended the call (Retry false).
+// retrying makes req while p allows, and returns the answer that says
+// what became of the call and the decision that ended it (Retry false).
+// That answer is the last attempt's, unless the last did not run (never
+// sent, or refused) and an earlier one may have: then the latest such
+// earlier answer, for the call as a whole may have taken effect — a lost
+// first attempt whose retry was refused is no call that nothing ran.
 func retrying(ctx context.Context, req *Request, next CallFunc, p *Plan, observe func(context.Context, retry.Decision)) (json.RawMessage, error, retry.Decision) {
 	deadline, _ := ctx.Deadline()
 	attempts := p.Planner.Start(retry.Call{Tool: req.Name, Advertised: p.Tool, HasIdempotencyKey: p.Keyed || req.Key() != "", Deadline: deadline})
+	var ranRaw json.RawMessage
+	var ranErr error
+	ran := false
+	answer := func(raw json.RawMessage, err error, v retry.Verdict) (json.RawMessage, error) {
+		if !v.Outcome.Ran() && ran {
+			return ranRaw, ranErr
+		}
+		return raw, err
+	}
 	for {
 		raw, err := next(ctx, req)
 		v := VerdictOfRaw(req, raw, err)
@@ -144,17 +157,23 @@ func retrying(ctx context.Context, req *Request, next CallFunc, p *Plan, observe
 			// Done, or the caller cancelled: no retry. A deadline that
 			// passed is the planner's to see (a reconcile for an unsafe
 			// call).
+			raw, err = answer(raw, err, v)
 			return raw, err, retry.Decision{}
 		}
 		d := attempts.Next(v, time.Now())
 		if !d.Retry {
+			raw, err = answer(raw, err, v)
 			return raw, err, d
+		}
+		if v.Outcome.Ran() {
+			ranRaw, ranErr, ran = raw, err, true
+		}
+		if !retry.Wait(ctx, d.Delay) {
+			raw, err = answer(raw, err, v)
+			return raw, err, retry.Decision{Err: &CancelledError{Cause: context.Cause(ctx)}}
 		}
 		if observe != nil {
 			observe(ctx, d)
-		}
-		if !retry.Wait(ctx, d.Delay) {
-			return raw, err, retry.Decision{Err: &CancelledError{Cause: context.Cause(ctx)}}
 		}
 	}
 }

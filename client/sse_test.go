@@ -32,6 +32,10 @@ type sseServer struct {
 	// hold, when set and true for a message, holds its POST open until
 	// the client gives up on it.
 	hold func(m jsonrpc.Message) bool
+	// initGate, when set, holds the answer to every initialize but the
+	// first session's until it is closed: a restarted server still
+	// starting.
+	initGate chan struct{}
 
 	mu      sync.Mutex
 	streams int           // GETs answered
@@ -75,6 +79,9 @@ func (s *sseServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusAccepted)
 	switch m.Method {
 	case mcp.MethodInitialize:
+		if s.initGate != nil && r.URL.Query().Get("sessionId") != "s1" {
+			<-s.initGate
+		}
 		s.send(`{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":%q,"capabilities":{"tools":{}},"serverInfo":{"name":"old","version":"1"}}}`, m.ID, s.version)
 	case mcp.NotificationInitialized:
 	default:

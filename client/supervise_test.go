@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/jsonrpc"
+	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/retry"
 )
 
@@ -93,4 +97,48 @@ func TestSupervisionEndsAtClose(t *testing.T) {
 		t.Fatal("a closed connection was taken for a dead one")
 	default:
 	}
+}
+
+// A call made while a supervised restart is still negotiating with the
+// new server is not sent to it: it fails at once as never sent, and the
+// server sees no request before its handshake is done. Calls use the
+// new connection once it is.
+func TestSupervisionSendsNothingBeforeTheHandshake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		calls := make(chan jsonrpc.Message, 4)
+		s := newSSEServer(t, func(s *sseServer, m jsonrpc.Message) {
+			if m.Method == mcp.MethodToolsCall {
+				calls <- m
+				s.answerText(m.ID, "done")
+			}
+		})
+		s.initGate = make(chan struct{})
+		ups := make(chan struct{}, 1)
+		c, err := dialSSE(t, s, "http://127.0.0.1/sse", &client.Options{Supervise: &client.Supervision{
+			Backoff: retry.Backoff{Base: time.Millisecond, Cap: time.Millisecond, Steady: true},
+			OnUp:    func(context.Context) { ups <- struct{}{} },
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.endStream()
+		time.Sleep(time.Second) // past the supervisor's pause (the bubble's clock)
+		synctest.Wait()         // it has opened a new stream and waits for initialize's answer
+		_, err = c.CallTool(context.Background(), "echo", nil, nil)
+		if v := client.VerdictOf(nil, err); v.Outcome != retry.OutcomeNotSent {
+			t.Fatalf("a call during the new connection's handshake: %v (%v); want not sent", err, v.Outcome)
+		}
+		if got := strings.Join(s.methods(), ","); got != "initialize,notifications/initialized,initialize" {
+			t.Fatalf("the server saw %s; want nothing after the new initialize until it is answered", got)
+		}
+		close(s.initGate)
+		<-ups
+		res, err := c.CallTool(context.Background(), "echo", nil, nil)
+		if err != nil || textOf(t, res) != "done" {
+			t.Fatalf("a call after the reconnection: %+v, %v", res, err)
+		}
+		if last := s.seen()[len(s.seen())-1].target; last != "/message?sessionId=s2" {
+			t.Fatalf("the call went to %s; want the new session", last)
+		}
+	})
 }

@@ -137,7 +137,7 @@ func (l *link) forwardTool(upstreamTool string, tp ToolPolicy, upTasks upstreamT
 			if started {
 				f.rec.InUpstream, f.rec.Reached = time.Since(sent), true
 				if err != nil {
-					err = keyedFailure(tp, err, err, OutcomeFailed)
+					err = ranFailure(tp, err) // the upstream's task was created: it ran
 				}
 				f.settle(res, err)
 				return res, err
@@ -337,6 +337,17 @@ func keyedFailure(tp ToolPolicy, raw, mapped error, outcome Outcome) error {
 	}
 	if neverRan(raw, outcome) {
 		return idempotency.NotRun(mapped)
+	}
+	return ranFailure(tp, mapped)
+}
+
+// ranFailure is keyedFailure of a call that may have run upstream (an
+// upstream task that was created ran, whatever its failure's code): its
+// key is kept, and a failure in the gateway's own words says the outcome
+// is unknown.
+func ranFailure(tp ToolPolicy, mapped error) error {
+	if tp.Server.Retry != mcp.RetryConditional {
+		return mapped
 	}
 	var te *mcp.ToolError
 	if errors.As(mapped, &te) && te.Code != mcp.FailureOutcomeUnknown {

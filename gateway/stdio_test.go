@@ -384,3 +384,27 @@ func TestStdioUpstreamAnswerTooLargeIsUnknownAtOnce(t *testing.T) {
 		t.Fatalf("the next call = %v %+v", err, res)
 	}
 }
+
+// A read whose first attempt reached the upstream — it died with the call
+// in flight — and whose retries found the connection down (the client
+// starts it again only after its pause) ends with its outcome unknown,
+// not "never reached": the call as a whole may have run. Before, the last
+// attempt alone was judged.
+func TestLostThenNotSentIsUnknown(t *testing.T) {
+	f := newFront(t, gateway.Options{
+		Upstreams:   []gateway.Upstream{{Name: "local", Command: []string{os.Args[0], "-test.run=^$"}, Env: []string{stdioUpstreamEnv + "=1"}}},
+		RestartBase: time.Hour,
+		RestartCap:  time.Hour,
+		RetryBase:   time.Millisecond,
+		Policy:      &gateway.Policy{Tools: map[string]gateway.ToolPolicy{"die": {Server: server.Policy{Retry: mcp.RetrySafe}}}},
+	}, nil)
+	c := f.dial(t, mcp.Modern, nil)
+	res, err := c.CallTool(context.Background(), "die", nil, nil)
+	must(t, err)
+	if fail := failureOf(t, res); fail.Code != mcp.FailureOutcomeUnknown || !fail.Retryable {
+		t.Fatalf("the call the upstream died in ended %+v; want outcome_unknown, retryable (a read)", fail)
+	}
+	if rec := f.awaitForward(t, "die"); rec.Retries < 1 || rec.Outcome != gateway.OutcomeLost {
+		t.Fatalf("the forward was recorded %+v; want retries, its outcome lost", rec)
+	}
+}

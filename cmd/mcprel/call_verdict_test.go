@@ -133,3 +133,42 @@ func TestCallExitFollowsTheVerdict(t *testing.T) {
 		})
 	}
 }
+
+// A call whose first attempt was passed on and its answer lost, and whose
+// retry was refused (429), may have run: it exits 17, not 15 ("nothing
+// ran"). Before, only the last attempt was judged.
+func TestCallLostThenRefusedIsUnknown(t *testing.T) {
+	upstream, _ := startHTTP(t, nil)
+	u, err := url.Parse(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = ""
+	rp := httputil.NewSingleHostReverseProxy(u)
+	var calls atomic.Int32
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var m struct {
+			Method string `json:"method"`
+		}
+		json.Unmarshal(body, &m)
+		switch {
+		case m.Method != mcp.MethodToolsCall:
+			rp.ServeHTTP(w, r)
+		case calls.Add(1) == 1:
+			rp.ServeHTTP(httptest.NewRecorder(), r) // it ran
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close() // and its answer is lost
+			}
+		default:
+			w.Header().Set("Retry-After", "0")
+			http.Error(w, "slow down", http.StatusTooManyRequests)
+		}
+	}))
+	defer hs.Close()
+	out, errs, code := mcprelCall(t, "--url", hs.URL+"/mcp", "--era", "2026", "--retries", "1", "--idempotency-key", "k-1", "echo", "text=x")
+	if code != exitReconcile || calls.Load() != 2 || !strings.Contains(errs, "--idempotency-key k-1") {
+		t.Fatalf("exit %d after %d sends; want 17 after 2, with the key to call again with\nstdout: %s\nstderr: %s", code, calls.Load(), out, errs)
+	}
+}
