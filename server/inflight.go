@@ -348,17 +348,27 @@ func requestAttrs(attrs []slog.Attr, rec RequestRecord, args bool) []slog.Attr {
 // encodeResult encodes a result response for this request, adding the
 // modern era's resultType and serverInfo.
 func (r *inflight) encodeResult(res mcp.Result) ([]byte, error) {
-	if r.era == mcp.Modern {
-		if data, ok, err := r.sess.srv.encodeModern(r.id, res); ok || err != nil {
+	if c, ok := res.(*mcp.CallToolResult); ok && c != nil {
+		if data, ok := r.sess.srv.appendToolResponse(nil, r.era, r.id, c); ok {
+			return data, nil
+		}
+	}
+	return r.sess.srv.encodeResultReflect(r.era, r.id, res)
+}
+
+// encodeResultReflect is encodeResult by json.Marshal, for any result.
+func (s *Server) encodeResultReflect(era mcp.Era, id jsonrpc.ID, res mcp.Result) ([]byte, error) {
+	if era == mcp.Modern {
+		if data, ok, err := s.encodeModern(id, res); ok || err != nil {
 			return data, err
 		}
-		res = r.sess.srv.modernize(res)
+		res = s.modernize(res)
 	}
 	raw, err := json.Marshal(res)
 	if err != nil {
 		return nil, err
 	}
-	return jsonrpc.AppendResult(make([]byte, 0, len(raw)+48), r.id, raw), nil
+	return jsonrpc.AppendResult(make([]byte, 0, len(raw)+48), id, raw), nil
 }
 
 // encodeModern encodes a modern result response the quick way, when the
