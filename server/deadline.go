@@ -96,32 +96,88 @@ func (s *Server) deadlines(p Policy) Deadlines {
 	return own.or(s.opts.Standard)
 }
 
-// armDeadlines starts the request's clocks, from its arrival.
+// armDeadlines starts the request's clocks, from its arrival: the
+// maximum from the request's start, the idle clock from now.
+//
+// The two clocks are kept by one timer, set for whichever deadline comes
+// first; a progress report moves the idle deadline (touchLocked) without
+// touching the timer, and when the timer fires early for an idle
+// deadline that has moved it is set again for the next one. Each clock
+// still fires on its own time, whatever the other does and whether or not
+// anything else happens: a request that goes quiet times out at its idle
+// deadline, one that reports progress forever at its maximum. A call pays
+// for one timer rather than two, and a progress report for none.
 func (r *inflight) armDeadlines(d Deadlines) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.deadlines = d
+	r.activeAt = time.Now()
+	if at, ok := r.nextDeadlineLocked(); ok {
+		r.clock = time.AfterFunc(at.Sub(r.activeAt), r.clockFired)
+	}
+}
+
+// idleClock reports whether the idle clock runs: an idle deadline not
+// past the maximum.
+func (d Deadlines) idleClock() bool { return d.Idle > 0 && (d.Max == 0 || d.Idle < d.Max) }
+
+// nextDeadlineLocked is the earlier of the two deadlines; ok is false
+// when neither clock runs.
+func (r *inflight) nextDeadlineLocked() (at time.Time, ok bool) {
+	d := r.deadlines
 	if d.Max > 0 {
-		r.maxTimer = time.AfterFunc(d.Max-time.Since(r.start), func() { r.timeout(ErrMaxDeadline) })
+		at, ok = r.start.Add(d.Max), true
 	}
-	if d.Idle > 0 && (d.Max == 0 || d.Idle < d.Max) {
-		r.idleTimer = time.AfterFunc(d.Idle, func() { r.timeout(ErrIdleTimeout) })
+	if d.idleClock() {
+		if idle := r.activeAt.Add(d.Idle); !ok || idle.Before(at) {
+			at, ok = idle, true
+		}
 	}
+	return at, ok
+}
+
+// clockFired ends the request with the deadline that has passed, the
+// maximum first; if neither has (the idle one moved since the timer was
+// set), it sets the timer for the next.
+func (r *inflight) clockFired() {
+	r.mu.Lock()
+	if r.outcome != 0 {
+		r.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	d := r.deadlines
+	var cause error
+	switch {
+	case d.Max > 0 && !now.Before(r.start.Add(d.Max)):
+		cause = ErrMaxDeadline
+	case d.idleClock() && !now.Before(r.activeAt.Add(d.Idle)):
+		cause = ErrIdleTimeout
+	default:
+		if at, ok := r.nextDeadlineLocked(); ok {
+			r.clock.Reset(at.Sub(now))
+		}
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	r.timeout(cause)
 }
 
 // touchLocked restarts the idle clock after useful activity.
 func (r *inflight) touchLocked() {
-	if r.idleTimer != nil {
-		r.idleTimer.Reset(r.deadlines.Idle)
+	if r.clock != nil {
+		r.activeAt = time.Now()
 	}
 }
 
 // stopClocksLocked stops both clocks and any pending progress flush.
 func (r *inflight) stopClocksLocked() {
-	for _, t := range []*time.Timer{r.idleTimer, r.maxTimer, r.flushTimer} {
-		if t != nil {
-			t.Stop()
-		}
+	if r.clock != nil {
+		r.clock.Stop()
+	}
+	if r.flushTimer != nil {
+		r.flushTimer.Stop()
 	}
 	r.pending = nil
 }

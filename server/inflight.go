@@ -59,8 +59,8 @@ type inflight struct {
 	outcome      Outcome           // zero while running
 	ended        time.Time
 	deadlines    Deadlines
-	idleTimer    *time.Timer
-	maxTimer     *time.Timer
+	clock        *time.Timer // fires at the earlier deadline (see armDeadlines)
+	activeAt     time.Time   // the last useful activity, from which the idle clock runs
 	lastProgress float64
 	hasProgress  bool                // a valid report was accepted
 	progressDrop uint64              // non-increasing reports refused
