@@ -35,7 +35,7 @@ func (ss *session) complete(r *inflight, in *incoming) {
 		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.ref and params.argument are required"))
 		return
 	}
-	q, _ := ss.requestInfo(r, in, "", nil)
+	q, _ := ss.requestInfo(r, in, false, "", nil)
 	req := &CompleteRequest{Request: q, Params: p}
 	ss.startCall(r, in, ss.srv.completeLane, ss.srv.opts.Standard, func(ctx context.Context) (mcp.Result, error) {
 		res, err := h(ctx, req)

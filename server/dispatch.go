@@ -15,6 +15,7 @@ type incoming struct {
 	meta    *mcp.RequestMeta
 	rawMeta json.RawMessage
 	retry   *retryMembers // found while the method split its params; nil when not looked for
+	found   retryMembers  // what retry points to when a method found them (not a local of its own: that would escape)
 	runHere bool          // see conn.Prepared.RunHere
 	begin   func()        // see conn.Prepared.Begin
 }
@@ -173,7 +174,7 @@ func (ss *session) callTool(r *inflight, in *incoming) {
 	// The params are split once, without copying; each member is decoded
 	// by what needs it (_meta already was).
 	var nameRaw, args, task json.RawMessage
-	var rm retryMembers
+	rm := &in.found
 	if len(in.params) > 0 {
 		err := jsonrpc.Members(in.params, func(k, v []byte) bool {
 			switch string(k) {
@@ -193,20 +194,29 @@ func (ss *session) callTool(r *inflight, in *incoming) {
 			return
 		}
 	}
-	in.retry = &rm
+	in.retry = rm
 	if nameRaw == nil || string(nameRaw) == "null" {
 		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.name is required"))
 		return
 	}
-	name, ok := plainString(nameRaw)
-	if !ok {
+	// A plain name is looked up as the frame's bytes, and then is the
+	// registered tool's own string: no copy of it for every call.
+	var name string
+	var rt *registeredTool
+	if body, ok := plainStringBytes(nameRaw); ok {
+		if rt = ss.srv.lookupToolBytes(body); rt != nil {
+			name = rt.def.Name
+		} else {
+			name = string(body)
+		}
+	} else {
 		if err := json.Unmarshal(nameRaw, &name); err != nil {
 			r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "invalid params: name must be a string"))
 			return
 		}
+		rt = ss.srv.lookupTool(name)
 	}
 	r.toolName = name
-	rt := ss.srv.lookupTool(name)
 	if rt == nil {
 		ss.srv.mu.RLock()
 		notFound := ss.srv.toolNotFound
@@ -245,7 +255,7 @@ func (ss *session) callTool(r *inflight, in *incoming) {
 	// A queued call holds its raw arguments, which admission counts; the
 	// decoded copy would double that.
 	call.args, call.supplied = nil, nil
-	if !ss.verifyRetry(r, in, &call.Request, r.method+"\x00"+name, args) {
+	if !ss.verifyRetry(r, in, &call.Request, true, name, args) {
 		return
 	}
 	r.retryable = call.retry != mcp.RetryUnsafe
@@ -255,9 +265,8 @@ func (ss *session) callTool(r *inflight, in *incoming) {
 	if rt.policy.Waits && in.begin != nil {
 		in.runHere = false // its reading goroutine must go on reading
 	}
-	ss.startCall(r, in, rt.lane, ss.srv.deadlines(rt.policy), func(ctx context.Context) (mcp.Result, error) {
-		return rt.handler(ctx, call)
-	}, rt.result)
+	r.handler, r.call = rt.handler, call // no closure over them for every call
+	ss.startCall(r, in, rt.lane, ss.srv.deadlines(rt.policy), nil, rt.result)
 }
 
 // refuse answers a call refused before it ran, as its tool's errors are.
@@ -301,14 +310,24 @@ func (ss *session) checkArguments(r *inflight, rt *registeredTool, in *incoming,
 // tool name, as good as always — without a decoder; ok is false for any
 // other value, which json.Unmarshal then reads (or refuses).
 func plainString(raw []byte) (string, bool) {
-	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+	body, ok := plainStringBytes(raw)
+	if !ok {
 		return "", false
+	}
+	return string(body), true
+}
+
+// plainStringBytes is plainString's string, as the bytes between the
+// quotes.
+func plainStringBytes(raw []byte) ([]byte, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return nil, false
 	}
 	body := raw[1 : len(raw)-1]
 	for _, c := range body {
 		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			return "", false
+			return nil, false
 		}
 	}
-	return string(body), true
+	return body, true
 }

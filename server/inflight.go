@@ -20,27 +20,31 @@ import (
 
 // inflight is one request between its arrival and its terminal state.
 type inflight struct {
-	sess      *session
-	out       *outbound.Queue
-	id        jsonrpc.ID
-	method    string
-	toolName  string          // tools/call only
-	args      json.RawMessage // tools/call: the arguments, summarised in the record (secrets left out)
-	secret    []string
-	era       mcp.Era
-	start     time.Time
-	ctx       context.Context
-	cancel    context.CancelCauseFunc
-	stop      func() bool                                          // unhooks the parent-context watch; guarded by mu
-	lane      *lane                                                // admission lane of a call
-	group     *lane                                                // its tool's LimitGroup's lane, or nil
-	exec      func(context.Context) (mcp.Result, error)            // the handler, for calls
-	finish    func(mcp.Result, error) (mcp.Result, *jsonrpc.Error) // how its return reaches the wire
-	token     *jsonrpc.ID                                          // progress token
-	scope     string                                               // what an input_required state is bound to, but for the arguments
-	scopeArgs []byte                                               // the arguments it is bound to as well
-	logLevel  mcp.LoggingLevel
-	sub       *subscription // subscriptions/listen only
+	sess        *session
+	out         *outbound.Queue
+	id          jsonrpc.ID
+	method      string
+	toolName    string          // tools/call only
+	args        json.RawMessage // tools/call: the arguments, summarised in the record (secrets left out)
+	secret      []string
+	era         mcp.Era
+	start       time.Time
+	ctx         context.Context
+	cancel      context.CancelCauseFunc
+	stop        func() bool                               // unhooks the parent-context watch; guarded by mu
+	lane        *lane                                     // admission lane of a call
+	group       *lane                                     // its tool's LimitGroup's lane, or nil
+	exec        func(context.Context) (mcp.Result, error) // the handler, for calls; nil for a tool's (handler)
+	handler     CallHandler                               // tools/call: the tool's handler, run with call
+	call        *CallRequest
+	finish      func(mcp.Result, error) (mcp.Result, *jsonrpc.Error) // how its return reaches the wire
+	token       *jsonrpc.ID                                          // progress token
+	scoped      bool                                                 // the request may ask for input (see verifyRetry)
+	scope       string                                               // what, besides its method, an input_required state is bound to: the tool, prompt or resource
+	scopeTenant string                                               // the tenant it is bound to
+	scopeArgs   []byte                                               // the arguments it is bound to as well
+	logLevel    mcp.LoggingLevel
+	sub         *subscription // subscriptions/listen only
 
 	queued bool   // guarded by admission.mu
 	seq    uint64 // arrival order while queued; guarded by admission.mu
@@ -114,9 +118,13 @@ type ending struct {
 	// its place in an admission queue) instead of flushing it first.
 	withdraw bool
 	// message builds the final message; it runs only if this ending wins,
-	// under the request's lock (it may read the clocks). A nil message, or
-	// one that returns no data, ends the request without a response.
+	// under the request's lock (it may read the clocks). An ending with
+	// neither a message nor fixed data, or whose message returns no data,
+	// ends the request without a response.
 	message func() final
+	// fixed is the final message when it was built beforehand (message
+	// nil): a result or an error, with no closure to allocate for it.
+	fixed final
 }
 
 // final is a request's last message and what its record says of it.
@@ -138,7 +146,7 @@ func (r *inflight) end(e ending) bool {
 		return false
 	}
 	r.mu.Lock()
-	var f final
+	f := e.fixed
 	if e.message != nil {
 		f = e.message()
 	}
@@ -421,9 +429,7 @@ func (s *Server) modernize(res mcp.Result) mcp.Result {
 // fail ends the request with a JSON-RPC error.
 func (r *inflight) fail(e *jsonrpc.Error) bool {
 	data := jsonrpc.AppendError(nil, r.id, e)
-	return r.end(ending{outcome: Failed, message: func() final {
-		return final{data: data, rec: RequestRecord{ErrorCode: e.Code}}
-	}})
+	return r.end(ending{outcome: Failed, fixed: final{data: data, rec: RequestRecord{ErrorCode: e.Code}}})
 }
 
 // succeed ends the request with a result.
@@ -437,9 +443,7 @@ func (r *inflight) succeed(res mcp.Result) bool {
 	if c, ok := res.(*mcp.CallToolResult); ok {
 		isErr = c.IsError
 	}
-	return r.end(ending{outcome: Completed, message: func() final {
-		return final{data: data, rec: RequestRecord{IsError: isErr}}
-	}})
+	return r.end(ending{outcome: Completed, fixed: final{data: data, rec: RequestRecord{IsError: isErr}}})
 }
 
 func (r *inflight) reportProgress(progress, total float64, message string) error {

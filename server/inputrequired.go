@@ -157,7 +157,7 @@ func (rm *retryMembers) take(k, v []byte) {
 // computed only here, when a state is signed or verified, not for every
 // call.
 func (r *inflight) stateScope() string {
-	return r.scope + "\x00" + argsDigest(r.scopeArgs)
+	return r.method + "\x00" + r.scope + "\x00" + r.scopeTenant + "\x00" + argsDigest(r.scopeArgs)
 }
 
 // readRetry fills q's InputResponses and RequestState from a request's

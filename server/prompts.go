@@ -84,7 +84,7 @@ func (ss *session) getPrompt(r *inflight, in *incoming) {
 		}
 	}
 	promptArgs, _ := json.Marshal(p.Arguments) // a map: keys sorted
-	q, ok := ss.requestInfo(r, in, r.method+"\x00"+*p.Name, promptArgs)
+	q, ok := ss.requestInfo(r, in, true, *p.Name, promptArgs)
 	if !ok {
 		return
 	}

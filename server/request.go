@@ -159,15 +159,15 @@ func TenantFrom(ctx context.Context) string {
 }
 
 // requestInfo builds the part of a handler's request every kind shares.
-// scope names what an input_required state is bound to (method and tool,
-// prompt or resource); empty for requests that cannot ask for input. The
+// A scoped request may ask for input: an input_required state is bound to
+// its method and name (its tool, prompt or resource). The
 // state is bound to the request's tenant and to args, the JSON of its
 // arguments, too: a state issued for one tenant or one set of arguments
 // is refused for another. It fails the request and returns false when a
 // retry's state does not verify.
-func (ss *session) requestInfo(r *inflight, in *incoming, scope string, args []byte) (Request, bool) {
+func (ss *session) requestInfo(r *inflight, in *incoming, scoped bool, name string, args []byte) (Request, bool) {
 	q := ss.baseRequest(r, in)
-	return q, ss.verifyRetry(r, in, &q, scope, args)
+	return q, ss.verifyRetry(r, in, &q, scoped, name, args)
 }
 
 // baseRequest is what a handler knows of every request: who sent it, in
@@ -195,11 +195,13 @@ func (ss *session) baseRequest(r *inflight, in *incoming) Request {
 // on a modern retry, reads its input responses and verifies its state
 // (see requestInfo). It fails the request and returns false when the
 // state does not verify.
-func (ss *session) verifyRetry(r *inflight, in *incoming, q *Request, scope string, args []byte) bool {
-	if scope == "" {
+// The scope's parts are kept as they are and joined only when a state is
+// signed or verified, not for every call.
+func (ss *session) verifyRetry(r *inflight, in *incoming, q *Request, scoped bool, name string, args []byte) bool {
+	if !scoped {
 		return true
 	}
-	r.scope, r.scopeArgs = scope+"\x00"+q.Tenant, args
+	r.scoped, r.scope, r.scopeTenant, r.scopeArgs = true, name, q.Tenant, args
 	if r.era != mcp.Modern {
 		return true
 	}

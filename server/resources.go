@@ -195,7 +195,7 @@ func (ss *session) readResource(r *inflight, in *incoming) {
 		r.fail(jsonrpc.NewError(jsonrpc.CodeInvalidParams, "params.uri is required"))
 		return
 	}
-	q, ok := ss.requestInfo(r, in, r.method+"\x00"+*p.URI, nil)
+	q, ok := ss.requestInfo(r, in, true, *p.URI, nil)
 	if !ok {
 		return
 	}

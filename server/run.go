@@ -14,11 +14,9 @@ import (
 // startCall runs a handler as a call: tracked (so it can be cancelled),
 // admitted against the server's and its lane's limits, and run on a
 // handler goroutine. mapErr says how an error from exec reaches the wire.
+// A nil exec runs the call's tool handler (r.handler with r.call).
 func (ss *session) startCall(r *inflight, in *incoming, ln *lane, d Deadlines, exec func(context.Context) (mcp.Result, error), mapErr func(mcp.Result, error) (mcp.Result, *jsonrpc.Error)) {
-	r.exec = func(ctx context.Context) (mcp.Result, error) {
-		res, err := exec(ctx)
-		return res, ss.srv.hideStorageFailure(r, err)
-	}
+	r.exec = exec
 	r.lane, r.finish, r.size = ln, mapErr, int64(len(in.params))
 	if !ss.track(in.ctx, r) {
 		return
@@ -81,8 +79,9 @@ func (ss *session) runCall(r *inflight) time.Duration {
 	discarded := true
 	if !r.done() {
 		var rpcErr *jsonrpc.Error
-		var ir *InputRequired
-		if errors.As(err, &ir) && r.scope != "" {
+		// errors.AsType: a pointer to a local for errors.As would be
+		// allocated on every call, whatever the error.
+		if ir, ok := errors.AsType[*InputRequired](err); ok && r.scoped {
 			res, rpcErr = ss.srv.inputRequired(r, ir, r.stateScope())
 		} else {
 			res, rpcErr = r.finish(res, err)
@@ -115,7 +114,12 @@ func (ss *session) invoke(r *inflight) (res mcp.Result, err error) {
 			res, err = nil, errPanicked
 		}
 	}()
-	return r.exec(r.ctx)
+	if r.exec != nil {
+		res, err = r.exec(r.ctx)
+	} else {
+		res, err = r.handler(r.ctx, r.call)
+	}
+	return res, ss.srv.hideStorageFailure(r, err)
 }
 
 // toolResult maps what a tool handler returned onto the wire, following the

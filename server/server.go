@@ -304,6 +304,14 @@ func (s *Server) lookupTool(name string) *registeredTool {
 	return s.tools[name]
 }
 
+// lookupToolBytes is lookupTool for a name still in a frame's bytes,
+// which a map index reads without making a string of them.
+func (s *Server) lookupToolBytes(name []byte) *registeredTool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.tools[string(name)]
+}
+
 // rebuildToolListLocked refreshes the cached, sorted tool list.
 func (s *Server) rebuildToolListLocked() {
 	list := make([]mcp.Tool, 0, len(s.tools))
