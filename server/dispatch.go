@@ -18,6 +18,9 @@ type incoming struct {
 	found   retryMembers  // what retry points to when a method found them (not a local of its own: that would escape)
 	runHere bool          // see conn.Prepared.RunHere
 	begin   func()        // see conn.Prepared.Begin
+	// sessionDone is the Done channel of a ctx that ends only with the
+	// session (conn.Prepared.SessionCtx); nil if not known to.
+	sessionDone <-chan struct{}
 }
 
 // removedInModern are the handshake-era methods the 2026-07-28 revision

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/server/conn"
 	"github.com/mcprel/mcprel/server/outbound"
+	"github.com/mcprel/mcprel/transport/stdio"
 )
 
 // TestOverload fills the one running slot and the one queue slot; the next
@@ -437,4 +439,70 @@ func TestRequestWithEndedContextNeverRuns(t *testing.T) {
 		t.Fatalf("a frame was written: %s", f.Data)
 	}
 	gate.Release()
+}
+
+// A transport whose context ends only with its session
+// (conn.Prepared.SessionCtx) has its requests' contexts left unwatched,
+// but one that had already ended still never runs.
+func TestSessionContextEndedNeverRuns(t *testing.T) {
+	rec := mcptest.NewRecorder()
+	srv := mcptest.NewServer(t, rec.Hook(nil))
+	gate := mcptest.NewGate(t, srv, "gate")
+	defer gate.Release()
+	sess := srv.NewSession(conn.Stdio())
+	out := outbound.New(8)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	gone := errors.New("connection closed")
+	cancel(gone)
+	m, e := jsonrpc.Decode([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gate",` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`))
+	if e != nil {
+		t.Fatal(e)
+	}
+	sess.HandleRequest(ctx, m, conn.Prepared{SessionCtx: true}, out)
+	if r := rec.WaitRequest(t, jsonrpc.IntID(1)); r.Outcome != server.Cancelled || !errors.Is(r.Cause, gone) {
+		t.Fatalf("record = %+v, want cancelled by the context's cause", r)
+	}
+	select {
+	case id := <-gate.Entered:
+		t.Fatalf("call %v ran although its context had ended", id)
+	default:
+	}
+}
+
+// On stdio a request's context is not watched (conn.Prepared.SessionCtx):
+// when the connection's context ends, Serve closes the session, which
+// cancels every call in flight with that context's cause.
+func TestStdioContextEndCancelsCalls(t *testing.T) {
+	rec := mcptest.NewRecorder()
+	srv := mcptest.NewServer(t, rec.Hook(nil))
+	gate := mcptest.NewGate(t, srv, "gate")
+	defer gate.Release()
+	inR, inW := io.Pipe()
+	defer inW.Close()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- stdio.NewConn(srv, inR, io.Discard, nil).Serve(ctx) }()
+	if _, err := io.WriteString(inW, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gate",`+
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	gate.WaitEntered(t)
+	gone := errors.New("client went away")
+	cancel(gone)
+	select {
+	case cause := <-gate.Exited:
+		if !errors.Is(cause, gone) {
+			t.Fatalf("the handler saw %v, want %v", cause, gone)
+		}
+	case <-time.After(mcptest.Timeout):
+		t.Fatal("the call was not cancelled when the connection's context ended")
+	}
+	gate.Release()
+	if r := rec.WaitRequest(t, jsonrpc.IntID(1)); r.Outcome != server.Cancelled || !errors.Is(r.Cause, gone) {
+		t.Fatalf("record = %+v, want cancelled by the context's cause", r)
+	}
+	if err := <-served; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Serve returned %v", err)
+	}
 }

@@ -18,7 +18,7 @@ import (
 func (ss *session) startCall(r *inflight, in *incoming, ln *lane, d Deadlines, exec func(context.Context) (mcp.Result, error), mapErr func(mcp.Result, error) (mcp.Result, *jsonrpc.Error)) {
 	r.exec = exec
 	r.lane, r.finish, r.size = ln, mapErr, int64(len(in.params))
-	if !ss.track(in.ctx, r) {
+	if !ss.track(in.ctx, r, in.sessionDone) {
 		return
 	}
 	r.armDeadlines(d)

@@ -171,7 +171,11 @@ func (ss *session) handleRequest(ctx context.Context, m jsonrpc.Message, out *ou
 		return
 	}
 
-	ss.dispatch(r, &incoming{ctx: ctx, params: m.Params, meta: meta, rawMeta: rawMeta, runHere: p.RunHere, begin: p.Begin})
+	in := &incoming{ctx: ctx, params: m.Params, meta: meta, rawMeta: rawMeta, runHere: p.RunHere, begin: p.Begin}
+	if p.SessionCtx {
+		in.sessionDone = ctx.Done()
+	}
+	ss.dispatch(r, in)
 }
 
 // selectEra decides, per request, which era serves it: a request that
@@ -211,8 +215,10 @@ func (ss *session) selectEra(r *inflight, meta *mcp.RequestMeta, hasMeta bool) *
 
 // track gives the request its context and registers it as in flight, so
 // that a cancellation can find it. It returns false if the session is
-// closed, or if ctx had already ended, which aborts the request.
-func (ss *session) track(ctx context.Context, r *inflight) bool {
+// closed, or if ctx had already ended, which aborts the request. A ctx
+// whose Done channel is sessionDone ends only with the session, whose
+// Close aborts the request: it is not watched (conn.Prepared.SessionCtx).
+func (ss *session) track(ctx context.Context, r *inflight, sessionDone <-chan struct{}) bool {
 	// The handler's context keeps ctx's values but not its cancellation:
 	// it ends only when the request reaches its terminal state (release),
 	// so a handler can never observe an ending that was not recorded first
@@ -233,6 +239,9 @@ func (ss *session) track(ctx context.Context, r *inflight) bool {
 		ss.subs[r] = struct{}{}
 	}
 	ss.mu.Unlock()
+	if sessionDone != nil && ctx.Done() == sessionDone && ctx.Err() == nil {
+		return true
+	}
 	stop := context.AfterFunc(ctx, func() { r.abort(context.Cause(ctx)) })
 	r.mu.Lock()
 	r.stop = stop

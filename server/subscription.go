@@ -86,7 +86,7 @@ func (ss *session) listen(r *inflight, in *incoming) {
 	// the stream's end gives the count back (forget); a stream that could
 	// not even be tracked gives it back now.
 	r.sub = sub
-	if !ss.track(in.ctx, r) {
+	if !ss.track(in.ctx, r, in.sessionDone) {
 		r.out.Unreserve() // the acknowledgement's
 		sub.end()
 		return

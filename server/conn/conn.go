@@ -170,6 +170,14 @@ type Prepared struct {
 	// request that does not run a handler here): a transport that must
 	// go on reading meanwhile arms a handoff to another goroutine here.
 	Begin func()
+	// SessionCtx says that ctx ends only with the session: whenever it
+	// ends, the transport closes the session (Session.Close, which cancels
+	// every request in flight with the same cause), as a stdio connection
+	// does. The server then does not watch ctx for each request, which
+	// costs a registration with ctx for every call. A request whose
+	// context a tool's Check replaced with one that ends on its own is
+	// watched as ever.
+	SessionCtx bool
 }
 
 // HeaderParam is a tool argument mirrored into an HTTP header on the

@@ -290,7 +290,9 @@ func (c *Conn) readLoop(ctx context.Context) (handedOff bool, err error) {
 			case m.Kind == jsonrpc.KindRequest:
 				turn.handoff = nil
 				c.inflight.start()
-				c.sess.HandleRequest(ctx, m, conn.Prepared{RunHere: true, Begin: begin}, c.queue)
+				// The connection's context ends only as Serve closes the
+				// session, which cancels every request in flight.
+				c.sess.HandleRequest(ctx, m, conn.Prepared{RunHere: true, Begin: begin, SessionCtx: true}, c.queue)
 				c.inflight.done()
 				if turn.handoff != nil {
 					if !turn.handoff.Stop() {
