@@ -540,28 +540,23 @@ func (c *Client) declared(o *CallOptions) (encoded, error) {
 // caller's members.
 func (c *Client) params(params any, token string, extra map[string]any, asksTask bool, declare encoded) (json.RawMessage, error) {
 	if p, ok := params.(map[string]any); ok || params == nil {
-		// The common case, encoded once: the helpers build maps.
+		// The common case, encoded once into a buffer of its size: the
+		// helpers build maps.
 		if _, has := p["_meta"]; !has {
-			var meta encoded
-			if declare == nil {
-				meta = c.fixedMeta(token, extra, asksTask)
-			}
-			var err error
-			if meta == nil {
-				if m := c.meta(nil, token, extra, asksTask, declare); len(m) == 0 {
-					meta = emptyObject
-				} else {
-					meta, err = appendSortedObject(nil, m)
-				}
-			}
-			var b []byte
+			fixed := c.fixedMembers(token, asksTask, declare)
+			b := make([]byte, 0, objectSize(p)+objectSize(extra)+fixed.size()+len(`,"_meta":{}}`))
+			b, err := appendObject(b, p)
 			if err == nil {
-				b, err = appendObject(make([]byte, 0, 256), p, meta)
+				if len(p) > 0 {
+					b = append(b, ',')
+				}
+				b = append(b, `"_meta":`...)
+				b, err = appendMeta(b, &fixed, extra)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("client: params: %w", err)
 			}
-			return b, nil
+			return append(b, '}'), nil
 		}
 	}
 	var obj map[string]json.RawMessage
@@ -591,11 +586,11 @@ func (c *Client) params(params any, token string, extra map[string]any, asksTask
 	return json.Marshal(obj)
 }
 
-// appendObject appends the JSON object of members, with meta (encoded)
-// as its _meta member when meta is not nil: one pass, members in no
-// particular order (a map's encoding would sort them), each value encoded
-// on its own, raw JSON appended as it is once it is known to be valid.
-func appendObject(b []byte, members map[string]any, meta encoded) ([]byte, error) {
+// appendObject appends the opening brace and the members of a JSON
+// object, not its closing one: one pass, members in no particular order
+// (a map's encoding would sort them), each value encoded on its own, raw
+// JSON appended as it is once it is known to be valid.
+func appendObject(b []byte, members map[string]any) ([]byte, error) {
 	b = append(b, '{')
 	first := true
 	for k, v := range members {
@@ -607,110 +602,177 @@ func appendObject(b []byte, members map[string]any, meta encoded) ([]byte, error
 			return nil, err
 		}
 	}
-	if meta != nil {
-		if !first {
-			b = append(b, ',')
-		}
-		b = append(append(b, `"_meta":`...), meta...)
-	}
-	return append(b, '}'), nil
+	return b, nil
 }
 
-var emptyObject = encoded("{}")
-
-// appendSortedObject appends the JSON object of members in the order of
-// their names: a _meta, which a server may recognise byte for byte, and
-// a map's order changes from call to call.
-func appendSortedObject(b []byte, members map[string]any) (encoded, error) {
-	b = append(b, '{')
-	for i, k := range slices.Sorted(maps.Keys(members)) {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		if err := appendMember(&b, k, members[k]); err != nil {
-			return nil, err
+// objectSize is about what members take encoded: exactly, for the raw
+// JSON and plain strings a request's params and _meta are made of, so
+// that the buffer they go in is allocated once.
+func objectSize(members map[string]any) int {
+	n := 0
+	for k, v := range members {
+		n += len(k) + 4 // quotes, colon, comma
+		switch v := v.(type) {
+		case json.RawMessage:
+			n += len(v)
+		case encoded:
+			n += len(v)
+		case string:
+			n += len(v) + 2
+		default:
+			n += 32
 		}
 	}
-	return append(b, '}'), nil
+	return n
 }
 
 func appendMember(b *[]byte, k string, v any) error {
-	if err := appendValue(b, k); err != nil {
-		return err
-	}
+	appendString(b, k)
 	*b = append(*b, ':')
 	return appendValue(b, v)
 }
 
-// fixedMeta is the _meta of a request that carries no members of its
-// caller's: in the 2026-07-28 era the version's, encoded once per protocol
-// version — the same bytes on every such request — and in both eras the
-// progress token, when there is one, appended. It is nil for a request
-// that carries the caller's members, and for a 2025 request with no
-// token.
-func (c *Client) fixedMeta(token string, extra map[string]any, asksTask bool) encoded {
-	if len(extra) > 0 {
-		return nil
+// metaMembers are the members of a request's _meta that the client gives
+// it itself, in the order of their names: in the 2026-07-28 era the
+// capabilities, client info and protocol version (each encoded), and in
+// both eras the progress token when there is one. The token's key sorts
+// after the others'.
+type metaMembers struct {
+	n     int
+	keys  [3]string
+	vals  [3]encoded
+	token string
+}
+
+// size is what m takes encoded, the braces and commas of the object it
+// is in included.
+func (m *metaMembers) size() int {
+	n := 2
+	for i := range m.n {
+		n += len(m.keys[i]) + len(m.vals[i]) + 4
 	}
-	var fixed encoded
-	if c.era == mcp.Modern {
-		if fixed = c.versionMeta(asksTask); fixed == nil {
-			return nil
+	if m.token != "" {
+		n += len(mcp.MetaProgressToken) + len(m.token) + 6
+	}
+	return n
+}
+
+// has reports whether k is a key of m: a caller's member of that name
+// gives way to the client's.
+func (m *metaMembers) has(k string) bool {
+	if m.token != "" && k == mcp.MetaProgressToken {
+		return true
+	}
+	return slices.Contains(m.keys[:m.n], k)
+}
+
+// fixedMembers are the members of a request's _meta the client gives it:
+// a 2026-07-28 request declares declare when it is not nil, in place of
+// the client's capabilities (those with the tasks extension when it asks
+// for a task).
+func (c *Client) fixedMembers(token string, asksTask bool, declare encoded) metaMembers {
+	m := metaMembers{token: token}
+	if c.era != mcp.Modern {
+		return m
+	}
+	caps := encoded(c.capsJSON)
+	switch {
+	case declare != nil:
+		caps = declare
+	case asksTask:
+		caps = encoded(c.taskCapsJSON)
+	}
+	m.n = 3
+	m.keys = [3]string{mcp.MetaClientCapabilities, mcp.MetaClientInfo, mcp.MetaProtocolVersion}
+	m.vals = [3]encoded{caps, encoded(c.infoJSON), c.versionJSON()}
+	return m
+}
+
+// appendMeta appends a request's _meta: the client's members (fixed) and
+// the caller's (extra, those whose names the client's do not take), all
+// in the order of their names — a server may recognise a _meta byte for
+// byte, and a map's order changes from call to call — without a map of
+// them built first.
+func appendMeta(b []byte, fixed *metaMembers, extra map[string]any) ([]byte, error) {
+	var keysArray [8]string
+	keys := keysArray[:0]
+	for k := range extra {
+		if !fixed.has(k) {
+			keys = append(keys, k)
 		}
 	}
-	if token == "" {
-		return fixed
+	slices.Sort(keys)
+	b = append(b, '{')
+	first := true
+	comma := func() {
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
 	}
-	return withProgressToken(fixed, token)
+	i := 0 // the next of fixed's members
+	for _, k := range keys {
+		for ; i < fixed.n && fixed.keys[i] < k; i++ {
+			comma()
+			appendString(&b, fixed.keys[i])
+			b = append(append(b, ':'), fixed.vals[i]...)
+		}
+		if fixed.token != "" && i == fixed.n && mcp.MetaProgressToken < k {
+			comma()
+			b = appendToken(b, fixed.token)
+			i++
+		}
+		comma()
+		if err := appendMember(&b, k, extra[k]); err != nil {
+			return nil, err
+		}
+	}
+	for ; i < fixed.n; i++ {
+		comma()
+		appendString(&b, fixed.keys[i])
+		b = append(append(b, ':'), fixed.vals[i]...)
+	}
+	if fixed.token != "" && i == fixed.n {
+		comma()
+		b = appendToken(b, fixed.token)
+	}
+	return append(b, '}'), nil
 }
 
-// withProgressToken is fixed (an encoded object, or nil for none) with the
-// progress token as its last member: the token's key sorts after every
-// key of the version's _meta, so the members stay in the order
-// appendSortedObject gives them. A token is "p" and digits, the client's
-// own, and needs no escaping.
-func withProgressToken(fixed encoded, token string) encoded {
-	b := make([]byte, 0, len(fixed)+len(token)+20)
-	if len(fixed) > 2 {
-		b = append(b, fixed[:len(fixed)-1]...)
-		b = append(b, ',')
-	} else {
-		b = append(b, '{')
-	}
+// appendToken appends the progress token's member. A token is "p" or "l"
+// and digits, the client's own, and needs no escaping.
+func appendToken(b []byte, token string) []byte {
 	b = append(b, `"`+mcp.MetaProgressToken+`":"`...)
 	b = append(b, token...)
-	return append(b, `"}`...)
+	return append(b, '"')
 }
 
-// versionMeta is the 2026-07-28 _meta of the negotiated version, without
-// or with the tasks extension declared, encoded once.
-func (c *Client) versionMeta(asksTask bool) encoded {
+// versionJSON is the negotiated protocol version as a JSON string,
+// encoded once per version.
+func (c *Client) versionJSON() encoded {
 	f := c.fixed.Load()
 	if f == nil || f.version != c.version {
 		f = &fixedMetas{version: c.version}
-		for i, caps := range []json.RawMessage{c.capsJSON, c.taskCapsJSON} {
-			var err error
-			if f.meta[i], err = appendSortedObject(nil, map[string]any{
-				mcp.MetaProtocolVersion:    c.version,
-				mcp.MetaClientCapabilities: encoded(caps),
-				mcp.MetaClientInfo:         encoded(c.infoJSON),
-			}); err != nil {
-				return nil
-			}
-		}
+		appendString((*[]byte)(&f.json), c.version)
 		c.fixed.Store(f)
 	}
-	if asksTask {
-		return f.meta[1]
-	}
-	return f.meta[0]
+	return f.json
 }
 
-// fixedMetas are a version's fixed _meta, without and with the tasks
-// extension declared.
+// fixedMetas is a protocol version, encoded.
 type fixedMetas struct {
 	version string
-	meta    [2]encoded
+	json    encoded
+}
+
+// appendString appends s as a JSON string.
+func appendString(b *[]byte, s string) {
+	if plainASCII(s) {
+		*b = append(append(append(*b, '"'), s...), '"')
+		return
+	}
+	enc, _ := json.Marshal(s) // JSON's escapes, not Go's; a string always encodes
+	*b = append(*b, enc...)
 }
 
 // appendValue appends v's JSON: raw JSON compacted (checked in the same
@@ -734,13 +796,8 @@ func appendValue(b *[]byte, v any) error {
 		*b = append(*b, v...)
 		return nil
 	case string:
-		if plainASCII(v) {
-			*b = append(append(append(*b, '"'), v...), '"')
-			return nil
-		}
-		enc, err := json.Marshal(v) // JSON's escapes, not Go's
-		*b = append(*b, enc...)
-		return err
+		appendString(b, v)
+		return nil
 	}
 	enc, err := json.Marshal(v)
 	if err != nil {
