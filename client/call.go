@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcprel/mcprel/jsonrpc"
@@ -515,9 +516,14 @@ func mustInt(id jsonrpc.ID) int64 {
 
 // declared is what a request of o declares in the 2026-07-28 era when o
 // says (CallOptions.Capabilities), encoded; nil for the client's own.
+// A gateway declares its caller's capabilities on every call, and few
+// callers differ: each distinct value is encoded once (declaredCache).
 func (c *Client) declared(o *CallOptions) (encoded, error) {
 	if o.Capabilities == nil || c.era != mcp.Modern {
 		return nil, nil
+	}
+	if b := c.declares.lookup(o.Capabilities, o.asksTask); b != nil {
+		return b, nil
 	}
 	caps := *o.Capabilities
 	if o.asksTask && caps.Extensions[mcp.ExtensionTasks] == nil {
@@ -531,7 +537,54 @@ func (c *Client) declared(o *CallOptions) (encoded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: CallOptions.Capabilities: %w", err)
 	}
+	c.declares.store(o.Capabilities, o.asksTask, b)
 	return b, nil
+}
+
+// declaredCache holds the last few capabilities requests declared,
+// encoded: those without experimental members or extensions (maps), by
+// the bytes of their other members, which encode the same every time.
+type declaredCache struct {
+	slots [4]atomic.Pointer[declaredEntry]
+	next  atomic.Uint32
+}
+
+type declaredEntry struct {
+	roots, sampling, elicitation, tasks []byte
+	asksTask                            bool
+	enc                                 encoded
+}
+
+func (e *declaredEntry) is(caps *mcp.ClientCapabilities, asksTask bool) bool {
+	return e.asksTask == asksTask && bytes.Equal(e.roots, caps.Roots) && bytes.Equal(e.sampling, caps.Sampling) &&
+		bytes.Equal(e.elicitation, caps.Elicitation) && bytes.Equal(e.tasks, caps.Tasks)
+}
+
+func cacheable(caps *mcp.ClientCapabilities) bool {
+	return len(caps.Experimental) == 0 && len(caps.Extensions) == 0
+}
+
+// lookup returns caps encoded, or nil when it is not held.
+func (dc *declaredCache) lookup(caps *mcp.ClientCapabilities, asksTask bool) encoded {
+	if !cacheable(caps) {
+		return nil
+	}
+	for i := range dc.slots {
+		if e := dc.slots[i].Load(); e != nil && e.is(caps, asksTask) {
+			return e.enc
+		}
+	}
+	return nil
+}
+
+// store holds enc, caps encoded, in place of the oldest entry.
+func (dc *declaredCache) store(caps *mcp.ClientCapabilities, asksTask bool, enc encoded) {
+	if !cacheable(caps) {
+		return
+	}
+	e := &declaredEntry{roots: bytes.Clone(caps.Roots), sampling: bytes.Clone(caps.Sampling), elicitation: bytes.Clone(caps.Elicitation),
+		tasks: bytes.Clone(caps.Tasks), asksTask: asksTask, enc: enc}
+	dc.slots[(dc.next.Add(1)-1)%uint32(len(dc.slots))].Store(e)
 }
 
 // params encodes a request's params with the era's _meta: in the modern

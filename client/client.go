@@ -218,7 +218,8 @@ type Client struct {
 	// taskCapsJSON is capsJSON with the tasks extension declared: what a
 	// 2026-07-28 request that asks for a task (CallToolTask) carries.
 	taskCapsJSON json.RawMessage
-	fixed        atomic.Pointer[fixedMetas] // the 2026-07-28 _meta without a request's own members
+	fixed        atomic.Pointer[fixedMetas] // the negotiated protocol version, encoded
+	declares     declaredCache              // CallOptions.Capabilities, encoded
 	closeMu      sync.Once
 	closed       error
 }

@@ -82,3 +82,85 @@ func TestParamsMetaIsTheSortedObjectOfItsMembers(t *testing.T) {
 		}
 	}
 }
+
+// Capabilities declared per call are encoded as encoding/json encodes
+// them, asking for a task or not, however many distinct values come and
+// in whatever order, from many calls at once, and a caller's reuse of its
+// bytes after the call never changes what a later call declares.
+func TestDeclaredCapabilitiesEncodeAsTheyAre(t *testing.T) {
+	c := &Client{era: mcp.Modern}
+	values := []mcp.ClientCapabilities{
+		{},
+		{Roots: json.RawMessage(`{}`)},
+		{Roots: json.RawMessage{}},
+		{Sampling: json.RawMessage(`{}`), Elicitation: json.RawMessage(`{"form":{}}`)},
+		{Sampling: json.RawMessage(`{ }`), Elicitation: json.RawMessage(`{"form":{}}`)},
+		{Elicitation: json.RawMessage(`{"form":{},"url":{}}`)},
+		{Tasks: json.RawMessage(`{"list":{}}`)},
+		{Extensions: map[string]json.RawMessage{"x": json.RawMessage(`{}`)}},
+		{Experimental: map[string]json.RawMessage{"y": json.RawMessage(`1`)}, Roots: json.RawMessage(`{}`)},
+		{Extensions: map[string]json.RawMessage{mcp.ExtensionTasks: json.RawMessage(`{"a":1}`)}},
+	}
+	want := func(caps mcp.ClientCapabilities, asksTask bool) string {
+		if asksTask && caps.Extensions[mcp.ExtensionTasks] == nil {
+			ext := map[string]json.RawMessage{mcp.ExtensionTasks: json.RawMessage(`{}`)}
+			for k, v := range caps.Extensions {
+				ext[k] = v
+			}
+			caps.Extensions = ext
+		}
+		b, err := json.Marshal(caps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	done := make(chan struct{})
+	for g := range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for round := range 50 {
+				for i := range values {
+					caps := values[(i+g+round)%len(values)]
+					asksTask := (i+round)%3 == 0
+					o := &CallOptions{Capabilities: &caps, asksTask: asksTask}
+					got, err := c.declared(o)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if w := want(caps, asksTask); string(got) != w {
+						t.Errorf("declared %s, want %s", got, w)
+						return
+					}
+				}
+			}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	// A caller's buffer, changed after the call, is not what the client
+	// remembers.
+	buf := []byte(`{"form":{}}`)
+	caps := mcp.ClientCapabilities{Elicitation: buf}
+	if got, _ := c.declared(&CallOptions{Capabilities: &caps}); string(got) != `{"elicitation":{"form":{}}}` {
+		t.Fatalf("declared %s", got)
+	}
+	copy(buf, `{"url":{}} `)
+	caps2 := mcp.ClientCapabilities{Elicitation: json.RawMessage(`{"form":{}}`)}
+	if got, _ := c.declared(&CallOptions{Capabilities: &caps2}); string(got) != `{"elicitation":{"form":{}}}` {
+		t.Fatalf("declared %s after the caller reused its buffer", got)
+	}
+	// Invalid capabilities are refused every time, never remembered.
+	bad := mcp.ClientCapabilities{Roots: json.RawMessage(`{`)}
+	for range 2 {
+		if _, err := c.declared(&CallOptions{Capabilities: &bad}); err == nil {
+			t.Fatal("invalid capabilities were encoded")
+		}
+	}
+	// In the 2025 era nothing is declared per call.
+	if got, err := (&Client{era: mcp.Legacy}).declared(&CallOptions{Capabilities: &caps2}); got != nil || err != nil {
+		t.Fatalf("2025: declared %s, %v", got, err)
+	}
+}
