@@ -232,13 +232,17 @@ func (q *writer) run() {
 		// frame. A frame withdrawn meanwhile is left out.
 		batch = batch[:0]
 		size := 0
-		for len(q.queue) > 0 && (len(batch) == 0 || size+len(q.queue[0].b) <= maxBatchBytes) {
-			f := q.queue[0]
-			q.queue[0] = nil
-			q.queue = q.queue[1:]
-			batch = append(batch, f)
-			size += len(f.b)
+		taken := 0
+		for taken < len(q.queue) && (taken == 0 || size+len(q.queue[taken].b) <= maxBatchBytes) {
+			batch = append(batch, q.queue[taken])
+			size += len(q.queue[taken].b)
+			taken++
 		}
+		// What stays moves to the front: the queue's array is used again,
+		// not grown anew a frame at a time.
+		left := copy(q.queue, q.queue[taken:])
+		clear(q.queue[left:])
+		q.queue = q.queue[:left]
 		q.mu.Unlock()
 		buf = buf[:0]
 		for _, f := range batch {

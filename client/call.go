@@ -336,7 +336,8 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 	id := jsonrpc.IntID(c.nextID.Add(1))
 	token := ""
 	if wantProgress {
-		token = "p" + strconv.FormatInt(mustInt(id), 10)
+		var buf [24]byte
+		token = string(strconv.AppendInt(append(buf[:0], 'p'), mustInt(id), 10))
 	} else {
 		opts.Idle = 0 // no progress will come: the idle clock has nothing to measure
 	}

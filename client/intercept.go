@@ -59,8 +59,11 @@ func stringMember(raw json.RawMessage, name string) string {
 		}
 		return true
 	})
+	if v == nil {
+		return ""
+	}
 	var s string
-	if v == nil || json.Unmarshal(v, &s) != nil {
+	if json.Unmarshal(v, &s) != nil {
 		return ""
 	}
 	return s

@@ -96,8 +96,11 @@ func (c *Client) withParamHeaders(ctx context.Context, name string, args any, se
 		return nil, err
 	}
 	raw, err := send(a, headers)
+	if listed || err == nil {
+		return raw, err
+	}
 	var rpcErr *jsonrpc.Error
-	if listed || !errors.As(err, &rpcErr) || rpcErr.Code != mcp.CodeHeaderMismatch {
+	if !errors.As(err, &rpcErr) || rpcErr.Code != mcp.CodeHeaderMismatch {
 		return raw, err
 	}
 	if _, lerr := c.ListTools(ctx); lerr != nil {
