@@ -351,9 +351,7 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 	}
 	out := outgoing{id: id, method: method, name: name, params: body, era: c.era, version: c.version, token: token,
 		headers: opts.headers, onRequest: opts.OnRequest}
-	if on := opts.OnNotification; on != nil {
-		out.notes = func(m jsonrpc.Message) { on(m.Method, m.Params) }
-	}
+	out.onNote = opts.OnNotification
 	// The max clock runs from before the request is sent: a server that
 	// does not read it holds the caller no longer than one that does not
 	// answer it.
@@ -391,12 +389,11 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 		return nil, err
 	}
 	var idleC <-chan time.Time
-	idle := time.NewTimer(max(opts.Idle, time.Nanosecond))
-	defer idle.Stop()
+	var idle *time.Timer
 	if opts.Idle > 0 {
+		idle = time.NewTimer(opts.Idle)
+		defer idle.Stop()
 		idleC = idle.C
-	} else {
-		idle.Stop()
 	}
 	last, seen := 0.0, false
 	report := func(p Progress) {
@@ -422,7 +419,8 @@ func (c *Client) roundTrip(ctx context.Context, method, name string, params any,
 			if opts.Idle > 0 {
 				idle.Reset(opts.Idle)
 			}
-		case r, ok := <-ex.response:
+		case <-ex.response:
+			r, ok := ex.result()
 			if !ok {
 				return nil, ErrConnectionLost
 			}

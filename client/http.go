@@ -497,8 +497,8 @@ func (t *httpTransport) event(ctx context.Context, data []byte, req outgoing, ex
 	case jsonrpc.KindNotification:
 		if m.Method != mcp.NotificationProgress {
 			switch {
-			case ex != nil && ex.notes != nil:
-				ex.notes(m)
+			case ex != nil && ex.takesNotes():
+				ex.note(m)
 			case t.opts.OnNotification != nil:
 				t.opts.OnNotification(m.Method, m.Params)
 			}

@@ -152,7 +152,8 @@ func (s *Subscription) once(ctx context.Context, first bool, acked chan<- error)
 		select {
 		case <-ctx.Done():
 			return isAcked, context.Cause(ctx)
-		case r, ok := <-ex.response:
+		case <-ex.response:
+			r, ok := ex.result()
 			// The stream ended: the server closed it or answered the
 			// listen request, or the connection dropped.
 			if ok && r.m.Error != nil && !isAcked {

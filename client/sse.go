@@ -264,7 +264,7 @@ func (t *sseTransport) start(ctx context.Context, req outgoing) (*exchange, erro
 	if !t.calls.add(req, ex) {
 		return nil, ErrConnectionLost
 	}
-	forget := func(abandon bool) { t.calls.forget(req, abandon) }
+	forget := func(abandon bool) { t.calls.forget(req.id, req.token, abandon) }
 	// The POST's answer says only that the server took the message, and
 	// the call's answer may come on the stream first: the POST is not
 	// cut short when the call ends with its answer — cutting it could

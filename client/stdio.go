@@ -119,49 +119,54 @@ func (t *stdioTransport) ready(context.Context, time.Duration) {}
 
 func (t *stdioTransport) start(ctx context.Context, req outgoing) (*exchange, error) {
 	ex := newExchange(ctx, req, t.stats)
+	ex.owner, ex.id = t, req.id
 	if !t.calls.add(req, ex) {
 		return nil, ErrConnectionLost
 	}
-	forget := func(abandon bool) { t.calls.forget(req, abandon) }
-	ex.onFinish = func() { forget(false) }
-	var f *frame
-	ex.onCancel = func(id jsonrpc.ID, reason string) Cancellation {
-		if f.withdraw() {
-			// Still queued: it never reaches the server, and needs no
-			// cancellation.
-			forget(false)
-			return RequestNotSent
-		}
-		forget(true)
-		// Both eras cancel a stdio request with a notification. It is
-		// queued, never waited for: a server that stops reading must not
-		// hold the caller who gives up on it. Its write is followed for
-		// WaitCancellations.
-		params, _ := json.Marshal(mcp.CancelledParams{RequestID: id, Reason: reason})
-		cf := &frame{b: append(jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params), '\n'), done: make(chan error, 1)}
-		cf.after = func() { t.stats.cancels.done(<-cf.done) } // done is sent before after runs
-		t.stats.cancels.add()
-		if err := t.w.enqueue(context.Background(), cf, false); err != nil {
-			t.stats.cancels.done(err)
-			t.opts.Logger.Warn("could not send the cancellation", "id", id, "err", err)
-			return CancelNotSent
-		}
-		return CancelQueued
-	}
 	// The request is queued under ctx (the call's clocks), waiting for
 	// room, not for its write: the call waits for its answer anyway, and
-	// if its clocks fire first one still queued is withdrawn (onCancel),
+	// if its clocks fire first one still queued is withdrawn (cancelled),
 	// never to leave. A write that fails loses the connection, and the
 	// call with it.
-	var err error
-	if f, err = t.w.enqueueFrame(ctx, jsonrpc.AppendRequest(nil, req.id, req.method, req.params)); err != nil {
-		forget(false)
+	f, err := t.w.enqueueFrame(ctx, jsonrpc.AppendRequest(nil, req.id, req.method, req.params))
+	if err != nil {
+		t.calls.forget(req.id, req.token, false)
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
 		return nil, fmt.Errorf("%w: %v", ErrConnectionLost, err)
 	}
+	ex.frame = f
 	return ex, nil
+}
+
+// finished releases a request whose response arrived.
+func (t *stdioTransport) finished(ex *exchange) { t.calls.forget(ex.id, ex.token, false) }
+
+// cancelled withdraws a request still queued, or tells the server it is
+// cancelled, and releases it.
+func (t *stdioTransport) cancelled(ex *exchange, id jsonrpc.ID, reason string) Cancellation {
+	if ex.frame.withdraw() {
+		// Still queued: it never reaches the server, and needs no
+		// cancellation.
+		t.calls.forget(ex.id, ex.token, false)
+		return RequestNotSent
+	}
+	t.calls.forget(ex.id, ex.token, true)
+	// Both eras cancel a stdio request with a notification. It is
+	// queued, never waited for: a server that stops reading must not
+	// hold the caller who gives up on it. Its write is followed for
+	// WaitCancellations.
+	params, _ := json.Marshal(mcp.CancelledParams{RequestID: id, Reason: reason})
+	cf := &frame{b: append(jsonrpc.AppendNotification(nil, mcp.NotificationCancelled, params), '\n'), done: make(chan error, 1)}
+	cf.after = func() { t.stats.cancels.done(<-cf.done) } // done is sent before after runs
+	t.stats.cancels.add()
+	if err := t.w.enqueue(context.Background(), cf, false); err != nil {
+		t.stats.cancels.done(err)
+		t.opts.Logger.Warn("could not send the cancellation", "id", id, "err", err)
+		return CancelNotSent
+	}
+	return CancelQueued
 }
 
 func (t *stdioTransport) notify(ctx context.Context, method string, params any, _ mcp.Era) error {
@@ -255,8 +260,8 @@ func (t *stdioTransport) dispatch(line []byte) {
 			// A listen stream's notification names its request; the
 			// others are the connection's.
 			if id, ok := subscriptionOf(m.Params); ok {
-				if ex := t.calls.call(id); ex != nil && ex.notes != nil {
-					ex.notes(m)
+				if ex := t.calls.call(id); ex != nil && ex.takesNotes() {
+					ex.note(m)
 				}
 				return
 			}

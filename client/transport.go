@@ -47,8 +47,10 @@ type outgoing struct {
 	headers [][2]string
 	// notes, when set, receives the request's other notifications (a
 	// listen stream's, a log message on its response stream); it must
-	// not block.
-	notes func(jsonrpc.Message)
+	// not block. onNote, when set, receives them in its stead
+	// (CallOptions.OnNotification, taken as it is).
+	notes  func(jsonrpc.Message)
+	onNote func(method string, params json.RawMessage)
 	// onRequest, when set, answers the server's requests the transport
 	// attributes to this request (CallOptions.OnRequest).
 	onRequest RequestHandler
@@ -71,12 +73,25 @@ const notesBuffer = 64
 // response, and the way to give up on it.
 type exchange struct {
 	progress chan Progress
-	response chan reply // receives the response once, or closes if the connection ends first
+	// response is closed once the request ended: r is its response (or
+	// its transport's failure), unless lost, when the connection ended
+	// first (result).
+	response chan struct{}
+	r        reply
+	lost     bool
 	stats    *counters
 	token    string
 	notes    func(jsonrpc.Message)
+	onNote   func(method string, params json.RawMessage)
 
-	once     sync.Once
+	once sync.Once
+	// owner, when set, releases and cancels the exchange (a stdio
+	// request: the transport, with the request's id and queued frame
+	// kept here rather than in closures of its own); otherwise onFinish
+	// and onCancel do.
+	owner    exchangeOwner
+	id       jsonrpc.ID
+	frame    *frame
 	onCancel func(id jsonrpc.ID, reason string) Cancellation // the transport's and era's signal
 	onFinish func()
 
@@ -92,16 +107,49 @@ type exchange struct {
 	answered  chan struct{}
 }
 
+// exchangeOwner releases (finished) and cancels (cancelled) the exchanges
+// that name it: the transport that started them.
+type exchangeOwner interface {
+	finished(ex *exchange)
+	cancelled(ex *exchange, id jsonrpc.ID, reason string) Cancellation
+}
+
 // deliver hands the call its response (or its transport failure), once:
 // a second answer for the same id is dropped.
-func (ex *exchange) deliver(r reply) { ex.ended.Do(func() { ex.response <- r }) }
+func (ex *exchange) deliver(r reply) {
+	ex.ended.Do(func() {
+		ex.r = r
+		close(ex.response)
+	})
+}
 
 // lose ends the call without a response: its connection is gone.
-func (ex *exchange) lose() { ex.ended.Do(func() { close(ex.response) }) }
+func (ex *exchange) lose() {
+	ex.ended.Do(func() {
+		ex.lost = true
+		close(ex.response)
+	})
+}
+
+// result is how the request ended, once response is closed: its reply,
+// and false when the connection ended first.
+func (ex *exchange) result() (reply, bool) { return ex.r, !ex.lost }
+
+// takesNotes reports whether the request takes its other notifications.
+func (ex *exchange) takesNotes() bool { return ex.notes != nil || ex.onNote != nil }
+
+// note hands the request one of its other notifications.
+func (ex *exchange) note(m jsonrpc.Message) {
+	if ex.onNote != nil {
+		ex.onNote(m.Method, m.Params)
+		return
+	}
+	ex.notes(m)
+}
 
 func newExchange(ctx context.Context, req outgoing, stats *counters) *exchange {
-	ex := &exchange{response: make(chan reply, 1), stats: stats,
-		token: req.token, notes: req.notes, ctx: ctx, onRequest: req.onRequest}
+	ex := &exchange{response: make(chan struct{}), stats: stats,
+		token: req.token, notes: req.notes, onNote: req.onNote, ctx: ctx, onRequest: req.onRequest}
 	if req.token != "" {
 		// Without a progress token no report is routed to the call: a
 		// nil channel, never ready, costs nothing.
@@ -197,7 +245,10 @@ func (ex *exchange) deliverProgress(p Progress) {
 func (ex *exchange) cancel(id jsonrpc.ID, reason string) Cancellation {
 	c := CancelNotRecorded
 	ex.once.Do(func() {
-		if ex.onCancel != nil {
+		switch {
+		case ex.owner != nil:
+			c = ex.owner.cancelled(ex, id, reason)
+		case ex.onCancel != nil:
 			c = ex.onCancel(id, reason)
 		}
 	})
@@ -207,7 +258,10 @@ func (ex *exchange) cancel(id jsonrpc.ID, reason string) Cancellation {
 // finish releases an exchange whose response arrived.
 func (ex *exchange) finish() {
 	ex.once.Do(func() {
-		if ex.onFinish != nil {
+		switch {
+		case ex.owner != nil:
+			ex.owner.finished(ex)
+		case ex.onFinish != nil:
 			ex.onFinish()
 		}
 	})
@@ -283,15 +337,15 @@ func (f *inflight) add(req outgoing, ex *exchange) bool {
 }
 
 // forget drops a call; abandon remembers its id, given up on.
-func (f *inflight) forget(req outgoing, abandon bool) {
+func (f *inflight) forget(id jsonrpc.ID, token string, abandon bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.pending, req.id)
-	delete(f.byToken, req.token)
+	delete(f.pending, id)
+	delete(f.byToken, token)
 	if abandon {
 		f.gaveUp = time.Now()
-		f.abandoned[req.id] = true
-		f.order = append(f.order, req.id)
+		f.abandoned[id] = true
+		f.order = append(f.order, id)
 		if len(f.order) > maxAbandoned {
 			delete(f.abandoned, f.order[0])
 			f.order = f.order[1:]
