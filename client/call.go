@@ -838,6 +838,12 @@ func appendValue(b *[]byte, v any) error {
 			*b = append(*b, "null"...)
 			return nil
 		}
+		if compact(v) && jsonrpc.Valid(v) {
+			// Already compact (a forwarded call's arguments, as decoded):
+			// checked, and appended as it is.
+			*b = append(*b, v...)
+			return nil
+		}
 		buf := bytes.NewBuffer(*b)
 		if err := json.Compact(buf, v); err != nil {
 			return fmt.Errorf("invalid JSON %s", clip(v))
@@ -857,6 +863,31 @@ func appendValue(b *[]byte, v any) error {
 	}
 	*b = append(*b, enc...)
 	return nil
+}
+
+// compact reports whether b, taken as JSON, has no whitespace outside
+// its strings: what json.Compact would leave as it is, when b is valid.
+func compact(b []byte) bool {
+	inString := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case ' ', '\t', '\n', '\r':
+			return false
+		}
+	}
+	return true
 }
 
 // encoded is JSON this client encoded itself, compact and valid: appended

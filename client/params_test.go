@@ -164,3 +164,25 @@ func TestDeclaredCapabilitiesEncodeAsTheyAre(t *testing.T) {
 		t.Fatalf("2025: declared %s, %v", got, err)
 	}
 }
+
+// Raw JSON in params goes out as json.Compact writes it, or is refused
+// where json.Compact refuses it: compact JSON appended as it is, anything
+// else compacted.
+func FuzzRawValueIsCompacted(f *testing.F) {
+	for _, s := range []string{`{"text":"call 1"}`, `{ "a" : [1, 2] }`, "{\"a\":\n1}", `"a\"b c"`, `"\\"`, `"\\" `, `{"a":"\\\" x"}`,
+		"\"a\nb\"", `{`, ``, `nul`, `null`, ` 1 `, `[1,2,]`, `{"a":1}x`, "\"\xff\"", `"\u2028"`, `1e5`, `{"<":"&>"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var want bytes.Buffer
+		werr := json.Compact(&want, raw)
+		got := []byte("x")
+		gerr := appendValue(&got, json.RawMessage(raw))
+		if (werr != nil) != (gerr != nil) {
+			t.Fatalf("%q: error %v, json.Compact's %v", raw, gerr, werr)
+		}
+		if werr == nil && string(got[1:]) != want.String() {
+			t.Fatalf("%q: appended %q, json.Compact %q", raw, got[1:], want.String())
+		}
+	})
+}
