@@ -192,10 +192,14 @@ func (c *Client) CallTool(ctx context.Context, name string, args any, o *CallOpt
 // undecoded: for a caller that passes it on (mcp.PassThrough) or decodes
 // it its own way.
 func (c *Client) CallToolRaw(ctx context.Context, name string, args any, o *CallOptions) (json.RawMessage, error) {
-	var opts CallOptions
+	// The request and its options, in one allocation: the options are
+	// the caller's, copied, so that the headers can be set on them.
+	req := &Request{Method: mcp.MethodToolsCall, Name: name}
 	if o != nil {
-		opts = *o
+		req.opts = *o
 	}
+	opts := &req.opts
+	req.Options = opts
 	if opts.Max <= 0 {
 		opts.Max = DefaultMax
 	}
@@ -209,7 +213,13 @@ func (c *Client) CallToolRaw(ctx context.Context, name string, args any, o *Call
 			params["arguments"] = args
 		}
 		opts.headers = headers
-		return c.call(ctx, mcp.MethodToolsCall, name, params, &opts)
+		if req.Params != nil {
+			// Sent again, with its headers: a request of its own, as an
+			// interceptor sees it.
+			req = &Request{Method: mcp.MethodToolsCall, Name: name, Options: opts}
+		}
+		req.Params = params
+		return c.send(ctx, req)
 	})
 	if err != nil {
 		return nil, err

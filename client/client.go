@@ -204,7 +204,7 @@ type Client struct {
 	restartOnCall   bool
 	stopSupervising context.CancelFunc // nil: not supervised
 	opts            Options
-	send            CallFunc // Options.Interceptors around exchange; nil when there are none
+	intercepted     CallFunc // Options.Interceptors around exchange; nil when there are none
 	log             *slog.Logger
 	era             mcp.Era
 	version         string
@@ -334,7 +334,7 @@ func (o *Options) fill() {
 func newClient(ctx context.Context, t transport, o Options, stats *counters) (*Client, error) {
 	c := &Client{t: t, opts: o, log: o.Logger, stats: stats}
 	if len(o.Interceptors) > 0 {
-		c.send = chain(o.Interceptors, func(ctx context.Context, r *Request) (json.RawMessage, error) {
+		c.intercepted = chain(o.Interceptors, func(ctx context.Context, r *Request) (json.RawMessage, error) {
 			return c.exchange(ctx, r.Method, r.Name, r.Params, r.Options)
 		})
 	}

@@ -117,13 +117,21 @@ func (c *Client) maxInputRounds() int {
 // calls in flight never see each other's state, and the caller's params
 // are never changed.
 func (c *Client) call(ctx context.Context, method, name string, params any, o *CallOptions) (json.RawMessage, error) {
-	if c.send == nil {
+	if c.intercepted == nil {
 		return c.exchange(ctx, method, name, params, o)
 	}
 	if o == nil {
 		o = &CallOptions{}
 	}
-	return c.send(ctx, &Request{Method: method, Name: name, Params: params, Options: o})
+	return c.intercepted(ctx, &Request{Method: method, Name: name, Params: params, Options: o})
+}
+
+// send is call for a request already made (Options not nil).
+func (c *Client) send(ctx context.Context, r *Request) (json.RawMessage, error) {
+	if c.intercepted == nil {
+		return c.exchange(ctx, r.Method, r.Name, r.Params, r.Options)
+	}
+	return c.intercepted(ctx, r)
 }
 
 // exchange is call beneath the interceptors.

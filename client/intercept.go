@@ -27,6 +27,8 @@ type Request struct {
 	// interceptor). An interceptor may read them, and must not change
 	// them: another attempt sends the same.
 	Options *CallOptions
+
+	opts CallOptions // what Options points to, for a request that copies its caller's
 }
 
 // Key returns the idempotency key the request carries, where a server
