@@ -9,6 +9,9 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -170,5 +173,37 @@ func TestCallLostThenRefusedIsUnknown(t *testing.T) {
 	out, errs, code := mcprelCall(t, "--url", hs.URL+"/mcp", "--era", "2026", "--retries", "1", "--idempotency-key", "k-1", "echo", "text=x")
 	if code != exitReconcile || calls.Load() != 2 || !strings.Contains(errs, "--idempotency-key k-1") {
 		t.Fatalf("exit %d after %d sends; want 17 after 2, with the key to call again with\nstdout: %s\nstderr: %s", code, calls.Load(), out, errs)
+	}
+}
+
+// Tried as a new user would: the stdio server behind "mcprel gateway"
+// crashed and does not come back, and a call through the gateway exits
+// 16 — the request never reached the server — saying only that, never
+// also that it may have taken effect (it exited 17 and said both).
+func TestCallThroughAGatewayWhoseUpstreamCrashed(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "up.sh")
+	up := fmt.Sprintf("if [ -e %[1]s/started ]; then exit 1; fi\ntouch %[1]s/started\necho $$ > %[1]s/pid\nexec %[2]s serve --stdio --log-level warn --db %[1]s/u.db\n", dir, binary)
+	if err := os.WriteFile(script, []byte(up), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	gwURL, _, _ := startEndpoint(t, nil, "gateway", "--http", "127.0.0.1:0", "--metrics-path", "/metrics", "--metrics-open",
+		"--upstream", "u=sh "+script, "--db", filepath.Join(dir, "gw.db"))
+	if _, errs, code := mcprelCall(t, "--url", gwURL, "echo", "text=x"); code != 0 {
+		t.Fatalf("a call before the crash: exit %d\n%s", code, errs)
+	}
+	pid, err := os.ReadFile(filepath.Join(dir, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("kill", "-9", strings.TrimSpace(string(pid))).Run(); err != nil {
+		t.Fatal(err)
+	}
+	awaitMetricLines(t, strings.TrimSuffix(gwURL, "/mcp")+"/metrics", "", [][]string{
+		{`mcprel_gateway_upstream_events_total{kind="died",upstream="u"} 1`},
+	})
+	_, errs, code := mcprelCall(t, "--url", gwURL, "echo", "text=x")
+	if code != exitConnection || !strings.Contains(errs, "never reached") || strings.Contains(errs, "may have taken effect") {
+		t.Fatalf("a call after the crash: exit %d, want %d, saying only that it never reached the server:\n%s", code, exitConnection, errs)
 	}
 }
