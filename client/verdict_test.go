@@ -101,6 +101,7 @@ func verdictRows() []verdictRow {
 		{what: "the connection (or stdio server) ended with the request in flight", err: client.ErrConnectionLost, outcome: retry.OutcomeUnknown, kind: retry.Lost},
 		{what: "JSON-RPC -32601 method not found, -32600, -32700, -32020, -32021, -32022", script: answer(`{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"no"}}`), outcome: retry.OutcomeRefused, kind: retry.Rejected},
 		{what: "JSON-RPC -32602 invalid params, -32603 internal error, any other code", err: rpcError(jsonrpc.CodeInvalidParams), outcome: retry.OutcomeAnswered, kind: retry.Rejected},
+		{what: "JSON-RPC error from a gateway whose body says `outcome_unknown` (a read other than a call)", err: jsonrpc.NewError(jsonrpc.CodeInternalError, "lost").WithData(mcp.Failure{Code: mcp.FailureOutcomeUnknown, Retryable: true}), outcome: retry.OutcomeUnknown, kind: retry.Undetermined, retryable: true},
 		{what: "JSON-RPC -31001 overloaded", err: rpcError(mcp.CodeOverloaded), outcome: retry.OutcomeRefused, kind: retry.Overloaded},
 		{what: "JSON-RPC -31002 shutting down", err: rpcError(mcp.CodeUnavailable), outcome: retry.OutcomeRefused, kind: retry.ShuttingDown},
 		{what: "JSON-RPC -31003 the server's deadline fired", err: rpcError(mcp.CodeTimeout), outcome: retry.OutcomeUnknown, kind: retry.ServerTimeout},

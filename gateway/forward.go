@@ -950,7 +950,9 @@ func asRPC(err error) error {
 		return err
 	}
 	code := jsonrpc.CodeInternalError
-	if te.Retryable {
+	if te.Retryable && te.Code != mcp.FailureOutcomeUnknown {
+		// -31002 says nothing ran: an unknown outcome never says so,
+		// retryable or not; its body's code says what it is.
 		code = mcp.CodeUnavailable
 	}
 	return jsonrpc.NewError(code, "%s", te.Message).WithData(te.Failure())

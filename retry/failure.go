@@ -271,6 +271,20 @@ func Classify(err error) Verdict {
 			f.Outcome = OutcomeRefused
 			return f
 		default:
+			// An mcprel gateway's failure of a request other than a
+			// call says in its body what it is.
+			if body, ok := decodeBody(rpc.Data); ok {
+				switch body.Code {
+				case mcp.FailureOutcomeUnknown:
+					f = Of(Undetermined, err)
+					f.Retryable, f.RetryAfter = body.Retryable, millis(body.RetryAfterMs)
+					return f
+				case mcp.FailureUpstreamUnavailable:
+					f = Of(Unreachable, err)
+					f.Retryable, f.RetryAfter = body.Retryable, millis(body.RetryAfterMs)
+					return f
+				}
+			}
 			// Invalid params and internal errors are answers too, but
 			// not proof that nothing ran: an SDK raises invalid params on
 			// a tool's output after the tool ran.
