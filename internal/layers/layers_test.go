@@ -37,8 +37,14 @@ var layer = map[string][]string{
 	"server/conn":     {"jsonrpc", "mcp", "server/outbound"},
 	"server":          {"jsonrpc", "mcp", "server/outbound", "server/conn"},
 
+	// The HTTP middleware (authenticators, Host/Origin checks) knows
+	// net/http only, so that it sits under the transport that reads the
+	// Principal it leaves in a request's context; host installs it on
+	// every listener.
+	"auth": {},
+
 	"transport/stdio":      {"jsonrpc", "mcp", "server", "server/outbound", "server/conn"},
-	"transport/streamhttp": {"jsonrpc", "mcp", "server", "server/outbound", "server/conn"},
+	"transport/streamhttp": {"jsonrpc", "mcp", "server", "server/outbound", "server/conn", "auth"},
 
 	// The policies wrap a tool's handler through server's seam. One may use
 	// another's exported accessors (a task is created in the ledger's
@@ -61,7 +67,7 @@ var layer = map[string][]string{
 	// The assembly builds a whole runtime, so it may use every layer
 	// below the tools; only commands, examples and tests import it
 	// (TestHostOnlyAtTheTop).
-	"host": {"jsonrpc", "mcp", "store", "ledger", "tasks", "outbox", "server", "transport/stdio", "transport/streamhttp",
+	"host": {"auth", "jsonrpc", "mcp", "store", "ledger", "tasks", "outbox", "server", "transport/stdio", "transport/streamhttp",
 		"idempotency", "taskserver", "metrics", "tracing", "client", "retry", "gateway"},
 
 	// The reviewer is pure: policy in, report out, no network.

@@ -2,10 +2,8 @@ package streamhttp
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -15,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcprel/mcprel/auth"
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/mcp"
 	"github.com/mcprel/mcprel/server"
@@ -31,6 +30,7 @@ type Handler struct {
 	srv       *server.Server
 	opts      HandlerOptions
 	stateless conn.Session // every modern request, each on its own stream
+	entry     http.Handler // the Host/Origin check and authentication, then serve
 
 	reading readingBudget // bodies being read and decoded
 	metas   mcp.MetaCache // the last _meta parsed: clients repeat theirs on every request
@@ -54,38 +54,57 @@ func NewHandler(srv *server.Server, opts *HandlerOptions) (*Handler, error) {
 		return nil, err
 	}
 	h.reading = readingBudget{max: h.opts.MaxReadingBytes, perTenant: h.opts.MaxReadingBytesPerTenant}
-	if len(h.opts.Tokens) == 0 {
+	if !h.opts.tenants() {
 		// One tenant: its share is the whole budget.
 		h.reading.perTenant = h.opts.MaxReadingBytes
 	}
 	if r := h.opts.Resume; !r.Disabled {
 		perTenant := r.MaxBytesPerTenant
-		if len(h.opts.Tokens) == 0 {
+		if !h.opts.tenants() {
 			perTenant = r.MaxBytes // one tenant: its share is the whole log
 		}
 		h.events = newEventLog(r, perTenant, srv.Logger())
 	}
 	h.stateless = srv.NewSession(conn.Config{Modern: true, StreamPerRequest: true, Transport: "http", QueueCapacity: h.opts.StreamCapacity})
+	h.entry = h.opts.hosts().Wrap(h.authenticated(h.opts.authenticator()), Refuse)
 	go h.janitor()
 	return h, nil
 }
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !h.opts.hostAllowed(r.Host) {
-		writeError(w, http.StatusForbidden, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "host %q is not allowed", r.Host))
-		return
+// authenticated returns what authenticates a request with a (none when
+// a is nil) and serves it for its Principal's tenant. A request that
+// arrives with a Principal (an outer auth.Require ran) keeps it.
+func (h *Handler) authenticated(a auth.Authenticator) http.Handler {
+	serve := http.HandlerFunc(h.serveAuthenticated)
+	var check http.Handler = serve
+	if a != nil {
+		check = auth.Require(serve, a, Refuse)
 	}
-	if origin := r.Header.Get("Origin"); origin != "" && !h.opts.originAllowed(origin) {
-		writeError(w, http.StatusForbidden, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "origin %q is not allowed", origin))
-		return
-	}
-	tenant, ok := h.tenant(r)
-	if !ok {
-		unauthorized(w)
-		writeError(w, http.StatusUnauthorized, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "a valid bearer token is required"))
-		return
-	}
-	r = r.WithContext(server.WithTenant(r.Context(), tenant))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := auth.FromContext(r.Context()); ok {
+			serve(w, r)
+			return
+		}
+		check.ServeHTTP(w, r)
+	})
+}
+
+// Refuse answers a request refused before it reached the endpoint (its
+// Host, Origin or credentials) with a JSON-RPC error body: the
+// auth.Refuse of the MCP endpoint.
+func Refuse(w http.ResponseWriter, _ *http.Request, status int, message string) {
+	writeError(w, status, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "%s", message))
+}
+
+// ServeHTTP checks the request's Host and Origin, authenticates it
+// unless an outer auth.Require did, and serves it for its tenant.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.entry.ServeHTTP(w, r) }
+
+// serveAuthenticated serves a request that passed the checks, for the tenant of its
+// auth.Principal ("" without one).
+func (h *Handler) serveAuthenticated(w http.ResponseWriter, r *http.Request) {
+	p, _ := auth.FromContext(r.Context())
+	r = r.WithContext(server.WithTenant(r.Context(), p.Tenant))
 	switch r.Method {
 	case http.MethodPost:
 		h.post(w, r)
@@ -104,84 +123,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // easier to reach than the MCP endpoint; with tokens, next also requires
 // one of them as a bearer token (RequireBearer). The wrapping happens
 // once, here: the returned handler is safe for concurrent use and costs
-// the same on every request.
+// the same on every request. It is auth.Hosts.Wrap and auth.Require with
+// the handler's options.
 func (h *Handler) Guard(next http.Handler, tokens ...string) http.Handler {
 	if len(tokens) > 0 {
 		next = RequireBearer(next, tokens...)
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !h.opts.hostAllowed(r.Host) {
-			http.Error(w, fmt.Sprintf("host %q is not allowed", r.Host), http.StatusForbidden)
-			return
-		}
-		if origin := r.Header.Get("Origin"); origin != "" && !h.opts.originAllowed(origin) {
-			http.Error(w, fmt.Sprintf("origin %q is not allowed", origin), http.StatusForbidden)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	return h.opts.hosts().Wrap(next, nil)
 }
 
 // RequireBearer lets through to next only requests that carry one of
 // tokens as a bearer token; the rest get 401. Every token is compared, in
 // constant time, so that timing says nothing about which tokens exist.
-// An empty token matches nothing; with none, everything is refused.
+// An empty token matches nothing; with none, everything is refused. It is
+// auth.Require with auth.StaticTokens.
 func RequireBearer(next http.Handler, tokens ...string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := bearer(r)
-		found := false
-		for _, t := range tokens {
-			if ok && t != "" && subtle.ConstantTimeCompare([]byte(got), []byte(t)) == 1 {
-				found = true
-			}
-		}
-		if !found {
-			unauthorized(w)
-			http.Error(w, "a valid bearer token is required", http.StatusUnauthorized)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// bearer returns the request's bearer token, if it carries one.
-func bearer(r *http.Request) (string, bool) {
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
+	m := make(map[string]string, len(tokens))
+	for _, t := range tokens {
+		m[t] = ""
 	}
-	return strings.TrimSpace(token), true
-}
-
-// unauthorized sets the challenge of a 401 (RFC 6750), the same for the
-// endpoint and every handler guarded beside it.
-func unauthorized(w http.ResponseWriter) {
-	w.Header().Set("WWW-Authenticate", `Bearer realm="mcp"`)
-}
-
-// tenant authenticates the request: it returns the tenant its bearer token
-// belongs to, "" when no authentication is configured, and false when a
-// token is required and the request has no valid one.
-func (h *Handler) tenant(r *http.Request) (string, bool) {
-	if h.opts.AuthToken == "" && len(h.opts.Tokens) == 0 {
-		return "", true
-	}
-	token, ok := bearer(r)
-	if !ok {
-		return "", false
-	}
-	found, tenant := false, ""
-	// Compare against every token in constant time, so that timing says
-	// nothing about which tokens exist.
-	if h.opts.AuthToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(h.opts.AuthToken)) == 1 {
-		found = true
-	}
-	for t, name := range h.opts.Tokens {
-		if subtle.ConstantTimeCompare([]byte(token), []byte(t)) == 1 {
-			found, tenant = true, name
-		}
-	}
-	return tenant, found
+	return auth.Require(next, auth.StaticTokens("", m), nil)
 }
 
 func (h *Handler) post(w http.ResponseWriter, r *http.Request) {

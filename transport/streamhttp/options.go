@@ -3,12 +3,10 @@ package streamhttp
 import (
 	"cmp"
 	"errors"
-	"net"
 	"net/url"
-	"slices"
-	"strings"
 	"time"
 
+	"github.com/mcprel/mcprel/auth"
 	"github.com/mcprel/mcprel/jsonrpc"
 )
 
@@ -51,8 +49,17 @@ type HandlerOptions struct {
 	// them is served for that tenant (server.Request.Tenant, and the
 	// per-tenant limits of server.Options.Tenant), and a legacy session
 	// belongs to the tenant that opened it. When Tokens or AuthToken is
-	// set, requests without a valid token get 401.
+	// set, requests without a valid token get 401. Both are compared
+	// by auth.StaticTokens.
 	Tokens map[string]string
+	// Authenticator, when set, authenticates every request instead of
+	// AuthToken and Tokens (which must then be empty): a request it
+	// refuses gets 401, and the tenant of the auth.Principal it returns
+	// owns the request. A request whose context already carries a
+	// Principal (an outer auth.Require authenticated it) is not
+	// authenticated again: the handler serves it for that Principal's
+	// tenant.
+	Authenticator auth.Authenticator
 	// MaxBodyBytes caps a request body; larger ones get 413. Zero means
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
@@ -140,6 +147,9 @@ func (o *HandlerOptions) normalize() error {
 	if err := o.Resume.normalize(); err != nil {
 		return err
 	}
+	if o.Authenticator != nil && (o.AuthToken != "" || len(o.Tokens) > 0) {
+		return errors.New("streamhttp: Authenticator replaces AuthToken and Tokens: set one or the other")
+	}
 	for _, origin := range o.AllowedOrigins {
 		if origin == "*" {
 			continue
@@ -150,8 +160,6 @@ func (o *HandlerOptions) normalize() error {
 	}
 	return nil
 }
-
-var loopbackHosts = []string{"localhost", "127.0.0.1", "::1"}
 
 // Credentials returns every bearer token the endpoint accepts (the
 // AuthToken and each tenant's), none when it requires no authentication:
@@ -168,45 +176,24 @@ func (o *HandlerOptions) Credentials() []string {
 	return tokens
 }
 
-// hostAllowed checks the Host header against the allow-list.
-func (o *HandlerOptions) hostAllowed(hostHeader string) bool {
-	host := hostHeader
-	if h, _, err := net.SplitHostPort(hostHeader); err == nil {
-		host = h
-	}
-	host = strings.Trim(strings.ToLower(host), "[]")
-	allowed := o.AllowedHosts
-	if len(allowed) == 0 {
-		allowed = loopbackHosts
-	}
-	for _, a := range allowed {
-		if a == "*" || strings.EqualFold(strings.Trim(a, "[]"), host) {
-			return true
-		}
-	}
-	return false
+// hosts is the Host and Origin allow-list as package auth checks it.
+func (o *HandlerOptions) hosts() auth.Hosts {
+	return auth.Hosts{Allowed: o.AllowedHosts, Origins: o.AllowedOrigins}
 }
 
-// originAllowed checks an Origin header against the allow-list.
-func (o *HandlerOptions) originAllowed(origin string) bool {
-	u, err := url.Parse(origin)
-	if err != nil || u.Scheme == "" || u.Host == "" {
-		return false
+// authenticator returns what authenticates the endpoint's requests: the
+// Authenticator given, or the static tokens; nil when it requires no
+// authentication.
+func (o *HandlerOptions) authenticator() auth.Authenticator {
+	switch {
+	case o.Authenticator != nil:
+		return o.Authenticator
+	case o.AuthToken != "" || len(o.Tokens) > 0:
+		return auth.StaticTokens(o.AuthToken, o.Tokens)
 	}
-	if len(o.AllowedOrigins) == 0 {
-		return (u.Scheme == "http" || u.Scheme == "https") && slices.Contains(loopbackHosts, strings.ToLower(u.Hostname()))
-	}
-	for _, a := range o.AllowedOrigins {
-		if a == "*" {
-			return true
-		}
-		want, _ := url.Parse(a)
-		if !strings.EqualFold(want.Scheme, u.Scheme) || !strings.EqualFold(want.Hostname(), u.Hostname()) {
-			continue
-		}
-		if want.Port() == "" || want.Port() == u.Port() {
-			return true
-		}
-	}
-	return false
+	return nil
 }
+
+// tenants reports whether requests may belong to several tenants, whose
+// shares of the budgets are then bounded one by one.
+func (o *HandlerOptions) tenants() bool { return len(o.Tokens) > 0 || o.Authenticator != nil }
