@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcprel/mcprel/auth"
 	"github.com/mcprel/mcprel/transport/streamhttp"
 )
 
@@ -22,7 +23,7 @@ func (rt *Runtime) serveHTTP(ctx context.Context) error {
 	o := &rt.opts
 	tcp, _ := rt.ln.Addr().(*net.TCPAddr)
 	beyondLoopback := tcp != nil && !tcp.IP.IsLoopback()
-	if beyondLoopback && o.HTTP.AuthToken == "" && len(o.HTTP.Tokens) == 0 {
+	if beyondLoopback && o.authenticator() == nil {
 		rt.logger.Warn("serving beyond loopback without --auth-token: anyone who can reach this address can call the tools", "addr", rt.ln.Addr().String())
 	}
 	if beyondLoopback {
@@ -37,11 +38,14 @@ func (rt *Runtime) serveHTTP(ctx context.Context) error {
 			"allowed_hosts", hosts, "allowed_origins", origins)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(o.Path, rt.handler)
+	mux.Handle(o.Path, rt.guard(rt.handler, o.authenticator(), true, streamhttp.Refuse))
 	if o.Metrics.Path != "" {
-		// Beside the endpoint, behind its Host and Origin checks and, when
-		// there are any, one of the metrics' tokens.
-		mux.Handle(o.Metrics.Path, rt.handler.Guard(rt.metrics.Handler(), o.metricsCredentials()...))
+		// Beside the endpoint, behind its Host and Origin checks and the
+		// metrics' authenticator.
+		mux.Handle(o.Metrics.Path, rt.guard(rt.metrics.Handler(), o.metricsAuthenticator(), true, nil))
+	}
+	for path, h := range o.Handlers {
+		mux.Handle(path, rt.guard(h, o.authenticator(), true, nil))
 	}
 	hs := &http.Server{
 		Handler:           mux,
@@ -86,19 +90,33 @@ func (rt *Runtime) serveHTTP(ctx context.Context) error {
 // of them. Beyond loopback it warns when there are none: anyone who can
 // reach it reads them.
 func (rt *Runtime) serveMetrics() *http.Server {
-	tokens := rt.opts.metricsCredentials()
-	if tcp, ok := rt.metricsLn.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && len(tokens) == 0 {
+	a := rt.opts.metricsAuthenticator()
+	if tcp, ok := rt.metricsLn.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && a == nil {
 		rt.logger.Warn("serving metrics beyond loopback without a token: anyone who can reach this address can read them", "addr", rt.metricsLn.Addr().String())
 	}
-	var handler http.Handler = rt.metrics.Handler()
-	if len(tokens) > 0 {
-		handler = streamhttp.RequireBearer(handler, tokens...)
-	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", handler)
+	// The metrics' own listener has no Host check: scrapers name it by
+	// whatever address they reach it at.
+	mux.Handle("/metrics", rt.guard(rt.metrics.Handler(), a, false, nil))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(rt.metricsLn)
 	return hs
+}
+
+// guard is the one place the runtime installs its HTTP middleware on a
+// handler it serves: with hosts, the Host and Origin checks of
+// Options.HTTP (auth.Hosts); with a, authentication (auth.Require), the
+// caller's auth.Principal then in the request's context. refuse writes a
+// refusal; nil writes it as text. Every listener's handlers are wrapped
+// here, once, when the listener starts.
+func (rt *Runtime) guard(next http.Handler, a auth.Authenticator, hosts bool, refuse auth.Refuse) http.Handler {
+	if a != nil {
+		next = auth.Require(next, a, refuse)
+	}
+	if hosts {
+		next = auth.Hosts{Allowed: rt.opts.HTTP.AllowedHosts, Origins: rt.opts.HTTP.AllowedOrigins}.Wrap(next, refuse)
+	}
+	return next
 }
 
 // endpointURL is the URL clients reach the endpoint at. An unspecified

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
+	"github.com/mcprel/mcprel/auth"
 	"github.com/mcprel/mcprel/gateway"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
@@ -88,12 +90,20 @@ type Options struct {
 	// with Addr.
 	Path string
 	// HTTP configures the HTTP endpoint: allowed hosts and origins,
-	// AuthToken and Tokens (bearer token → tenant), body, session and
-	// stream limits, keepalive. When AllowedHosts names hosts, the
-	// loopback names stay allowed beside them. Over stdio, AuthToken and
-	// Tokens authenticate nothing but the metrics (see
-	// MetricsOptions.Token).
+	// AuthToken and Tokens (bearer token → tenant) or an Authenticator,
+	// body, session and stream limits, keepalive. When AllowedHosts names
+	// hosts, the loopback names stay allowed beside them. The Host and
+	// Origin checks and the authenticator guard every handler on the
+	// endpoint's listener (the endpoint, Metrics.Path, Handlers), and the
+	// authenticator the metrics listener too, unless MetricsOptions say
+	// otherwise. Over stdio, they authenticate nothing but the metrics.
 	HTTP streamhttp.HandlerOptions
+	// Handlers are further handlers served on the endpoint's listener at
+	// their paths (patterns of http.ServeMux), behind the same Host and
+	// Origin checks and authenticator as the endpoint: a handler reads
+	// who called with auth.FromContext. Set only with Addr; no path may
+	// be Path or Metrics.Path.
+	Handlers map[string]http.Handler
 	// Listener caps the HTTP connections open at once, in all and per
 	// remote address.
 	Listener streamhttp.ListenerOptions
@@ -207,6 +217,19 @@ func (o *Options) check() error {
 			return fmt.Errorf("host: Options.HTTP.Tokens: the token of tenant %q is also Options.HTTP.AuthToken", tenant)
 		}
 	}
+	for path := range o.Handlers {
+		switch {
+		case o.Addr == "":
+			return errors.New("host: Options.Handlers need HTTP (Options.Addr)")
+		case path == o.Path || path == o.Metrics.Path:
+			return fmt.Errorf("host: Options.Handlers: %q is already the endpoint's or the metrics' path", path)
+		case o.Handlers[path] == nil:
+			return fmt.Errorf("host: Options.Handlers: %q has no handler", path)
+		}
+	}
+	if o.HTTP.Authenticator != nil && (o.HTTP.AuthToken != "" || len(o.HTTP.Tokens) > 0) {
+		return errors.New("host: Options.HTTP.Authenticator replaces AuthToken and Tokens: set one or the other")
+	}
 	m := o.Metrics
 	if m.Path != "" && (!strings.HasPrefix(m.Path, "/") || m.Path == o.Path) {
 		return fmt.Errorf("host: Options.Metrics.Path must start with / and differ from Options.Path, not %q", m.Path)
@@ -214,24 +237,37 @@ func (o *Options) check() error {
 	switch {
 	case m.Token != "" && m.Open:
 		return errors.New("host: Options.Metrics: choose one of Token and Open")
-	case m.Token == "" && m.Tenants && len(o.HTTP.Tokens) > 0:
+	case m.Token == "" && m.Tenants && (len(o.HTTP.Tokens) > 0 || o.HTTP.Authenticator != nil):
 		return errors.New("host: Options.Metrics.Tenants names every tenant in the metrics, which each tenant's token could then read: set Options.Metrics.Token")
 	}
 	return nil
 }
 
-// metricsCredentials returns the bearer tokens a metrics scrape needs, on
+// authenticator returns what authenticates the endpoint's listener:
+// HTTP.Authenticator, or the static tokens; nil when it requires no
+// authentication.
+func (o *Options) authenticator() auth.Authenticator {
+	switch {
+	case o.HTTP.Authenticator != nil:
+		return o.HTTP.Authenticator
+	case o.HTTP.AuthToken != "" || len(o.HTTP.Tokens) > 0:
+		return auth.StaticTokens(o.HTTP.AuthToken, o.HTTP.Tokens)
+	}
+	return nil
+}
+
+// metricsAuthenticator returns what a metrics scrape must pass, on
 // either listener: the metrics token when one is set; otherwise the
-// endpoint's own credentials, so that the metrics are never easier to
-// read than the tools; none when the endpoint has none, or when the
-// caller chose Open. Over stdio the tokens authenticate nothing else, but
-// they are still what the caller meant to require.
-func (o *Options) metricsCredentials() []string {
+// endpoint's own authenticator, so that the metrics are never easier to
+// read than the tools; nil when the endpoint has none, or when the caller
+// chose Open. Over stdio it authenticates nothing else, but it is still
+// what the caller meant to require.
+func (o *Options) metricsAuthenticator() auth.Authenticator {
 	switch {
 	case o.Metrics.Token != "":
-		return []string{o.Metrics.Token}
+		return auth.StaticTokens(o.Metrics.Token, nil)
 	case o.Metrics.Open:
 		return nil
 	}
-	return o.HTTP.Credentials()
+	return o.authenticator()
 }
