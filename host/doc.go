@@ -3,7 +3,10 @@
 // the durable task store, runner and maintainer, the metrics and tracing
 // observers, one transport (stdio or Streamable HTTP, with its tokens and
 // tenants), an optional metrics listener, and the order in which all of it
-// stops. Commands are thin flag parsers over it: "mcprel serve" builds
+// stops. Every handler it serves over HTTP (the endpoint, the metrics on
+// either listener, Options.Handlers) is wrapped in one place with the
+// same middleware of package auth: the Host and Origin checks and the
+// authenticator (static tokens, or Options.HTTP.Authenticator). Commands are thin flag parsers over it: "mcprel serve" builds
 // Options from its flags, registers its tools and runs.
 //
 //	rt, err := host.New(ctx, &host.Options{

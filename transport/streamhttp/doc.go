@@ -73,5 +73,10 @@
 // Security is on by default: the Host header must name a loopback host
 // (DNS-rebinding protection) and a present Origin must be a loopback origin
 // unless allow-lists say otherwise; bodies are capped; a bearer token can be
-// required.
+// required. These checks are package auth's middleware (auth.Hosts,
+// auth.Require with auth.StaticTokens or HandlerOptions.Authenticator)
+// wrapped around the endpoint; a request that arrives already carrying an
+// auth.Principal, because the handler is mounted under an outer
+// auth.Require, is served for that Principal's tenant and not
+// authenticated again.
 package streamhttp
