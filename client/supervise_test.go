@@ -79,24 +79,30 @@ func TestSupervisionRestartsADeadServer(t *testing.T) {
 	}
 }
 
-// Close stops the supervisor: a server that dies after Close is not
-// started again.
+// Close stops the supervisor: the stream that Close ends is not taken for
+// a dead one (no OnDown, no new stream), and the supervisor's goroutine
+// exits — synctest.Test fails on one left blocked in its bubble.
 func TestSupervisionEndsAtClose(t *testing.T) {
-	t.Setenv("MCPREL_CLIENT_TEST_SERVER", "1")
-	downs := make(chan struct{}, 1)
-	c, err := client.DialStdio(context.Background(), []string{os.Args[0]}, &client.Options{Supervise: &client.Supervision{
-		OnDown: func(int, time.Duration, error) { downs <- struct{}{} },
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
-	<-c.Done()
-	select {
-	case <-downs:
-		t.Fatal("a closed connection was taken for a dead one")
-	default:
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s := newSSEServer(t, nil)
+		downs := 0
+		c, err := dialSSE(t, s, "http://127.0.0.1/sse", &client.Options{Supervise: &client.Supervision{
+			Backoff: retry.Backoff{Base: time.Millisecond, Cap: time.Millisecond, Steady: true},
+			OnDown:  func(int, time.Duration, error) { downs++ },
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		time.Sleep(time.Second) // past any pause the supervisor could take (the bubble's clock)
+		synctest.Wait()
+		s.mu.Lock()
+		streams := s.streams
+		s.mu.Unlock()
+		if downs != 0 || streams != 1 {
+			t.Fatalf("after Close: %d OnDown calls and %d streams; want none and the first alone", downs, streams)
+		}
+	})
 }
 
 // A call made while a supervised restart is still negotiating with the
