@@ -309,19 +309,10 @@ func (ss *session) checkArguments(r *inflight, rt *registeredTool, in *incoming,
 	return true
 }
 
-// plainString reads a JSON string of printable ASCII without escapes — a
-// tool name, as good as always — without a decoder; ok is false for any
-// other value, which json.Unmarshal then reads (or refuses).
-func plainString(raw []byte) (string, bool) {
-	body, ok := plainStringBytes(raw)
-	if !ok {
-		return "", false
-	}
-	return string(body), true
-}
-
-// plainStringBytes is plainString's string, as the bytes between the
-// quotes.
+// plainStringBytes reads a JSON string of printable ASCII without
+// escapes — a tool name, as good as always — without a decoder, as the
+// bytes between the quotes; ok is false for any other value, which
+// json.Unmarshal then reads (or refuses).
 func plainStringBytes(raw []byte) ([]byte, bool) {
 	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
 		return nil, false

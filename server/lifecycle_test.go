@@ -445,29 +445,34 @@ func TestRequestWithEndedContextNeverRuns(t *testing.T) {
 // (conn.Prepared.SessionCtx) has its requests' contexts left unwatched,
 // but one that had already ended still never runs.
 func TestSessionContextEndedNeverRuns(t *testing.T) {
-	rec := mcptest.NewRecorder()
-	srv := mcptest.NewServer(t, rec.Hook(nil))
-	gate := mcptest.NewGate(t, srv, "gate")
-	defer gate.Release()
-	sess := srv.NewSession(conn.Stdio())
-	out := outbound.New(8)
-	ctx, cancel := context.WithCancelCause(context.Background())
-	gone := errors.New("connection closed")
-	cancel(gone)
-	m, e := jsonrpc.Decode([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gate",` +
-		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`))
-	if e != nil {
-		t.Fatal(e)
-	}
-	sess.HandleRequest(ctx, m, conn.Prepared{SessionCtx: true}, out)
-	if r := rec.WaitRequest(t, jsonrpc.IntID(1)); r.Outcome != server.Cancelled || !errors.Is(r.Cause, gone) {
-		t.Fatalf("record = %+v, want cancelled by the context's cause", r)
-	}
-	select {
-	case id := <-gate.Entered:
-		t.Fatalf("call %v ran although its context had ended", id)
-	default:
-	}
+	synctest.Test(t, func(t *testing.T) {
+		rec := mcptest.NewRecorder()
+		srv := mcptest.NewServer(t, rec.Hook(nil))
+		gate := mcptest.NewGate(t, srv, "gate")
+		defer gate.Release()
+		sess := srv.NewSession(conn.Stdio())
+		out := outbound.New(8)
+		ctx, cancel := context.WithCancelCause(context.Background())
+		gone := errors.New("connection closed")
+		cancel(gone)
+		m, e := jsonrpc.Decode([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gate",` +
+			`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`))
+		if e != nil {
+			t.Fatal(e)
+		}
+		sess.HandleRequest(ctx, m, conn.Prepared{SessionCtx: true}, out)
+		if r := rec.WaitRequest(t, jsonrpc.IntID(1)); r.Outcome != server.Cancelled || !errors.Is(r.Cause, gone) {
+			t.Fatalf("record = %+v, want cancelled by the context's cause", r)
+		}
+		// Every goroutine of the bubble settled: a handler that had been
+		// started has entered the gate by now.
+		synctest.Wait()
+		select {
+		case id := <-gate.Entered:
+			t.Fatalf("call %v ran although its context had ended", id)
+		default:
+		}
+	})
 }
 
 // On stdio a request's context is not watched (conn.Prepared.SessionCtx):
