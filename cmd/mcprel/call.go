@@ -577,11 +577,10 @@ func callFailure(err error) error {
 	case errors.As(err, &ce):
 		return &exitError{exitCancelled, "call: " + err.Error()}
 	}
-	v := client.VerdictOf(nil, err)
-	code := exitStatus(v)
-	if code == 0 {
-		return err
+	if errors.As(err, new(usageError)) {
+		return err // a mistake in the command line, found before anything was sent
 	}
+	code := exitStatus(client.VerdictOf(nil, err))
 	if why, ok := refusal(err); ok && code == exitOverloaded {
 		// Nothing is suggested otherwise: the status says to come back
 		// later, and a task that was created already goes on.

@@ -207,3 +207,12 @@ func TestCallThroughAGatewayWhoseUpstreamCrashed(t *testing.T) {
 		t.Fatalf("a call after the crash: exit %d, want %d, saying only that it never reached the server:\n%s", code, exitConnection, errs)
 	}
 }
+
+// A mistake found on the way to the call (a --class no rule knows) is the
+// command line's: exit 2, said once, not an unknown outcome.
+func TestCallBadClassIsAUsageError(t *testing.T) {
+	_, errs, code := mcprelCall(t, "--stdio", serveCommand(t), "--class", "bogus", "echo", "text=x")
+	if code != exitUsage || !strings.Contains(errs, `--class must be safe, conditional or unsafe, not "bogus"`) || strings.Contains(errs, "call: call:") {
+		t.Fatalf("--class bogus: exit %d, want %d with the reason said once:\n%s", code, exitUsage, errs)
+	}
+}
