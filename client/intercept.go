@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/mcprel/mcprel/jsonrpc"
@@ -97,8 +98,10 @@ func VerdictOfRaw(req *Request, raw json.RawMessage, err error) retry.Verdict {
 		return VerdictOf(nil, err)
 	}
 	var res mcp.CallToolResult
-	if json.Unmarshal(raw, &res) != nil {
-		return VerdictOf(nil, nil)
+	if derr := json.Unmarshal(raw, &res); derr != nil {
+		// An answer nobody can read, as CallTool finds it: what the call
+		// did is in it, so its outcome is unknown.
+		return retry.Of(retry.Lost, fmt.Errorf("client: tools/call answered %s: %w", clip(raw), derr))
 	}
 	return VerdictOf(&res, nil)
 }

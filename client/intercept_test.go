@@ -131,3 +131,18 @@ func TestRetryingInterceptor(t *testing.T) {
 		})
 	}
 }
+
+// A tools/call answer that says isError and cannot be read is no success:
+// what the call did is in it, so its outcome is unknown (as CallTool,
+// which fails it, would have it).
+func TestVerdictOfAnUnreadableResult(t *testing.T) {
+	req := &client.Request{Method: mcp.MethodToolsCall, Name: "op"}
+	for _, raw := range []string{`{"isError":tru`, `{"isError":true,"content":7}`} {
+		if v := client.VerdictOfRaw(req, json.RawMessage(raw), nil); v.Outcome != retry.OutcomeUnknown || v.Kind != retry.Lost || v.Err == nil {
+			t.Errorf("VerdictOfRaw(%s) = %v %v %v; want unknown, lost, with the reason", raw, v.Outcome, v.Kind, v.Err)
+		}
+	}
+	if v := client.VerdictOfRaw(req, json.RawMessage(`{"content":[]}`), nil); v.Kind != retry.Succeeded {
+		t.Errorf("a result = %v; want succeeded", v.Kind)
+	}
+}
