@@ -405,6 +405,10 @@ func withUpstreamKeys(args any, meta map[string]any, arg, tenant, upstreamTool s
 		var key string
 		if raw, ok := v.(json.RawMessage); ok && json.Unmarshal(raw, &key) == nil && key != "" {
 			meta[k] = upstreamKey(tenant, upstreamTool, key)
+		} else {
+			// No key (null, "", not a string): nothing to derive, and
+			// passed on as it came it would be the same for every tenant.
+			delete(meta, k)
 		}
 	}
 	raw, _ := args.(json.RawMessage)
