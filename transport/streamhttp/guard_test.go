@@ -1,12 +1,14 @@
 package streamhttp_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"sync"
 	"testing"
 
+	"github.com/mcprel/mcprel/auth"
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/transport/streamhttp"
 )
@@ -17,7 +19,7 @@ import (
 // a stack overflow.) The handler's depth on the stack is measured before
 // and after a run of rejected requests, some of them concurrent.
 func TestGuardWrapsOnce(t *testing.T) {
-	h, err := streamhttp.NewHandler(mcptest.NewServer(t, nil), nil)
+	h, err := streamhttp.NewHandler(mcptest.NewServer(t, nil), &streamhttp.HandlerOptions{AuthToken: "s3cret"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +31,7 @@ func TestGuardWrapsOnce(t *testing.T) {
 		depth = runtime.Callers(0, pcs)
 		mu.Unlock()
 	})
-	guarded := h.Guard(inner, "s3cret")
+	guarded := h.Guard(inner)
 	get := func(token string) int {
 		req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/metrics", nil)
 		if token != "" {
@@ -63,10 +65,10 @@ func TestGuardWrapsOnce(t *testing.T) {
 	}
 }
 
-// RequireBearer accepts any of its tokens, and never an empty one: a
-// request with an empty bearer token is refused even when the list holds
-// an empty string by mistake.
-func TestRequireBearerTokens(t *testing.T) {
+// Guard requires what the endpoint requires: any of its tenants' tokens,
+// never an empty one, nothing but a bearer token; and with an
+// Authenticator of the handler's own, that one.
+func TestGuardRequiresTheEndpointsCredentials(t *testing.T) {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
 	for _, tc := range []struct {
 		tokens []string
@@ -78,17 +80,46 @@ func TestRequireBearerTokens(t *testing.T) {
 		{[]string{"a", "b"}, "Bearer c", http.StatusUnauthorized},
 		{[]string{"a"}, "Basic a", http.StatusUnauthorized},
 		{[]string{""}, "Bearer ", http.StatusUnauthorized},
-		{nil, "Bearer x", http.StatusUnauthorized},
+		{nil, "Bearer x", http.StatusOK}, // the endpoint requires nothing
 	} {
 		req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/metrics", nil)
 		req.Header.Set("Authorization", tc.header)
 		w := httptest.NewRecorder()
-		streamhttp.RequireBearer(ok, tc.tokens...).ServeHTTP(w, req)
+		tenants := map[string]string{}
+		for i, tok := range tc.tokens {
+			tenants[tok] = fmt.Sprint("t", i)
+		}
+		h, err := streamhttp.NewHandler(mcptest.NewServer(t, nil), &streamhttp.HandlerOptions{Tokens: tenants})
+		if err != nil {
+			t.Fatalf("tokens %q: %v", tc.tokens, err)
+		}
+		h.Guard(ok).ServeHTTP(w, req)
 		if w.Code != tc.want {
 			t.Errorf("tokens %q, Authorization %q: %d, want %d", tc.tokens, tc.header, w.Code, tc.want)
 		}
 		if w.Code == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") != `Bearer realm="mcp"` {
 			t.Errorf("a 401 without the endpoint's challenge: %q", w.Header().Get("WWW-Authenticate"))
+		}
+	}
+	// An Authenticator of the handler's own guards what Guard wraps too:
+	// a handler beside the endpoint is never easier to read than it.
+	only := auth.AuthenticatorFunc(func(r *http.Request) (auth.Principal, error) {
+		if r.Header.Get("Authorization") == "Bearer zed" {
+			return auth.Principal{Tenant: "zed"}, nil
+		}
+		return auth.Principal{}, auth.ErrNoCredentials
+	})
+	h, err := streamhttp.NewHandler(mcptest.NewServer(t, nil), &streamhttp.HandlerOptions{Authenticator: only})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for header, want := range map[string]int{"Bearer zed": http.StatusOK, "Bearer x": http.StatusUnauthorized, "": http.StatusUnauthorized} {
+		req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/metrics", nil)
+		req.Header.Set("Authorization", header)
+		w := httptest.NewRecorder()
+		h.Guard(ok).ServeHTTP(w, req)
+		if w.Code != want {
+			t.Errorf("an Authenticator's handler, Authorization %q: %d, want %d", header, w.Code, want)
 		}
 	}
 }

@@ -118,31 +118,17 @@ func (h *Handler) serveAuthenticated(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// Guard applies the handler's Host and Origin checks to next, another
-// handler served on the same listener (metrics, say), so that it is no
-// easier to reach than the MCP endpoint; with tokens, next also requires
-// one of them as a bearer token (RequireBearer). The wrapping happens
-// once, here: the returned handler is safe for concurrent use and costs
-// the same on every request. It is auth.Hosts.Wrap and auth.Require with
-// the handler's options.
-func (h *Handler) Guard(next http.Handler, tokens ...string) http.Handler {
-	if len(tokens) > 0 {
-		next = RequireBearer(next, tokens...)
+// Guard applies the endpoint's own checks to next, another handler served
+// on the same listener (metrics, say), so that it is never easier to reach
+// than the MCP endpoint: its Host and Origin allow-lists, and the
+// endpoint's authenticator (its tokens, or HandlerOptions.Authenticator)
+// when it has one. The wrapping happens once, here: the returned handler
+// is safe for concurrent use and costs the same on every request.
+func (h *Handler) Guard(next http.Handler) http.Handler {
+	if a := h.opts.authenticator(); a != nil {
+		next = auth.Require(next, a, nil)
 	}
 	return h.opts.hosts().Wrap(next, nil)
-}
-
-// RequireBearer lets through to next only requests that carry one of
-// tokens as a bearer token; the rest get 401. Every token is compared, in
-// constant time, so that timing says nothing about which tokens exist.
-// An empty token matches nothing; with none, everything is refused. It is
-// auth.Require with auth.StaticTokens.
-func RequireBearer(next http.Handler, tokens ...string) http.Handler {
-	m := make(map[string]string, len(tokens))
-	for _, t := range tokens {
-		m[t] = ""
-	}
-	return auth.Require(next, auth.StaticTokens("", m), nil)
 }
 
 func (h *Handler) post(w http.ResponseWriter, r *http.Request) {

@@ -161,21 +161,6 @@ func (o *HandlerOptions) normalize() error {
 	return nil
 }
 
-// Credentials returns every bearer token the endpoint accepts (the
-// AuthToken and each tenant's), none when it requires no authentication:
-// what a handler beside the endpoint requires by default, so that it is
-// no easier to read than the endpoint itself.
-func (o *HandlerOptions) Credentials() []string {
-	var tokens []string
-	if o.AuthToken != "" {
-		tokens = append(tokens, o.AuthToken)
-	}
-	for t := range o.Tokens {
-		tokens = append(tokens, t)
-	}
-	return tokens
-}
-
 // hosts is the Host and Origin allow-list as package auth checks it.
 func (o *HandlerOptions) hosts() auth.Hosts {
 	return auth.Hosts{Allowed: o.AllowedHosts, Origins: o.AllowedOrigins}
