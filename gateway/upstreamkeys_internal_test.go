@@ -27,4 +27,3 @@ func TestUpstreamMetaKeyIsDerivedOrDropped(t *testing.T) {
 		}
 	}
 }
-
