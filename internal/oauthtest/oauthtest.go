@@ -93,6 +93,8 @@ type Server struct {
 	dup     *key   // published under the current kid while dupOn
 	dupOn   bool
 	foreign *key // never published; signs UntrustedToken
+	revoked map[string]bool
+	opaque  map[string]map[string]any
 }
 
 // New starts a fake authorization server on 127.0.0.1 that is closed when
@@ -118,18 +120,21 @@ func New(t testing.TB, o Options) *Server {
 		o.Now = time.Now
 	}
 	s := &Server{
-		opts:   o,
-		mux:    http.NewServeMux(),
-		closed: make(chan struct{}),
-		down:   map[string]int{},
-		delay:  map[string]time.Duration{},
-		hits:   map[string]int{},
+		opts:    o,
+		mux:     http.NewServeMux(),
+		closed:  make(chan struct{}),
+		down:    map[string]int{},
+		delay:   map[string]time.Duration{},
+		hits:    map[string]int{},
+		revoked: map[string]bool{},
+		opaque:  map[string]map[string]any{},
 	}
 	s.mdPaths = metadataPaths(o.Discovery, o.IssuerPath)
 	for _, p := range s.mdPaths {
 		s.mux.HandleFunc("GET "+p, s.serveMetadata)
 	}
 	s.mux.HandleFunc("GET "+PathJWKS, s.serveJWKS)
+	s.mux.HandleFunc("POST "+PathIntrospect, s.serveIntrospect)
 
 	s.hs = httptest.NewServer(http.HandlerFunc(s.serve))
 	s.URL = s.hs.URL
