@@ -13,11 +13,11 @@ import (
 // fields are left out of the token, except the defaults noted; Extra
 // covers whatever else a test needs, good or bad.
 type Claims struct {
-	Subject  string
-	Audience []string // one audience is a string claim, more an array
-	Scope    string   // the space-separated scope claim
-	Scp      []string // the array form some servers use instead
-	ClientID string
+	Subject  string   // sub, the resource owner or the client itself
+	Audience []string // aud: one audience is a string claim, more an array
+	Scope    string   // scope, space-separated, as RFC 9068 has it
+	Scp      []string // scp, the array form some servers use instead
+	ClientID string   // client_id, the client the token was issued to
 	// IssuedAt defaults to the server's now, Expiry to an hour after it;
 	// NotBefore is left out when zero.
 	IssuedAt, NotBefore, Expiry time.Time
