@@ -16,6 +16,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -73,16 +74,96 @@ func PlainRefuse(w http.ResponseWriter, _ *http.Request, status int, message str
 	http.Error(w, message, status)
 }
 
-// Challenge is the WWW-Authenticate header of every 401 Require answers
-// (RFC 6750).
+// Challenge is the WWW-Authenticate header of a 401 Require answers for
+// an Authenticator whose error is not an *Error (RFC 6750).
 const Challenge = `Bearer realm="mcp"`
 
+// Error is a refusal an Authenticator explains: the status Require
+// answers and the Bearer challenge it sends (RFC 6750 §3, RFC 9728 §5.1).
+// Its text is Description, or the status's own words.
+type Error struct {
+	// Status is 401 (no credentials, or credentials not accepted), 403
+	// (accepted, but not for this: insufficient_scope) or 503 (the
+	// credentials could not be checked now: an authorization server out
+	// of reach). Zero means 401.
+	Status int
+	// Code is the RFC 6750 error code: "" when the request carried no
+	// credentials (§3.1: no error code then), "invalid_token",
+	// "insufficient_scope" or "invalid_request".
+	Code string
+	// Description is error_description: what was wrong, in words a
+	// client may read. It never quotes the token.
+	Description string
+	// Scopes are the scope parameter: every scope the request needs.
+	Scopes []string
+	// ResourceMetadata is the URL of the Protected Resource Metadata
+	// (RFC 9728), from which a client finds the authorization server.
+	ResourceMetadata string
+	// RetryAfter, with Status 503, is sent as Retry-After (seconds).
+	RetryAfter int
+}
+
+func (e *Error) Error() string {
+	if e.Description != "" {
+		return e.Description
+	}
+	return ErrNoCredentials.Error()
+}
+
+// status is what Require answers for e.
+func (e *Error) status() int {
+	if e.Status == 0 {
+		return http.StatusUnauthorized
+	}
+	return e.Status
+}
+
+// Challenge returns e as a WWW-Authenticate header value. Every
+// parameter is a quoted string; a quote or backslash in a value is
+// escaped, and control and non-ASCII characters are dropped, so that no value can end
+// the header or add a parameter.
+func (e *Error) Challenge() string {
+	var b strings.Builder
+	b.WriteString("Bearer")
+	sep := " "
+	param := func(name, value string) {
+		if value == "" {
+			return
+		}
+		b.WriteString(sep)
+		sep = ", "
+		b.WriteString(name)
+		b.WriteString(`="`)
+		for _, c := range value {
+			switch {
+			case c == '"' || c == '\\':
+				b.WriteByte('\\')
+				b.WriteRune(c)
+			case c < 0x20 || c > 0x7e:
+			default:
+				b.WriteRune(c)
+			}
+		}
+		b.WriteByte('"')
+	}
+	param("resource_metadata", e.ResourceMetadata)
+	param("scope", strings.Join(e.Scopes, " "))
+	param("error", e.Code)
+	param("error_description", e.Description)
+	if sep == " " {
+		return Challenge
+	}
+	return b.String()
+}
+
 // Require returns a handler that authenticates each request with a and
-// serves next with the Principal in the request's context (FromContext);
-// a request a refuses gets 401 with the Challenge and the
-// ErrNoCredentials text, written by refuse (PlainRefuse when nil). The
-// wrapping happens once, here: the returned handler is safe for
-// concurrent use and costs the same on every request.
+// serves next with the Principal in the request's context (FromContext).
+// A request a refuses is answered, by refuse (PlainRefuse when nil),
+// with the status and the challenge of its *Error; any other error is a
+// 401 with the Challenge and the ErrNoCredentials text, so that what an
+// Authenticator checked stays in its own logs. The wrapping happens
+// once, here: the returned handler is safe for concurrent use and costs
+// the same on every request.
 func Require(next http.Handler, a Authenticator, refuse Refuse) http.Handler {
 	if refuse == nil {
 		refuse = PlainRefuse
@@ -90,12 +171,33 @@ func Require(next http.Handler, a Authenticator, refuse Refuse) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := a.Authenticate(r)
 		if err != nil {
-			w.Header().Set("WWW-Authenticate", Challenge)
-			refuse(w, r, http.StatusUnauthorized, ErrNoCredentials.Error())
+			Answer(w, r, err, refuse)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(NewContext(r.Context(), p)))
 	})
+}
+
+// Answer writes the refusal of err with refuse, as Require does: the
+// status and challenge of an *Error, else a plain 401. A handler behind
+// Require that refuses a request for want of a scope answers with it.
+func Answer(w http.ResponseWriter, r *http.Request, err error, refuse Refuse) {
+	if refuse == nil {
+		refuse = PlainRefuse
+	}
+	var e *Error
+	if !errors.As(err, &e) {
+		w.Header().Set("WWW-Authenticate", Challenge)
+		refuse(w, r, http.StatusUnauthorized, ErrNoCredentials.Error())
+		return
+	}
+	if status := e.status(); status == http.StatusUnauthorized || status == http.StatusForbidden {
+		w.Header().Set("WWW-Authenticate", e.Challenge())
+	}
+	if e.Status == http.StatusServiceUnavailable && e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	refuse(w, r, e.status(), e.Error())
 }
 
 // Bearer returns r's bearer token (RFC 6750 §2.1), if it carries one. The
