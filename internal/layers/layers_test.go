@@ -42,6 +42,9 @@ var layer = map[string][]string{
 	// Principal it leaves in a request's context; host installs it on
 	// every listener.
 	"auth": {},
+	// The OAuth resource server is one Authenticator: it speaks to
+	// authorization servers over HTTP and knows nothing of MCP.
+	"auth/oauth": {"auth"},
 
 	"transport/stdio":      {"jsonrpc", "mcp", "server", "server/outbound", "server/conn"},
 	"transport/streamhttp": {"jsonrpc", "mcp", "server", "server/outbound", "server/conn", "auth"},
@@ -67,7 +70,7 @@ var layer = map[string][]string{
 	// The assembly builds a whole runtime, so it may use every layer
 	// below the tools; only commands, examples and tests import it
 	// (TestHostOnlyAtTheTop).
-	"host": {"auth", "jsonrpc", "mcp", "store", "ledger", "tasks", "outbox", "server", "transport/stdio", "transport/streamhttp",
+	"host": {"auth", "auth/oauth", "jsonrpc", "mcp", "store", "ledger", "tasks", "outbox", "server", "transport/stdio", "transport/streamhttp",
 		"idempotency", "taskserver", "metrics", "tracing", "client", "retry", "gateway"},
 
 	// The reviewer is pure: policy in, report out, no network.

@@ -1,0 +1,79 @@
+package oauth
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// introspect asks the introspection endpoint about token (RFC 7662) and
+// returns its claims when the token is active. An endpoint that cannot
+// be reached, or answers otherwise than RFC 7662 says, is a 503: the
+// token is not trusted, and not called invalid either.
+func (rs *ResourceServer) introspect(ctx context.Context, token string) (*claims, error) {
+	in := rs.cfg.Introspection
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rs.cfg.FetchTimeout)
+	defer cancel()
+	form := url.Values{"token": {token}, "token_type_hint": {"access_token"}}
+	req, err := http.NewRequestWithContext(fctx, http.MethodPost, in.URL, strings.NewReader(form.Encode()))
+	if err != nil {
+		return nil, rs.unavailable("the introspection endpoint cannot be asked")
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "application/json")
+	// RFC 6749 §2.3.1: the credentials are form-encoded before Basic.
+	req.SetBasicAuth(url.QueryEscape(in.ClientID), url.QueryEscape(in.ClientSecret))
+	resp, err := rs.client.Do(req)
+	if err != nil {
+		rs.warnIntrospection("cannot be reached", errors.Unwrap(err))
+		return nil, rs.unavailable("the authorization server's introspection endpoint cannot be reached")
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		rs.warnIntrospection("answered "+resp.Status, nil)
+		return nil, rs.unavailable("the authorization server's introspection endpoint answered " + resp.Status)
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDocumentBytes+1))
+	if err != nil || len(body) > maxDocumentBytes || mt != "application/json" {
+		rs.warnIntrospection("answered something that is not an introspection answer", err)
+		return nil, rs.unavailable("the authorization server's introspection endpoint answered something else than JSON")
+	}
+	var active struct {
+		Active *bool `json:"active"`
+	}
+	if err := json.Unmarshal(body, &active); err != nil || active.Active == nil {
+		rs.warnIntrospection("answered without active", err)
+		return nil, rs.unavailable("the authorization server's introspection answer has no active member")
+	}
+	if !*active.Active {
+		return nil, rs.invalid("the access token is not active (the authorization server says it expired, was revoked or was never issued)")
+	}
+	c, err := parseClaims(body)
+	if err != nil {
+		return nil, rs.unavailable("the authorization server's introspection answer cannot be read")
+	}
+	return c, nil
+}
+
+// warnIntrospection logs a failing introspection endpoint, at most once
+// per RefetchInterval.
+func (rs *ResourceServer) warnIntrospection(what string, err error) {
+	rs.warnMu.Lock()
+	defer rs.warnMu.Unlock()
+	now := rs.now()
+	if !rs.warnedAt.IsZero() && now.Sub(rs.warnedAt) < rs.cfg.RefetchInterval {
+		return
+	}
+	rs.warnedAt = now
+	args := []any{"url", rs.cfg.Introspection.URL}
+	if err != nil {
+		args = append(args, "error", err)
+	}
+	rs.log.Warn("oauth: the introspection endpoint "+what+": tokens are refused with 503 until it answers", args...)
+}
