@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcprel/mcprel/auth/oauth"
+
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/gateway"
 	"github.com/mcprel/mcprel/ledger"
@@ -66,6 +68,8 @@ type Runtime struct {
 	handler  *streamhttp.Handler
 	ln       net.Listener
 	endpoint string
+	// oauth is the resource server of Options.OAuth; nil without it.
+	oauth *oauth.ResourceServer
 	// The metrics' own listener, when Metrics.Addr is set.
 	metricsLn  net.Listener
 	metricsURL string
@@ -211,15 +215,20 @@ func New(ctx context.Context, opts *Options) (_ *Runtime, err error) {
 		}
 	}
 	if o.Addr != "" {
-		if rt.handler, err = streamhttp.NewHandler(rt.srv, &o.HTTP); err != nil {
-			return nil, err
-		}
 		// Connections are capped below the open-file limit: past the cap
 		// a new one gets 503 at once, instead of the process failing to
 		// accept anyone when descriptors run out.
 		rt.ln = streamhttp.LimitListener(rt.ln, &o.Listener)
 		tcp, _ := rt.ln.Addr().(*net.TCPAddr)
 		rt.endpoint = endpointURL(tcp, rt.ln.Addr().String(), o.Path)
+		if o.OAuth != nil {
+			if err := rt.protect(ctx); err != nil {
+				return nil, err
+			}
+		}
+		if rt.handler, err = streamhttp.NewHandler(rt.srv, &o.HTTP); err != nil {
+			return nil, err
+		}
 	}
 	return rt, nil
 }

@@ -44,6 +44,15 @@ func (rt *Runtime) serveHTTP(ctx context.Context) error {
 		// metrics' authenticator.
 		mux.Handle(o.Metrics.Path, rt.guard(rt.metrics.Handler(), o.metricsAuthenticator(), true, nil))
 	}
+	if rt.oauth != nil {
+		// The metadata is how a client without a token finds where to get
+		// one: served to anyone, from any origin and any Host name.
+		for _, path := range rt.oauth.MetadataPaths(o.Path) {
+			if _, taken := o.Handlers[path]; !taken {
+				mux.Handle(path, rt.oauth.MetadataHandler())
+			}
+		}
+	}
 	for path, h := range o.Handlers {
 		mux.Handle(path, rt.guard(h, o.authenticator(), true, nil))
 	}

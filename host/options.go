@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/auth"
+	"github.com/mcprel/mcprel/auth/oauth"
 	"github.com/mcprel/mcprel/gateway"
 	"github.com/mcprel/mcprel/ledger"
 	"github.com/mcprel/mcprel/mcp"
@@ -98,6 +99,19 @@ type Options struct {
 	// authenticator the metrics listener too, unless MetricsOptions say
 	// otherwise. Over stdio, they authenticate nothing but the metrics.
 	HTTP streamhttp.HandlerOptions
+	// OAuth, when set, makes the HTTP endpoint an OAuth 2.1 protected
+	// resource (package auth/oauth): it serves the Protected Resource
+	// Metadata, unauthenticated, at its well-known paths, and every
+	// listener takes its access tokens as HTTP.Authenticator, the
+	// tenant of a request being the token's OAuth.TenantClaim. An empty
+	// OAuth.Resource means the endpoint's URL (Runtime.Endpoint): set it
+	// to the URL clients use when a proxy stands in front. Not with
+	// HTTP.Authenticator, AuthToken or Tokens; set only with Addr.
+	OAuth *oauth.Config
+	// ToolScopes names, with OAuth, the scopes a tools/call of a tool
+	// needs beyond OAuth.Scopes: a call whose token lacks one is refused
+	// 403 insufficient_scope, naming every scope the call needs.
+	ToolScopes map[string][]string
 	// Handlers are further handlers served on the endpoint's listener at
 	// their paths (patterns of http.ServeMux), behind the same Host and
 	// Origin checks and authenticator as the endpoint: a handler reads
@@ -226,6 +240,16 @@ func (o *Options) check() error {
 		case o.Handlers[path] == nil:
 			return fmt.Errorf("host: Options.Handlers: %q has no handler", path)
 		}
+	}
+	if o.OAuth != nil {
+		switch {
+		case o.Addr == "":
+			return errors.New("host: Options.OAuth needs HTTP (Options.Addr): over stdio, credentials come from the environment")
+		case o.HTTP.Authenticator != nil || o.HTTP.AuthToken != "" || len(o.HTTP.Tokens) > 0:
+			return errors.New("host: Options.OAuth authenticates the endpoint: set no HTTP.Authenticator, AuthToken or Tokens beside it")
+		}
+	} else if len(o.ToolScopes) > 0 {
+		return errors.New("host: Options.ToolScopes need Options.OAuth: only OAuth access tokens carry scopes")
 	}
 	if o.HTTP.Authenticator != nil && (o.HTTP.AuthToken != "" || len(o.HTTP.Tokens) > 0) {
 		return errors.New("host: Options.HTTP.Authenticator replaces AuthToken and Tokens: set one or the other")

@@ -61,6 +61,18 @@ type Operation struct {
 	// Probe says whether mcprel probe may call the operation, and how.
 	// The reviewer does not read it.
 	Probe Probe `yaml:"probe" json:"probe"`
+	// Auth is what a caller must hold to run the operation. The reviewer
+	// does not read it; mcprel gateway enforces it.
+	Auth Auth `yaml:"auth" json:"auth"`
+}
+
+// Auth is what an operation asks of its caller's credentials.
+type Auth struct {
+	// Scopes are the OAuth scopes a call needs, beyond those every
+	// request needs (--oauth-scopes): a call whose access token lacks
+	// one is refused 403 insufficient_scope, the challenge naming them
+	// all. They need an OAuth-protected listener (--oauth-issuer).
+	Scopes []string `yaml:"scopes" json:"scopes"`
 }
 
 // Probe is what mcprel probe may do with an operation (a tool) on a live

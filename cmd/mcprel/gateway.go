@@ -137,6 +137,18 @@ graceful shutdown, 1 a failure, 2 a mistake in the command line.`)
 		if policy, err = gateway.PolicyFromReview(rp, rf.gatewayFacts(opts)); err != nil {
 			return usagef("gateway: --policy %s: %v", *policyFile, strings.TrimPrefix(err.Error(), "gateway: "))
 		}
+		for _, op := range rp.Operations {
+			if len(op.Auth.Scopes) == 0 {
+				continue
+			}
+			if opts.OAuth == nil {
+				return usagef("gateway: --policy %s: operation %q needs the scopes %s, which only OAuth access tokens carry: give --oauth-issuer", *policyFile, op.Name, strings.Join(op.Auth.Scopes, " "))
+			}
+			if opts.ToolScopes == nil {
+				opts.ToolScopes = map[string][]string{}
+			}
+			opts.ToolScopes[op.Name] = op.Auth.Scopes
+		}
 	}
 	opts.Implementation.Name = "mcprel-gateway"
 	opts.Gateway = &gateway.Options{Upstreams: ups, Policy: policy, MaxSessions: *maxSessions, InputWait: *inputWait,

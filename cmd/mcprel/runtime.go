@@ -37,6 +37,7 @@ type runtimeFlags struct {
 	hosts, origins      listFlag
 	authToken           *string
 	tokens              listFlag
+	oauth               oauthFlags
 	keepAlive           *time.Duration
 	limits              limitFlags
 	grace               *time.Duration
@@ -66,6 +67,7 @@ func (f *runtimeFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.origins, "allowed-origin", "an Origin to accept, as scheme://host[:port] (repeatable; default loopback origins)")
 	f.authToken = fs.String("auth-token", "", "require this bearer token on HTTP requests (or set MCPREL_AUTH_TOKEN); its holder is the tenant \"\", a tenant of its own beside those of --token")
 	fs.Var(&f.tokens, "token", "TENANT=TOKEN: accept this bearer token for that tenant (repeatable); tenants are isolated and limited separately")
+	f.oauth.register(fs)
 	f.keepAlive = fs.Duration("keepalive", streamhttp.DefaultKeepAlive, "comment line cadence on quiet SSE streams")
 	f.limits.register(fs)
 	f.grace = fs.Duration("shutdown-grace", 10*time.Second, "on SIGINT/SIGTERM, how long running calls may finish before they are cancelled")
@@ -146,7 +148,12 @@ func (f *runtimeFlags) options(ctx context.Context, fs *flag.FlagSet, stdin io.R
 		Stdout:        stdout,
 		ShutdownGrace: *f.grace,
 	}
-	f.limits.apply(&opts.Server, len(f.tokens) > 0)
+	oauthCfg, err := f.oauth.config(f.cmd, fs, *f.httpAddr, *f.authToken, f.tokens)
+	if err != nil {
+		return nil, err
+	}
+	// Tokens of several tenants, or OAuth's subjects: per-tenant limits.
+	f.limits.apply(&opts.Server, len(f.tokens) > 0 || oauthCfg != nil)
 	if *f.httpAddr != "" {
 		httpOpts, err := httpOptions(f.cmd, *f.httpAddr, *f.path, f.hosts, f.origins, *f.authToken, f.tokens)
 		if err != nil {
@@ -155,6 +162,7 @@ func (f *runtimeFlags) options(ctx context.Context, fs *flag.FlagSet, stdin io.R
 		httpOpts.KeepAlive = *f.keepAlive
 		opts.Listener = *f.limits.applyHTTP(httpOpts)
 		opts.Addr, opts.Path, opts.HTTP = *f.httpAddr, *f.path, *httpOpts
+		opts.OAuth = oauthCfg
 	} else if setFlags(fs)["path"] {
 		return nil, usagef("%s: --path applies to --http only", f.cmd)
 	} else {
@@ -172,6 +180,9 @@ func (f *runtimeFlags) options(ctx context.Context, fs *flag.FlagSet, stdin io.R
 	*f.metricsToken = cmp.Or(*f.metricsToken, os.Getenv("MCPREL_METRICS_TOKEN"))
 	if err := checkMetricsFlags(*f.metricsToken, *f.metricsOpen, *f.metricsTenants, f.tokens); err != nil {
 		return nil, err
+	}
+	if oauthCfg != nil && *f.metricsTenants && *f.metricsToken == "" {
+		return nil, usagef("%s: --metrics-tenants names every tenant in the metrics, which each tenant's token could then read: set --metrics-token", f.cmd)
 	}
 	opts.Metrics = host.MetricsOptions{Addr: *f.metricsAddr, Path: *f.metricsPath, Token: *f.metricsToken, Open: *f.metricsOpen, Tenants: *f.metricsTenants}
 	if tracing.Configured(*f.otlpEndpoint) {

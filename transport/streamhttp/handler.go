@@ -174,6 +174,14 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, m.ID, derr)
 		return
 	}
+	if m.Kind == jsonrpc.KindRequest && h.opts.Permit != nil {
+		if err := h.opts.Permit(r, m.Method, m.Params); err != nil {
+			auth.Answer(w, r, err, func(w http.ResponseWriter, _ *http.Request, status int, message string) {
+				writeError(w, status, m.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "%s", message))
+			})
+			return
+		}
+	}
 	if h.isDraining() && m.Kind == jsonrpc.KindRequest {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, m.ID, jsonrpc.NewError(mcp.CodeUnavailable, "server shutting down"))

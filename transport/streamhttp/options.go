@@ -2,7 +2,9 @@ package streamhttp
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
+	"net/http"
 	"net/url"
 	"time"
 
@@ -60,6 +62,13 @@ type HandlerOptions struct {
 	// authenticated again: the handler serves it for that Principal's
 	// tenant.
 	Authenticator auth.Authenticator
+	// Permit, when set, is asked before each request a client sends is
+	// served whether its caller (auth.FromContext(r.Context())) may send
+	// it: method is the JSON-RPC method, params its params. An error
+	// refuses the request, answered as auth.Answer does: an *auth.Error's
+	// status and challenge (403 insufficient_scope for a scope the caller
+	// lacks), else 401. Notifications and responses are not asked about.
+	Permit func(r *http.Request, method string, params json.RawMessage) error
 	// MaxBodyBytes caps a request body; larger ones get 413. Zero means
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
