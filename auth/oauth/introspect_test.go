@@ -1,0 +1,82 @@
+package oauth_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcprel/mcprel/auth/oauth"
+	"github.com/mcprel/mcprel/internal/oauthtest"
+)
+
+// RFC 7662: an active token is served for its subject, an inactive,
+// revoked or unknown one is 401 invalid_token, an endpoint that refuses
+// this server's credentials or cannot be reached is 503; an answer is
+// reused a minute at most (so a revocation takes effect within it) and
+// never past the token's expiry.
+func TestIntrospection(t *testing.T) {
+	c := newClock()
+	as := oauthtest.New(t, oauthtest.Options{IntrospectionClientID: "rs", IntrospectionClientSecret: "rs&secret", Now: c.Now})
+	newRS := func(secret string) *fixture {
+		rs, err := oauth.New(t.Context(), oauth.Config{Issuers: []string{as.Issuer()}, Resource: resource, Now: c.Now,
+			Introspection: &oauth.Introspection{URL: as.IntrospectionURL(), ClientID: "rs", ClientSecret: secret}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &fixture{as: as, rs: rs, clock: c}
+	}
+	f := newRS("rs&secret")
+	opaque := as.Opaque(t, f.claims())
+	p, e := f.authenticate(t, "Bearer "+opaque)
+	if e != nil || p.Tenant != "alice" {
+		t.Fatalf("an active opaque token: %+v %+v", p, e)
+	}
+	asked := as.Hits(oauthtest.PathIntrospect)
+	as.Revoke(opaque)
+	if _, e := f.authenticate(t, "Bearer "+opaque); e != nil || as.Hits(oauthtest.PathIntrospect) != asked {
+		t.Fatalf("within the minute the answer is reused: %+v, %d more asks", e, as.Hits(oauthtest.PathIntrospect)-asked)
+	}
+	c.Advance(time.Minute)
+	if _, e := f.authenticate(t, "Bearer "+opaque); e == nil || e.Code != "invalid_token" || !strings.Contains(e.Description, "not active") {
+		t.Fatalf("a revoked token a minute later: %+v", e)
+	}
+	if _, e := f.authenticate(t, "Bearer never-issued"); e == nil || !strings.Contains(e.Description, "not active") {
+		t.Fatalf("a token never issued: %+v", e)
+	}
+	jwt := as.Token(t, f.claims())
+	if _, e := f.authenticate(t, "Bearer "+jwt); e != nil {
+		t.Fatalf("a JWT, introspected: %+v", e)
+	}
+	other := f.claims()
+	other.Audience = []string{"https://other.example.com/mcp"}
+	if _, e := f.authenticate(t, "Bearer "+as.Opaque(t, other)); e == nil || !strings.Contains(e.Description, "not issued for this resource") {
+		t.Fatalf("an active token for another resource: %+v", e)
+	}
+	// A token expiring in 10 s is not reused past its expiry (and skew).
+	brief := f.claims()
+	brief.Expiry = c.Now().Add(10 * time.Second)
+	briefTok := as.Opaque(t, brief)
+	if _, e := f.authenticate(t, "Bearer "+briefTok); e != nil {
+		t.Fatal(e)
+	}
+	c.Advance(10*time.Second + oauth.DefaultClockSkew)
+	if _, e := f.authenticate(t, "Bearer "+briefTok); e == nil {
+		t.Fatal("a token past its expiry was served from the cache")
+	}
+
+	wrong := newRS("not-the-secret")
+	if _, e := wrong.authenticate(t, "Bearer "+as.Opaque(t, f.claims())); e == nil || e.Status != http.StatusServiceUnavailable || !strings.Contains(e.Description, "401") {
+		t.Fatalf("with credentials the endpoint refuses: %+v", e)
+	}
+	as.SetDelay(oauthtest.PathIntrospect, time.Hour)
+	slow, err := oauth.New(t.Context(), oauth.Config{Resource: resource, Now: c.Now, FetchTimeout: 100 * time.Millisecond,
+		Introspection: &oauth.Introspection{URL: as.IntrospectionURL(), ClientID: "rs", ClientSecret: "rs&secret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf := &fixture{as: as, rs: slow, clock: c}
+	if _, e := sf.authenticate(t, "Bearer "+as.Opaque(t, f.claims())); e == nil || e.Status != http.StatusServiceUnavailable {
+		t.Fatalf("a slow introspection endpoint: %+v", e)
+	}
+}
