@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/internal/interop/everything"
+	"github.com/mcprel/mcprel/internal/oauthtest"
 )
 
 // readmeLine is a command line of one of the README's sh blocks, with the
@@ -71,6 +74,7 @@ func TestReadmeCommandLinesAreTested(t *testing.T) {
 		{regexp.MustCompile(`^make check$`), ".ci/run (CI runs exactly this)"},
 		{regexp.MustCompile(`^bin/mcprel serve --http \S+ --payout-url `), "TestReadmePayoutLine"},
 		{regexp.MustCompile(`^bin/mcprel serve --http `), "TestReadmeCallAndReviewLines (starts the endpoint the call lines use)"},
+		{regexp.MustCompile(`^bin/mcprel gateway .*--oauth-issuer `), "TestReadmeOAuthLine"},
 		{regexp.MustCompile(`^bin/mcprel gateway `), "TestReadmeGatewayLines (starts the endpoint its call lines use)"},
 		{regexp.MustCompile(`^bin/mcprel call --url http://127\.0\.0\.1:8081/`), "TestReadmeGatewayLines"},
 		{regexp.MustCompile(`^bin/mcprel (call|review|probe) `), "TestReadmeCallAndReviewLines"},
@@ -272,7 +276,13 @@ const gatewayURL = "http://127.0.0.1:8081/mcp"
 func TestReadmeGatewayLines(t *testing.T) {
 	everything.Require(t)
 	dir := t.TempDir()
-	gw := readmeLinesWith(t, "bin/mcprel gateway ")[0]
+	var gw readmeLine
+	for _, l := range readmeLinesWith(t, "bin/mcprel gateway ") {
+		if !strings.Contains(l.text, "--oauth-issuer") { // TestReadmeOAuthLine's
+			gw = l
+			break
+		}
+	}
 	npx := "npx -y @modelcontextprotocol/server-everything@2026.8.31"
 	if !strings.Contains(gw.text, npx) || !strings.Contains(gw.text, "127.0.0.1:8081") {
 		t.Fatalf("README.md:%d: %q no longer runs %q on 127.0.0.1:8081; change this test with it", gw.number, gw.text, npx)
@@ -306,6 +316,55 @@ func TestReadmeGatewayLines(t *testing.T) {
 			t.Errorf("README.md:%d: no progress to the last step on stderr:\n%s", l.number, errb.String())
 		}
 		t.Logf("README.md:%d works: %s", l.number, l.text)
+	}
+}
+
+// The README's OAuth line works as written, a test authorization server
+// standing in for auth.example.com and the local server-everything for
+// npx: its metadata names the public URL and the issuer, a call without
+// a token is challenged to find them, and a token issued for the public
+// URL calls a tool.
+func TestReadmeOAuthLine(t *testing.T) {
+	everything.Require(t)
+	dir := t.TempDir()
+	l := readmeLinesWith(t, "bin/mcprel gateway --http 127.0.0.1:8080 --public-url https://mcp.example.com/mcp")[0]
+	as := oauthtest.New(t, oauthtest.Options{})
+	npx := "npx -y @modelcontextprotocol/server-everything@2026.8.31"
+	local := strings.Join(quoted(everything.Command(t)), " ")
+	cmdline := strings.NewReplacer(npx, local, "127.0.0.1:8080", "127.0.0.1:0", "$PWD", dir, "https://auth.example.com", as.Issuer()).Replace(l.text)
+	words, err := splitCommand(cmdline)
+	if err != nil {
+		t.Fatalf("README.md:%d: %v", l.number, err)
+	}
+	url, _, _ := startEndpoint(t, nil, words[1:]...)
+	const public = "https://mcp.example.com/mcp"
+	resp, err := http.Get(strings.TrimSuffix(url, "/mcp") + "/.well-known/oauth-protected-resource/mcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prm map[string]any
+	json.NewDecoder(resp.Body).Decode(&prm)
+	resp.Body.Close()
+	if prm["resource"] != public || !jsonHas(prm["authorization_servers"], as.Issuer()) {
+		t.Fatalf("README.md:%d: the metadata is %v", l.number, prm)
+	}
+	status, challenge, _ := oauthPost(t, url, "", modernCall(1, "echo", `{"message":"hello"}`), nil)
+	if status != 401 || !strings.Contains(challenge, `resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource/mcp"`) {
+		t.Fatalf("README.md:%d: without a token: %d %s", l.number, status, challenge)
+	}
+	token := as.Token(t, oauthtest.Claims{Subject: "alice", Audience: []string{public}, Scope: "mcp:tools"})
+	c, err := client.DialHTTP(t.Context(), url, &client.Options{Header: map[string][]string{"Authorization": {"Bearer " + token}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	res, err := c.CallTool(t.Context(), "echo", map[string]any{"message": "hello"}, nil)
+	var content []byte
+	if err == nil {
+		content, _ = json.Marshal(res.Content)
+	}
+	if err != nil || res.IsError || !strings.Contains(string(content), "Echo: hello") {
+		t.Fatalf("README.md:%d: echo with a token: %v %+v", l.number, err, res)
 	}
 }
 
