@@ -238,3 +238,56 @@ func TestOAuthUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// Behind a proxy: the public URL, not the listen address, is the
+// resource. Its metadata is served at the path-inserted URL of the
+// public path and of the endpoint's own, a token for the public URL is
+// accepted and one for the listen address refused; the metrics, on the
+// endpoint's listener and on their own, take the same tokens.
+func TestServeOAuthBehindAProxy(t *testing.T) {
+	as := oauthtest.New(t, oauthtest.Options{})
+	const public = "https://mcp.example.com/team/mcp"
+	endpoint, _, rest := startEndpoint(t, nil, "serve", "--http", "127.0.0.1:0", "--oauth-issuer", as.Issuer(), "--public-url", public,
+		"--metrics-path", "/metrics", "--metrics", "127.0.0.1:0")
+	metricsURL := ""
+	for l := range rest {
+		if u, ok := strings.CutPrefix(l, "metrics: "); ok {
+			metricsURL = u
+			break
+		}
+	}
+	base := strings.TrimSuffix(endpoint, "/mcp")
+	for _, path := range []string{"/.well-known/oauth-protected-resource/team/mcp", "/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"} {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var prm map[string]any
+		json.NewDecoder(resp.Body).Decode(&prm)
+		resp.Body.Close()
+		if prm["resource"] != public {
+			t.Fatalf("GET %s: %d %v", path, resp.StatusCode, prm)
+		}
+	}
+	echo := modernCall(1, "echo", `{"text":"hi"}`)
+	forPublic := as.Token(t, oauthtest.Claims{Subject: "alice", Audience: []string{public}})
+	if status, _, body := oauthPost(t, endpoint, forPublic, echo, nil); status != 200 {
+		t.Fatalf("a token for the public URL: %d %s", status, body)
+	}
+	forListener := as.Token(t, oauthtest.Claims{Subject: "alice", Audience: []string{endpoint}})
+	if status, challenge, _ := oauthPost(t, endpoint, forListener, echo, nil); status != 401 ||
+		!strings.Contains(challenge, `resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource/team/mcp"`) {
+		t.Fatalf("a token for the listen address: %d %s", status, challenge)
+	}
+	if metricsURL == "" {
+		t.Fatal("the metrics listener's URL was not printed")
+	}
+	for _, m := range []string{base + "/metrics", metricsURL} {
+		if code := scrape(t, m, ""); code != http.StatusUnauthorized {
+			t.Errorf("%s without a token: %d", m, code)
+		}
+		if code := scrape(t, m, forPublic); code != http.StatusOK {
+			t.Errorf("%s with the token: %d", m, code)
+		}
+	}
+}
