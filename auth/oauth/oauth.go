@@ -15,8 +15,11 @@
 //
 // What is refused says why, in the error_description of its Bearer
 // challenge (RFC 6750 §3), and never quotes the token; nothing of a token
-// is logged. When the authorization server cannot be reached, nothing is
-// trusted: requests are answered 503 until it answers again.
+// is logged. When an authorization server cannot be reached, nothing
+// unchecked is trusted: a token whose issuer's keys were never fetched
+// (or whose introspection fails) is answered 503 until it answers again;
+// keys fetched before an outage stay in use through it, as the issuer
+// published them.
 package oauth
 
 import (
