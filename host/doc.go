@@ -6,8 +6,11 @@
 // stops. Every handler it serves over HTTP (the endpoint, the metrics on
 // either listener, Options.Handlers) is wrapped in one place with the
 // same middleware of package auth: the Host and Origin checks and the
-// authenticator (static tokens, or Options.HTTP.Authenticator). Commands are thin flag parsers over it: "mcprel serve" builds
-// Options from its flags, registers its tools and runs.
+// authenticator (static tokens, Options.HTTP.Authenticator, or the OAuth
+// resource server of Options.OAuth, whose Protected Resource Metadata is
+// served beside the endpoint to anyone). Commands are thin flag parsers
+// over it: "mcprel serve" builds Options from its flags, registers its
+// tools and runs.
 //
 //	rt, err := host.New(ctx, &host.Options{
 //		Implementation: mcp.Implementation{Name: "inventory", Version: "1.0.0"},
