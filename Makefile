@@ -7,6 +7,7 @@ INSPECT  := internal/interop/inspector
 EVERY    := internal/interop/everything
 GOCLIENT := internal/interop/goclients
 GOSERVER := internal/interop/goservers
+OAUTH    := internal/interop/oauth
 CONF     := conformance
 
 .PHONY: check vet test fuzz interop-deps conformance conformance-deps demo build
@@ -58,7 +59,7 @@ fuzz:
 	$(GO) test ./transport/streamhttp -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(or $(FUZZTIME),80000x)
 
 interop-deps: $(INTEROP)/node_modules/.package-lock.json $(INSPECT)/node_modules/.package-lock.json \
-	$(EVERY)/node_modules/.package-lock.json
+	$(EVERY)/node_modules/.package-lock.json $(OAUTH)/node_modules/.package-lock.json
 
 $(INTEROP)/node_modules/.package-lock.json: $(INTEROP)/package.json $(INTEROP)/package-lock.json
 	cd $(INTEROP) && $(NPM) ci --no-audit --no-fund
@@ -72,6 +73,11 @@ $(INSPECT)/node_modules/.package-lock.json: $(INSPECT)/package.json $(INSPECT)/p
 # interop test dials (and the gateway's tests will put behind it).
 $(EVERY)/node_modules/.package-lock.json: $(EVERY)/package.json $(EVERY)/package-lock.json
 	cd $(EVERY) && $(NPM) ci --no-audit --no-fund
+
+# The authorization server (panva's oidc-provider) that the OAuth tests
+# get their access tokens from (internal/interop/oidcprovider starts it).
+$(OAUTH)/node_modules/.package-lock.json: $(OAUTH)/package.json $(OAUTH)/package-lock.json
+	cd $(OAUTH) && $(NPM) ci --no-audit --no-fund
 
 ## conformance: the official MCP conformance suites against the fixture
 ## server; summaries are printed, details land in conformance/results/.
