@@ -7,11 +7,12 @@
 //                          [--client-id ID] [--client-secret SECRET]
 //                          [--native-client-id ID]
 //                          [--rs-client-id ID] [--rs-client-secret SECRET]
+//                          [--backdate SECONDS]
 //
 // Every flag also reads from the environment (OAUTH_PORT, OAUTH_TTL,
 // OAUTH_ALG, OAUTH_FORMAT, OAUTH_ACCOUNT, OAUTH_CLIENT_ID,
 // OAUTH_CLIENT_SECRET, OAUTH_NATIVE_CLIENT_ID, OAUTH_RS_CLIENT_ID,
-// OAUTH_RS_CLIENT_SECRET); the flag wins.
+// OAUTH_RS_CLIENT_SECRET, OAUTH_BACKDATE); the flag wins.
 //
 // It listens on 127.0.0.1 (port 0, any free port, unless --port says
 // otherwise) and prints its issuer URL, e.g. http://127.0.0.1:43123, as the
@@ -40,6 +41,14 @@
 //   - A confidential client for a resource server to introspect with
 //     (--rs-client-id/--rs-client-secret, default mcprel-rs /
 //     mcprel-rs-secret).
+//   - With --backdate N (N > 0), a second confidential client,
+//     <client-id>-backdated with the same secret, for client_credentials,
+//     whose JWT access tokens have iat and exp N seconds earlier than
+//     issued: with N past the TTL, a token that expired before anyone
+//     saw it. oidc-provider refuses a TTL of zero or less, and sets exp
+//     from the time of issue; its JWT customizer (formats.customizers.jwt)
+//     may change the claims before it signs them, which is how. Opaque
+//     tokens are not backdated.
 //   - Interactions that need nobody: login finishes as --account (default
 //     alice) and consent grants every scope, claim and resource asked for.
 //     A headless client follows the redirects (keeping the cookies the
@@ -67,6 +76,7 @@ const { values: opts } = parseArgs({
         'native-client-id': { type: 'string', default: process.env.OAUTH_NATIVE_CLIENT_ID ?? 'mcprel-native' },
         'rs-client-id': { type: 'string', default: process.env.OAUTH_RS_CLIENT_ID ?? 'mcprel-rs' },
         'rs-client-secret': { type: 'string', default: process.env.OAUTH_RS_CLIENT_SECRET ?? 'mcprel-rs-secret' },
+        backdate: { type: 'string', default: process.env.OAUTH_BACKDATE ?? '0' },
     },
     strict: true,
 });
@@ -80,6 +90,9 @@ const ttl = Number(opts.ttl);
 if (!Number.isInteger(ttl) || ttl < 1) usage(`bad --ttl ${opts.ttl}`);
 if (!['RS256', 'ES256'].includes(opts.alg)) usage(`bad --alg ${opts.alg}`);
 if (!['jwt', 'opaque'].includes(opts.format)) usage(`bad --format ${opts.format}`);
+const backdate = Number(opts.backdate);
+if (!Number.isInteger(backdate) || backdate < 0) usage(`bad --backdate ${opts.backdate}`);
+const backdatedClientId = `${opts['client-id']}-backdated`;
 
 const RESOURCE_SCOPES = 'mcp:tools mcp:read mcp:write';
 
@@ -127,6 +140,14 @@ const provider = new Provider(issuer, {
             response_types: ['code'],
             redirect_uris: ['http://127.0.0.1/callback', 'http://localhost/callback'],
         },
+        ...(backdate > 0 ? [{
+            client_id: backdatedClientId,
+            client_secret: opts['client-secret'],
+            grant_types: ['client_credentials'],
+            response_types: [],
+            redirect_uris: [],
+            token_endpoint_auth_method: 'client_secret_basic',
+        }] : []),
         {
             client_id: opts['rs-client-id'],
             client_secret: opts['rs-client-secret'],
@@ -150,6 +171,16 @@ const provider = new Provider(issuer, {
         Session: 3600,
         RefreshToken: 3600,
         IdToken: 3600,
+    },
+    formats: {
+        customizers: {
+            jwt: (_ctx, token, jwt) => {
+                if (backdate > 0 && token.clientId === backdatedClientId) {
+                    jwt.payload.iat -= backdate;
+                    jwt.payload.exp -= backdate;
+                }
+            },
+        },
     },
     features: {
         devInteractions: { enabled: false },

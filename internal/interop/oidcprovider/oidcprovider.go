@@ -55,6 +55,13 @@ type Options struct {
 	NativeClientID string
 	// Port to listen on (127.0.0.1); zero picks a free one.
 	Port int
+	// Backdate, a whole number of seconds, registers a second
+	// client_credentials client, Provider.BackdatedClientID, whose JWT
+	// access tokens have iat and exp that much earlier than issued: with
+	// Backdate past the TTL, a token already expired when issued
+	// (oidc-provider refuses a TTL of zero or less). Zero means no such
+	// client. Opaque tokens are not backdated.
+	Backdate time.Duration
 }
 
 // Provider is a running authorization server.
@@ -73,6 +80,9 @@ type Provider struct {
 	RSClientID, RSClientSecret string
 	// Account is the subject of authorization-code tokens.
 	Account string
+	// BackdatedClientID, with ClientSecret, is the client whose JWT
+	// access tokens are backdated by Options.Backdate; empty without.
+	BackdatedClientID string
 
 	log *lines
 
@@ -89,6 +99,7 @@ type Metadata struct {
 	JWKSURI               string `json:"jwks_uri"`
 	RegistrationEndpoint  string `json:"registration_endpoint"`
 	IntrospectionEndpoint string `json:"introspection_endpoint"`
+	RevocationEndpoint    string `json:"revocation_endpoint"`
 }
 
 // Token is a token endpoint's successful answer.
@@ -156,6 +167,13 @@ func Start(t testing.TB, o Options) *Provider {
 			t.Fatalf("oidcprovider: TTL %v is not a whole number of seconds", o.TTL)
 		}
 	}
+	backdate := int(o.Backdate / time.Second)
+	if backdate < 0 || o.Backdate%time.Second != 0 {
+		t.Fatalf("oidcprovider: Backdate %v is not a whole number of seconds", o.Backdate)
+	}
+	if backdate > 0 {
+		p.BackdatedClientID = p.ClientID + "-backdated"
+	}
 	args := []string{"provider.mjs",
 		"--port", strconv.Itoa(o.Port),
 		"--ttl", strconv.Itoa(ttl),
@@ -165,6 +183,7 @@ func Start(t testing.TB, o Options) *Provider {
 		"--client-id", p.ClientID, "--client-secret", p.ClientSecret,
 		"--native-client-id", p.NativeClientID,
 		"--rs-client-id", p.RSClientID, "--rs-client-secret", p.RSClientSecret,
+		"--backdate", strconv.Itoa(backdate),
 	}
 	cmd := exec.Command("node", args...)
 	cmd.Dir = Dir()
@@ -278,7 +297,26 @@ func (p *Provider) ClientCredentials(ctx context.Context, resource string, scope
 	if len(scopes) > 0 {
 		form.Set("scope", strings.Join(scopes, " "))
 	}
-	return p.token(ctx, m.TokenEndpoint, form, true)
+	return p.token(ctx, m.TokenEndpoint, form, p.ClientID)
+}
+
+// BackdatedToken gets an access token for resource as ClientCredentials
+// does, but with the backdated client (Options.Backdate): a JWT whose iat
+// and exp are Backdate earlier than issued.
+func (p *Provider) BackdatedToken(t testing.TB, resource string, scopes ...string) string {
+	t.Helper()
+	if p.BackdatedClientID == "" {
+		t.Fatal("oidcprovider: BackdatedToken needs Options.Backdate")
+	}
+	form := url.Values{"grant_type": {"client_credentials"}, "resource": {resource}}
+	if len(scopes) > 0 {
+		form.Set("scope", strings.Join(scopes, " "))
+	}
+	tok, err := p.token(t.Context(), p.metadata(t).TokenEndpoint, form, p.BackdatedClientID)
+	if err != nil {
+		t.Fatalf("oidcprovider: backdated client credentials for %s: %v", resource, err)
+	}
+	return tok.AccessToken
 }
 
 // AuthorizationCodeToken gets an access token for resource with the
@@ -350,7 +388,7 @@ func (p *Provider) AuthorizationCode(ctx context.Context, resource string, scope
 	if resource != "" {
 		form.Set("resource", resource)
 	}
-	return p.token(ctx, m.TokenEndpoint, form, false)
+	return p.token(ctx, m.TokenEndpoint, form, "")
 }
 
 // Approve plays the browser for an authorization URL: it requests it and
@@ -402,16 +440,17 @@ func Approve(ctx context.Context, authURL string) (*url.URL, error) {
 	return nil, fmt.Errorf("authorization at %s did not leave the server within 10 redirects", origin)
 }
 
-// token posts form to the token endpoint, with the confidential client's
-// credentials in basic auth if basic.
-func (p *Provider) token(ctx context.Context, endpoint string, form url.Values, basic bool) (Token, error) {
+// token posts form to the token endpoint, authenticating as the
+// confidential client clientID (with ClientSecret, in basic auth) unless
+// clientID is empty.
+func (p *Provider) token(ctx context.Context, endpoint string, form url.Values, clientID string) (Token, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, strings.NewReader(form.Encode()))
 	if err != nil {
 		return Token{}, err
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	if basic {
-		req.SetBasicAuth(url.QueryEscape(p.ClientID), url.QueryEscape(p.ClientSecret))
+	if clientID != "" {
+		req.SetBasicAuth(url.QueryEscape(clientID), url.QueryEscape(p.ClientSecret))
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -467,6 +506,38 @@ func (p *Provider) Introspect(ctx context.Context, token string) (map[string]any
 		return nil, fmt.Errorf("introspection endpoint: %v: %s", err, body)
 	}
 	return out, nil
+}
+
+// Revoke revokes a token the confidential client (ClientID) got, at the
+// revocation endpoint (RFC 7009). The endpoint answers 200 whether or not
+// it revoked anything (RFC 7009 §2.2), so a caller that must know asks
+// Introspect afterwards. oidc-provider revokes only opaque tokens; a JWT
+// is refused.
+func (p *Provider) Revoke(ctx context.Context, token string) error {
+	m, err := p.Metadata(ctx)
+	if err != nil {
+		return err
+	}
+	if m.RevocationEndpoint == "" {
+		return fmt.Errorf("the metadata names no revocation_endpoint")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.RevocationEndpoint,
+		strings.NewReader(url.Values{"token": {token}, "token_type_hint": {"access_token"}}.Encode()))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.SetBasicAuth(url.QueryEscape(p.ClientID), url.QueryEscape(p.ClientSecret))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("revocation endpoint: %s: %s", resp.Status, body)
+	}
+	return nil
 }
 
 func getJSON(ctx context.Context, u string, v any) error {

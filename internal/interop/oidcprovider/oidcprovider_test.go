@@ -196,3 +196,38 @@ func verify(t *testing.T, keys jose.JSONWebKeySet, alg, tok string) claims {
 	}
 	return c
 }
+
+// Revoke (RFC 7009) ends an opaque token at once: introspection calls it
+// inactive, while a token issued alongside stays active.
+func TestRevokedTokensIntrospectInactive(t *testing.T) {
+	p := oidcprovider.Start(t, oidcprovider.Options{Format: "opaque"})
+	const resource = "http://127.0.0.1:8123/mcp"
+	revoked, kept := p.ClientCredentialsToken(t, resource, "mcp:read"), p.ClientCredentialsToken(t, resource, "mcp:read")
+	if err := p.Revoke(t.Context(), revoked); err != nil {
+		t.Fatal(err)
+	}
+	for tok, want := range map[string]bool{revoked: false, kept: true} {
+		if got, err := p.Introspect(t.Context(), tok); err != nil || got["active"] != want {
+			t.Errorf("introspecting a token (revoked: %v): %v, %v", !want, got, err)
+		}
+	}
+}
+
+// With Backdate, the backdated client's JWTs carry iat and exp that much
+// earlier, signed like any other; the ordinary client's do not move.
+func TestBackdatedTokens(t *testing.T) {
+	p := oidcprovider.Start(t, oidcprovider.Options{TTL: 5 * time.Second, Backdate: 120 * time.Second})
+	keys := jwks(t, p)
+	const resource = "http://127.0.0.1:8123/mcp"
+	now := time.Now()
+	old := verify(t, keys, "RS256", p.BackdatedToken(t, resource, "mcp:tools"))
+	if old.Subject != p.BackdatedClientID || old.Expiry == nil || old.IssuedAt == nil ||
+		int64(*old.Expiry)-int64(*old.IssuedAt) != 5 {
+		t.Fatalf("backdated token: sub %q iat %v exp %v", old.Subject, old.IssuedAt, old.Expiry)
+	}
+	if exp := old.Expiry.Time(); exp.After(now.Add(-110*time.Second)) || exp.Before(now.Add(-130*time.Second)) {
+		t.Errorf("backdated token expires at %v, want about %v", exp, now.Add(-115*time.Second))
+	}
+	fresh := verify(t, keys, "RS256", p.ClientCredentialsToken(t, resource, "mcp:tools"))
+	fresh.check(t, p.Issuer, resource, "mcp:tools", p.ClientID, p.ClientID, 5)
+}
