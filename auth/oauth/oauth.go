@@ -90,7 +90,8 @@ type Config struct {
 	// listed in scopes_supported, checked by Need.
 	ExtraScopes []string
 	// TenantClaim names the claim whose value is the request's tenant;
-	// empty means DefaultTenantClaim ("sub"). With several Issuers the
+	// empty means DefaultTenantClaim ("sub"). A token without sub (a
+	// client's own, introspected) is its client_id's. With several Issuers the
 	// tenant is the issuer, a space and the claim's value, so that two
 	// issuers' subjects never share a tenant.
 	TenantClaim string

@@ -155,6 +155,7 @@ func TestTokenChecks(t *testing.T) {
 		{"exp not a number", claims(func(c *oauthtest.Claims) { c.Extra = map[string]any{"exp": "tomorrow"} }), 401, "invalid_token", "cannot be read"},
 		{"not valid yet", claims(func(c *oauthtest.Claims) { c.NotBefore = f.clock.Now().Add(oauth.DefaultClockSkew + time.Minute) }), 401, "invalid_token", "not valid yet"},
 		{"no subject", claims(func(c *oauthtest.Claims) { c.Subject = "" }), 401, "invalid_token", `no "sub" claim`},
+		{"no subject, a client's own", claims(func(c *oauthtest.Claims) { c.Subject, c.ClientID = "", "alice" }), 0, "", ""},
 		{"subject not a string", claims(func(c *oauthtest.Claims) { c.Extra = map[string]any{"sub": 42} }), 401, "invalid_token", `no "sub" claim`},
 		{"without the required scope", claims(func(c *oauthtest.Claims) { c.Scope = "mcp:read" }), 403, "insufficient_scope", `lacks the scope "mcp:tools"`},
 		{"expired within the skew", claims(func(c *oauthtest.Claims) { c.Expiry = f.clock.Now().Add(-oauth.DefaultClockSkew + time.Second) }), 0, "", ""},

@@ -189,7 +189,14 @@ func (rs *ResourceServer) accept(c *claims, now time.Time) (auth.Principal, time
 		return auth.Principal{}, time.Time{}, rs.invalid("the access token is not valid yet (nbf)")
 	}
 	var tenant string
-	if err := json.Unmarshal(c.raw[rs.cfg.TenantClaim], &tenant); err != nil || tenant == "" {
+	raw, ok := c.raw[rs.cfg.TenantClaim]
+	if !ok && rs.cfg.TenantClaim == "sub" {
+		// A token no user took part in (client credentials) may name no
+		// subject, introspected (RFC 7662 §2.2: sub is optional); its
+		// client is then who calls (RFC 9068 §2.2 makes it the sub).
+		raw = c.raw["client_id"]
+	}
+	if err := json.Unmarshal(raw, &tenant); err != nil || tenant == "" {
 		return auth.Principal{}, time.Time{}, rs.invalid(fmt.Sprintf("the access token has no %q claim naming its tenant (a non-empty string)", rs.cfg.TenantClaim))
 	}
 	if len(rs.issuers) > 1 {

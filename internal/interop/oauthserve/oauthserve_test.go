@@ -13,9 +13,9 @@ import (
 // With --oauth-introspection, `mcprel serve --http` checks oidc-provider's
 // opaque tokens at its introspection endpoint (RFC 7662), authenticating
 // as the resource server's client with the secret from
-// MCPREL_OAUTH_INTROSPECTION_SECRET. The tenant is the client_id claim:
-// oidc-provider's introspection of a client credentials token has no
-// sub (RFC 7662 makes it optional). A token issued for this endpoint is
+// MCPREL_OAUTH_INTROSPECTION_SECRET. oidc-provider's introspection of a
+// client credentials token has no sub (RFC 7662 makes it optional): its
+// tenant is then its client_id, by default. A token issued for this endpoint is
 // served, by client credentials or authorization code; one issued for
 // another resource is 401 invalid_token; and one revoked at the
 // provider's revocation endpoint (RFC 7009) is 401 invalid_token too.
@@ -29,7 +29,7 @@ func TestServeIntrospectsOpaqueTokens(t *testing.T) {
 	}
 	endpoint := listen(t, []string{"MCPREL_OAUTH_INTROSPECTION_SECRET=" + as.RSClientSecret},
 		"serve", "--http", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "ledger.db"),
-		"--oauth-issuer", as.Issuer, "--oauth-scopes", "mcp:tools", "--oauth-tenant-claim", "client_id",
+		"--oauth-issuer", as.Issuer, "--oauth-scopes", "mcp:tools",
 		"--oauth-introspection", m.IntrospectionEndpoint, "--oauth-introspection-client-id", as.RSClientID)
 
 	good := as.ClientCredentialsToken(t, endpoint, "mcp:tools")
