@@ -73,7 +73,9 @@ func (is *issuer) key(ctx context.Context, kid, alg string) (*jose.JSONWebKey, e
 	case len(ks) == 0:
 		return nil, is.rs.invalid("the access token is signed with a key its issuer does not publish")
 	case len(ks) > 1:
+		is.mu.Lock()
 		is.warn("duplicate kid", "oauth: the authorization server publishes two keys under one kid: tokens naming it are refused", "kid", clip(kid))
+		is.mu.Unlock()
 		return nil, is.rs.invalid("the issuer publishes more than one key under the access token's kid: which one signed it cannot be told")
 	case !fits(ks[0], alg):
 		return nil, is.rs.invalid(fmt.Sprintf("the issuer's key named by the access token is not for %s", alg))

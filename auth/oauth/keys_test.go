@@ -3,6 +3,7 @@ package oauth_test
 import (
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,6 +80,29 @@ func TestDuplicateKid(t *testing.T) {
 	if n := strings.Count(f.log.String(), "two keys under one kid"); n != 1 {
 		t.Fatalf("the duplicate kid was logged %d times, want once:\n%s", n, f.log)
 	}
+}
+
+// Tokens under a duplicated kid arriving at once, while time passes: the
+// warning about it, at most one per RefetchInterval, is written under
+// the issuer's lock (go test -race).
+func TestDuplicateKidConcurrently(t *testing.T) {
+	f := setup(t, oauthtest.Options{}, nil)
+	f.as.DuplicateKid(true)
+	f.clock.Advance(oauth.DefaultKeysMaxAge)
+	tok := "Bearer " + f.as.Token(t, f.claims())
+	f.authenticate(t, tok) // the set is fetched again
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 20 {
+				f.clock.Advance(oauth.DefaultRefetchInterval / 4)
+				if _, e := f.authenticate(t, tok); e == nil || !strings.Contains(e.Description, "more than one key") {
+					t.Errorf("a token under a duplicated kid: %+v", e)
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // An issuer whose metadata names another issuer is never used: its
