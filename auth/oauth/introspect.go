@@ -44,14 +44,20 @@ func (rs *ResourceServer) introspect(ctx context.Context, token string) (*claims
 		rs.warnIntrospection("answered something that is not an introspection answer", err)
 		return nil, rs.unavailable("the authorization server's introspection endpoint answered something else than JSON")
 	}
-	var active struct {
-		Active *bool `json:"active"`
+	// Members are matched by their exact names, as a token's claims are
+	// (parseClaims): an answer copies the token's claims, and one of them
+	// named "Active" is not active.
+	var members map[string]json.RawMessage
+	var active *bool
+	err = json.Unmarshal(body, &members)
+	if err == nil {
+		err = json.Unmarshal(members["active"], &active)
 	}
-	if err := json.Unmarshal(body, &active); err != nil || active.Active == nil {
+	if err != nil || active == nil {
 		rs.warnIntrospection("answered without active", err)
 		return nil, rs.unavailable("the authorization server's introspection answer has no active member")
 	}
-	if !*active.Active {
+	if !*active {
 		return nil, rs.invalid("the access token is not active (the authorization server says it expired, was revoked or was never issued)")
 	}
 	c, err := parseClaims(body)

@@ -1,7 +1,9 @@
 package oauth_test
 
 import (
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -78,5 +80,27 @@ func TestIntrospection(t *testing.T) {
 	sf := &fixture{as: as, rs: slow, clock: c}
 	if _, e := sf.authenticate(t, "Bearer "+as.Opaque(t, f.claims())); e == nil || e.Status != http.StatusServiceUnavailable {
 		t.Fatalf("a slow introspection endpoint: %+v", e)
+	}
+}
+
+// An introspection answer's members are matched by their exact names, as
+// a token's claims are: {"active": false} with a claim the server copied
+// from the token, named "Active", is an inactive token.
+func TestIntrospectionActiveIsCaseSensitive(t *testing.T) {
+	c := newClock()
+	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"active": false, "sub": "alice", "aud": %q, "scope": "mcp:tools", "exp": %d, "Active": true}`,
+			resource, c.Now().Add(time.Hour).Unix())
+	}))
+	t.Cleanup(endpoint.Close)
+	rs, err := oauth.New(t.Context(), oauth.Config{Resource: resource, Now: c.Now,
+		Introspection: &oauth.Introspection{URL: endpoint.URL, ClientID: "rs", ClientSecret: "secret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{rs: rs, clock: c}
+	if p, e := f.authenticate(t, "Bearer revoked"); e == nil || !strings.Contains(e.Description, "not active") {
+		t.Fatalf("an inactive token: %+v %+v", p, e)
 	}
 }

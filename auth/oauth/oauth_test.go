@@ -207,3 +207,50 @@ func TestTokenChecks(t *testing.T) {
 		}
 	}
 }
+
+// Claim names are case-sensitive (RFC 7519 §4): a claim an
+// authorization server copies from a user's attributes, named "Scope",
+// "AUD", "Exp" or "ISS", is not scope, aud, exp or iss, whatever
+// encoding/json's case-folding field matching would make of it.
+func TestClaimNamesAreCaseSensitive(t *testing.T) {
+	f := setup(t, oauthtest.Options{}, nil)
+	payload := func(edit map[string]any) map[string]any {
+		m := map[string]any{"iss": f.as.Issuer(), "sub": "alice", "aud": resource, "scope": "mcp:tools",
+			"exp": f.clock.Now().Add(time.Hour).Unix()}
+		for k, v := range edit {
+			if v == nil {
+				delete(m, k)
+			} else {
+				m[k] = v
+			}
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name string
+		edit map[string]any
+		why  string
+	}{
+		{"Scope beside scp", map[string]any{"scope": nil, "scp": []string{"mcp:read"}, "Scope": "mcp:tools mcp:admin"}, `lacks the scope "mcp:tools"`},
+		{"AUD without aud", map[string]any{"aud": nil, "AUD": resource}, "not issued for this resource"},
+		{"Exp without exp", map[string]any{"exp": nil, "Exp": f.clock.Now().Add(time.Hour).Unix()}, "no expiry"},
+		{"ISS without iss", map[string]any{"iss": nil, "ISS": f.as.Issuer()}, "issuer is not"},
+		{"NBF without nbf", map[string]any{"NBF": "soon"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, e := f.authenticate(t, "Bearer "+f.as.Sign(t, nil, payload(tc.edit)))
+			if tc.why == "" {
+				if e != nil {
+					t.Fatalf("refused for a claim that is not nbf: %d %q", e.Status, e.Description)
+				}
+				return
+			}
+			if e == nil {
+				t.Fatalf("accepted as %+v", p)
+			}
+			if !strings.Contains(e.Description, tc.why) {
+				t.Fatalf("refused with %q, want %q", e.Description, tc.why)
+			}
+		})
+	}
+}

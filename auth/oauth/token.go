@@ -60,12 +60,12 @@ const introspectionCacheFor = time.Minute
 // claims are the members of an access token (or an introspection
 // answer) the resource server reads.
 type claims struct {
-	Issuer    string          `json:"iss"`
-	Audience  audience        `json:"aud"`
-	Expiry    *numericDate    `json:"exp"`
-	NotBefore *numericDate    `json:"nbf"`
-	Scope     string          `json:"scope"`
-	Scp       json.RawMessage `json:"scp"`
+	Issuer    string
+	Audience  audience
+	Expiry    *numericDate
+	NotBefore *numericDate
+	Scope     string
+	Scp       json.RawMessage
 	raw       map[string]json.RawMessage
 }
 
@@ -100,15 +100,27 @@ func (d *numericDate) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// parseClaims reads a JSON object of claims.
+// parseClaims reads a JSON object of claims. Each claim is found by its
+// exact name (RFC 7519 §4: names are case-sensitive), never by
+// encoding/json's case-folding match of struct fields: a claim an
+// authorization server lets a user name, "Scope" or "AUD", is not scope
+// or aud.
 func parseClaims(payload []byte) (*claims, error) {
 	c := &claims{}
 	if err := json.Unmarshal(payload, &c.raw); err != nil || c.raw == nil {
 		return nil, errors.New("its claims are not a JSON object")
 	}
-	if err := json.Unmarshal(payload, c); err != nil {
-		return nil, fmt.Errorf("its claims cannot be read: %v", err)
+	for _, m := range []struct {
+		name string
+		into any
+	}{{"iss", &c.Issuer}, {"aud", &c.Audience}, {"exp", &c.Expiry}, {"nbf", &c.NotBefore}, {"scope", &c.Scope}} {
+		if v, ok := c.raw[m.name]; ok {
+			if err := json.Unmarshal(v, m.into); err != nil {
+				return nil, fmt.Errorf("its claims cannot be read: %s: %v", m.name, err)
+			}
+		}
 	}
+	c.Scp = c.raw["scp"]
 	return c, nil
 }
 
