@@ -24,6 +24,10 @@ import (
 const (
 	maxDocumentBytes = 256 << 10
 	maxKeys          = 64
+	// minRSABits is the least size of an RSA key that verifies a token
+	// (RFC 7518 §3.3 and §3.5: 2048 bits or larger MUST be used); a
+	// shorter one in the set is skipped, as a symmetric one is.
+	minRSABits = 2048
 )
 
 // issuer is one trusted authorization server: its metadata and its keys,
@@ -206,7 +210,7 @@ func (is *issuer) fetch(ctx context.Context, jwksURI string) (map[string][]jose.
 	for _, raw := range doc.Keys {
 		var k jose.JSONWebKey
 		// A key that cannot be read, a symmetric key, a key for
-		// encryption: none ever verifies a token.
+		// encryption, an RSA key too short: none ever verifies a token.
 		if err := k.UnmarshalJSON(raw); err != nil || k.Use == "enc" || !k.Valid() {
 			skipped++
 			continue
@@ -218,6 +222,10 @@ func (is *issuer) fetch(ctx context.Context, jwksURI string) (map[string][]jose.
 				continue
 			}
 			k = pub
+		}
+		if pub, ok := k.Key.(*rsa.PublicKey); ok && pub.N.BitLen() < minRSABits {
+			skipped++
+			continue
 		}
 		set[k.KeyID] = append(set[k.KeyID], k)
 	}

@@ -1,11 +1,17 @@
 package oauth_test
 
 import (
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-jose/go-jose/v4"
 
 	"github.com/mcprel/mcprel/auth/oauth"
 	"github.com/mcprel/mcprel/internal/oauthtest"
@@ -234,5 +240,65 @@ func TestVerdictCacheBounded(t *testing.T) {
 	f.clock.Advance(time.Minute + oauth.DefaultClockSkew)
 	if _, e := f.authenticate(t, tok); e == nil || !strings.Contains(e.Description, "expired") {
 		t.Fatalf("an expired token from the cache: %+v", e)
+	}
+}
+
+// keyServer is an authorization server publishing exactly the keys a
+// test gives it, for keys oauthtest would never make.
+func keyServer(t *testing.T, keys ...jose.JSONWebKey) string {
+	t.Helper()
+	var hs *httptest.Server
+	hs = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/.well-known/oauth-authorization-server":
+			json.NewEncoder(w).Encode(map[string]any{"issuer": hs.URL, "jwks_uri": hs.URL + "/jwks"})
+		case "/jwks":
+			json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: keys})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(hs.Close)
+	return hs.URL
+}
+
+// signWith signs claims for issuer with priv under alg and kid.
+func signWith(t *testing.T, priv any, alg jose.SignatureAlgorithm, kid string, claims map[string]any) string {
+	t.Helper()
+	s, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: priv}, (&jose.SignerOptions{}).WithHeader("kid", kid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, _ := json.Marshal(claims)
+	jws, err := s.Sign(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := jws.CompactSerialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// An RSA key shorter than 2048 bits verifies nothing (RFC 7518 §3.3: a
+// key of 2048 bits or more MUST be used), though crypto/rsa would check
+// a signature by a 1024-bit one.
+func TestShortRSAKeyRefused(t *testing.T) {
+	weak, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss := keyServer(t, jose.JSONWebKey{Key: weak.Public(), KeyID: "weak", Algorithm: "RS256", Use: "sig"})
+	c := newClock()
+	rs, err := oauth.New(t.Context(), oauth.Config{Issuers: []string{iss}, Resource: resource, Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{rs: rs, clock: c}
+	tok := signWith(t, weak, jose.RS256, "weak", map[string]any{"iss": iss, "sub": "alice", "aud": resource, "exp": c.Now().Add(time.Hour).Unix()})
+	if p, e := f.authenticate(t, "Bearer "+tok); e == nil {
+		t.Fatalf("a token signed by a 1024-bit RSA key was accepted as %+v", p)
 	}
 }
