@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprel/mcprel/auth/oauth"
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/host"
 	"github.com/mcprel/mcprel/internal/storetest"
@@ -466,6 +467,10 @@ func TestOptionsChecked(t *testing.T) {
 		{"metrics token and open", func(o *host.Options) { o.Metrics.Addr, o.Metrics.Token, o.Metrics.Open = "127.0.0.1:0", "m", true }, "choose one of Token and Open"},
 		{"metrics tenants", func(o *host.Options) {
 			o.Metrics.Addr, o.Metrics.Tenants, o.HTTP.Tokens = "127.0.0.1:0", true, map[string]string{"t": "alice"}
+		}, "set Options.Metrics.Token"},
+		{"metrics tenants under OAuth", func(o *host.Options) {
+			o.Addr, o.Metrics.Path, o.Metrics.Tenants = "127.0.0.1:0", "/metrics", true
+			o.OAuth = &oauth.Config{Issuers: []string{"https://as.example.com"}}
 		}, "set Options.Metrics.Token"},
 	} {
 		rec := &steps{}

@@ -170,7 +170,8 @@ type MetricsOptions struct {
 	Open bool
 	// Tenants counts requests per tenant in mcprel_requests_total. Every
 	// tenant's token could then read the names of the others, so with
-	// HTTP.Tokens it needs Token.
+	// HTTP.Tokens, an HTTP.Authenticator or OAuth (whose tenants are the
+	// tokens' subjects) it needs Token.
 	Tenants bool
 }
 
@@ -261,7 +262,7 @@ func (o *Options) check() error {
 	switch {
 	case m.Token != "" && m.Open:
 		return errors.New("host: Options.Metrics: choose one of Token and Open")
-	case m.Token == "" && m.Tenants && (len(o.HTTP.Tokens) > 0 || o.HTTP.Authenticator != nil):
+	case m.Token == "" && m.Tenants && (len(o.HTTP.Tokens) > 0 || o.HTTP.Authenticator != nil || o.OAuth != nil):
 		return errors.New("host: Options.Metrics.Tenants names every tenant in the metrics, which each tenant's token could then read: set Options.Metrics.Token")
 	}
 	return nil
