@@ -26,11 +26,15 @@ func MetadataURL(resource string) string {
 // MetadataPaths are the paths the metadata is served at on the
 // listener: the path-inserted one of the resource, the same for the
 // listener's own endpoint path when it differs (a proxy in front that
-// maps paths), and the root one, which clients try last.
+// maps paths), and the root one, which clients try last. They are
+// escaped, as MetadataURL's path is, so that each is a net/http.ServeMux
+// pattern matching that one path: a space or a brace in the resource's
+// path is neither a method nor a wildcard.
 func (rs *ResourceServer) MetadataPaths(endpointPath string) []string {
 	u, _ := url.Parse(rs.cfg.Resource)
-	paths := []string{WellKnown + strings.TrimSuffix(u.Path, "/")}
-	if p := WellKnown + strings.TrimSuffix(endpointPath, "/"); p != paths[0] {
+	paths := []string{WellKnown + strings.TrimSuffix(u.EscapedPath(), "/")}
+	endpoint := (&url.URL{Path: endpointPath}).EscapedPath()
+	if p := WellKnown + strings.TrimSuffix(endpoint, "/"); p != paths[0] {
 		paths = append(paths, p)
 	}
 	if paths[0] != WellKnown {
