@@ -119,9 +119,12 @@ func (e *Error) status() int {
 }
 
 // Challenge returns e as a WWW-Authenticate header value. Every
-// parameter is a quoted string; a quote or backslash in a value is
-// escaped, and control and non-ASCII characters are dropped, so that no value can end
-// the header or add a parameter.
+// parameter is a quoted string holding only what RFC 6750 §3 allows in
+// one (printable ASCII but quote and backslash): a quote in a value
+// becomes an apostrophe, and backslashes, control and non-ASCII
+// characters are dropped, so that no value can end the header or add a
+// parameter, and a client that reads a value up to the next quote reads
+// all of it.
 func (e *Error) Challenge() string {
 	var b strings.Builder
 	b.WriteString("Bearer")
@@ -136,10 +139,9 @@ func (e *Error) Challenge() string {
 		b.WriteString(`="`)
 		for _, c := range value {
 			switch {
-			case c == '"' || c == '\\':
-				b.WriteByte('\\')
-				b.WriteRune(c)
-			case c < 0x20 || c > 0x7e:
+			case c == '"':
+				b.WriteByte('\'')
+			case c == '\\' || c < 0x20 || c > 0x7e:
 			default:
 				b.WriteRune(c)
 			}

@@ -103,3 +103,31 @@ func TestHosts(t *testing.T) {
 		}
 	}
 }
+
+// A challenge's values hold only what RFC 6750 §3 allows in them
+// (%x20-21 / %x23-5B / %x5D-7E: no quote, no backslash), so that a
+// client reading each value up to the next quote reads all of it, and
+// nothing a description says can end the header or add a parameter.
+func TestChallengeValues(t *testing.T) {
+	e := &auth.Error{Code: "insufficient_scope", Scopes: []string{"mcp:tools"},
+		Description:      "the access token lacks the scope \"mcp:tools\", error=\"x\\\" \r\nX-Injected: 1 é",
+		ResourceMetadata: "https://mcp.example.com/.well-known/oauth-protected-resource/mcp"}
+	ch := e.Challenge()
+	want := `Bearer resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource/mcp", scope="mcp:tools", error="insufficient_scope", error_description="`
+	if !strings.HasPrefix(ch, want) {
+		t.Fatalf("challenge %s", ch)
+	}
+	desc := strings.TrimPrefix(ch, want)
+	if !strings.HasSuffix(desc, `"`) {
+		t.Fatalf("error_description does not end the challenge: %s", ch)
+	}
+	desc = strings.TrimSuffix(desc, `"`)
+	for _, c := range desc {
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			t.Fatalf("error_description holds %q: %s", c, ch)
+		}
+	}
+	if !strings.Contains(desc, "lacks the scope 'mcp:tools'") {
+		t.Fatalf("error_description %q lost its words", desc)
+	}
+}
