@@ -1,6 +1,7 @@
 package oauth
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -18,29 +19,34 @@ type verdicts struct {
 }
 
 type verdict struct {
-	p     auth.Principal
-	until time.Time
+	p       auth.Principal
+	refused error // when set, the token was refused, not p
+	until   time.Time
 }
 
 func newVerdicts(max int) *verdicts {
 	return &verdicts{max: max, m: make(map[[32]byte]verdict)}
 }
 
-func (v *verdicts) get(sum [32]byte, now time.Time) (auth.Principal, bool) {
+// get returns the verdict on the token whose hash is sum: its Principal,
+// or the error it was refused with; ok is false when there is none.
+func (v *verdicts) get(sum [32]byte, now time.Time) (p auth.Principal, refused error, ok bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	e, ok := v.m[sum]
 	if !ok {
-		return auth.Principal{}, false
+		return auth.Principal{}, nil, false
 	}
 	if !now.Before(e.until) {
 		delete(v.m, sum)
-		return auth.Principal{}, false
+		return auth.Principal{}, nil, false
 	}
-	return e.p, true
+	p = e.p
+	p.Scopes = slices.Clone(p.Scopes) // the caller's to change
+	return p, e.refused, true
 }
 
-func (v *verdicts) put(sum [32]byte, p auth.Principal, until, now time.Time) {
+func (v *verdicts) put(sum [32]byte, p auth.Principal, refused error, until, now time.Time) {
 	if v.max == 0 {
 		return
 	}
@@ -49,7 +55,7 @@ func (v *verdicts) put(sum [32]byte, p auth.Principal, until, now time.Time) {
 	if _, ok := v.m[sum]; !ok && len(v.m) >= v.max {
 		v.evict(now)
 	}
-	v.m[sum] = verdict{p, until}
+	v.m[sum] = verdict{p, refused, until}
 }
 
 // evict makes room for one: every expired entry goes, when the last

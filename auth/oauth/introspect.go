@@ -11,6 +11,9 @@ import (
 	"strings"
 )
 
+// maxIntrospections bounds the introspection requests under way at once.
+const maxIntrospections = 16
+
 // introspect asks the introspection endpoint about token (RFC 7662) and
 // returns its claims when the token is active. An endpoint that cannot
 // be reached, or answers otherwise than RFC 7662 says, is a 503: the
@@ -19,6 +22,17 @@ func (rs *ResourceServer) introspect(ctx context.Context, token string) (*claims
 	in := rs.cfg.Introspection
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rs.cfg.FetchTimeout)
 	defer cancel()
+	// At most maxIntrospections ask at once: tokens nobody issued cannot
+	// make this server flood the authorization server. A request that
+	// waits past FetchTimeout for its turn gets 503.
+	select {
+	case rs.asking <- struct{}{}:
+		defer func() { <-rs.asking }()
+	case <-fctx.Done():
+		return nil, rs.unavailable("too many tokens are being introspected at once")
+	case <-ctx.Done():
+		return nil, rs.unavailable("the request ended while its token waited to be introspected")
+	}
 	form := url.Values{"token": {token}, "token_type_hint": {"access_token"}}
 	req, err := http.NewRequestWithContext(fctx, http.MethodPost, in.URL, strings.NewReader(form.Encode()))
 	if err != nil {
@@ -77,9 +91,18 @@ func (rs *ResourceServer) warnIntrospection(what string, err error) {
 		return
 	}
 	rs.warnedAt = now
-	args := []any{"url", rs.cfg.Introspection.URL}
+	args := []any{"url", redacted(rs.cfg.Introspection.URL)}
 	if err != nil {
 		args = append(args, "error", err)
 	}
 	rs.log.Warn("oauth: the introspection endpoint "+what+": tokens are refused with 503 until it answers", args...)
+}
+
+// redacted is u with any password it holds replaced, for a log line.
+func redacted(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(an introspection URL that cannot be parsed)"
+	}
+	return p.Redacted()
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,5 +103,85 @@ func TestIntrospectionActiveIsCaseSensitive(t *testing.T) {
 	f := &fixture{rs: rs, clock: c}
 	if p, e := f.authenticate(t, "Bearer revoked"); e == nil || !strings.Contains(e.Description, "not active") {
 		t.Fatalf("an inactive token: %+v %+v", p, e)
+	}
+}
+
+// An introspection answer that names no issuer (RFC 7662 makes iss
+// optional) is the configured endpoint's word: the token is served. A
+// token said inactive is not asked about again for a few seconds.
+func TestIntrospectionWithoutIssuerAndInactiveCached(t *testing.T) {
+	c := newClock()
+	as := oauthtest.New(t, oauthtest.Options{IntrospectionClientID: "rs", IntrospectionClientSecret: "s", Now: c.Now})
+	rs, err := oauth.New(t.Context(), oauth.Config{Issuers: []string{as.Issuer()}, Resource: resource, Now: c.Now,
+		Introspection: &oauth.Introspection{URL: as.IntrospectionURL(), ClientID: "rs", ClientSecret: "s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{as: as, rs: rs, clock: c}
+	claims := oauthtest.Claims{Subject: "alice", Audience: []string{resource}, Expiry: c.Now().Add(time.Hour), Extra: map[string]any{"iss": nil}}
+	if _, e := f.authenticate(t, "Bearer "+as.Opaque(t, claims)); e != nil {
+		t.Fatalf("an answer without iss: %+v", e)
+	}
+	claims.Extra = map[string]any{"iss": "https://evil.example.com"}
+	if _, e := f.authenticate(t, "Bearer "+as.Opaque(t, claims)); e == nil || !strings.Contains(e.Description, "issuer is not") {
+		t.Fatalf("an answer naming another issuer: %+v", e)
+	}
+	asked := as.Hits(oauthtest.PathIntrospect)
+	for range 3 {
+		if _, e := f.authenticate(t, "Bearer never-issued"); e == nil || !strings.Contains(e.Description, "not active") {
+			t.Fatalf("a token never issued: %+v", e)
+		}
+	}
+	if n := as.Hits(oauthtest.PathIntrospect) - asked; n != 1 {
+		t.Fatalf("a token said inactive was asked about %d times in a row, want once", n)
+	}
+	c.Advance(5 * time.Second)
+	f.authenticate(t, "Bearer never-issued")
+	if n := as.Hits(oauthtest.PathIntrospect) - asked; n != 2 {
+		t.Fatalf("after 5 s the inactive answer was still reused (%d asks)", n)
+	}
+}
+
+// However many tokens arrive at once, at most 16 introspections are
+// under way: the others wait for a turn.
+func TestIntrospectionsBounded(t *testing.T) {
+	arrived := make(chan struct{}, 64)
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	inflight, most := 0, 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		inflight++
+		most = max(most, inflight)
+		mu.Unlock()
+		arrived <- struct{}{}
+		<-gate
+		mu.Lock()
+		inflight--
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"active":false}`))
+	}))
+	t.Cleanup(srv.Close)
+	rs, err := oauth.New(t.Context(), oauth.Config{Resource: resource, FetchTimeout: time.Minute,
+		Introspection: &oauth.Introspection{URL: srv.URL, ClientID: "rs", ClientSecret: "s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			r := httptest.NewRequest(http.MethodPost, resource, nil)
+			r.Header.Set("Authorization", fmt.Sprintf("Bearer token-%d", i))
+			rs.Authenticate(r)
+		})
+	}
+	for range 16 {
+		<-arrived
+	}
+	close(gate)
+	wg.Wait()
+	if most != 16 {
+		t.Fatalf("%d introspections were under way at once, want 16", most)
 	}
 }

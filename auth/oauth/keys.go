@@ -117,26 +117,19 @@ func (is *issuer) keys(ctx context.Context, want string) (map[string][]jose.JSON
 		missing := want != "" && is.set != nil && len(is.set[want]) == 0
 		may := is.tried.IsZero() || now.Sub(is.tried) >= rs.cfg.RefetchInterval
 		if !(stale || missing) || !may {
-			set, err := is.set, is.lastErr
+			set, err := is.usable(now)
 			is.mu.Unlock()
-			if set == nil {
-				return nil, rs.unavailable("the authorization server's keys cannot be fetched: " + err.Error())
-			}
-			return set, nil
+			return set, err
 		}
 		if wait := is.fetching; wait != nil {
 			is.mu.Unlock()
 			select {
 			case <-wait:
 				// Whatever it fetched, read it once, without fetching again.
-				want = ""
 				is.mu.Lock()
-				set, err := is.set, is.lastErr
+				set, err := is.usable(rs.now())
 				is.mu.Unlock()
-				if set == nil {
-					return nil, rs.unavailable("the authorization server's keys cannot be fetched: " + err.Error())
-				}
-				return set, nil
+				return set, err
 			case <-ctx.Done():
 				return nil, rs.unavailable("the authorization server's keys are being fetched")
 			}
@@ -157,6 +150,9 @@ func (is *issuer) keys(ctx context.Context, want string) (map[string][]jose.JSON
 		close(done)
 		if err != nil {
 			is.lastErr = err
+			// The next fetch discovers the metadata again: the issuer may
+			// have moved its keys.
+			is.jwksURI = ""
 			is.warn("fetch", "oauth: the authorization server's keys cannot be fetched", "error", err)
 		} else {
 			if is.set == nil && is.lastErr != nil {
@@ -167,6 +163,23 @@ func (is *issuer) keys(ctx context.Context, want string) (map[string][]jose.JSON
 		is.mu.Unlock()
 		want = "" // fetched once for it: what the set holds now is the answer
 	}
+}
+
+// usable returns the key set while it may be used: fetched less than
+// twice KeysMaxAge ago. A set that could not be fetched again for that
+// long is not trusted any more (a key the issuer withdrew in the
+// meantime would still be in it): its tokens get 503 until a fetch
+// succeeds. The caller holds is.mu.
+func (is *issuer) usable(now time.Time) (map[string][]jose.JSONWebKey, error) {
+	switch {
+	case is.set == nil && is.lastErr == nil:
+		return nil, is.rs.unavailable("the authorization server's keys are being fetched")
+	case is.set == nil:
+		return nil, is.rs.unavailable("the authorization server's keys cannot be fetched: " + is.lastErr.Error())
+	case now.Sub(is.fetched) >= 2*is.rs.cfg.KeysMaxAge:
+		return nil, is.rs.unavailable(fmt.Sprintf("the authorization server's keys could not be fetched again for %v: %v", now.Sub(is.fetched).Round(time.Second), is.lastErr))
+	}
+	return is.set, nil
 }
 
 // warn logs msg, about what, at most once per RefetchInterval for the

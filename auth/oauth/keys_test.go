@@ -302,3 +302,30 @@ func TestShortRSAKeyRefused(t *testing.T) {
 		t.Fatalf("a token signed by a 1024-bit RSA key was accepted as %+v", p)
 	}
 }
+
+// A key set that cannot be fetched again is used until it is twice
+// KeysMaxAge old, then nothing it holds is trusted: a key withdrawn
+// during an outage stops verifying by then.
+func TestStaleKeySetExpires(t *testing.T) {
+	f := setup(t, oauthtest.Options{}, nil)
+	long := f.claims()
+	long.Expiry = f.clock.Now().Add(24 * time.Hour)
+	early, late := f.as.Token(t, long), f.as.Token(t, long)
+	if _, e := f.authenticate(t, "Bearer "+early); e != nil {
+		t.Fatal(e)
+	}
+	f.as.SetDown(oauthtest.PathJWKS, 500)
+	f.clock.Advance(oauth.DefaultKeysMaxAge)
+	if _, e := f.authenticate(t, "Bearer "+late); e != nil {
+		t.Fatalf("within twice KeysMaxAge, through the outage: %+v", e)
+	}
+	f.clock.Advance(oauth.DefaultKeysMaxAge)
+	if _, e := f.authenticate(t, "Bearer "+f.as.Token(t, long)); e == nil || e.Status != http.StatusServiceUnavailable || !strings.Contains(e.Description, "could not be fetched again") {
+		t.Fatalf("past twice KeysMaxAge: %+v", e)
+	}
+	f.as.SetDown(oauthtest.PathJWKS, 0)
+	f.clock.Advance(oauth.DefaultRefetchInterval)
+	if _, e := f.authenticate(t, "Bearer "+f.as.Token(t, long)); e != nil {
+		t.Fatalf("once the keys can be fetched again: %+v", e)
+	}
+}

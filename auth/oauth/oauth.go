@@ -18,8 +18,8 @@
 // is logged. When an authorization server cannot be reached, nothing
 // unchecked is trusted: a token whose issuer's keys were never fetched
 // (or whose introspection fails) is answered 503 until it answers again;
-// keys fetched before an outage stay in use through it, as the issuer
-// published them.
+// keys fetched before an outage stay in use through it until they are
+// twice KeysMaxAge old.
 package oauth
 
 import (
@@ -55,7 +55,8 @@ const (
 	DefaultRefetchInterval = 30 * time.Second
 	// DefaultKeysMaxAge is how long a fetched key set is used before it
 	// is fetched again, so that a key the issuer withdrew stops being
-	// trusted.
+	// trusted. A set that cannot be fetched again stays in use until it
+	// is twice as old, then its issuer's tokens get 503.
 	DefaultKeysMaxAge = time.Hour
 )
 
@@ -149,6 +150,8 @@ type ResourceServer struct {
 	metaURL  string // the Protected Resource Metadata's path-inserted URL
 	required []string
 
+	asking chan struct{} // a slot per introspection under way
+
 	warnMu   sync.Mutex
 	warnedAt time.Time // when a failing introspection endpoint was last logged
 }
@@ -171,6 +174,7 @@ func New(ctx context.Context, cfg Config) (*ResourceServer, error) {
 		log:      cfg.Logger,
 		now:      cfg.Now,
 		required: slices.Clone(cfg.Scopes),
+		asking:   make(chan struct{}, maxIntrospections),
 	}
 	if rs.audience == "" {
 		rs.audience = cfg.Resource

@@ -23,8 +23,8 @@ import (
 func (rs *ResourceServer) check(ctx context.Context, token string) (auth.Principal, error) {
 	sum := sha256.Sum256([]byte(token))
 	now := rs.now()
-	if p, ok := rs.cache.get(sum, now); ok {
-		return p, nil
+	if p, refused, ok := rs.cache.get(sum, now); ok {
+		return p, refused
 	}
 	var (
 		c   *claims
@@ -32,6 +32,12 @@ func (rs *ResourceServer) check(ctx context.Context, token string) (auth.Princip
 	)
 	if rs.cfg.Introspection != nil {
 		c, err = rs.introspect(ctx, token)
+		var e *auth.Error
+		if errors.As(err, &e) && e.Code == "invalid_token" {
+			// Said inactive: the same token sent again is not asked about
+			// again for a few seconds.
+			rs.cache.put(sum, auth.Principal{}, err, now.Add(inactiveCacheFor), now)
+		}
 	} else {
 		c, err = rs.verifyJWT(ctx, token)
 	}
@@ -49,13 +55,18 @@ func (rs *ResourceServer) check(ctx context.Context, token string) (auth.Princip
 			until = limit
 		}
 	}
-	rs.cache.put(sum, p, until, now)
+	rs.cache.put(sum, p, nil, until, now)
 	return p, nil
 }
 
 // introspectionCacheFor is the longest an introspection's answer is
-// reused.
-const introspectionCacheFor = time.Minute
+// reused; inactiveCacheFor, the longest an answer that the token is not
+// active is (a token just issued may be unknown to a replica of the
+// authorization server for a moment).
+const (
+	introspectionCacheFor = time.Minute
+	inactiveCacheFor      = 5 * time.Second
+)
 
 // claims are the members of an access token (or an introspection
 // answer) the resource server reads.
@@ -124,6 +135,12 @@ func parseClaims(payload []byte) (*claims, error) {
 	return c, nil
 }
 
+// has reports whether the claims name name.
+func (c *claims) has(name string) bool {
+	_, ok := c.raw[name]
+	return ok
+}
+
 // verifyJWT verifies token's signature by a key of its issuer and
 // returns its claims, unchecked.
 func (rs *ResourceServer) verifyJWT(ctx context.Context, token string) (*claims, error) {
@@ -185,7 +202,11 @@ func (rs *ResourceServer) verifyJWT(ctx context.Context, token string) (*claims,
 // accept checks verified claims and makes the Principal, and returns
 // until when the verdict holds (the token's expiry).
 func (rs *ResourceServer) accept(c *claims, now time.Time) (auth.Principal, time.Time, error) {
-	if len(rs.issuers) > 0 && rs.issuers[c.Issuer] == nil {
+	// An introspection answer need not name its issuer (RFC 7662 §2.2):
+	// the endpoint asked is the configured one. When it does, it must be
+	// trusted.
+	introspected := rs.cfg.Introspection != nil
+	if len(rs.issuers) > 0 && rs.issuers[c.Issuer] == nil && !(introspected && !c.has("iss")) {
 		return auth.Principal{}, time.Time{}, rs.invalid("the access token's issuer is not an authorization server this resource trusts")
 	}
 	if !slices.Contains(c.Audience, rs.audience) {
