@@ -32,6 +32,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // Dialect is the kind of database behind a DB.
@@ -216,11 +218,35 @@ func Open(ctx context.Context, dsn string, opts *Options) (*DB, error) {
 		return nil, err
 	}
 	db.ro, db.onCommit = o.ReadOnly, o.OnCommit
-	if err := db.write.PingContext(ctx); err != nil {
+	if err := db.connect(ctx, o.BusyTimeout); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: opening %s: %w%s", db.target, err, createHint(dsn, err))
 	}
 	return db, nil
+}
+
+// connect opens the first write connection. When processes open one
+// SQLite file at once (its switch to WAL, its first pages), SQLite may
+// answer one of them SQLITE_BUSY at once, without waiting out the busy
+// timeout (it calls no busy handler where waiting could deadlock): that
+// open is tried again, until busyTimeout has passed.
+func (db *DB) connect(ctx context.Context, busyTimeout time.Duration) error {
+	deadline := time.Now().Add(busyTimeout)
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		err := db.write.PingContext(ctx)
+		var lite *sqlite.Error
+		if err == nil || db.dialect != SQLite || !errors.As(err, &lite) ||
+			lite.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
 }
 
 // createHint is, when a PostgreSQL server says the database a URL names
