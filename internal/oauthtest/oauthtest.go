@@ -7,15 +7,22 @@
 // keys under one kid, endpoints down or slow, tokens unsigned, signed with
 // HMAC over the public key, or signed by a key it never published.
 //
+// For a client under test it also registers clients (RFC 7591, or client
+// ID metadata documents), approves authorization requests at once with a
+// redirect carrying the code (and RFC 9207's iss), and redeems codes with
+// PKCE, rotating refresh tokens and client credentials at its token
+// endpoint; Options make it refuse, omit or lie where real ones do.
+//
 // Every endpoint is served from one handler that counts, delays and fails
-// requests by path before routing them, so endpoints added later (client
-// registration, authorize, token) get the same faults for nothing.
+// requests by path before routing them, so every endpoint gets the same
+// faults for nothing.
 package oauthtest
 
 import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -28,10 +35,8 @@ import (
 const (
 	PathJWKS       = "/jwks"
 	PathIntrospect = "/introspect"
-	// PathToken and PathAuthorize are named in the metadata, which requires
-	// them, but not served yet.
-	PathToken     = "/token"
-	PathAuthorize = "/authorize"
+	PathToken      = "/token"
+	PathAuthorize  = "/authorize"
 )
 
 // Discovery modes for Options.Discovery: which well-known paths serve the
@@ -70,6 +75,38 @@ type Options struct {
 	// tokens and for whether introspection finds a token expired, so a test
 	// with a fake clock in the resource server can keep the two in step.
 	Now func() time.Time
+
+	// NoRegistration leaves registration_endpoint out of the metadata and
+	// PathRegister unserved.
+	NoRegistration bool
+	// ClientIDMetadataDocumentSupported advertises client ID metadata
+	// documents: a client_id that is a URL is then fetched, and accepted
+	// when the document names it as its client_id.
+	ClientIDMetadataDocumentSupported bool
+	// AuthorizationResponseIss advertises and sends RFC 9207's iss in
+	// authorization responses; OmitIss then leaves it out all the same.
+	AuthorizationResponseIss, OmitIss bool
+	// WrongIss, when set, is sent as iss in every authorization response,
+	// advertised or not.
+	WrongIss string
+	// CodeChallengeMethods, when set, replaces ["S256"] as
+	// code_challenge_methods_supported; NoCodeChallengeMethods leaves the
+	// member out.
+	CodeChallengeMethods   []string
+	NoCodeChallengeMethods bool
+	// TokenEndpointAuthMethods, when set, replaces the advertised
+	// token_endpoint_auth_methods_supported (by default none,
+	// client_secret_basic and client_secret_post).
+	TokenEndpointAuthMethods []string
+	// DenyAuthorization answers every authorization request with
+	// error=access_denied.
+	DenyAuthorization bool
+	// RefuseResourceOnRefresh answers a refresh request carrying resource
+	// with invalid_request, as Entra ID does.
+	RefuseResourceOnRefresh bool
+	// TokenTTL is the lifetime of the access tokens the token endpoint
+	// issues; zero is an hour.
+	TokenTTL time.Duration
 }
 
 // Server is a running fake authorization server. Its methods are safe for
@@ -95,6 +132,14 @@ type Server struct {
 	foreign *key // never published; signs UntrustedToken
 	revoked map[string]bool
 	opaque  map[string]map[string]any
+
+	clients       map[string]*Client
+	codes         map[string]*grant
+	refresh       map[string]*refreshGrant
+	registrations []map[string]any
+	authRequests  []url.Values
+	tokenRequests []TokenRequest
+	issued        []string
 }
 
 // New starts a fake authorization server on 127.0.0.1 that is closed when
@@ -128,6 +173,9 @@ func New(t testing.TB, o Options) *Server {
 		hits:    map[string]int{},
 		revoked: map[string]bool{},
 		opaque:  map[string]map[string]any{},
+		clients: map[string]*Client{},
+		codes:   map[string]*grant{},
+		refresh: map[string]*refreshGrant{},
 	}
 	s.mdPaths = metadataPaths(o.Discovery, o.IssuerPath)
 	for _, p := range s.mdPaths {
@@ -135,6 +183,11 @@ func New(t testing.TB, o Options) *Server {
 	}
 	s.mux.HandleFunc("GET "+PathJWKS, s.serveJWKS)
 	s.mux.HandleFunc("POST "+PathIntrospect, s.serveIntrospect)
+	s.mux.HandleFunc("GET "+PathAuthorize, s.serveAuthorize)
+	s.mux.HandleFunc("POST "+PathToken, s.serveToken)
+	if !o.NoRegistration {
+		s.mux.HandleFunc("POST "+PathRegister, s.serveRegister)
+	}
 
 	s.hs = httptest.NewServer(http.HandlerFunc(s.serve))
 	s.URL = s.hs.URL
@@ -266,10 +319,29 @@ func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
 		"token_endpoint":                        s.URL + PathToken,
 		"authorization_endpoint":                s.URL + PathAuthorize,
 		"response_types_supported":              []string{"code"},
-		"grant_types_supported":                 []string{"authorization_code", "refresh_token"},
+		"grant_types_supported":                 []string{"authorization_code", "refresh_token", "client_credentials"},
 		"code_challenge_methods_supported":      []string{"S256"},
 		"subject_types_supported":               []string{"public"},
 		"id_token_signing_alg_values_supported": []string{s.opts.Algorithm},
+		"token_endpoint_auth_methods_supported": []string{"none", "client_secret_basic", "client_secret_post"},
+	}
+	if s.opts.CodeChallengeMethods != nil {
+		md["code_challenge_methods_supported"] = s.opts.CodeChallengeMethods
+	}
+	if s.opts.NoCodeChallengeMethods {
+		delete(md, "code_challenge_methods_supported")
+	}
+	if s.opts.TokenEndpointAuthMethods != nil {
+		md["token_endpoint_auth_methods_supported"] = s.opts.TokenEndpointAuthMethods
+	}
+	if !s.opts.NoRegistration {
+		md["registration_endpoint"] = s.URL + PathRegister
+	}
+	if s.opts.ClientIDMetadataDocumentSupported {
+		md["client_id_metadata_document_supported"] = true
+	}
+	if s.opts.AuthorizationResponseIss {
+		md["authorization_response_iss_parameter_supported"] = true
 	}
 	if len(s.opts.Scopes) > 0 {
 		md["scopes_supported"] = s.opts.Scopes
