@@ -45,6 +45,7 @@ var layer = map[string][]string{
 	// The OAuth resource server is one Authenticator: it speaks to
 	// authorization servers over HTTP and knows nothing of MCP.
 	"auth/oauth": {"auth"},
+	"client/oauth": {},
 
 	"transport/stdio":      {"jsonrpc", "mcp", "server", "server/outbound", "server/conn"},
 	"transport/streamhttp": {"jsonrpc", "mcp", "server", "server/outbound", "server/conn", "auth"},
