@@ -167,7 +167,11 @@ func (s *Server) client(ctx context.Context, id string) (*Client, bool) {
 	if err != nil {
 		return nil, false
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc := http.DefaultClient
+	if s.opts.MetadataDocumentClient != nil {
+		hc = s.opts.MetadataDocumentClient
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, false
 	}

@@ -83,6 +83,10 @@ type Options struct {
 	// documents: a client_id that is a URL is then fetched, and accepted
 	// when the document names it as its client_id.
 	ClientIDMetadataDocumentSupported bool
+	// MetadataDocumentClient fetches client ID metadata documents; nil is
+	// http.DefaultClient (a test serving one over TLS passes its
+	// httptest server's Client).
+	MetadataDocumentClient *http.Client
 	// AuthorizationResponseIss advertises and sends RFC 9207's iss in
 	// authorization responses; OmitIss then leaves it out all the same.
 	AuthorizationResponseIss, OmitIss bool
