@@ -44,7 +44,7 @@ var layer = map[string][]string{
 	"auth": {},
 	// The OAuth resource server is one Authenticator: it speaks to
 	// authorization servers over HTTP and knows nothing of MCP.
-	"auth/oauth": {"auth"},
+	"auth/oauth":   {"auth"},
 	"client/oauth": {},
 
 	"transport/stdio":      {"jsonrpc", "mcp", "server", "server/outbound", "server/conn"},
