@@ -103,12 +103,12 @@ type Client struct {
 	// flight is held across every sign-in, refresh and Store call.
 	flight sync.Mutex
 	// Guarded by flight:
-	loaded      bool
 	stepUps     int
 	refreshedOn string // the access token a refresh answering a 401 gave
 
-	mu sync.Mutex
-	st *State // published states are never modified
+	mu     sync.Mutex
+	loaded bool   // the Store has been read
+	st     *State // published states are never modified
 }
 
 // New returns a Client for the MCP server at serverURL, with no network
@@ -187,7 +187,6 @@ func (c *Client) State(ctx context.Context) (*State, error) {
 func (c *Client) SignOut(ctx context.Context) error {
 	c.flight.Lock()
 	defer c.flight.Unlock()
-	c.loaded = true
 	c.publish(nil)
 	return c.opts.Store.Delete(ctx, c.resource)
 }
@@ -201,11 +200,19 @@ func (c *Client) snapshot() *State {
 func (c *Client) publish(st *State) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.st = st
+	c.st, c.loaded = st, true
 }
 
 // current is the published State, loaded from the Store on first use.
+// Once loaded, it waits for no sign-in or refresh in flight: a token
+// that is still good is used meanwhile.
 func (c *Client) current(ctx context.Context) (*State, error) {
+	c.mu.Lock()
+	st, loaded := c.st, c.loaded
+	c.mu.Unlock()
+	if loaded {
+		return st, nil
+	}
 	c.flight.Lock()
 	defer c.flight.Unlock()
 	return c.load(ctx)
@@ -213,14 +220,16 @@ func (c *Client) current(ctx context.Context) (*State, error) {
 
 // load reads the Store once. c.flight is held.
 func (c *Client) load(ctx context.Context) (*State, error) {
-	if c.loaded {
-		return c.snapshot(), nil
+	c.mu.Lock()
+	st, loaded := c.st, c.loaded
+	c.mu.Unlock()
+	if loaded {
+		return st, nil
 	}
 	st, err := c.opts.Store.Load(ctx, c.resource)
 	if err != nil {
 		return nil, fmt.Errorf("oauth: loading the state of %s: %w", c.resource, err)
 	}
-	c.loaded = true
 	c.publish(st)
 	return st, nil
 }

@@ -380,3 +380,38 @@ func TestStoreFailureIsReported(t *testing.T) {
 		t.Errorf("%d registrations, want 1", n)
 	}
 }
+
+// While a step-up waits for the user, requests go on with the token in
+// hand rather than waiting for the sign-in.
+func TestAuthorizeDoesNotWaitForASignIn(t *testing.T) {
+	clk := newClock()
+	as := oauthtest.New(t, oauthtest.Options{Now: clk.Now})
+	r := newResource(t, as, clk, prmHeader)
+	arrived, release := make(chan struct{}), make(chan struct{})
+	o := options(clk)
+	o.Authorize = func(ctx context.Context, u string) (string, error) {
+		if len(as.AuthorizationRequests()) > 0 { // the step-up, not the first sign-in
+			close(arrived)
+			<-release
+		}
+		return browser(ctx, u)
+	}
+	c := newClient(t, r, o)
+	mustCall(t, c, r)
+	held, _ := c.State(t.Context())
+	r.set(func(r *resource) { r.need = []string{"mcp:write"} })
+	done := make(chan error, 1)
+	go func() {
+		_, err := call(t, c, r)
+		done <- err
+	}()
+	<-arrived
+	req, _ := http.NewRequest(http.MethodPost, r.URL(), nil)
+	if err := c.Authorize(req); err != nil || req.Header.Get("Authorization") != "Bearer "+held.AccessToken {
+		t.Errorf("Authorize during a sign-in: %v, %.20q", err, req.Header.Get("Authorization"))
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
