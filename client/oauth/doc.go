@@ -15,9 +15,10 @@
 // (RFC 9728): from the challenge's resource_metadata, else the
 // well-known URI with the server's path inserted, else the root one. Its
 // resource must be the server's URL or a path-segment ancestor of it on
-// the same scheme and host (the TypeScript SDK's rule; see
-// resourceAllowed), and is then sent byte for byte as the resource
-// parameter (RFC 8707). The first authorization server it names, or the
+// the same scheme and host, as the TypeScript SDK's checkResourceAllowed
+// has it (https://h/mcp stands for https://h/mcp/x, never for
+// https://h/mcpx or another host), and is then sent byte for byte as the
+// resource parameter (RFC 8707). The first authorization server it names, or the
 // one Options.SelectAuthorizationServer picks, has its metadata fetched
 // in MCP's order (RFC 8414 path-inserted, OpenID Connect path-inserted,
 // OpenID Connect appended), and is refused unless its issuer is the one
