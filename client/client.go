@@ -90,6 +90,11 @@ type Options struct {
 	HTTPClient *http.Client
 	// Header is added to every HTTP request (an Authorization header).
 	Header http.Header
+	// Authorizer, when set, gives every HTTP request its credentials and
+	// is told of a 401 or 403 answer, after which the request is sent
+	// again once if it got new ones (client/oauth's Client signs in by
+	// OAuth 2.1). A refusal that stands is an *AuthorizationError.
+	Authorizer Authorizer
 	// Stderr receives a stdio server's stderr; nil discards it.
 	Stderr io.Writer
 	// Env is added to a stdio server's environment (KEY=VALUE), after

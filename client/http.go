@@ -27,7 +27,7 @@ func DialHTTP(ctx context.Context, url string, opts *Options) (*Client, error) {
 		o = *opts
 	}
 	o.fill()
-	hc := withoutRedirects(o.HTTPClient)
+	hc := withAuthorizer(withoutRedirects(o.HTTPClient), o.Authorizer)
 	stats := &counters{}
 	t := &httpTransport{url: url, hc: hc, opts: o, stats: stats, gone: make(chan struct{})}
 	t.side = newSidePosts(o, stats, t.post)
@@ -390,6 +390,10 @@ func (t *httpTransport) exchange(hreq *http.Request, req outgoing, ex *exchange)
 // request — so the request never left; ErrConnectionLost otherwise (it
 // may have reached the server).
 func sendError(url string, err error) error {
+	var refused *AuthorizationError
+	if errors.As(err, &refused) {
+		return refused // the server answered: nothing ran
+	}
 	var op *net.OpError
 	if errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect") || handshakeFailed(err) {
 		return &ConnectError{URL: url, Err: err}

@@ -49,7 +49,7 @@ func DialSSE(ctx context.Context, url string, opts *Options) (*Client, error) {
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return nil, fmt.Errorf("client: DialSSE needs an http or https URL, not %q", url)
 	}
-	hc := withoutRedirects(o.HTTPClient)
+	hc := withAuthorizer(withoutRedirects(o.HTTPClient), o.Authorizer)
 	stats := &counters{}
 	open := func(ctx context.Context) (transport, error) {
 		t, err := openSSE(ctx, base, hc, o, stats)

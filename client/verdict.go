@@ -66,10 +66,11 @@ func VerdictOf(res *mcp.CallToolResult, err error) retry.Verdict {
 		f := retry.Of(retry.Rejected, err)
 		f.Outcome = retry.OutcomeRefused
 		return f
-	case errors.As(err, new(*RedirectError)), errors.As(err, new(*VersionError)):
-		// The server answered with a redirect, which is not followed, or
-		// speaks no version this client does, instead of running the
-		// request, and would answer the same again.
+	case errors.As(err, new(*RedirectError)), errors.As(err, new(*VersionError)), errors.As(err, new(*AuthorizationError)):
+		// The server answered with a redirect, which is not followed,
+		// speaks no version this client does, or refused credentials the
+		// client could not better, instead of running the request, and
+		// would answer the same again.
 		f := retry.Of(retry.Rejected, err)
 		f.Outcome = retry.OutcomeRefused
 		return f
