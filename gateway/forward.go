@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/client/oauth"
 	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/jsonrpc"
 	"github.com/mcprel/mcprel/ledger"
@@ -549,6 +550,9 @@ func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, q *ser
 	case errors.As(err, new(*mcp.ToolError)):
 		rec.Outcome = OutcomeFailed
 		return err // the gateway's own words already
+	case errors.As(err, new(*client.AuthorizationError)):
+		rec.Outcome = OutcomeFailed
+		return l.unauthorized(err)
 	case errors.As(err, &ie) && errors.Is(err, errRelayInput):
 		rec.Outcome = OutcomeInput
 		return l.relayedInput(ie, q.ClientCapabilities)
@@ -674,6 +678,9 @@ func upstreamRPCError(upstream string, e *jsonrpc.Error) error {
 // or, for a tool that may be sent again, that it answered 503. It names
 // the upstream, never its URL.
 func (l *link) unavailable(err error) error {
+	if errors.As(err, new(*client.AuthorizationError)) {
+		return l.unauthorized(err) // not connected for want of credentials
+	}
 	after := defaultRetryAfter
 	var ue *errUnavailable
 	var se *client.StatusError
@@ -699,6 +706,43 @@ func (l *link) unavailable(err error) error {
 		}
 	}
 	return &mcp.ToolError{Code: mcp.FailureUpstreamUnavailable, Message: msg + reached, Retryable: true, RetryAfter: after.Round(time.Millisecond)}
+}
+
+// FailureUpstreamUnauthorized is the code of a call that failed because
+// its upstream refused the gateway's own credentials and no better ones
+// could be had (a client.AuthorizationError): nothing ran upstream, and
+// no retry helps until the operator acts.
+const FailureUpstreamUnauthorized = "upstream_unauthorized"
+
+// unauthorized is the failure of a request the upstream refused for the
+// gateway's credentials (err holds a *client.AuthorizationError): not
+// retryable, naming the upstream and what the operator must do. Its
+// words are the gateway's: a token, a code or a secret never reaches a
+// caller (package client/oauth's errors hold none, and only their step
+// and OAuth error code are passed on); the whole reason goes to the log.
+func (l *link) unauthorized(err error) error {
+	var ae *client.AuthorizationError
+	errors.As(err, &ae)
+	action := l.up.AuthorizationAction
+	if action == "" {
+		action = fmt.Sprintf("renew the credentials the gateway is given for upstream %q", l.up.Name)
+	}
+	details := map[string]any{"upstream": l.up.Name, "action": action}
+	why := ""
+	if ae != nil && ae.Status != 0 {
+		details["status"] = ae.Status
+		why = fmt.Sprintf(" (HTTP %d)", ae.Status)
+	}
+	var oe *oauth.Error
+	if errors.As(err, &oe) {
+		details["step"] = oe.Step
+		if oe.Code != "" {
+			details["oauthError"] = oe.Code
+		}
+	}
+	l.log.Warn("gateway: the upstream refused the gateway's credentials", "err", l.redact(err), "action", action)
+	return &mcp.ToolError{Code: FailureUpstreamUnauthorized, Details: details,
+		Message: fmt.Sprintf("upstream %q refused the gateway's credentials%s and no others could be had: the request never ran there; the operator must %s", l.up.Name, why, action)}
 }
 
 // answersAny reports whether a client declared any of the capabilities

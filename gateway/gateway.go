@@ -61,6 +61,18 @@ type Upstream struct {
 	// credentials (Authorization). It never reaches a downstream client,
 	// and no downstream request's headers ever reach an upstream.
 	Header http.Header
+	// Authorizer gives every request to an HTTP upstream its
+	// credentials, and is told when the upstream refuses them: the
+	// gateway's own OAuth client toward it (package client/oauth), never
+	// the downstream caller's token. Exclusive with an Authorization in
+	// Header. A refusal that stands fails the calls it meets with
+	// upstream_unauthorized, not retryable, naming AuthorizationAction.
+	Authorizer client.Authorizer
+	// AuthorizationAction is what the operator must do when the upstream
+	// refuses the gateway's credentials (e.g. "run `mcprel gateway login
+	// NAME`"), told to callers in upstream_unauthorized; "" is advice
+	// to renew the credentials the gateway is given for the upstream.
+	AuthorizationAction string
 	// PerTenant, for a stdio upstream, starts one process of it per
 	// tenant (the unnamed tenant "" shares the gateway's own), within
 	// Options.MaxSessions: a process is one session, and a server's
@@ -130,8 +142,8 @@ func (u *Upstream) check() error {
 		if len(u.Command) == 0 {
 			return fmt.Errorf("gateway: upstream %q: a stdio upstream needs a command", u.Name)
 		}
-		if u.URL != "" || len(u.Header) > 0 {
-			return fmt.Errorf("gateway: upstream %q: a stdio upstream takes no URL or headers (its credentials go in Env)", u.Name)
+		if u.URL != "" || len(u.Header) > 0 || u.Authorizer != nil {
+			return fmt.Errorf("gateway: upstream %q: a stdio upstream takes no URL, headers or authorizer (its credentials go in Env)", u.Name)
 		}
 		if len(u.Command[0]) == 0 {
 			return fmt.Errorf("gateway: upstream %q: the command's first word is empty", u.Name)
@@ -154,6 +166,9 @@ func (u *Upstream) check() error {
 		}
 		if p.User != nil {
 			return fmt.Errorf("gateway: upstream %q: put credentials in a header from the environment or a file, not in the URL", u.Name)
+		}
+		if u.Authorizer != nil && u.Header.Get("Authorization") != "" {
+			return fmt.Errorf("gateway: upstream %q: give it an Authorization header or an authorizer, not both", u.Name)
 		}
 	default:
 		return fmt.Errorf("gateway: upstream %q: unknown transport %q (stdio, http or sse)", u.Name, u.Transport)

@@ -46,9 +46,13 @@ type link struct {
 	circuit        circuit
 	sessions       map[string]*tenantSession // one upstream session (or process) per tenant, where sessions are
 	inflight       int                       // calls forwarded now, over every connection
-	restarts       int
-	late           uint64 // late responses counted by connections already closed
-	closed         bool
+	// refused is why the upstream refused the gateway's credentials when
+	// it was last dialled without success (nil once it connects): what
+	// calls are told while it is not connected, for the operator to act.
+	refused  *client.AuthorizationError
+	restarts int
+	late     uint64 // late responses counted by connections already closed
+	closed   bool
 
 	closing sync.WaitGroup // connections being closed apart (closeLater)
 
@@ -117,6 +121,11 @@ func (l *link) run(ctx context.Context) {
 		if c, err = l.dial(ctx, "", l.up.declared()); err == nil {
 			break
 		}
+		var refused *client.AuthorizationError
+		errors.As(err, &refused)
+		l.mu.Lock()
+		l.refused = refused
+		l.mu.Unlock()
 		tried()
 		pause := backoff.Delay(failures, 0)
 		l.wentDown(EventConnectFailed, failures+1, pause, err)
@@ -272,6 +281,7 @@ func (l *link) dial(ctx context.Context, tenant string, caps mcp.ClientCapabilit
 	o.Stderr = nil
 	o.Env, o.Environ = nil, nil
 	o.Header = nil
+	o.Authorizer = nil // an HTTP upstream's own, set below
 	if l.hc != nil {
 		o.HTTPClient = l.hc
 	}
@@ -304,9 +314,11 @@ func (l *link) dial(ctx context.Context, tenant string, caps mcp.ClientCapabilit
 		return client.DialStdio(dctx, l.up.Command, &o)
 	case SSE:
 		o.Header = l.up.Header.Clone()
+		o.Authorizer = l.up.Authorizer
 		return client.DialSSE(dctx, l.up.URL, &o)
 	default:
 		o.Header = l.up.Header.Clone()
+		o.Authorizer = l.up.Authorizer
 		if o.Header == nil {
 			o.Header = http.Header{}
 		}
@@ -358,6 +370,7 @@ func (l *link) setPrimary(c *client.Client) {
 	l.mu.Lock()
 	l.primary, l.live = c, c != nil
 	if c != nil {
+		l.refused = nil
 		l.era = c.Era()
 		l.tasksExtension = c.ServerCapabilities().Extensions[mcp.ExtensionTasks] != nil
 		l.circuit.reset()
@@ -435,6 +448,11 @@ func (l *link) acquire(ctx context.Context, tenant string, caps mcp.ClientCapabi
 		return nil, nil, &errUnavailable{after: wait, why: fmt.Sprintf("upstream %q is unavailable (its circuit is open)", l.up.Name)}
 	}
 	c := l.primary
+	if c == nil && l.refused != nil {
+		refused := l.refused
+		l.mu.Unlock()
+		return nil, nil, refused
+	}
 	if c == nil {
 		l.mu.Unlock()
 		return nil, nil, &errUnavailable{after: l.g.opts.RestartBase, why: fmt.Sprintf("upstream %q is not connected yet", l.up.Name)}

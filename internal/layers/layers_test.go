@@ -25,10 +25,13 @@ var layer = map[string][]string{
 	// Batched log output: a leaf any layer may use.
 	"logbuf": {},
 
-	"store":  {},
-	"ledger": {"store"},
-	"tasks":  {"store"},
-	"outbox": {"store", "ledger"},
+	"store": {},
+	// The gateway's OAuth state toward its upstreams, sealed in its
+	// database: client/oauth's Store on store's tables.
+	"oauthstore": {"store", "client/oauth"},
+	"ledger":     {"store"},
+	"tasks":      {"store"},
+	"outbox":     {"store", "ledger"},
 
 	// What only transports see of the lifecycle sits under it: the
 	// bounded outbound queue the lifecycle fills and a transport drains,
@@ -65,8 +68,9 @@ var layer = map[string][]string{
 	// The gateway is the server in front, the client behind and the
 	// policies between (the ledger's, through package idempotency): it
 	// forwards through their seams and knows no transport's insides, no
-	// store and no observability library.
-	"gateway": {"jsonrpc", "mcp", "server", "client", "retry", "review", "idempotency", "ledger", "taskserver", "tasks"},
+	// store and no observability library. It reads client/oauth's errors
+	// to tell the operator which step of its own sign-in upstream failed.
+	"gateway": {"jsonrpc", "mcp", "server", "client", "client/oauth", "retry", "review", "idempotency", "ledger", "taskserver", "tasks"},
 
 	// The assembly builds a whole runtime, so it may use every layer
 	// below the tools; only commands, examples and tests import it
