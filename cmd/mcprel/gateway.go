@@ -16,10 +16,12 @@ import (
 	"strings"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/client/oauth"
 	"github.com/mcprel/mcprel/gateway"
 	"github.com/mcprel/mcprel/host"
 	"github.com/mcprel/mcprel/internal/argv"
 	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/oauthstore"
 	"github.com/mcprel/mcprel/review"
 	"github.com/mcprel/mcprel/server"
 	"github.com/mcprel/mcprel/store"
@@ -34,6 +36,9 @@ const maxSecretFile = 64 << 10
 // gateway (package gateway), and runs the runtime package host
 // assembles, as serve does.
 func gatewayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "login" {
+		return gatewayLoginCmd(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(stdout)
 	setUsage(fs, "usage: mcprel gateway --upstream NAME=COMMAND|NAME=URL [--upstream ...] [--stdio | --http ADDR] [flags]",
@@ -52,6 +57,8 @@ graceful shutdown, 1 a failure, 2 a mistake in the command line.`)
 	fs.Var(&tokenFile, "upstream-token-file", "NAME=FILE: send the bearer token in FILE to upstream NAME (HTTP)")
 	fs.Var(&headersFile, "upstream-headers-file", "NAME=FILE: send the headers in FILE (\"Header: value\" lines) to upstream NAME (HTTP)")
 	fs.Var(&envFile, "upstream-env-file", "NAME=FILE: add the KEY=VALUE lines of FILE to the environment of upstream NAME (stdio)")
+	var upOAuth upstreamOAuthFlags
+	upOAuth.register(fs)
 	var perTenant, upLimits, upCaps, keepNames listFlag
 	fs.Var(&keepNames, "upstream-keep-names", "NAME: with several upstreams, keep upstream NAME's tool and prompt names as it lists them, unprefixed (one upstream at most); a name of its that begins with an upstream's name and _ is prefixed all the same, so that no two meet")
 	fs.Var(&upCaps, "upstream-capabilities", "NAME=LIST: what the gateway declares to 2025-era upstream NAME on a connection clients share, of elicitation, elicitation-url, sampling and roots (comma-separated), or none; default all (a client that lacks one is refused the upstream's request that needs it; declare less to have the upstream hide what needs more)")
@@ -72,6 +79,10 @@ graceful shutdown, 1 a failure, 2 a mistake in the command line.`)
 		byName[ups[i].Name] = &ups[i]
 	}
 	if err := applyCredentials(byName, tokenEnv, tokenFile, headersFile, envFile); err != nil {
+		return err
+	}
+	oauthUps, err := upOAuth.parse(byName)
+	if err != nil {
 		return err
 	}
 	for _, name := range perTenant {
@@ -124,6 +135,11 @@ graceful shutdown, 1 a failure, 2 a mistake in the command line.`)
 	if err != nil {
 		return err
 	}
+	closeOAuth, err := upOAuth.apply(ctx, oauthUps, byName, opts.DB)
+	if err != nil {
+		return err
+	}
+	defer closeOAuth()
 	var policy *gateway.Policy
 	if *policyFile != "" {
 		data, err := readSmallFile(*policyFile, maxSecretFile)
@@ -431,4 +447,126 @@ func parseLimits(spec string) (server.Limits, error) {
 		l.Burst = max(1, int(math.Ceil(l.Rate)))
 	}
 	return l, nil
+}
+
+// upstreamOAuthFlags sign the gateway in to an HTTP upstream by OAuth
+// with its own credentials (package client/oauth), the authorization
+// server found from the upstream's 401: client credentials, or the
+// authorization an operator granted once with "mcprel gateway login".
+// The downstream caller's token never goes upstream.
+type upstreamOAuthFlags struct {
+	clientID, secretFile, login listFlag
+	keyFile                     *string
+}
+
+func (f *upstreamOAuthFlags) register(fs *flag.FlagSet) {
+	fs.Var(&f.clientID, "upstream-oauth-client-id", "NAME=ID: sign in to HTTP upstream NAME by OAuth as client ID, registered with its authorization server (found from its 401); with --upstream-oauth-client-secret-file, by the client credentials grant")
+	fs.Var(&f.secretFile, "upstream-oauth-client-secret-file", "NAME=FILE: the client secret of --upstream-oauth-client-id NAME, read from FILE (one line)")
+	fs.Var(&f.login, "upstream-oauth-login", "NAME: call HTTP upstream NAME with the authorization an operator granted with \"mcprel gateway login NAME\", kept (encrypted) in the gateway's database, refreshed and rotated there by one replica at a time; the key is $"+gatewayKeyEnv+" or --key-file")
+	f.keyFile = fs.String("key-file", "", "a file holding the base64 32-byte key that encrypts the upstream authorizations kept in the database (default: $"+gatewayKeyEnv+")")
+}
+
+// upstreamOAuth is one upstream's OAuth, as its flags gave it.
+type upstreamOAuth struct {
+	clientID, secret string
+	login            bool
+}
+
+// parse checks the flags against the upstreams they name: HTTP ones
+// only, and never beside a token of the operator's own.
+func (f *upstreamOAuthFlags) parse(ups map[string]*gateway.Upstream) (map[string]*upstreamOAuth, error) {
+	out := map[string]*upstreamOAuth{}
+	get := func(flagName, name string) (*upstreamOAuth, error) {
+		u := ups[name]
+		switch {
+		case name == "":
+			return nil, usagef("gateway: --%s wants an upstream's NAME", flagName)
+		case u == nil:
+			return nil, usagef("gateway: --%s names upstream %q, which no --upstream defines", flagName, name)
+		case u.Transport == gateway.Stdio:
+			return nil, usagef("gateway: --%s: upstream %q is a stdio server; OAuth is for HTTP upstreams (give a stdio server's credentials with --upstream-env-file)", flagName, name)
+		case u.Header.Get("Authorization") != "":
+			return nil, usagef("gateway: --%s: upstream %q already has a token (--upstream-token-env, --upstream-token-file or an Authorization in --upstream-headers-file): give it one or OAuth, not both", flagName, name)
+		}
+		if out[name] == nil {
+			out[name] = &upstreamOAuth{}
+		}
+		return out[name], nil
+	}
+	for _, v := range f.clientID {
+		name, id, ok := strings.Cut(v, "=")
+		if !ok || strings.TrimSpace(id) == "" {
+			return nil, usagef("gateway: --upstream-oauth-client-id wants NAME=ID, not %q", v)
+		}
+		o, err := get("upstream-oauth-client-id", name)
+		if err != nil {
+			return nil, err
+		}
+		o.clientID = strings.TrimSpace(id)
+	}
+	for _, v := range f.secretFile {
+		name, path, ok := strings.Cut(v, "=")
+		if !ok || path == "" {
+			return nil, usagef("gateway: --upstream-oauth-client-secret-file wants NAME=FILE, not %q", v)
+		}
+		o, err := get("upstream-oauth-client-secret-file", name)
+		if err != nil {
+			return nil, err
+		}
+		data, err := readSmallFile(path, maxSecretFile)
+		if err != nil {
+			return nil, usagef("gateway: --upstream-oauth-client-secret-file %s: %v", name, err)
+		}
+		o.secret = strings.TrimSpace(string(data))
+		if o.secret == "" || strings.ContainsAny(o.secret, "\r\n") {
+			return nil, usagef("gateway: --upstream-oauth-client-secret-file %s: %s must hold one secret on one line", name, path)
+		}
+	}
+	for _, name := range f.login {
+		o, err := get("upstream-oauth-login", name)
+		if err != nil {
+			return nil, err
+		}
+		o.login = true
+	}
+	for name, o := range out {
+		switch {
+		case o.secret != "" && o.clientID == "":
+			return nil, usagef("gateway: --upstream-oauth-client-secret-file %s needs --upstream-oauth-client-id %s=ID", name, name)
+		case !o.login && o.secret == "":
+			return nil, usagef("gateway: --upstream-oauth-client-id %s: give --upstream-oauth-client-secret-file %s=FILE (client credentials), or --upstream-oauth-login %s to use the authorization an operator grants with \"mcprel gateway login %s\"", name, name, name, name)
+		}
+	}
+	return out, nil
+}
+
+// apply gives each upstream its OAuth Authorizer. Stored authorizations
+// are read from the gateway's database dsn, through a store of their own
+// that close closes.
+func (f *upstreamOAuthFlags) apply(ctx context.Context, oauthUps map[string]*upstreamOAuth, ups map[string]*gateway.Upstream, dsn string) (close func(), err error) {
+	var tokens *oauthstore.Store
+	close = func() {}
+	for name, o := range oauthUps {
+		u := ups[name]
+		if !o.login {
+			u.Authorizer, err = oauth.New(u.URL, oauth.Options{GrantType: oauth.GrantClientCredentials, ClientID: o.clientID, ClientSecret: o.secret})
+			if err != nil {
+				return close, usagef("gateway: upstream %s: %v", name, err)
+			}
+			u.AuthorizationAction = fmt.Sprintf("check the client ID and secret the gateway is given for upstream %q (--upstream-oauth-client-id, --upstream-oauth-client-secret-file) and that its authorization server grants them that upstream", name)
+			continue
+		}
+		if tokens == nil {
+			if tokens, close, err = openTokenStore(ctx, dsn, *f.keyFile, "gateway"); err != nil {
+				return func() {}, err
+			}
+		}
+		action := fmt.Sprintf("authorize the gateway again: run \"mcprel gateway login %s\" with this gateway's --upstream, --db and key", name)
+		u.Authorizer, err = tokens.Authorizer(u.URL, storedOAuthOptions(o))
+		if err != nil {
+			return close, usagef("gateway: upstream %s: %v", name, err)
+		}
+		u.AuthorizationAction = action
+	}
+	return close, nil
 }

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcprel/mcprel/internal/oauthtest"
+)
+
+// upstreamGuard is a reverse proxy in front of an OAuth-protected
+// upstream: it records the Authorization of every request, and answers
+// 401 invalid_token, as the upstream does for an expired or revoked
+// token, to the tokens a test rejects.
+type upstreamGuard struct {
+	mu       sync.Mutex
+	target   *url.URL
+	public   string // the upstream's URL through the guard
+	seen     []string
+	rejected map[string]bool
+}
+
+func (g *upstreamGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	g.mu.Lock()
+	g.seen = append(g.seen, tok)
+	rejected, target := g.rejected[tok], g.target
+	g.mu.Unlock()
+	if rejected {
+		base := strings.TrimSuffix(g.public, "/mcp")
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", resource_metadata="`+base+`/.well-known/oauth-protected-resource/mcp"`)
+		http.Error(w, `{"error":"invalid_token"}`, http.StatusUnauthorized)
+		return
+	}
+	p := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
+	p.FlushInterval = -1 // streams pass as they come
+	p.Transport = guardTransport
+	p.ServeHTTP(w, r)
+}
+
+// guardTransport carries the guard's requests upstream, each on a
+// connection of its own: one the gateway gave up on (a stream it
+// closed) is never reused for another request.
+var guardTransport = &http.Transport{DisableKeepAlives: true}
+
+// reject makes the upstream refuse every token seen so far.
+func (g *upstreamGuard) rejectSeen() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, tok := range g.seen {
+		if tok != "" {
+			g.rejected[tok] = true
+		}
+	}
+}
+
+func (g *upstreamGuard) tokens() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []string
+	for _, tok := range g.seen {
+		if tok != "" {
+			out = append(out, tok)
+		}
+	}
+	return out
+}
+
+// protectedUpstream starts "mcprel serve --http --oauth-issuer" behind a
+// guard, its public URL the guard's.
+func protectedUpstream(t *testing.T, as *oauthtest.Server) *upstreamGuard {
+	g := &upstreamGuard{rejected: map[string]bool{}}
+	proxy := httptest.NewServer(g)
+	t.Cleanup(proxy.Close)
+	g.public = proxy.URL + "/mcp"
+	upURL, _, _ := startEndpoint(t, nil, "serve", "--http", "127.0.0.1:0", "--oauth-issuer", as.Issuer(), "--public-url", g.public)
+	target, _ := url.Parse(upURL)
+	g.mu.Lock()
+	g.target = target
+	g.mu.Unlock()
+	return g
+}
+
+// logBuffer keeps a process's whole stderr.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startLogged is startEndpoint keeping the whole of stderr.
+func startLogged(t *testing.T, env []string, args ...string) (string, *logBuffer) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); <-done })
+	r := bufio.NewReader(stderr)
+	first, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatalf("no endpoint on stderr: %v", err)
+	}
+	endpoint := strings.TrimSpace(first)
+	if !strings.HasPrefix(endpoint, "http://127.0.0.1:") {
+		t.Fatalf("first stderr line %q is not the endpoint URL", endpoint)
+	}
+	log := &logBuffer{}
+	go func() {
+		defer close(done)
+		r.WriteTo(log)
+	}()
+	return endpoint, log
+}
+
+// noSecrets fails the test if text holds any of secrets.
+func noSecrets(t *testing.T, what, text string, secrets ...string) {
+	t.Helper()
+	for _, s := range secrets {
+		if s != "" && strings.Contains(text, s) {
+			t.Errorf("%s holds a secret (%.12s…)", what, s)
+		}
+	}
+}
+
+const keyedPolicy = `operations:
+  - name: reserve_inventory
+    semantics: {kind: mutation}
+    idempotency: {key: required, key_argument: idempotencyKey, external_effect_guard: upstream_key}
+`
+
+// The gateway in front of an upstream that takes only tokens its
+// authorization server issued, signing in as itself by client
+// credentials: calls succeed with the gateway's token (never the
+// downstream's); a token the upstream refuses (expired there) is renewed
+// transparently; when no token can be had (the secret changed) a call is
+// told upstream_unauthorized, not retryable, naming what the operator
+// must do, and its idempotency key is freed; no token or secret reaches
+// the gateway's log or a downstream answer.
+func TestGatewayUpstreamClientCredentials(t *testing.T) {
+	as := oauthtest.New(t, oauthtest.Options{})
+	as.RegisterClient(oauthtest.Client{ID: "gateway-1", Secret: "first-secret-value"})
+	guard := protectedUpstream(t, as)
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "secret")
+	os.WriteFile(secretFile, []byte("first-secret-value\n"), 0o600)
+	policy := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(policy, []byte(keyedPolicy), 0o600)
+	gw, log := startLogged(t, nil, "gateway", "--http", "127.0.0.1:0", "--oauth-issuer", as.Issuer(),
+		"--upstream", "demo="+guard.public, "--upstream-oauth-client-id", "demo=gateway-1",
+		"--upstream-oauth-client-secret-file", "demo="+secretFile, "--policy", policy, "--db", filepath.Join(dir, "gw.db"))
+	downstream := as.Token(t, oauthtest.Claims{Subject: "alice", Audience: []string{gw}})
+	var answers []string
+	call := func(id int, tool, args string) string {
+		status, _, body := oauthPost(t, gw, downstream, modernCall(id, tool, args), nil)
+		if status != 200 {
+			t.Fatalf("%s: HTTP %d %s", tool, status, body)
+		}
+		answers = append(answers, body)
+		return body
+	}
+
+	if body := call(1, "echo", `{"text":"hi"}`); !strings.Contains(body, `"text":"hi"`) || strings.Contains(body, `"isError":true`) {
+		t.Fatalf("echo: %s", body)
+	}
+	issued := map[string]bool{}
+	for _, tok := range as.Issued() {
+		issued[tok] = true
+	}
+	for _, tok := range guard.tokens() {
+		if tok == downstream || !issued[tok] {
+			t.Fatalf("the upstream saw a token the authorization server did not issue the gateway (the downstream's: %v)", tok == downstream)
+		}
+	}
+	if len(guard.tokens()) == 0 {
+		t.Fatal("no token reached the upstream")
+	}
+
+	// The upstream refuses the token (it expired there): renewed.
+	before := len(as.TokenRequests())
+	guard.rejectSeen()
+	if body := call(2, "echo", `{"text":"again"}`); !strings.Contains(body, `"text":"again"`) || strings.Contains(body, `"isError":true`) {
+		t.Fatalf("echo after the upstream refused the token: %s", body)
+	}
+	reqs := as.TokenRequests()
+	if len(reqs) != before+1 || reqs[len(reqs)-1].Form.Get("grant_type") != "client_credentials" || reqs[len(reqs)-1].Form.Get("resource") != guard.public {
+		t.Fatalf("token requests after the refusal: %d new, last %v", len(reqs)-before, reqs[len(reqs)-1].Form)
+	}
+
+	// The secret no longer works and the token is refused: the keyed
+	// call is told upstream_unauthorized, and its key is freed.
+	as.RegisterClient(oauthtest.Client{ID: "gateway-1", Secret: "second-secret-value"})
+	guard.rejectSeen()
+	reserve := `{"sku":"s","quantity":1,"idempotencyKey":"k-1"}`
+	body := call(3, "reserve_inventory", reserve)
+	for _, want := range []string{`"isError":true`, `upstream_unauthorized`, `\"retryable\":false`, `--upstream-oauth-client-secret-file`, `\"upstream\":\"demo\"`} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("reserve_inventory without credentials: want %s in %s", want, body)
+		}
+	}
+	as.RegisterClient(oauthtest.Client{ID: "gateway-1", Secret: "first-secret-value"})
+	// The key was freed: the retry reaches the upstream (which has no
+	// such SKU), neither replayed nor refused.
+	if body := call(4, "reserve_inventory", reserve); !strings.Contains(body, `unknown_sku`) || !strings.Contains(body, `"dev.mcprel/replayed":false`) {
+		t.Fatalf("the same key once the credentials work again: %s", body)
+	}
+
+	secrets := append(as.Issued(), downstream, "first-secret-value", "second-secret-value")
+	noSecrets(t, "a downstream answer", strings.Join(answers, "\n"), secrets...)
+	noSecrets(t, "the gateway's log", log.String(), secrets...)
+	if !strings.Contains(log.String(), "refused the gateway's credentials") {
+		t.Errorf("the gateway's log does not say the upstream refused its credentials:\n%s", log.String())
+	}
+}
+
+// Tokens that expire within the minute are renewed before each request:
+// the calls never meet an expired one.
+func TestGatewayUpstreamShortLivedTokens(t *testing.T) {
+	as := oauthtest.New(t, oauthtest.Options{TokenTTL: 2 * time.Second})
+	as.RegisterClient(oauthtest.Client{ID: "gateway-1", Secret: "first-secret-value"})
+	upURL, _, _ := startEndpoint(t, nil, "serve", "--http", "127.0.0.1:0", "--oauth-issuer", as.Issuer())
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(secretFile, []byte("first-secret-value"), 0o600)
+	gw, log := startLogged(t, nil, "gateway", "--http", "127.0.0.1:0", "--upstream", "demo="+upURL,
+		"--upstream-oauth-client-id", "demo=gateway-1", "--upstream-oauth-client-secret-file", "demo="+secretFile, "--db", filepath.Join(t.TempDir(), "gw.db"))
+	before := len(as.TokenRequests())
+	for i := range 3 {
+		if status, _, body := oauthPost(t, gw, "", modernCall(i+1, "echo", `{"text":"hi"}`), nil); status != 200 || strings.Contains(body, `"isError":true`) {
+			t.Fatalf("call %d: %d %s\n%s", i, status, body, log)
+		}
+	}
+	if n := len(as.TokenRequests()) - before; n < 3 {
+		t.Fatalf("%d token requests over 3 calls: short-lived tokens are not renewed", n)
+	}
+}
