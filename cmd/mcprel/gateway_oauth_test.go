@@ -261,3 +261,112 @@ func TestGatewayUpstreamShortLivedTokens(t *testing.T) {
 		t.Fatalf("%d token requests over 3 calls: short-lived tokens are not renewed", n)
 	}
 }
+
+// An operator's authorization, granted once with "mcprel gateway login"
+// (the browser played by the test) and kept sealed in the gateway's
+// database: the gateway calls with it, refreshes it (the refresh token
+// rotating) when the upstream refuses the access token, and once the
+// authorization server revoked it, tells callers upstream_unauthorized,
+// naming the login to run. No token reaches its log or an answer.
+func TestGatewayUpstreamStoredLogin(t *testing.T) {
+	as := oauthtest.New(t, oauthtest.Options{})
+	guard := protectedUpstream(t, as)
+	dir := t.TempDir()
+	db := filepath.Join(dir, "gw.db")
+	key := []string{gatewayKeyEnv + "=MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="}
+
+	login := exec.Command(binary, "gateway", "login", "demo", "--upstream", "demo="+guard.public, "--db", db, "--no-browser")
+	login.Env = append(os.Environ(), key...)
+	var out bytes.Buffer
+	login.Stdout = &out
+	stderr, _ := login.StderrPipe()
+	if err := login.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stderr)
+	authURL := ""
+	for authURL == "" && lines.Scan() {
+		if u, ok := strings.CutPrefix(strings.TrimSpace(lines.Text()), as.URL+oauthtest.PathAuthorize); ok {
+			authURL = as.URL + oauthtest.PathAuthorize + u
+		}
+	}
+	if authURL == "" {
+		login.Process.Kill()
+		t.Fatal("login printed no authorization URL")
+	}
+	go func() {
+		for lines.Scan() {
+		}
+	}()
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Get(authURL) // the browser: approved at once
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp, err = http.Get(resp.Header.Get("Location")); err != nil { // the redirect, to login's listener
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if err := login.Wait(); err != nil || !strings.Contains(out.String(), "authorized") {
+		t.Fatalf("login: %v %s", err, out.String())
+	}
+
+	gw, log := startLogged(t, key, "gateway", "--http", "127.0.0.1:0", "--upstream", "demo="+guard.public,
+		"--upstream-oauth-login", "demo", "--db", db)
+	var answers []string
+	call := func(id int) string {
+		status, _, body := oauthPost(t, gw, "", modernCall(id, "echo", `{"text":"hi"}`), nil)
+		if status != 200 {
+			t.Fatalf("echo: HTTP %d %s", status, body)
+		}
+		answers = append(answers, body)
+		return body
+	}
+	if body := call(1); strings.Contains(body, `"isError":true`) {
+		t.Fatalf("echo with the stored authorization: %s", body)
+	}
+	guard.rejectSeen() // the access token expired at the upstream
+	if body := call(2); strings.Contains(body, `"isError":true`) {
+		t.Fatalf("echo after the upstream refused the access token: %s\n%s", body, log)
+	}
+	refreshes := 0
+	for _, r := range as.TokenRequests() {
+		if r.Form.Get("grant_type") == "refresh_token" {
+			refreshes++
+		}
+	}
+	if refreshes != 1 {
+		t.Fatalf("%d refreshes; want 1", refreshes)
+	}
+	as.RevokeRefreshTokens()
+	guard.rejectSeen()
+	body := call(3)
+	for _, want := range []string{`upstream_unauthorized`, `\"retryable\":false`, `mcprel gateway login demo`} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("after the revocation: want %s in %s", want, body)
+		}
+	}
+	secrets := append(as.Issued(), "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
+	noSecrets(t, "a downstream answer", strings.Join(answers, "\n"), secrets...)
+	noSecrets(t, "the gateway's log", log.String(), secrets...)
+	noSecrets(t, "login's output", out.String(), secrets...)
+}
+
+// A stored authorization is never kept, nor used, without the key.
+func TestGatewayUpstreamLoginNeedsAKey(t *testing.T) {
+	for _, args := range [][]string{
+		{"gateway", "--upstream", "demo=http://127.0.0.1:1/mcp", "--upstream-oauth-login", "demo"},
+		{"gateway", "login", "demo", "--upstream", "demo=http://127.0.0.1:1/mcp"},
+		{"gateway", "--upstream", "demo=cat", "--upstream-oauth-client-id", "demo=x"},
+		{"gateway", "--upstream", "demo=http://127.0.0.1:1/mcp", "--upstream-oauth-client-id", "demo=x"},
+	} {
+		cmd := exec.Command(binary, args...)
+		cmd.Dir = t.TempDir()
+		cmd.Env = append(os.Environ(), gatewayKeyEnv+"=")
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != exitUsage {
+			t.Errorf("mcprel %s: exit %d, %s; want %d", strings.Join(args, " "), code, out, exitUsage)
+		}
+	}
+}
