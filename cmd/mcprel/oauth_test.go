@@ -166,7 +166,12 @@ func TestGatewayOAuthScopesAndNoPassthrough(t *testing.T) {
 		mu.Lock()
 		seen = append(seen, r.Header.Get("Authorization"))
 		mu.Unlock()
-		httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host}).ServeHTTP(w, r)
+		p := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
+		p.FlushInterval = -1 // streams pass as they come
+		// A connection of its own per request: one the gateway gave up on
+		// (a stream it closed) is never reused for the next request.
+		p.Transport = guardTransport
+		p.ServeHTTP(w, r)
 	}))
 	t.Cleanup(proxy.Close)
 	dir := t.TempDir()
