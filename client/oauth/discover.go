@@ -111,6 +111,11 @@ func (c *Client) discover(ctx context.Context, fromHeader string) (*discovery, e
 			break
 		}
 	}
+	if _, notFound := errors.AsType[*errNotFound](err); notFound && fromHeader == "" {
+		// No metadata anywhere, and the challenge names none: a server of
+		// MCP 2025-03-26, which had none.
+		return c.discoverLegacy(ctx)
+	}
 	if err != nil {
 		return nil, stepErr(StepMetadata, fmt.Errorf("no protected resource metadata: %w", err))
 	}
@@ -150,28 +155,66 @@ func (c *Client) discover(ctx context.Context, fromHeader string) (*discovery, e
 	if err != nil {
 		return nil, stepErr(StepMetadata, fmt.Errorf("no metadata for authorization server %s: %w", issuer, err))
 	}
+	if err := c.checkServerMetadata(issuer, &md); err != nil {
+		return nil, err
+	}
+	return &discovery{resource: prm.Resource, scopes: prm.ScopesSupported, issuer: issuer, as: md}, nil
+}
+
+// discoverLegacy is discovery as MCP 2025-03-26 had it, for a server
+// without Protected Resource Metadata: the server's origin is its
+// authorization server, whose RFC 8414 metadata is at the origin's
+// well-known URI or, when there is none, whose endpoints are the
+// default ones, /authorize, /token and /register at the origin (with
+// PKCE, which that revision required). The resource parameter is the
+// server's URL.
+func (c *Client) discoverLegacy(ctx context.Context) (*discovery, error) {
+	issuer := c.server.Scheme + "://" + c.server.Host
+	var md serverMetadata
+	err := c.getJSON(ctx, issuer+wellKnownOAuth, &md)
+	if _, notFound := errors.AsType[*errNotFound](err); notFound {
+		md = serverMetadata{
+			Issuer:                        issuer,
+			AuthorizationEndpoint:         issuer + "/authorize",
+			TokenEndpoint:                 issuer + "/token",
+			RegistrationEndpoint:          issuer + "/register",
+			CodeChallengeMethodsSupported: []string{"S256"},
+		}
+	} else if err != nil {
+		return nil, stepErr(StepMetadata, fmt.Errorf("no protected resource metadata, and no metadata for the server as its own authorization server: %w", err))
+	}
+	if err := c.checkServerMetadata(issuer, &md); err != nil {
+		return nil, err
+	}
+	return &discovery{resource: c.resource, issuer: issuer, as: md}, nil
+}
+
+// checkServerMetadata checks the metadata of the authorization server
+// issuer as MCP requires: its own issuer, endpoints the client may send
+// credentials to, and PKCE with S256.
+func (c *Client) checkServerMetadata(issuer string, md *serverMetadata) error {
 	// RFC 8414 section 3.3: the issuer, compared as strings.
 	if md.Issuer != issuer {
-		return nil, stepErr(StepIssuer, fmt.Errorf("the metadata of authorization server %s names issuer %q", issuer, printable(md.Issuer, 200)))
+		return stepErr(StepIssuer, fmt.Errorf("the metadata of authorization server %s names issuer %q", issuer, printable(md.Issuer, 200)))
 	}
 	if _, err := checkEndpoint("the token endpoint", md.TokenEndpoint); err != nil {
-		return nil, stepErr(StepMetadata, err)
+		return stepErr(StepMetadata, err)
 	}
 	if c.opts.GrantType == GrantAuthorizationCode {
 		if _, err := checkEndpoint("the authorization endpoint", md.AuthorizationEndpoint); err != nil {
-			return nil, stepErr(StepMetadata, err)
+			return stepErr(StepMetadata, err)
 		}
 		// MCP: refuse to proceed unless S256 is offered, the member's
 		// absence included.
 		if !slices.Contains(md.CodeChallengeMethodsSupported, "S256") {
-			return nil, stepErr(StepPKCE, fmt.Errorf("authorization server %s does not offer PKCE with S256 (code_challenge_methods_supported %v)",
+			return stepErr(StepPKCE, fmt.Errorf("authorization server %s does not offer PKCE with S256 (code_challenge_methods_supported %v)",
 				issuer, md.CodeChallengeMethodsSupported))
 		}
 		if md.RegistrationEndpoint != "" {
 			if _, err := checkEndpoint("the registration endpoint", md.RegistrationEndpoint); err != nil {
-				return nil, stepErr(StepMetadata, err)
+				return stepErr(StepMetadata, err)
 			}
 		}
 	}
-	return &discovery{resource: prm.Resource, scopes: prm.ScopesSupported, issuer: issuer, as: md}, nil
+	return nil
 }
