@@ -24,6 +24,12 @@ func (c *Client) signIn(ctx context.Context, st *State, d *discovery, scopes []s
 	if err != nil {
 		return nil, err
 	}
+	// A refresh token is worth asking for where the authorization server
+	// lists offline_access (MCP 2026-07-28, SEP-2207); never alone, which
+	// would narrow a request that asks for the server's default scopes.
+	if len(scopes) > 0 && slices.Contains(d.as.ScopesSupported, "offline_access") && !slices.Contains(scopes, "offline_access") {
+		scopes = append(slices.Clip(scopes), "offline_access")
+	}
 	verifier := random(32)
 	sum := sha256.Sum256([]byte(verifier))
 	state := random(16)

@@ -328,15 +328,22 @@ func TestScopeSelection(t *testing.T) {
 		name      string
 		challenge string
 		supported []string
-		want      string // "" is no scope parameter
+		asScopes  []string // the authorization server's scopes_supported
+		want      string   // "" is no scope parameter
 	}{
-		{"from the challenge", "mcp:basic", []string{"mcp:basic", "mcp:write"}, "mcp:basic"},
-		{"from scopes_supported", "", []string{"mcp:basic", "mcp:read", "mcp:write"}, "mcp:basic mcp:read mcp:write"},
-		{"none", "", nil, ""},
+		{"from the challenge", "mcp:basic", []string{"mcp:basic", "mcp:write"}, nil, "mcp:basic"},
+		{"from scopes_supported", "", []string{"mcp:basic", "mcp:read", "mcp:write"}, nil, "mcp:basic mcp:read mcp:write"},
+		{"none", "", nil, nil, ""},
+		// SEP-2207: offline_access where the authorization server lists
+		// it, never where it does not, and never alone.
+		{"offline_access listed", "mcp:basic", []string{"mcp:basic"}, []string{"mcp:basic", "offline_access"}, "mcp:basic offline_access"},
+		{"offline_access challenged", "mcp:basic offline_access", nil, []string{"offline_access"}, "mcp:basic offline_access"},
+		{"offline_access not listed", "", []string{"mcp:basic", "mcp:read"}, []string{"mcp:basic", "mcp:read"}, "mcp:basic mcp:read"},
+		{"offline_access without other scopes", "", nil, []string{"offline_access"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := newClock()
-			as := oauthtest.New(t, oauthtest.Options{Now: clk.Now})
+			as := oauthtest.New(t, oauthtest.Options{Now: clk.Now, Scopes: tc.asScopes})
 			r := newResource(t, as, clk, prmHeader)
 			r.set(func(r *resource) { r.chal, r.scopes = tc.challenge, tc.supported })
 			mustCall(t, newClient(t, r, options(clk)), r)
