@@ -105,3 +105,23 @@ func TestAuthorizerFailureIsARefusal(t *testing.T) {
 		t.Fatalf("verdict %+v, want refused", v)
 	}
 }
+
+// A refusal of server/discover that signing in could not mend ends the
+// connection attempt: initialize goes to the same endpoint and would be
+// refused alike, after a second sign-in the user did not ask for.
+func TestAuthorizerFailureEndsNegotiation(t *testing.T) {
+	as := oauthtest.New(t, oauthtest.Options{DenyAuthorization: true})
+	endpoint := protected(t, as)
+	a, err := oauth.New(endpoint, oauth.Options{RedirectURL: "http://127.0.0.1:1/callback", Authorize: headless})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = client.DialHTTP(t.Context(), endpoint, &client.Options{Authorizer: a})
+	var ae *client.AuthorizationError
+	if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
+		t.Fatalf("a denied sign-in: %v", err)
+	}
+	if n := len(as.AuthorizationRequests()); n != 1 {
+		t.Fatalf("%d sign-ins, want 1", n)
+	}
+}

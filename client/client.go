@@ -7,9 +7,11 @@
 // Connecting tries the 2026-07-28 era first (server/discover) and falls
 // back to the 2025-11-25 handshake (initialize) on any answer that is not a
 // modern one — an error of any code, an HTTP status, silence — and keeps
-// the era it found for the connection. A server that refuses the version
-// (UnsupportedProtocolVersion) is asked once more in the newest version it
-// lists that the client speaks; one that lists none is a *VersionError.
+// the era it found for the connection; not on a refusal signing in
+// (Options.Authorizer) failed to mend, which initialize would meet too.
+// A server that refuses the version (UnsupportedProtocolVersion) is asked
+// once more in the newest version it lists that the client speaks; one
+// that lists none is a *VersionError.
 // Every 2026-07-28 request carries the version, the client's capabilities
 // and its info in _meta, and over HTTP the version in MCP-Protocol-Version.
 //
@@ -375,8 +377,10 @@ func newClient(ctx context.Context, t transport, o Options, stats *counters) (*C
 	case 0:
 		var ve *VersionError
 		var re *RedirectError
-		// A redirect would be the answer to initialize too (one URL).
-		if err = c.discover(ctx); err != nil && !isConnectError(err) && !errors.As(err, &ve) && !errors.As(err, &re) {
+		// A redirect would be the answer to initialize too (one URL), and
+		// so would a refusal that signing in failed to mend: trying again
+		// would only sign in again.
+		if err = c.discover(ctx); err != nil && !isConnectError(err) && !errors.As(err, &ve) && !errors.As(err, &re) && !signInFailed(err) {
 			c.log.Debug("the server did not answer as a 2026-07-28 server; trying initialize", "err", err)
 			err = c.initialize(ctx)
 		}
@@ -388,6 +392,13 @@ func newClient(ctx context.Context, t transport, o Options, stats *counters) (*C
 		return nil, err
 	}
 	return c, nil
+}
+
+// signInFailed reports whether err is a refusal the Authorizer tried and
+// failed to mend.
+func signInFailed(err error) bool {
+	var ae *AuthorizationError
+	return errors.As(err, &ae) && ae.Err != nil
 }
 
 // VersionError ends a connection to a server that speaks none of the
