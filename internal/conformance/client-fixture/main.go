@@ -1,7 +1,9 @@
 // Command client-fixture is mcprel's client as the conformance suite's
 // client scenarios run it: `client-fixture URL`, with the scenario's name
 // in MCP_CONFORMANCE_SCENARIO. Each scenario is a few calls of package
-// client; the suite's own server judges what reached it.
+// client; the suite's own server judges what reached it. The auth/*
+// scenarios sign in with package client/oauth as the Authorizer (see
+// auth.go).
 package main
 
 import (
@@ -9,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/mcprel/mcprel/client"
@@ -39,6 +42,13 @@ func run(scenario, url string) error {
 		requestState.options(opts)
 	case "request-metadata":
 		requestMetadata(opts)
+	}
+	if strings.HasPrefix(scenario, "auth/") {
+		a, err := authorizer(scenario, url)
+		if err != nil {
+			return err
+		}
+		opts.Authorizer = a
 	}
 	c, err := client.DialHTTP(ctx, url, opts)
 	if err != nil {
