@@ -169,20 +169,29 @@ func (c *Client) discover(ctx context.Context, fromHeader string) (*discovery, e
 // default ones, /authorize, /token and /register at the origin (with
 // PKCE, which that revision required). The resource parameter is the
 // server's URL.
+//
+// That revision located the metadata by the origin, not by an issuer
+// identifier, so the document may name an issuer with a path (some
+// servers mount their authorization server under /oauth): one on the
+// server's own origin is taken as the issuer, for RFC 9207 and the
+// registrations; one elsewhere is refused.
 func (c *Client) discoverLegacy(ctx context.Context) (*discovery, error) {
-	issuer := c.server.Scheme + "://" + c.server.Host
+	origin := c.server.Scheme + "://" + c.server.Host
+	issuer := origin
 	var md serverMetadata
-	err := c.getJSON(ctx, issuer+wellKnownOAuth, &md)
+	err := c.getJSON(ctx, origin+wellKnownOAuth, &md)
 	if _, notFound := errors.AsType[*errNotFound](err); notFound {
 		md = serverMetadata{
 			Issuer:                        issuer,
-			AuthorizationEndpoint:         issuer + "/authorize",
-			TokenEndpoint:                 issuer + "/token",
-			RegistrationEndpoint:          issuer + "/register",
+			AuthorizationEndpoint:         origin + "/authorize",
+			TokenEndpoint:                 origin + "/token",
+			RegistrationEndpoint:          origin + "/register",
 			CodeChallengeMethodsSupported: []string{"S256"},
 		}
 	} else if err != nil {
 		return nil, stepErr(StepMetadata, fmt.Errorf("no protected resource metadata, and no metadata for the server as its own authorization server: %w", err))
+	} else if strings.HasPrefix(md.Issuer, origin+"/") && !strings.ContainsAny(md.Issuer, "?#") {
+		issuer = md.Issuer
 	}
 	if err := c.checkServerMetadata(issuer, &md); err != nil {
 		return nil, err

@@ -25,9 +25,9 @@
 // asked for and it offers PKCE with S256. A server with no such metadata
 // anywhere, whose challenge names none, is taken for one of MCP
 // 2025-03-26: its origin is its authorization server, with RFC 8414
-// metadata at the origin's well-known URI or, failing that (404), the
-// default endpoints /authorize, /token and /register, and its URL is the
-// resource.
+// metadata at the origin's well-known URI (naming an issuer on that
+// origin, its path free) or, failing that (404), the default endpoints
+// /authorize, /token and /register, and its URL is the resource.
 //
 // The client is registered with it by pre-registered credentials
 // (Options.ClientID), a Client ID Metadata Document the server accepts

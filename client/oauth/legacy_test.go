@@ -27,12 +27,14 @@ type legacyServer struct {
 	challenge string
 }
 
-func newLegacyServer(t *testing.T, o oauthtest.Options) *legacyServer {
+// newLegacyServer starts one whose metadata names as issuer its origin
+// followed by issuerPath, unless o.MetadataIssuer names another.
+func newLegacyServer(t *testing.T, o oauthtest.Options, issuerPath string) *legacyServer {
 	l := &legacyServer{}
 	l.srv = httptest.NewServer(http.HandlerFunc(l.serve))
 	t.Cleanup(l.srv.Close)
 	if o.MetadataIssuer == "" {
-		o.MetadataIssuer = l.srv.URL
+		o.MetadataIssuer = l.srv.URL + issuerPath
 	}
 	as := oauthtest.New(t, o)
 	target, _ := url.Parse(as.URL)
@@ -98,14 +100,18 @@ func legacyCall(t *testing.T, c *oauth.Client, l *legacyServer) (int, error) {
 // else the default endpoints.
 func TestLegacyServerWithoutResourceMetadata(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		metadata bool
+		name       string
+		metadata   bool
+		issuerPath string // the metadata's issuer after the origin
 	}{
-		{"metadata at the server's origin", true},
-		{"default endpoints", false},
+		{"metadata at the server's origin", true, ""},
+		// The revision named no issuer: the metadata's own, on the
+		// server's origin, is the one.
+		{"metadata with an issuer under the origin", true, "/oauth"},
+		{"default endpoints", false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newLegacyServer(t, oauthtest.Options{})
+			l := newLegacyServer(t, oauthtest.Options{}, tc.issuerPath)
 			if !tc.metadata {
 				l.as.SetDown("/.well-known/oauth-authorization-server", http.StatusNotFound)
 			}
@@ -124,7 +130,7 @@ func TestLegacyServerWithoutResourceMetadata(t *testing.T) {
 				t.Fatalf("authorization requests %v", auths)
 			}
 			st, err := c.State(t.Context())
-			if err != nil || st.Issuer != l.srv.URL || st.Resource != l.URL() {
+			if err != nil || st.Issuer != l.srv.URL+tc.issuerPath || st.Resource != l.URL() {
 				t.Fatalf("state %+v, %v", st, err)
 			}
 			// With metadata, its token endpoint is used (the fake's own
@@ -145,7 +151,7 @@ func TestLegacyServerWithoutResourceMetadata(t *testing.T) {
 // or origin metadata naming another issuer, ends the sign-in.
 func TestLegacyFallbackIsNarrow(t *testing.T) {
 	t.Run("named metadata missing", func(t *testing.T) {
-		l := newLegacyServer(t, oauthtest.Options{})
+		l := newLegacyServer(t, oauthtest.Options{}, "")
 		l.setChallenge(`Bearer resource_metadata="` + l.srv.URL + `/.well-known/oauth-protected-resource/mcp"`)
 		c, _ := oauth.New(l.URL(), oauth.Options{RedirectURL: redirectURL, Authorize: browser})
 		status, err := legacyCall(t, c, l)
@@ -158,7 +164,7 @@ func TestLegacyFallbackIsNarrow(t *testing.T) {
 		}
 	})
 	t.Run("origin metadata of another issuer", func(t *testing.T) {
-		l := newLegacyServer(t, oauthtest.Options{MetadataIssuer: "https://as.example.com"})
+		l := newLegacyServer(t, oauthtest.Options{MetadataIssuer: "https://as.example.com/oauth"}, "")
 		c, _ := oauth.New(l.URL(), oauth.Options{RedirectURL: redirectURL, Authorize: browser})
 		status, err := legacyCall(t, c, l)
 		if status != http.StatusUnauthorized {
@@ -170,7 +176,7 @@ func TestLegacyFallbackIsNarrow(t *testing.T) {
 		}
 	})
 	t.Run("origin metadata failing", func(t *testing.T) {
-		l := newLegacyServer(t, oauthtest.Options{})
+		l := newLegacyServer(t, oauthtest.Options{}, "")
 		l.as.SetDown("/.well-known/oauth-authorization-server", http.StatusInternalServerError)
 		c, _ := oauth.New(l.URL(), oauth.Options{RedirectURL: redirectURL, Authorize: browser})
 		_, err := legacyCall(t, c, l)
