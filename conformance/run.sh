@@ -2,8 +2,9 @@
 # Runs the official MCP conformance suites against mcprel's fixture server:
 #   @modelcontextprotocol/conformance 0.1.16 (the 2025-11-25 wire, every
 #   active scenario) and 0.2.0-alpha.12 with --requirements 2026-07-28, and
-#   every client scenario of both against mcprel's client (those not built
-#   yet are listed, with the reason, in baseline-client.yml).
+#   every client scenario of both against mcprel's client, those of
+#   0.2.0-alpha.12's 2026-07-28 requirement set at that wire too (those not
+#   built yet are listed, with the reason, in baseline-client.yml).
 # Node 22, which the suites need, comes from node_modules (npm ci here).
 # Full output and per-check results land in conformance/results/.
 set -eu
@@ -63,12 +64,14 @@ expected() {
     sed -n "/^$1:/,/^[^ #]/p" "$client_baseline" | sed -n 's/^  \([^:# ][^:]*\): *\(.*\)$/\1 \2/p'
 }
 
-# client_run SUITE DIR SCENARIO: runs one scenario; its log and exit code
-# land in results/client-SUITE/.
+# client_run SUITE DIR SCENARIO [ARG...]: runs one scenario, with the
+# suite's further ARGs; its log and exit code land in results/client-SUITE/.
 client_run() {
     out="results/client-$1/$(echo "$3" | tr / _)"
-    if node "node_modules/$2/dist/index.js" client --command "$PWD/results/client-fixture" \
-        --scenario "$3" -o "$out" > "$out.log" 2>&1; then echo 0 > "$out.rc"; else echo 1 > "$out.rc"; fi
+    run_dir=$2 run_scenario=$3
+    shift 3
+    if node "node_modules/$run_dir/dist/index.js" client --command "$PWD/results/client-fixture" \
+        --scenario "$run_scenario" -o "$out" "$@" > "$out.log" 2>&1; then echo 0 > "$out.rc"; else echo 1 > "$out.rc"; fi
 }
 
 # client_passed SUITE SCENARIO: whether it ran (client_run) and passed.
@@ -77,12 +80,31 @@ client_passed() {
     [ "$(cat "$out.rc")" = 0 ] && sed 's/\x1b\[[0-9;]*m//g' "$out.log" | grep -Eq '^Passed: [1-9][0-9]*/'
 }
 
+# client_suite NAME DIR [WIRE]: runs the client scenarios of the suite in
+# node_modules/DIR, each at the wire the suite picks for it; with WIRE,
+# those of WIRE's requirement set the suite would run at another wire,
+# at WIRE (--spec-version), under the name NAME@WIRE.
 client_suite() {
-    name=$1 dir=$2
+    name=$1 dir=$2 wire=${3:-}
+    set --
+    if [ -n "$wire" ]; then
+        name="$name@$wire"
+        set -- --spec-version "$wire"
+    fi
     echo "== client: $name"
     mkdir -p "results/client-$name"
     expected "$name" > "results/client-$name/expected"
-    scenarios=$(node "node_modules/$dir/dist/index.js" list --client | sed -n 's/^  - \([^ ]*\).*/\1/p')
+    if [ -z "$wire" ]; then
+        scenarios=$(node "node_modules/$dir/dist/index.js" list --client | sed -n 's/^  - \([^ ]*\).*/\1/p')
+    else
+        # A scenario runs at the wire it was introduced in when that is
+        # the newest, else at 2025-11-25: the first of its listed wires.
+        required=$(node "node_modules/$dir/dist/index.js" list --client --requirements "$wire" |
+            sed -n '/^Client scenarios/,/^$/s/^  - \([^ ]*\).*/\1/p')
+        elsewhere=$(node "node_modules/$dir/dist/index.js" list --client |
+            sed -n "s/^  - \([^ ]*\) \[\([^],]*\).*/\1 \2/p" | awk -v w="$wire" '$2 != w {print $1}')
+        scenarios=$(echo "$required" | grep -Fx "$elsewhere" || true)
+    fi
     if [ -z "$scenarios" ]; then
         echo "   the suite lists no client scenarios" >&2
         status=1
@@ -100,7 +122,7 @@ client_suite() {
     jobs=
     for s in $scenarios; do
         if grep -q "^$s " "results/client-$name/expected"; then
-            client_run "$name" "$dir" "$s" &
+            client_run "$name" "$dir" "$s" "$@" &
             jobs="$jobs $!"
             if [ $(echo $jobs | wc -w) -ge 4 ]; then wait $jobs; jobs=; fi
         fi
@@ -115,7 +137,7 @@ client_suite() {
             fi
             continue
         fi
-        client_run "$name" "$dir" "$s"
+        client_run "$name" "$dir" "$s" "$@"
         log="results/client-$name/$(echo "$s" | tr / _).log"
         if client_passed "$name" "$s"; then
             echo "   ✓ $s: $(sed 's/\x1b\[[0-9;]*m//g' "$log" | sed -n 's/^Passed: //p')"
@@ -131,6 +153,10 @@ client_suite() {
 }
 client_suite conformance-0.1.16 conformance-2025
 client_suite conformance-0.2.0-alpha.12 conformance-2026
+# The 2026-07-28 requirement set holds scenarios the suite runs at the
+# 2025-11-25 wire by default (tools_call, the auth/* of 2025-11-25): they
+# run again at the 2026-07-28 wire, so that both requirement sets are met.
+client_suite conformance-0.2.0-alpha.12 conformance-2026 2026-07-28
 
 if [ $status -ne 0 ]; then
     echo "conformance: FAILED (details in conformance/results/)" >&2
