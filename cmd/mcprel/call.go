@@ -38,6 +38,7 @@ const (
 	exitOverloaded = 15 // the server refused the request for now: overloaded, rate limited, shutting down, or the key's operation still running
 	exitConnection = 16 // the request was never sent (the server could not be reached), or a gateway could not reach its upstream
 	exitReconcile  = 17 // the outcome is unknown: the call may or may not have taken effect
+	exitSignIn     = 18 // the server wants credentials it was not given: the sign-in failed, or it refused the token given
 )
 
 // exitError ends a command with a status of its own.
@@ -62,7 +63,7 @@ func callCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	asJSON := fs.Bool("json", false, "with --list: print the tools as the server lists them, as JSON, their input and output schemas included")
 	argsJSON := fs.String("args", "", "the arguments as one JSON object (instead of key=value pairs)")
 	idle := fs.Duration("idle", client.DefaultIdle, "the idle deadline: the longest the call may go without increasing progress;\nwith --task, the longest the task may go without news: its lastUpdatedAt advancing (a checkpoint)\nor its status or status message changing")
-	maxD := fs.Duration("max", client.DefaultMax, "the maximum deadline: one clock, started once connected, for listing the tools (done first, for the arguments' types)\nand the call together, progress or not: its retries and their waits, or with --task every poll and the result, included.\nWhen it fires the request is cancelled; after it, only cleanup: with --task, tasks/cancel (up to 5s; the task may still\ncomplete: read it with tasks/get), and closing the connection (a stdio server gets up to 2s to exit, then 2s after SIGTERM)")
+	maxD := fs.Duration("max", client.DefaultMax, "the maximum deadline: one clock, started once connected (and signed in, if the server asked: the sign-in is not counted), for listing the tools (done first, for the arguments' types)\nand the call together, progress or not: its retries and their waits, or with --task every poll and the result, included.\nWhen it fires the request is cancelled; after it, only cleanup: with --task, tasks/cancel (up to 5s; the task may still\ncomplete: read it with tasks/get), and closing the connection (a stdio server gets up to 2s to exit, then 2s after SIGTERM)")
 	retries := fs.Int("retries", 2, "retries after the first attempt, for calls the retry rules allow")
 	key := fs.String("idempotency-key", "", "the operation's idempotency key, sent as arguments.idempotencyKey")
 	autoKey := fs.Bool("auto-key", false, "generate an idempotency key, reused on every retry of this call, and say it on stderr before the call is sent")
@@ -75,6 +76,8 @@ func callCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 {"elicitation/create": {"action": "accept", "content": {...}}, "sampling/createMessage": {...}, "roots/list": {...}};
 without it, on a terminal the questions are asked there, and otherwise declined`)
 	offerRoots := fs.Bool("roots", false, "offer the working directory as the client's one root (roots/list)")
+	var si signInFlags
+	si.register(fs)
 	passStderr := fs.Bool("server-stderr", false, "with --stdio: pass the server's stderr through as it comes; by default only its last lines are shown, when the call fails or the server dies")
 	fs.Usage = func() { callUsage(fs) }
 	// The tool name, its key=value arguments and the flags come in any
@@ -119,6 +122,9 @@ without it, on a terminal the questions are asked there, and otherwise declined`
 	}
 	if t := firstNonEmpty(*token, os.Getenv("MCPREL_TOKEN")); t != "" {
 		opts.Header.Set("Authorization", "Bearer "+t)
+	}
+	if si.given(fs) && !usesSignIn(*url, opts.Header) {
+		return usagef("call: %v", errNoSignIn)
 	}
 	answers := &answerer{term: openTerminal(stdin), out: stderr}
 	if *answersFile != "" {
@@ -207,6 +213,23 @@ without it, on a terminal the questions are asked there, and otherwise declined`
 			tail.show(stderr)
 		}
 	}()
+	if usesSignIn(*url, opts.Header) {
+		// Signed in first, if the server asks, so that the clocks below
+		// do not count the time a person takes: the sign-in has
+		// --sign-in-timeout of its own.
+		s, err := newSignIn("call", *url, &si, stderr)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		if _, err := s.first(ctx, opts.Header, opts.Era == mcp.Legacy); err != nil {
+			if errors.Is(context.Cause(ctx), errInterrupted) {
+				return &exitError{exitCancelled, "call: interrupted while signing in: the call was never sent"}
+			}
+			return signInError("call", err)
+		}
+		opts.Authorizer = s.oc
+	}
 	c, err := connect(ctx, *stdioCmd, *url, opts, serverStderr)
 	if err != nil {
 		if nf := notFoundAt("call", *url, err); nf != nil {
@@ -605,6 +628,8 @@ func exitStatus(v retry.Verdict) int {
 	switch {
 	case v.Kind == retry.Succeeded:
 		return 0
+	case v.Outcome == retry.OutcomeRefused && refusedCredentials(v.Err):
+		return exitSignIn
 	case v.Outcome == retry.OutcomeUnknown:
 		return exitReconcile
 	case v.Outcome == retry.OutcomeNotSent, v.Kind == retry.Unreachable:
@@ -619,6 +644,14 @@ func exitStatus(v retry.Verdict) int {
 	return exitProtocol
 }
 
+// refusedCredentials reports whether err is a server's refusal of the
+// request's credentials: a sign-in that failed (the message says which
+// step), or a 401 for a token given with --token.
+func refusedCredentials(err error) bool {
+	var se *client.StatusError
+	return errors.As(err, new(*client.AuthorizationError)) || errors.As(err, &se) && se.Status == http.StatusUnauthorized
+}
+
 // connectFailure maps a failure to connect to its exit status: a mistake
 // in --stdio is the command line's, a server that answered it is shutting
 // down or overloaded says so (15), one that answered with a redirect
@@ -631,6 +664,9 @@ func connectFailure(err error) error {
 	}
 	if errors.As(err, &rd) {
 		return &exitError{exitProtocol, "call: connecting: " + err.Error()}
+	}
+	if refusedCredentials(err) {
+		return signInError("call: connecting", err)
 	}
 	if why, ok := refusal(err); ok {
 		return &exitError{exitOverloaded, "call: connecting: " + why + "; try again later (or another replica)"}
@@ -710,6 +746,17 @@ Exit status:
   17  the outcome is unknown: the call may or may not have taken effect
       (the connection was lost, an HTTP 5xx, a gateway's outcome_unknown);
       the message says whether calling again is safe or to reconcile first
+  18  the server wants credentials it was not given: the sign-in failed
+      (the message names the step and why) or timed out, or it refused
+      the --token given; nothing ran
+
+Over HTTP, a server that asks for OAuth credentials is signed in to:
+the authorization URL is printed on stderr and opened in a browser
+($BROWSER, else the system's; --no-browser only prints it), the redirect
+comes back to 127.0.0.1, and the tokens are kept (--oauth-dir) for the
+next run, which reuses and refreshes them. The sign-in happens before
+--max starts and has --sign-in-timeout of its own. "mcprel login URL"
+signs in ahead of time and "mcprel logout URL" forgets the tokens.
 
 Flags:
 `)

@@ -71,6 +71,7 @@ func TestCallHelpListsExitStatuses(t *testing.T) {
 		exitProtocol: "a JSON-RPC error", exitIdle: "the idle deadline fired", exitMax: "the maximum deadline fired",
 		exitCancelled: "interrupted", exitOverloaded: "the server refused the request for now (overloaded, rate limited,",
 		exitConnection: "the request was never sent: the server could not be reached (or a", exitReconcile: "the outcome is unknown: the call may or may not have taken effect",
+		exitSignIn: "the server wants credentials it was not given: the sign-in failed",
 	} {
 		found := false
 		for _, line := range strings.Split(errs, "\n") {
@@ -82,7 +83,7 @@ func TestCallHelpListsExitStatuses(t *testing.T) {
 			t.Errorf("call -h lacks status %d (%s):\n%s", status, meaning, errs)
 		}
 	}
-	for _, flag := range []string{"-server-stderr", "-idle", "-max", "Flags may come before or after the tool"} {
+	for _, flag := range []string{"-server-stderr", "-idle", "-max", "Flags may come before or after the tool", "-sign-in-timeout", "-no-browser", "-oauth-client-id", "-oauth-dir"} {
 		if !strings.Contains(errs, flag) {
 			t.Errorf("call -h lacks %q", flag)
 		}

@@ -8,6 +8,7 @@
 //	mcprel ledger resolve     close an operation whose outcome is unknown
 //	mcprel call TOOL k=v...   call a tool on any MCP server (--stdio CMD or --url URL)
 //	mcprel review POLICY      review MCP operations for reliability (or --from-server URL, --stdio CMD)
+//	mcprel login URL          sign in to an HTTP server ahead of time (OAuth); logout URL forgets it
 //	mcprel version            print the version
 //
 // Run "mcprel <command> -h" for a command's flags.
@@ -53,6 +54,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = reviewCmd(ctx, args[1:], stdout, stderr)
 	case "probe":
 		err = probeCmd(ctx, args[1:], stdout, stderr)
+	case "login":
+		err = loginCmd(ctx, args[1:], stdout, stderr)
+	case "logout":
+		err = logoutCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v", "-version":
 		fmt.Fprintln(stdout, "mcprel", version)
 	case "help", "-h", "--help", "-help": // isHelp
@@ -129,6 +134,9 @@ Commands:
   probe --stdio "CMD" | --url URL [--policy FILE]
                     run the reliability fixtures live against any MCP server;
                     exit 21: a fixture failed
+  login URL         sign in to an HTTP server with OAuth ahead of time; call,
+                    probe and review sign in when a server asks, and reuse it
+  logout URL        forget the tokens kept for that server
   demo              run every race and failure against real servers; print records (--json, or --wire for frames)
   version           print the version (also --version, -v)
 
@@ -137,7 +145,8 @@ Exit status: 0 success, 1 failure, 2 a mistake in the command line,
 3 "ledger show" or "ledger resolve" found no record; "mcprel call": 10 the tool reported a
 failure, 11 a protocol error, 12 the idle deadline, 13 the maximum
 deadline, 14 interrupted, 15 the server was overloaded, 16 no connection,
-17 the outcome is unknown and the call unsafe to retry: reconcile first.
+17 the outcome is unknown and the call unsafe to retry: reconcile first,
+18 the server wants credentials: the sign-in failed or a token was refused.
 `)
 }
 

@@ -29,10 +29,17 @@ func TestMain(m *testing.M) {
 		serveMailer(file) // a gateway started this binary as its upstream
 		return
 	}
+	if mode := os.Getenv(browserEnv); mode != "" {
+		os.Exit(playBrowser(mode, os.Args[len(os.Args)-1])) // mcprel opened it as $BROWSER
+	}
 	dir, err := os.MkdirTemp("", "mcprel-cmd-test")
 	if err != nil {
 		panic(err)
 	}
+	// No test signs in where the user's own sign-ins are kept; one that
+	// signs in gives a directory of its own.
+	os.Setenv("MCPREL_OAUTH_DIR", filepath.Join(dir, "oauth"))
+	os.Unsetenv("BROWSER")
 	binary = filepath.Join(dir, "mcprel")
 	args := []string{"build", "-o", binary}
 	if raceEnabled {

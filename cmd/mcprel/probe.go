@@ -35,6 +35,8 @@ func probeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var headers listFlag
 	fs.Var(&headers, "header", `with --url: an HTTP header to send, "Name: value" (repeatable)`)
 	token := fs.String("token", "", "with --url: a bearer token to send (or set MCPREL_TOKEN)")
+	var si signInFlags
+	si.register(fs)
 	var timing probe.Timing
 	fs.DurationVar(&timing.Answer, "answer-wait", 0, "how long a request may take to be answered (default 5s)")
 	fs.DurationVar(&timing.Deadline, "deadline-wait", 0, "the longest wait for a stalled call to end on the server's side (default 20s)")
@@ -48,9 +50,12 @@ frames that prove it) or not applicable (with why):
 
   %s
 
+A server that asks for OAuth credentials is signed in to first, as
+"mcprel call" does (mcprel login URL does it ahead of time).
+
 Exit status: 0 every applicable fixture passed, 21 at least one failed
-(or the server died), 1 the server could not be reached, 2 a mistake in
-the command line.
+(or the server died), 1 the server could not be reached or the sign-in
+failed, 2 a mistake in the command line.
 
 Flags:
 `, strings.Join(probe.Fixtures(), "\n  "))
@@ -94,6 +99,9 @@ Flags:
 			opts.Target.Header.Set("Authorization", "Bearer "+t)
 		}
 	}
+	if si.given(fs) && !usesSignIn(*url, opts.Target.Header) {
+		return usagef("probe: %v", errNoSignIn)
+	}
 	if *only != "" {
 		for _, f := range strings.Split(*only, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -110,6 +118,21 @@ Flags:
 		}
 		if opts.Policy, err = review.Parse(*policyFile, data); err != nil {
 			return usagef("probe: --policy: %v", err)
+		}
+	}
+	if usesSignIn(*url, opts.Target.Header) {
+		// The fixtures send their own requests: they carry the token a
+		// sign-in before them got, if the server asked for one.
+		s, err := newSignIn("probe", *url, &si, stderr)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		if _, err := s.first(ctx, opts.Target.Header, false); err != nil {
+			return fmt.Errorf("probe: %s", strings.TrimPrefix(err.Error(), "client: "))
+		}
+		if tok := s.bearer(ctx); tok != "" {
+			opts.Target.Header.Set("Authorization", "Bearer "+tok)
 		}
 	}
 	if !*asJSON {

@@ -34,6 +34,8 @@ func reviewCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var headers listFlag
 	fs.Var(&headers, "header", `with --from-server: an HTTP header to send, "Name: value" (repeatable)`)
 	token := fs.String("token", "", "with --from-server: a bearer token to send (or set MCPREL_TOKEN)")
+	var si signInFlags
+	si.register(fs)
 	asGateway := fs.Bool("gateway", false, "review POLICY as mcprel gateway --policy POLICY runs it: what the gateway decides of every tool it forwards (its ledger and what its transaction holds, flow control, SSE, reconnect, progress) is filled in, and a policy the gateway would refuse at start-up is refused here")
 	gatewayDB := fs.String("db", "", "with --gateway: the gateway's --db, a SQLite file (the default) or a postgres:// URL; only which of the two is read, nothing is opened")
 	passStderr := fs.Bool("server-stderr", false, "with --stdio: pass the server's stderr through as it comes; by default only its last lines are shown, when the review cannot be made")
@@ -45,9 +47,11 @@ func reviewCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 Reviews MCP operations for reliability: cancellation, races, deadlines,
 retry class, idempotency boundary, flow control, reconnects and Tasks.
-POLICY is a YAML or JSON file (docs/review.md). Exit status: 0 every
-operation is production ready, 20 at least one is refused, 1 the policy
-is invalid or the server unreachable, 2 a mistake in the command line.
+POLICY is a YAML or JSON file (docs/review.md). A --from-server that
+asks for OAuth credentials is signed in to first, as "mcprel call" does.
+Exit status: 0 every operation is production ready, 20 at least one is
+refused, 1 the policy is invalid, the server unreachable or the sign-in
+failed, 2 a mistake in the command line.
 
 Flags:
 `)
@@ -77,6 +81,8 @@ Flags:
 		return usagef("review: --gateway reviews a POLICY file, as the gateway runs it")
 	case *gatewayDB != "" && !*asGateway:
 		return usagef("review: --db applies to --gateway only")
+	case si.given(fs) && (*fromServer == "" || *token != "" || os.Getenv("MCPREL_TOKEN") != ""):
+		return usagef("review: %v", errNoSignIn)
 	}
 	if *fromServer != "" {
 		if err := checkEndpoint("review", "--from-server", *fromServer); err != nil {
@@ -108,7 +114,7 @@ Flags:
 			serverStderr = tail
 		}
 		var err error
-		if policy, err = policyFromServer(ctx, *fromServer, *stdioCmd, headers, *token, serverStderr); err != nil {
+		if policy, err = policyFromServer(ctx, *fromServer, *stdioCmd, headers, *token, &si, serverStderr); err != nil {
 			var ue usageError
 			if tail != nil && !errors.As(err, &ue) {
 				tail.show(stderr)
@@ -146,7 +152,7 @@ func asTheGatewayRunsIt(policy *review.Policy, db string) error {
 
 // policyFromServer connects to the server and builds the policy of its
 // tools from their advertisement.
-func policyFromServer(ctx context.Context, endpoint, command string, headers []string, token string, stderr io.Writer) (*review.Policy, error) {
+func policyFromServer(ctx context.Context, endpoint, command string, headers []string, token string, si *signInFlags, stderr io.Writer) (*review.Policy, error) {
 	opts := &client.Options{Info: mcp.Implementation{Name: "mcprel-review", Version: version}, Header: http.Header{}}
 	for _, h := range headers {
 		name, value, ok := strings.Cut(h, ":")
@@ -163,6 +169,17 @@ func policyFromServer(ctx context.Context, endpoint, command string, headers []s
 	s := review.Server{Transport: "stdio"}
 	if endpoint != "" {
 		s.Transport, s.Loopback = "streamable-http", isLoopback(endpoint)
+		if usesSignIn(endpoint, opts.Header) {
+			in, err := newSignIn("review", endpoint, si, stderr)
+			if err != nil {
+				return nil, err
+			}
+			defer in.Close()
+			if _, err := in.first(ctx, opts.Header, false); err != nil {
+				return nil, fmt.Errorf("review: %s", strings.TrimPrefix(err.Error(), "client: "))
+			}
+			opts.Authorizer = in.oc
+		}
 		c, err = client.DialHTTP(ctx, endpoint, opts)
 	} else {
 		var words []string
