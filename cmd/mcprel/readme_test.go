@@ -77,6 +77,7 @@ func TestReadmeCommandLinesAreTested(t *testing.T) {
 		{regexp.MustCompile(`^bin/mcprel gateway .*--oauth-issuer `), "TestReadmeOAuthLine"},
 		{regexp.MustCompile(`^bin/mcprel gateway `), "TestReadmeGatewayLines (starts the endpoint its call lines use)"},
 		{regexp.MustCompile(`^bin/mcprel call --url http://127\.0\.0\.1:8081/`), "TestReadmeGatewayLines"},
+		{regexp.MustCompile(`^bin/mcprel (login|logout) `), "TestReadmeSignInLines"},
 		{regexp.MustCompile(`^bin/mcprel (call|review|probe) `), "TestReadmeCallAndReviewLines"},
 		{regexp.MustCompile(`^npx -y @modelcontextprotocol/inspector@`), "TestReadmeCallAndReviewLines (in order, with the lines after it) and internal/interop/inspector TestReadmeInspectorLines"},
 		{regexp.MustCompile(`^(git clone <this repository> mcprel|cd your-server && go mod init example\.com/your-server|go work init \. \.\./mcprel)$`), "TestReadmeLibrarySetup"},
@@ -479,5 +480,45 @@ func TestReadmePayoutLine(t *testing.T) {
 	}
 	if paid, _ := p.Paid(context.Background(), "reader"); paid.Payouts != 1 {
 		t.Fatalf("README.md:%d: the provider paid %+v", l.number, paid)
+	}
+}
+
+// The README's sign-in lines work as written, in order: login against a
+// server that wants OAuth (mcprel serve --oauth-issuer, with a test
+// authorization server, on a free port for 8080) signs in through the
+// browser (the test binary plays it), the call lines after it are served
+// without another sign-in, and logout forgets the tokens.
+func TestReadmeSignInLines(t *testing.T) {
+	as := oauthtest.New(t, oauthtest.Options{})
+	endpoint, _, _ := startEndpoint(t, nil, "serve", "--http", "127.0.0.1:0", "--oauth-issuer", as.Issuer(), "--oauth-scopes", "mcp:tools")
+	login := readmeLinesWith(t, "bin/mcprel login ")[0]
+	logout := readmeLinesWith(t, "bin/mcprel logout ")[0]
+	if logout.number < login.number {
+		t.Fatalf("README.md:%d: logout comes before login; change this test with it", logout.number)
+	}
+	dir := filepath.Join(t.TempDir(), "oauth")
+	env := signInEnv(t, dir, "approve")
+	ran := 0
+	for _, l := range readmeShellLines(t) {
+		if l.number < login.number || l.number > logout.number {
+			continue
+		}
+		words, err := splitCommand(strings.NewReplacer("http://127.0.0.1:8080/mcp", endpoint, "bin/mcprel", binary).Replace(l.text))
+		if err != nil {
+			t.Fatalf("README.md:%d: %v", l.number, err)
+		}
+		out, errs, code := mcprelEnv(t, env, words[1:]...)
+		want := map[string]string{"login": "signed in to " + endpoint, "call": `"text": "hi"`, "logout": "signed out of " + endpoint}[words[1]]
+		if code != 0 || want == "" || !strings.Contains(out, want) {
+			t.Fatalf("README.md:%d: %s\nexit %d, want %q in\n%s\n%s", l.number, l.text, code, want, clipText(out), errs)
+		}
+		if signedIn := strings.Contains(errs, "asks you to sign in"); signedIn != (words[1] == "login") {
+			t.Fatalf("README.md:%d: %s: signed in: %v\n%s", l.number, l.text, signedIn, errs)
+		}
+		ran++
+		t.Logf("README.md:%d works: %s", l.number, l.text)
+	}
+	if ran < 3 || len(as.AuthorizationRequests()) != 1 {
+		t.Fatalf("ran %d lines, with %d authorization requests", ran, len(as.AuthorizationRequests()))
 	}
 }
