@@ -33,7 +33,8 @@
 // (Options.ClientID), a Client ID Metadata Document the server accepts
 // (Options.ClientMetadataURL), or Dynamic Client Registration (RFC
 // 7591), in that order; registrations are kept per issuer and never
-// offered to another. Then the authorization code grant with PKCE,
+// offered to another, and a dynamic one is made again when
+// Options.RedirectURL is not the URI it registered. Then the authorization code grant with PKCE,
 // state and resource runs, the browser part being the program's
 // (Options.Authorize); the response's iss is checked as RFC 9207 and MCP
 // 2026-07-28 say. Scopes are the challenge's, else the metadata's

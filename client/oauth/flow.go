@@ -138,7 +138,8 @@ func (c *Client) register(ctx context.Context, st *State, d *discovery) (Registr
 		st.Registrations[d.issuer] = reg
 		return reg, "", nil
 	}
-	if reg, ok := st.Registrations[d.issuer]; ok && reg.Source == SourceDynamic {
+	if reg, ok := st.Registrations[d.issuer]; ok && reg.Source == SourceDynamic &&
+		(reg.RedirectURI == "" || reg.RedirectURI == c.opts.RedirectURL) {
 		return reg, reg.ClientSecret, nil
 	}
 	if d.as.RegistrationEndpoint == "" {
@@ -231,7 +232,8 @@ func (c *Client) registerDynamically(ctx context.Context, d *discovery) (Registr
 	if method != "none" && method != "client_secret_basic" && method != "client_secret_post" || method != "none" && out.ClientSecret == "" {
 		return Registration{}, &Error{Step: StepRegistration, Err: fmt.Errorf("%s registered the client for %q, which this client cannot do", redact(req.URL), printable(method, 64))}
 	}
-	return Registration{ClientID: out.ClientID, ClientSecret: out.ClientSecret, AuthMethod: method, Source: SourceDynamic}, nil
+	return Registration{ClientID: out.ClientID, ClientSecret: out.ClientSecret, AuthMethod: method, Source: SourceDynamic,
+		RedirectURI: c.opts.RedirectURL}, nil
 }
 
 // renew gets a new access token without the user: by refresh token, or by

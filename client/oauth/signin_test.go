@@ -568,3 +568,37 @@ func TestAuthorizeOnlyTheServersOrigin(t *testing.T) {
 		t.Errorf("Authorize put %q on a request to another origin (%v)", req.Header.Get("Authorization"), err)
 	}
 }
+
+// A dynamic registration is kept with the redirect URI it registered: a
+// Client with another RedirectURL (a loopback port of another run)
+// registers anew rather than send a URI the authorization server never
+// saw, and one with the same URL reuses it.
+func TestDynamicRegistrationFollowsTheRedirectURL(t *testing.T) {
+	clk := newClock()
+	as := oauthtest.New(t, oauthtest.Options{Now: clk.Now})
+	r := newResource(t, as, clk, prmHeader)
+	store := &oauth.MemoryStore{}
+	signIn := func(redirect string) {
+		t.Helper()
+		o := options(clk)
+		o.RedirectURL, o.Store = redirect, store
+		c := newClient(t, r, o)
+		mustCall(t, c, r)
+		st, err := c.State(t.Context())
+		if err != nil || st.Registrations[as.Issuer()].RedirectURI != redirect {
+			t.Fatalf("state %+v, %v", st, err)
+		}
+		if err := store.Save(t.Context(), r.URL(), &oauth.State{Registrations: st.Registrations}); err != nil {
+			t.Fatal(err) // the tokens are forgotten, the registration kept
+		}
+	}
+	signIn("http://127.0.0.1:40001/callback")
+	signIn("http://127.0.0.1:40001/callback")
+	if n := len(as.Registrations()); n != 1 {
+		t.Fatalf("the same redirect URI: %d registrations, want 1", n)
+	}
+	signIn("http://127.0.0.1:40002/callback")
+	if n := len(as.Registrations()); n != 2 {
+		t.Fatalf("another redirect URI: %d registrations, want 2", n)
+	}
+}

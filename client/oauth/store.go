@@ -55,6 +55,12 @@ type Registration struct {
 	// Source is how the client_id came: "preregistered",
 	// "metadata-document" or "dynamic".
 	Source string `json:"source"`
+	// RedirectURI is the redirect URI a dynamic registration registered:
+	// a Client whose Options.RedirectURL differs registers anew, since
+	// an authorization server may hold a client to its URIs exactly (a
+	// loopback port included). "" for a registration kept before it was
+	// recorded, which is used whatever the URL.
+	RedirectURI string `json:"redirect_uri,omitempty"`
 }
 
 // Sources of a Registration.
