@@ -9,6 +9,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"runtime"
@@ -39,9 +40,19 @@ type receiver struct {
 	got  chan string  // the callback's URL, for wait
 }
 
-// listenLoopback opens the receiver's port.
-func listenLoopback() (*receiver, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// listenLoopback opens the receiver's port: the port of prefer, a
+// redirect URI registered before, when it is free (an authorization
+// server may hold a client to the URIs it registered exactly), else one
+// the system picks.
+func listenLoopback(prefer string) (*receiver, error) {
+	var ln net.Listener
+	if u, err := url.Parse(prefer); err == nil && u.Scheme == "http" && u.Hostname() == "127.0.0.1" && u.Port() != "" && u.Path == callbackPath {
+		ln, _ = net.Listen("tcp", u.Host)
+	}
+	var err error
+	if ln == nil {
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listening for the sign-in's redirect on 127.0.0.1: %w", err)
 	}

@@ -17,7 +17,7 @@ import (
 // method 405, an oversized request is refused without being taken, and
 // a failure page shows the error escaped.
 func TestReceiverTakesOneCallback(t *testing.T) {
-	r, err := listenLoopback()
+	r, err := listenLoopback("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestReceiverTakesOneCallback(t *testing.T) {
 // A sign-in nobody finishes ends when its context does, and closes the
 // port.
 func TestReceiverWaitEnds(t *testing.T) {
-	r, err := listenLoopback()
+	r, err := listenLoopback("")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,7 +107,7 @@ func newSignIn(cmd, endpoint string, f *signInFlags, stderr io.Writer) (*signIn,
 			return nil, usagef("%s: --oauth-client-secret-file %s is empty", cmd, *f.secretFile)
 		}
 	}
-	recv, err := listenLoopback()
+	recv, err := listenLoopback(registeredRedirect(endpoint, f.store()))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cmd, err)
 	}
@@ -344,19 +344,17 @@ kept), 1 the file could not be removed, 2 a mistake in the command line.`)
 		return err
 	}
 	si := signInFlags{dir: dir}
-	// The Client only names the key the server's state is kept under.
-	oc, err := oauth.New(endpoint, oauth.Options{RedirectURL: "http://127.0.0.1/callback",
-		Authorize: func(context.Context, string) (string, error) { return "", errors.New("logout signs nobody in") }})
+	key, err := stateKey(endpoint)
 	if err != nil {
 		return usagef("logout: %v", err)
 	}
 	store := si.store()
-	st, lerr := store.Load(ctx, oc.Resource())
+	st, lerr := store.Load(ctx, key)
 	if lerr != nil {
 		// A file that does not parse is removed all the same.
 		fmt.Fprintf(stderr, "mcprel logout: %v; removing it\n", lerr)
 	}
-	if err := store.Delete(ctx, oc.Resource()); err != nil {
+	if err := store.Delete(ctx, key); err != nil {
 		return fmt.Errorf("logout: %w", err)
 	}
 	if st == nil && lerr == nil {
@@ -365,6 +363,35 @@ kept), 1 the file could not be removed, 2 a mistake in the command line.`)
 	}
 	fmt.Fprintf(stdout, "signed out of %s: its tokens and registrations are forgotten\n", endpoint)
 	return nil
+}
+
+// stateKey is the key the state of the server at endpoint is kept under
+// (its resource identifier, as an oauth.Client names it).
+func stateKey(endpoint string) (string, error) {
+	oc, err := oauth.New(endpoint, oauth.Options{RedirectURL: "http://127.0.0.1/callback",
+		Authorize: func(context.Context, string) (string, error) { return "", errors.New("signs nobody in") }})
+	if err != nil {
+		return "", err
+	}
+	return oc.Resource(), nil
+}
+
+// registeredRedirect is the loopback redirect URI a dynamic registration
+// kept for endpoint registered, "" when there is none: a sign-in that
+// listens there again needs no new registration.
+func registeredRedirect(endpoint string, store oauth.Store) string {
+	key, err := stateKey(endpoint)
+	if err != nil {
+		return ""
+	}
+	st, err := store.Load(context.Background(), key)
+	if err != nil || st == nil {
+		return ""
+	}
+	if reg := st.Registrations[st.Issuer]; reg.Source == oauth.SourceDynamic {
+		return reg.RedirectURI
+	}
+	return ""
 }
 
 // oneURL parses a command that takes one endpoint URL and flags.

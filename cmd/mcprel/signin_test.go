@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -364,5 +366,42 @@ func TestSignInUsageErrors(t *testing.T) {
 		if code != exitUsage || strings.Count(errs, "\n") != 1 {
 			t.Errorf("%q: exit %d, want %d with one line:\n%s", args, code, exitUsage, errs)
 		}
+	}
+}
+
+// A sign-in after the refresh token is spent listens on the port its
+// dynamic registration registered, and reuses the registration; when
+// that port is taken it listens on another and registers anew, so that
+// an authorization server that holds a client to its redirect URIs
+// exactly still takes it.
+func TestSignInAgainKeepsTheRedirectURI(t *testing.T) {
+	as := oauthtest.New(t, oauthtest.Options{TokenTTL: time.Second})
+	endpoint, _, _ := startEndpoint(t, nil, "serve", "--http", "127.0.0.1:0", "--oauth-issuer", as.Issuer())
+	env := signInEnv(t, filepath.Join(t.TempDir(), "oauth"), "approve")
+	call := func() {
+		t.Helper()
+		time.Sleep(1100 * time.Millisecond) // the access token expires
+		as.RevokeRefreshTokens()            // and cannot be refreshed
+		out, errs, code := mcprelEnv(t, env, "call", "--url", endpoint, "echo", "text=hi")
+		if code != 0 || !strings.Contains(errs, "asks you to sign in") {
+			t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+		}
+	}
+	call()
+	call()
+	regs := as.Registrations()
+	if len(regs) != 1 || len(as.AuthorizationRequests()) != 2 {
+		t.Fatalf("%d registrations, %d authorization requests; want 1 and 2", len(regs), len(as.AuthorizationRequests()))
+	}
+	uris, _ := regs[0]["redirect_uris"].([]any)
+	u, _ := url.Parse(fmt.Sprint(uris...))
+	taken, err := net.Listen("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	call()
+	if len(as.Registrations()) != 2 {
+		t.Fatalf("with the port taken: %d registrations, want 2", len(as.Registrations()))
 	}
 }
