@@ -28,6 +28,7 @@ import (
 //	             loopback redirect and GET it, as a browser does
 //	wrong-state  the same, with the redirect's state changed
 //	twice        GET the redirect twice at once
+//	slow         approve after 1.5s, as a person takes their time
 const browserEnv = "MCPREL_TEST_BROWSER"
 
 // playBrowser is the browser: it follows the authorization server's
@@ -38,6 +39,9 @@ const browserEnv = "MCPREL_TEST_BROWSER"
 func playBrowser(mode, authURL string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if mode == "slow" {
+		time.Sleep(1500 * time.Millisecond)
+	}
 	back, err := oidcprovider.Approve(ctx, authURL)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "browser:", err)
@@ -403,5 +407,26 @@ func TestSignInAgainKeepsTheRedirectURI(t *testing.T) {
 	call()
 	if len(as.Registrations()) != 2 {
 		t.Fatalf("with the port taken: %d registrations, want 2", len(as.Registrations()))
+	}
+}
+
+// --max does not count the sign-in: a call with --max 1s succeeds after
+// a sign-in that takes longer, and one whose browser GETs the redirect
+// twice at once takes the first and succeeds.
+func TestMaxDoesNotCountTheSignIn(t *testing.T) {
+	as := oauthtest.New(t, oauthtest.Options{})
+	endpoint, _, _ := startEndpoint(t, nil, "serve", "--http", "127.0.0.1:0", "--oauth-issuer", as.Issuer())
+	for _, mode := range []string{"slow", "twice"} {
+		t.Run(mode, func(t *testing.T) {
+			env := signInEnv(t, filepath.Join(t.TempDir(), "oauth"), mode)
+			start := time.Now()
+			out, errs, code := mcprelEnv(t, env, "call", "--url", endpoint, "--max", "1s", "echo", "text=hi")
+			if code != 0 || !strings.Contains(out, `"text": "hi"`) || !strings.Contains(errs, "asks you to sign in") {
+				t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+			}
+			if took := time.Since(start); mode == "slow" && took < 1500*time.Millisecond {
+				t.Fatalf("the call took %v, less than its sign-in", took)
+			}
+		})
 	}
 }
