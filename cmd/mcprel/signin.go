@@ -142,7 +142,11 @@ func (s *signIn) authorize(ctx context.Context, authorizationURL string) (string
 			fmt.Fprintf(s.stderr, "mcprel: could not open a browser (%s: %v): open the URL above yourself\n", name, err)
 		}
 	}
-	return s.recv.wait(ctx)
+	u, err := s.recv.wait(ctx)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("%w (--sign-in-timeout %v)", err, s.timeout)
+	}
+	return u, err
 }
 
 // first asks the server once, before any clock of the command's runs,

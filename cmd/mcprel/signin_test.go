@@ -294,7 +294,7 @@ func TestSignInFailuresNameTheStep(t *testing.T) {
 		{"no registration", oauthtest.Options{NoRegistration: true}, "approve", nil,
 			[]string{"oauth: registration:", "no registration endpoint"}},
 		{"no redirect in time", oauthtest.Options{}, "", []string{"--no-browser", "--sign-in-timeout", "1s"},
-			[]string{"oauth: authorization: the sign-in did not complete: no redirect came to http://127.0.0.1:", "open this URL in a browser"}},
+			[]string{"oauth: authorization: the sign-in did not complete: no redirect came to http://127.0.0.1:", "in time (--sign-in-timeout 1s)", "open this URL in a browser"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			as := oauthtest.New(t, tc.opts)
