@@ -7,12 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"strings"
-	"time"
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/client/oauth"
@@ -103,45 +99,29 @@ stored, 1 a failure, 2 a mistake in the command line.`)
 	}
 	defer closeTokens()
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// The same loopback receiver and browser opener as mcprel login.
+	recv, err := listenLoopback("")
 	if err != nil {
-		return fmt.Errorf("gateway login: a loopback listener for the redirect: %w", err)
+		return fmt.Errorf("gateway login: %w", err)
 	}
-	defer ln.Close()
-	redirect := "http://" + ln.Addr().String() + "/callback"
-	got := make(chan string, 1)
-	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/callback" {
-			http.NotFound(w, r)
-			return
-		}
-		select {
-		case got <- "http://" + ln.Addr().String() + r.URL.RequestURI():
-			fmt.Fprintln(w, "mcprel: the authorization reached the gateway; this page may be closed.")
-		default:
-			http.Error(w, "mcprel: an authorization was already received", http.StatusConflict)
-		}
-	})}
-	go srv.Serve(ln)
-	defer srv.Close()
+	defer recv.close()
 
 	opts := storedOAuthOptions(o)
 	opts.Store = &oauth.MemoryStore{} // a new authorization, stored whole once it works
-	opts.RedirectURL = redirect
+	opts.RedirectURL = recv.url
 	opts.SignInTimeout = *timeout
 	opts.Authorize = func(ctx context.Context, authURL string) (string, error) {
-		fmt.Fprintf(stderr, "Open this URL to authorize the gateway to call upstream %q:\n\n  %s\n\n", name, authURL)
-		if b := os.Getenv("BROWSER"); b != "" && !*noBrowser {
-			if err := exec.CommandContext(ctx, b, authURL).Start(); err != nil {
-				fmt.Fprintf(stderr, "($BROWSER did not start: %v)\n", err)
+		fmt.Fprintf(stderr, "Open this URL to authorize the gateway to call upstream %q (waiting up to %v):\n\n  %s\n\n", name, *timeout, authURL)
+		if !*noBrowser {
+			if browser, err := openBrowser(authURL, stderr); err != nil {
+				fmt.Fprintf(stderr, "mcprel: could not open a browser (%s: %v): open the URL above yourself\n", browser, err)
 			}
 		}
-		select {
-		case u := <-got:
-			return u, nil
-		case <-ctx.Done():
-			return "", fmt.Errorf("no authorization came back within %v", *timeout)
+		u, err := recv.wait(ctx)
+		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (--timeout %v)", err, *timeout)
 		}
+		return u, err
 	}
 	oc, err := oauth.New(u.URL, opts)
 	if err != nil {
