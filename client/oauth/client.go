@@ -326,7 +326,8 @@ func (c *Client) renewStale(ctx context.Context) (*State, error) {
 }
 
 // Refused is told that the server answered req with resp. For a 401, or
-// a 403 with error="insufficient_scope", it gets new credentials:
+// a 403 with error="insufficient_scope" (or with no error, naming a
+// scope the token was not granted), it gets new credentials:
 // another caller's, when they changed since req was sent; a refresh, for
 // a 401 when the Client holds a refresh token; otherwise discovery and a
 // sign-in (Options.Authorize), asking on a 403 for the scopes held and
@@ -338,8 +339,13 @@ func (c *Client) Refused(ctx context.Context, req *http.Request, resp *http.Resp
 		return false, nil
 	}
 	challenge := bearer(resp.Header.Values("WWW-Authenticate"))
+	challenged := strings.Fields(challenge["scope"])
 	stepUp := resp.StatusCode == http.StatusForbidden && strings.EqualFold(challenge["error"], "insufficient_scope")
-	if resp.StatusCode != http.StatusUnauthorized && !stepUp {
+	// A 403 whose challenge has no error but names scopes is taken for
+	// insufficient_scope when the token lacks one of them: the Go SDK's
+	// RequireBearerToken (v1.8.0) answers a missing scope so.
+	unnamed := resp.StatusCode == http.StatusForbidden && challenge["error"] == "" && len(challenged) > 0
+	if resp.StatusCode != http.StatusUnauthorized && !stepUp && !unnamed {
 		return false, nil
 	}
 	c.flight.Lock()
@@ -347,6 +353,12 @@ func (c *Client) Refused(ctx context.Context, req *http.Request, resp *http.Resp
 	st, err := c.load(ctx)
 	if err != nil {
 		return false, err
+	}
+	if unnamed {
+		if st == nil || !slices.ContainsFunc(challenged, func(s string) bool { return !slices.Contains(st.Scopes, s) }) {
+			return false, nil // forbidden for another reason: no scope would help
+		}
+		stepUp = true
 	}
 	sent, _ := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
 	if st != nil && st.AccessToken != "" && sent != st.AccessToken {
@@ -366,7 +378,6 @@ func (c *Client) Refused(ctx context.Context, req *http.Request, resp *http.Resp
 	}
 	st.TokenEndpoint = d.as.TokenEndpoint
 
-	challenged := strings.Fields(challenge["scope"])
 	var scopes []string
 	if stepUp {
 		if c.stepUps >= MaxStepUps {

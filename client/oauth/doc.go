@@ -39,7 +39,8 @@
 // (Options.Authorize); the response's iss is checked as RFC 9207 and MCP
 // 2026-07-28 say. Scopes are the challenge's, else the metadata's
 // scopes_supported, else none, with offline_access added to any when the
-// authorization server lists it; a 403 insufficient_scope re-authorizes
+// authorization server lists it; a 403 insufficient_scope (or a 403
+// with no error code whose challenge names a scope not held) re-authorizes
 // with the scopes held and the challenged ones together, at most
 // MaxStepUps times. GrantClientCredentials replaces all this with the
 // client credentials grant, for a machine signing in as itself.

@@ -63,6 +63,7 @@ type resource struct {
 	chal     string   // the 401 challenge's scope
 	need     []string // scopes a request needs; 403 insufficient_scope otherwise
 	needChal string   // the 403's scope; "" is need joined
+	noError  bool     // the 403's challenge has no error code (go-sdk v1.8.0's)
 	reject   map[string]bool
 	seen     []string // tokens accepted, in order
 	onToken  func(token string)
@@ -157,7 +158,11 @@ func (r *resource) serveMCP(w http.ResponseWriter, req *http.Request, as *oautht
 			if scope == "" {
 				scope = strings.Join(r.need, " ")
 			}
-			w.Header().Set("WWW-Authenticate", r.challenge(fmt.Sprintf(`, error="insufficient_scope", scope=%q`, scope)))
+			code := `, error="insufficient_scope"`
+			if r.noError {
+				code = ""
+			}
+			w.Header().Set("WWW-Authenticate", r.challenge(fmt.Sprintf(`%s, scope=%q`, code, scope)))
 			http.Error(w, "forbidden", http.StatusForbidden)
 			return
 		}

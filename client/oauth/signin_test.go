@@ -374,6 +374,33 @@ func TestStepUpAsksForTheUnion(t *testing.T) {
 	mustCall(t, c, r)
 }
 
+// A 403 whose challenge has no error code, as the Go SDK's
+// RequireBearerToken answers a token without a scope it wants, steps up
+// when it names a scope the token was not granted, and is left alone
+// when it names only scopes the token holds: no sign-in would help.
+func TestStepUpWithoutAnErrorCode(t *testing.T) {
+	clk := newClock()
+	as := oauthtest.New(t, oauthtest.Options{Now: clk.Now})
+	r := newResource(t, as, clk, prmHeader)
+	r.set(func(r *resource) { r.chal, r.need, r.noError = "mcp:basic", []string{"mcp:basic"}, true })
+	c := newClient(t, r, options(clk))
+	mustCall(t, c, r)
+	r.set(func(r *resource) { r.need = []string{"mcp:basic", "mcp:write"} })
+	mustCall(t, c, r)
+	auths := as.AuthorizationRequests()
+	if len(auths) != 2 || auths[1].Get("scope") != "mcp:basic mcp:write" {
+		t.Fatalf("authorization requests %v, want a second one for mcp:basic mcp:write", auths)
+	}
+	// Forbidden although the token holds every scope named: not retried.
+	r.set(func(r *resource) { r.need, r.needChal = []string{"never-granted"}, "mcp:basic" })
+	if status, err := call(t, c, r); status != http.StatusForbidden || err != nil {
+		t.Fatalf("a 403 naming only scopes held: %d, %v; want 403 and no error", status, err)
+	}
+	if n := len(as.AuthorizationRequests()); n != 2 {
+		t.Errorf("%d authorization requests after a 403 naming only scopes held, want 2", n)
+	}
+}
+
 func TestStepUpIsBounded(t *testing.T) {
 	clk := newClock()
 	as := oauthtest.New(t, oauthtest.Options{Now: clk.Now})
