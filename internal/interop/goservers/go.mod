@@ -5,6 +5,7 @@ go 1.26.0
 replace github.com/mcprel/mcprel => ../../..
 
 require (
+	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/mark3labs/mcp-go v1.2.1
 	github.com/mcprel/mcprel v0.0.0-00010101000000-000000000000
 	github.com/modelcontextprotocol/go-sdk v1.8.0

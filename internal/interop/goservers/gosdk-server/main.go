@@ -2,7 +2,9 @@
 // (github.com/modelcontextprotocol/go-sdk), for mcprel's client to be
 // tested against: echo, progress (steps reports, intervalMs apart) and
 // wait (blocks until cancelled, then says so on stderr). Over stdio, or
-// Streamable HTTP with -http (its URL printed on stdout).
+// Streamable HTTP with -http (its URL printed on stdout); with
+// -oauth-issuer as well, an OAuth resource server guarded by the SDK's
+// own auth.RequireBearerToken (see auth.go).
 package main
 
 import (
@@ -29,6 +31,10 @@ type progressArgs struct {
 func main() {
 	addr := flag.String("http", "", "serve Streamable HTTP on this address and print its URL")
 	stateless := flag.Bool("stateless", false, "with -http: Stateless mode (2026-07-28)")
+	issuer := flag.String("oauth-issuer", "", "with -http: take only JWT access tokens this authorization server issued for the server's URL")
+	scope := flag.String("oauth-scope", "mcp:tools", "with -oauth-issuer: the scopes a token must hold, space-separated")
+	scopeFile := flag.String("oauth-scope-file", "", "with -oauth-issuer: read the scopes from this file at every request instead of -oauth-scope")
+	tokenLog := flag.String("token-log", "", "with -oauth-issuer: append each token shown, and what the verifier made of it, to this file")
 	flag.Parse()
 	s := mcp.NewServer(&mcp.Implementation{Name: "gosdk-server", Version: "1.0.0"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "echo"}, func(ctx context.Context, req *mcp.CallToolRequest, in echoArgs) (*mcp.CallToolResult, any, error) {
@@ -57,7 +63,7 @@ func main() {
 	})
 	var err error
 	if *addr != "" {
-		err = serveHTTP(*addr, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+		err = serveHTTP(*addr, *issuer, *scope, *scopeFile, *tokenLog, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
 			&mcp.StreamableHTTPOptions{Stateless: *stateless}))
 	} else {
 		err = s.Run(context.Background(), &mcp.StdioTransport{})
@@ -68,13 +74,20 @@ func main() {
 	}
 }
 
-func serveHTTP(addr string, h http.Handler) error {
+func serveHTTP(addr, issuer, scope, scopeFile, tokenLog string, h http.Handler) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
+	endpoint := fmt.Sprintf("http://%s/mcp", ln.Addr())
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", h)
-	fmt.Printf("http://%s/mcp\n", ln.Addr())
+	if issuer != "" {
+		if err := protect(mux, h, endpoint, issuer, scope, scopeFile, tokenLog); err != nil {
+			return err
+		}
+	} else {
+		mux.Handle("/mcp", h)
+	}
+	fmt.Println(endpoint)
 	return http.Serve(ln, mux)
 }
