@@ -116,6 +116,7 @@ type httpConn struct {
 	*proc
 	url     string
 	hc      *http.Client
+	bearer  string // the Authorization header's token, if any
 	modern  bool
 	session string // Mcp-Session-Id, legacy era; set by initialize
 	// initialized is set once the legacy handshake is over, session or not.
@@ -132,7 +133,7 @@ func startHTTP(spec serverSpec, era, stderrPath string, timeout time.Duration) (
 	if err != nil {
 		return nil, err
 	}
-	c := &httpConn{proc: p, modern: era == "modern"}
+	c := &httpConn{proc: p, modern: era == "modern", bearer: spec.bearer}
 	if c.url, err = p.waitURL(spec); err != nil {
 		p.stop()
 		return nil, err
@@ -178,6 +179,9 @@ func (c *httpConn) setHeaders(req *http.Request, method, name string) {
 	h := req.Header
 	h.Set("Content-Type", "application/json")
 	h.Set("Accept", "application/json, text/event-stream")
+	if c.bearer != "" {
+		h.Set("Authorization", "Bearer "+c.bearer)
+	}
 	switch {
 	case c.modern:
 		h.Set(mcp.HeaderProtocolVersion, mcp.Version20260728)

@@ -143,12 +143,15 @@ type ratio struct {
 func main() {
 	var servers serverList
 	var sidecars sidecarList
+	bearers := bearerList{}
 	var cfg config
 	flag.Var(&servers, "server", "`name=[URL@]command line` of a server to measure, its words quoted as in a shell; repeatable. "+
 		"With URL (http://HOST:PORT/PATH) the server serves there and mcpbench waits for the port to accept connections; "+
 		"without, an HTTP server prints its URL. {tmp} in a word becomes a directory made for the run")
 	flag.Var(&sidecars, "sidecar", "`name=URL@command line` started before server name in each of its runs, once its URL's port accepts connections, "+
 		"and stopped after it; its CPU and RSS are charged to the server (repeatable)")
+	flag.Var(bearers, "bearer", "`name=token`: send \"Authorization: Bearer token\" on every HTTP request to server name (repeatable). "+
+		"No output shows the token, nor any word of a command line holding it")
 	flag.IntVar(&cfg.N, "n", 5000, "calls per measured phase")
 	flag.IntVar(&cfg.Warmup, "warmup", 200, "unmeasured calls before the phases")
 	flag.IntVar(&cfg.Conc, "conc", 16, "goroutines in the concurrent phase")
@@ -175,9 +178,13 @@ func main() {
 			os.Exit(2)
 		}
 	}
+	if err := withBearers(servers, bearers); err != nil {
+		fmt.Fprintf(os.Stderr, "mcpbench: %v\n", err)
+		os.Exit(2)
+	}
 	for _, s := range servers {
-		if s.URL != "" && cfg.Transport != "http" {
-			fmt.Fprintf(os.Stderr, "mcpbench: -server %q: a URL is for -transport http\n", s.Name)
+		if (s.URL != "" || s.Bearer) && cfg.Transport != "http" {
+			fmt.Fprintf(os.Stderr, "mcpbench: -server %q: a URL or -bearer is for -transport http\n", s.Name)
 			os.Exit(2)
 		}
 	}
@@ -229,7 +236,7 @@ func main() {
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
-		enc.Encode(map[string]any{"config": cfg, "servers": servers, "sidecars": sidecars, "host": host, "runs": results, "summary": sums, "ratios": ratios})
+		enc.Encode(map[string]any{"config": cfg, "servers": redacted(servers, bearers), "sidecars": redacted(sidecars, bearers), "host": host, "runs": results, "summary": sums, "ratios": ratios})
 	} else {
 		printTable(cfg, results, sums, ratios)
 	}

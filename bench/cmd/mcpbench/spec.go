@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -20,6 +21,10 @@ type serverSpec struct {
 	// spec rather than printed by the server: mcpbench then waits for its
 	// port to accept connections.
 	URL string `json:"url,omitempty"`
+	// Bearer says that every HTTP request to the server carries a bearer
+	// token (-bearer); the token itself is never printed.
+	Bearer bool `json:"bearer,omitempty"`
+	bearer string
 }
 
 // parseSpec parses name=[URL@]command line. The command line is split
@@ -159,6 +164,59 @@ func splitWords(s string) ([]string, error) {
 		words = append(words, cur.String())
 	}
 	return words, nil
+}
+
+// bearerList is the -bearer flag: name=token, the bearer token sent to
+// server name. Its String names the servers only, so that no usage or
+// error message shows a token.
+type bearerList map[string]string
+
+func (l bearerList) String() string { return strings.Join(slices.Sorted(maps.Keys(l)), ",") }
+
+func (l bearerList) Set(v string) error {
+	name, token, ok := strings.Cut(v, "=")
+	name = strings.TrimSpace(name)
+	switch {
+	case !ok || name == "" || token == "":
+		return errors.New("want name=token")
+	case strings.ContainsFunc(token, func(r rune) bool { return r <= ' ' || r > '~' }):
+		// RFC 6750 §2.1: b64token, printable ASCII without blanks.
+		return fmt.Errorf("the token for %q has a blank, control or non-ASCII character", name)
+	case l[name] != "":
+		return fmt.Errorf("server name %q given twice", name)
+	}
+	l[name] = token
+	return nil
+}
+
+// withBearers gives each server the token -bearer names for it, and
+// fails for a name no -server has.
+func withBearers(servers []serverSpec, bearers bearerList) error {
+	for name, token := range bearers {
+		i := slices.IndexFunc(servers, func(s serverSpec) bool { return s.Name == name })
+		if i < 0 {
+			return fmt.Errorf("-bearer %q: no -server of that name", name)
+		}
+		servers[i].Bearer, servers[i].bearer = true, token
+	}
+	return nil
+}
+
+// redacted returns specs with every bearer token in their words replaced,
+// for printing: a server's command line often holds the token it
+// accepts (--auth-token).
+func redacted(specs []serverSpec, bearers bearerList) []serverSpec {
+	out := slices.Clone(specs)
+	for i := range out {
+		out[i].Argv = slices.Clone(out[i].Argv)
+		for j, w := range out[i].Argv {
+			for _, token := range bearers {
+				w = strings.ReplaceAll(w, token, "REDACTED")
+			}
+			out[i].Argv[j] = w
+		}
+	}
+	return out
 }
 
 // tmpToken in a command's words is replaced by a directory made for the

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -79,5 +81,48 @@ func TestWithTmp(t *testing.T) {
 	want := []string{"gw", "--db", "/tmp/d/g.db", "--upstream", "u=serve --db /tmp/d/u.db"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("withTmp = %q, want %q", got, want)
+	}
+}
+
+func TestBearer(t *testing.T) {
+	b := bearerList{}
+	for _, v := range []string{"oauth=eyJ.a-b_c.d~+/=", "static=s3cret"} {
+		if err := b.Set(v); err != nil {
+			t.Fatalf("Set(%q): %v", v, err)
+		}
+	}
+	for _, v := range []string{"oauth=other", "=tok", "name=", "name", "x=a b", "x=a\r\nX-Evil: 1", "x=é"} {
+		if err := b.Set(v); err == nil {
+			t.Errorf("Set(%q) accepted", v)
+		} else if strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "eyJ") {
+			t.Errorf("Set(%q): the error shows a token: %v", v, err)
+		}
+	}
+	if s := b.String(); s != "oauth,static" {
+		t.Errorf("String() = %q, want the names only", s)
+	}
+	servers := []serverSpec{
+		{Name: "static", Argv: []string{"mcprel", "serve", "--auth-token", "s3cret", "--x=s3cret"}},
+		{Name: "oauth", Argv: []string{"mcprel", "serve"}},
+		{Name: "open", Argv: []string{"mcprel", "serve"}},
+	}
+	if err := withBearers(servers, b); err != nil {
+		t.Fatal(err)
+	}
+	if !servers[0].Bearer || servers[0].bearer != "s3cret" || servers[1].bearer != "eyJ.a-b_c.d~+/=" || servers[2].Bearer {
+		t.Fatalf("withBearers: %+v", servers)
+	}
+	out, err := json.Marshal(redacted(servers, b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), "s3cret") || strings.Contains(string(out), "eyJ") || !strings.Contains(string(out), `"--x=REDACTED"`) {
+		t.Fatalf("printed servers: %s", out)
+	}
+	if servers[0].Argv[3] != "s3cret" {
+		t.Fatal("redacted changed the command that is run")
+	}
+	if err := withBearers(servers[1:], b); err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("a -bearer for no server: %v", err)
 	}
 }
