@@ -723,10 +723,7 @@ const FailureUpstreamUnauthorized = "upstream_unauthorized"
 func (l *link) unauthorized(err error) error {
 	var ae *client.AuthorizationError
 	errors.As(err, &ae)
-	action := l.up.AuthorizationAction
-	if action == "" {
-		action = fmt.Sprintf("renew the credentials the gateway is given for upstream %q", l.up.Name)
-	}
+	action := l.action()
 	details := map[string]any{"upstream": l.up.Name, "action": action}
 	why := ""
 	if ae != nil && ae.Status != 0 {
@@ -743,6 +740,15 @@ func (l *link) unauthorized(err error) error {
 	l.log.Warn("gateway: the upstream refused the gateway's credentials", "err", l.redact(err), "action", action)
 	return &mcp.ToolError{Code: FailureUpstreamUnauthorized, Details: details,
 		Message: fmt.Sprintf("upstream %q refused the gateway's credentials%s and no others could be had: the request never ran there; the operator must %s", l.up.Name, why, action)}
+}
+
+// action is what the operator must do when the upstream refuses the
+// gateway's credentials.
+func (l *link) action() string {
+	if l.up.AuthorizationAction != "" {
+		return l.up.AuthorizationAction
+	}
+	return fmt.Sprintf("renew the credentials the gateway is given for upstream %q", l.up.Name)
 }
 
 // answersAny reports whether a client declared any of the capabilities

@@ -451,7 +451,12 @@ func (g *Gateway) Start(ctx context.Context) error {
 	for _, l := range g.links {
 		select {
 		case <-l.firstTried:
-			if !l.listed() {
+			switch {
+			case l.listed():
+			case l.refusal() != nil:
+				g.log.Warn("gateway: an upstream refused the gateway's credentials at start; serving without it, trying again with backoff (calls of its tools are told upstream_unauthorized) until the operator acts",
+					"upstream", l.up.Name, "action", l.action())
+			default:
 				g.log.Warn("gateway: an upstream could not be reached at start; serving without it until it comes up (calls of its tools are told upstream_unavailable)",
 					"upstream", l.up.Name)
 			}
@@ -468,20 +473,39 @@ func (g *Gateway) Start(ctx context.Context) error {
 
 // toolNotFound answers a call of a tool the gateway does not serve: when
 // it may be the tool of an upstream that has not been listed — the only
-// upstream, or the one its name's prefix names — the caller is told that
-// upstream is unavailable and when to come back, at once; otherwise the
-// tool is unknown (nil).
+// upstream, the one its name's prefix names, or, for a name with no
+// upstream's prefix, the upstream that keeps its names — the caller is
+// told that upstream is unavailable and when to come back, at once, or,
+// when it refused the gateway's credentials, that it is unauthorized and
+// what the operator must do; otherwise the tool is unknown (nil).
 func (g *Gateway) toolNotFound(name string) *jsonrpc.Error {
+	l := g.unlistedOwner(name)
+	if l == nil {
+		return nil
+	}
+	err := l.unavailable(l.down())
+	if refused := l.refusal(); refused != nil {
+		err = l.unauthorized(refused)
+	}
+	var e *jsonrpc.Error
+	errors.As(asRPC(err), &e)
+	return e
+}
+
+// unlistedOwner is the upstream whose tool name may be, when it has not
+// been listed yet; nil when none may serve it, or the one that may was
+// listed (and so the tool is unknown).
+func (g *Gateway) unlistedOwner(name string) *link {
 	for _, l := range g.links {
-		if g.prefix && !strings.HasPrefix(name, l.up.Name+"_") {
+		mine := !g.prefix || strings.HasPrefix(name, l.up.Name+"_") ||
+			(l.up.KeepNames && !g.prefixedLike(name)) // its names go unprefixed
+		if !mine {
 			continue
 		}
 		if l.listed() {
 			return nil
 		}
-		var e *jsonrpc.Error
-		errors.As(asRPC(l.unavailable(l.down())), &e)
-		return e
+		return l
 	}
 	return nil
 }

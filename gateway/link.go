@@ -432,6 +432,15 @@ func (l *link) down() *errUnavailable {
 		why: fmt.Sprintf("upstream %q is unavailable: it is not connected (its tools are not listed yet)", l.up.Name)}
 }
 
+// refusal is why the upstream refused the gateway's credentials when it
+// was last dialled without success; nil once it connects, or when it
+// failed for another reason.
+func (l *link) refusal() *client.AuthorizationError {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.refused
+}
+
 // acquire returns the connection a call of tenant's goes over, counting it
 // in flight until release. A 2026-07-28 upstream, and a stdio one, is one
 // connection for everyone; a 2025-era HTTP upstream has a session per

@@ -561,7 +561,7 @@ func (f *upstreamOAuthFlags) apply(ctx context.Context, oauthUps map[string]*ups
 				return func() {}, err
 			}
 		}
-		action := fmt.Sprintf("authorize the gateway again: run \"mcprel gateway login %s\" with this gateway's --upstream, --db and key", name)
+		action := fmt.Sprintf("authorize the gateway: run \"mcprel gateway login %s\" with this gateway's --upstream, --db and key", name)
 		u.Authorizer, err = tokens.Authorizer(u.URL, storedOAuthOptions(o))
 		if err != nil {
 			return close, usagef("gateway: upstream %s: %v", name, err)

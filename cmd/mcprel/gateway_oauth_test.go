@@ -275,42 +275,7 @@ func TestGatewayUpstreamStoredLogin(t *testing.T) {
 	db := filepath.Join(dir, "gw.db")
 	key := []string{gatewayKeyEnv + "=MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="}
 
-	login := exec.Command(binary, "gateway", "login", "demo", "--upstream", "demo="+guard.public, "--db", db, "--no-browser")
-	login.Env = append(os.Environ(), key...)
-	var out bytes.Buffer
-	login.Stdout = &out
-	stderr, _ := login.StderrPipe()
-	if err := login.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(stderr)
-	authURL := ""
-	for authURL == "" && lines.Scan() {
-		if u, ok := strings.CutPrefix(strings.TrimSpace(lines.Text()), as.URL+oauthtest.PathAuthorize); ok {
-			authURL = as.URL + oauthtest.PathAuthorize + u
-		}
-	}
-	if authURL == "" {
-		login.Process.Kill()
-		t.Fatal("login printed no authorization URL")
-	}
-	go func() {
-		for lines.Scan() {
-		}
-	}()
-	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := noFollow.Get(authURL) // the browser: approved at once
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp, err = http.Get(resp.Header.Get("Location")); err != nil { // the redirect, to login's listener
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if err := login.Wait(); err != nil || !strings.Contains(out.String(), "authorized") {
-		t.Fatalf("login: %v %s", err, out.String())
-	}
+	out := gatewayLogin(t, as, key, "demo", guard.public, db)
 
 	gw, log := startLogged(t, key, "gateway", "--http", "127.0.0.1:0", "--upstream", "demo="+guard.public,
 		"--upstream-oauth-login", "demo", "--db", db)
@@ -350,7 +315,53 @@ func TestGatewayUpstreamStoredLogin(t *testing.T) {
 	secrets := append(as.Issued(), "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
 	noSecrets(t, "a downstream answer", strings.Join(answers, "\n"), secrets...)
 	noSecrets(t, "the gateway's log", log.String(), secrets...)
-	noSecrets(t, "login's output", out.String(), secrets...)
+	noSecrets(t, "login's output", out, secrets...)
+}
+
+// gatewayLogin runs "mcprel gateway login name" for the upstream at
+// public with the gateway's database db and env (its key), playing the
+// browser: the authorization server approves at once, and its redirect is
+// followed to login's listener. It returns login's output.
+func gatewayLogin(t *testing.T, as *oauthtest.Server, env []string, name, public, db string) string {
+	t.Helper()
+	login := exec.Command(binary, "gateway", "login", name, "--upstream", name+"="+public, "--db", db, "--no-browser")
+	login.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	login.Stdout = &out
+	stderr, _ := login.StderrPipe()
+	if err := login.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stderr)
+	authURL := ""
+	for authURL == "" && lines.Scan() {
+		if u, ok := strings.CutPrefix(strings.TrimSpace(lines.Text()), as.URL+oauthtest.PathAuthorize); ok {
+			authURL = as.URL + oauthtest.PathAuthorize + u
+		}
+	}
+	if authURL == "" {
+		login.Process.Kill()
+		login.Wait()
+		t.Fatal("login printed no authorization URL")
+	}
+	go func() {
+		for lines.Scan() {
+		}
+	}()
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Get(authURL) // the browser: approved at once
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp, err = http.Get(resp.Header.Get("Location")); err != nil { // the redirect, to login's listener
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if err := login.Wait(); err != nil || !strings.Contains(out.String(), "authorized") {
+		t.Fatalf("login: %v %s", err, out.String())
+	}
+	return out.String()
 }
 
 // A stored authorization is never kept, nor used, without the key.
@@ -369,4 +380,110 @@ func TestGatewayUpstreamLoginNeedsAKey(t *testing.T) {
 			t.Errorf("mcprel %s: exit %d, %s; want %d", strings.Join(args, " "), code, out, exitUsage)
 		}
 	}
+}
+
+// An upstream that refuses the gateway's very first connection — no
+// authorization stored yet, or a client secret that never worked — is
+// never listed; its callers are told upstream_unauthorized all the same,
+// naming what the operator must run, and the gateway's start log says
+// which upstream and what to do. With one upstream that is any call; with
+// several, a call whose name carries its prefix (or, for the upstream
+// that keeps its names, none); another upstream's tools are served, and
+// an unknown name of a listed upstream's stays unknown. Once the operator
+// has authorized the gateway, its next try connects: no restart needed.
+func TestGatewayUpstreamRefusedAtStart(t *testing.T) {
+	as := oauthtest.New(t, oauthtest.Options{})
+	as.RegisterClient(oauthtest.Client{ID: "gateway-1", Secret: "right-secret-value"})
+	guard := protectedUpstream(t, as)
+	dir := t.TempDir()
+	key := []string{gatewayKeyEnv + "=MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="}
+	var answers []string
+	post := func(t *testing.T, gw string, id int, tool string) string {
+		t.Helper()
+		// An unlisted tool's call is answered with a JSON-RPC error (an
+		// internal error, HTTP 500, when not retryable), a listed one's
+		// with a result.
+		status, _, body := oauthPost(t, gw, "", modernCall(id, tool, `{"text":"hi"}`), nil)
+		if status != 200 && status != 500 && status != 400 {
+			t.Fatalf("%s: HTTP %d %s", tool, status, body)
+		}
+		answers = append(answers, body)
+		return body
+	}
+	unauthorized := func(t *testing.T, what, body string, wants ...string) {
+		t.Helper()
+		plain := strings.ReplaceAll(body, `\"`, `"`) // a JSON-RPC error's data, or a tool result's text
+		for _, want := range append([]string{`"code":"upstream_unauthorized"`, `"retryable":false`, `"upstream":"demo"`}, wants...) {
+			if !strings.Contains(plain, want) {
+				t.Fatalf("%s: want %s in %s", what, want, body)
+			}
+		}
+	}
+	// The gateway serves once started: after its first answer, its
+	// start log is on its way through the pipe.
+	startLog := func(t *testing.T, log *logBuffer, action string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			text := log.String()
+			for l := range strings.Lines(text) {
+				if strings.Contains(l, "refused the gateway's credentials at start") {
+					if !strings.Contains(l, "upstream=demo") || !strings.Contains(l, action) {
+						t.Fatalf("the start log does not say which upstream refused the gateway's credentials and what to do (%s): %s", action, l)
+					}
+					return
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the start log does not say an upstream refused the gateway's credentials:\n%s", text)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	t.Run("no stored login", func(t *testing.T) {
+		db := filepath.Join(dir, "login.db")
+		gw, log := startLogged(t, key, "gateway", "--http", "127.0.0.1:0", "--upstream", "demo="+guard.public,
+			"--upstream-oauth-login", "demo", "--db", db)
+		for i, tool := range []string{"echo", "no_such_tool"} { // one upstream: any call may be its
+			unauthorized(t, tool, post(t, gw, i+1, tool), `mcprel gateway login demo`)
+		}
+		startLog(t, log, `mcprel gateway login demo`)
+		// The operator authorizes the gateway: its next try connects.
+		gatewayLogin(t, as, key, "demo", guard.public, db)
+		deadline := time.Now().Add(time.Minute)
+		for i := 3; ; i++ {
+			body := post(t, gw, i, "echo")
+			if strings.Contains(body, `"text":"hi"`) && !strings.Contains(body, `"isError"`) {
+				break
+			}
+			unauthorized(t, "echo after the login, before the next try", body)
+			if time.Now().After(deadline) {
+				t.Fatalf("the gateway did not connect within a minute of the login:\n%s", log)
+			}
+			time.Sleep(100 * time.Millisecond) // polling the gateway's next try, which backs off
+		}
+		noSecrets(t, "the gateway's log", log.String(), append(as.Issued(), "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")...)
+	})
+
+	t.Run("wrong secret, several upstreams", func(t *testing.T) {
+		secretFile := filepath.Join(dir, "secret")
+		os.WriteFile(secretFile, []byte("wrong-secret-value\n"), 0o600)
+		gw, log := startLogged(t, nil, "gateway", "--http", "127.0.0.1:0",
+			"--upstream", "demo="+guard.public, "--upstream-oauth-client-id", "demo=gateway-1",
+			"--upstream-oauth-client-secret-file", "demo="+secretFile, "--upstream-keep-names", "demo",
+			"--upstream", "plain="+binary+" serve --stdio --db "+filepath.Join(dir, "plain.db"),
+			"--db", filepath.Join(dir, "secret.db"))
+		for i, tool := range []string{"echo", "demo_echo"} { // demo keeps its names; prefixed ones are its too
+			unauthorized(t, tool, post(t, gw, i+1, tool), `--upstream-oauth-client-secret-file`, `"oauthError":"invalid_client"`)
+		}
+		startLog(t, log, `--upstream-oauth-client-secret-file`)
+		if body := post(t, gw, 3, "plain_echo"); !strings.Contains(body, `"text":"hi"`) || strings.Contains(body, `"isError"`) {
+			t.Fatalf("plain_echo beside an unauthorized upstream: %s", body)
+		}
+		if body := post(t, gw, 4, "plain_no_such_tool"); !strings.Contains(body, `unknown tool`) || strings.Contains(body, `upstream_unauthorized`) {
+			t.Fatalf("an unknown tool of a listed upstream: %s", body)
+		}
+		noSecrets(t, "the gateway's log", log.String(), "wrong-secret-value", "right-secret-value")
+	})
+	noSecrets(t, "a downstream answer", strings.Join(answers, "\n"), append(as.Issued(), "wrong-secret-value", "right-secret-value")...)
 }
