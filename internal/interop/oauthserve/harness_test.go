@@ -36,6 +36,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(browserEnv); mode != "" && len(os.Args) > 1 {
+		os.Exit(playBrowser(os.Args[len(os.Args)-1]))
+	}
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
@@ -75,6 +78,14 @@ const waitLimit = 30 * time.Second
 // endpoint URL it prints first on stderr. The rest of its stderr is kept
 // and shown if the test fails.
 func listen(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	url, _ := listenLogged(t, env, args...)
+	return url
+}
+
+// listenLogged is listen, also returning what the process has written
+// on stderr so far, endpoint line included, for a test to read.
+func listenLogged(t *testing.T, env []string, args ...string) (string, func() string) {
 	t.Helper()
 	cmd := exec.Command(mcprel(t), args...)
 	cmd.Dir = t.TempDir()
@@ -131,7 +142,11 @@ func listen(t *testing.T, env []string, args ...string) string {
 	if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/mcp") {
 		t.Fatalf("mcprel %s printed %q, not its endpoint URL", strings.Join(args, " "), url)
 	}
-	return url
+	return url, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return log.String()
+	}
 }
 
 // answer is an HTTP exchange's outcome as a test judges it.
