@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -42,6 +43,16 @@ func (g *upstreamGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":"invalid_token"}`, http.StatusUnauthorized)
 		return
 	}
+	// The request's body is read whole first: proxied as it arrives,
+	// the server discards what is left of it once the upstream's answer
+	// starts, and the proxy's transport, still sending it, fails and
+	// closes the upstream connection under the answer.
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	p := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
 	p.FlushInterval = -1 // streams pass as they come
 	p.Transport = guardTransport
@@ -189,7 +200,7 @@ func TestGatewayUpstreamClientCredentials(t *testing.T) {
 	}
 
 	if body := call(1, "echo", `{"text":"hi"}`); !strings.Contains(body, `"text":"hi"`) || strings.Contains(body, `"isError":true`) {
-		t.Fatalf("echo: %s", body)
+		t.Fatalf("echo: %s\n%s", body, log)
 	}
 	issued := map[string]bool{}
 	for _, tok := range as.Issued() {
