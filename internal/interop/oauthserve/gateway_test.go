@@ -1,6 +1,7 @@
 package oauthserve_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -86,6 +87,15 @@ func protectedUpstream(t *testing.T, as *oidcprovider.Provider, args ...string) 
 			r.tokens = append(r.tokens, tok)
 			r.mu.Unlock()
 		}
+		// Read whole first: proxied as it arrives, the request's body
+		// may still be on its way when the answer starts, and the server
+		// then closes it under the proxy's transport.
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
 		p := httputil.NewSingleHostReverseProxy(target.get())
 		p.FlushInterval = -1
 		p.ServeHTTP(w, req)
