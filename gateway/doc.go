@@ -45,7 +45,12 @@
 // act, but a proxy can answer 503 after passing a request on. A stdio upstream that dies, or an HTTP+SSE
 // stream that ends, is connected again after a capped, jittered, steady
 // backoff that grows while it keeps failing, and everything it lists is
-// listed again.
+// listed again. An upstream that refuses the gateway's own credentials
+// (Upstream.Authorizer) and no better ones can be had gives a failure
+// with code upstream_unauthorized, not retryable, naming
+// Upstream.AuthorizationAction; so does a call it may serve while it has
+// never been listed because it refused the gateway from the start: any
+// call with one upstream, a name with its prefix with several.
 //
 // # Names
 //
