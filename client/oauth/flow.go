@@ -49,6 +49,13 @@ func (c *Client) signIn(ctx context.Context, st *State, d *discovery, scopes []s
 	if len(scopes) > 0 {
 		q.Set("scope", strings.Join(scopes, " "))
 	}
+	if slices.Contains(scopes, "offline_access") && !q.Has("prompt") {
+		// OpenID Connect grants offline_access only with consent asked
+		// (Core §11): without it, no refresh token comes, and a sign-in
+		// lasts one access token. Servers that do not know prompt
+		// ignore it.
+		q.Set("prompt", "consent")
+	}
 	au.RawQuery = q.Encode()
 
 	sctx, cancel := context.WithTimeout(ctx, c.opts.SignInTimeout)

@@ -351,6 +351,10 @@ func TestScopeSelection(t *testing.T) {
 			if q.Get("scope") != tc.want || q.Has("scope") != (tc.want != "") {
 				t.Errorf("scope %q (present %v), want %q", q.Get("scope"), q.Has("scope"), tc.want)
 			}
+			// OpenID Connect grants offline_access only with consent asked.
+			if offline := strings.Contains(tc.want, "offline_access"); (q.Get("prompt") == "consent") != offline {
+				t.Errorf("prompt %q with scope %q: want consent exactly when offline_access is asked", q.Get("prompt"), tc.want)
+			}
 		})
 	}
 }

@@ -7,9 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/mcprel/mcprel/client"
@@ -113,7 +111,6 @@ stored, 1 a failure, 2 a mistake in the command line.`)
 	opts.RedirectURL = recv.url
 	opts.SignInTimeout = *timeout
 	opts.Authorize = func(ctx context.Context, authURL string) (string, error) {
-		authURL = askConsent(authURL)
 		fmt.Fprintf(stderr, "Open this URL to authorize the gateway to call upstream %q (waiting up to %v):\n\n  %s\n\n", name, *timeout, authURL)
 		if !*noBrowser {
 			if browser, err := openBrowser(authURL, stderr); err != nil {
@@ -157,25 +154,6 @@ stored, 1 a failure, 2 a mistake in the command line.`)
 	}
 	fmt.Fprintf(stdout, "authorized: upstream %q (issuer %s), %s; kept encrypted in the database\n", name, st.Issuer, refresh)
 	return nil
-}
-
-// askConsent adds prompt=consent to an authorization URL that asks for
-// offline_access and no prompt: an OpenID Connect server grants
-// offline_access only with it (OpenID Connect Core 1.0 §11), and the
-// whole worth of the gateway's login is the refresh token that scope
-// brings. Other servers ignore the parameter (RFC 6749 §3.1).
-func askConsent(authURL string) string {
-	u, err := url.Parse(authURL)
-	if err != nil {
-		return authURL
-	}
-	q := u.Query()
-	if q.Has("prompt") || !slices.Contains(strings.Fields(q.Get("scope")), "offline_access") {
-		return authURL
-	}
-	q.Set("prompt", "consent")
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 // storedOAuthOptions are the client/oauth options of an upstream whose
