@@ -41,7 +41,7 @@ func gatewayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(stdout)
-	setUsage(fs, "usage: mcprel gateway --upstream NAME=COMMAND|NAME=URL [--upstream ...] [--stdio | --http ADDR] [flags]",
+	setUsage(fs, "usage: mcprel gateway --upstream NAME=COMMAND|NAME=URL [--upstream ...] | --mcp-config FILE [--stdio | --http ADDR] [flags]",
 		`Serves the tools, resources and prompts of the MCP servers --upstream
 names through mcprel's lifecycle: deadlines, cancellation, progress,
 limits, honest failures, and the ledger for the keyed tools --policy
@@ -66,13 +66,27 @@ graceful shutdown, 1 a failure, 2 a mistake in the command line.`)
 	fs.Var(&upLimits, "upstream-limits", "NAME=concurrent=N,queued=N,rate=R,burst=N,bytes=N: bound the calls forwarded to upstream NAME, all its tools together, within the server's own limits (repeatable; any subset of the keys)")
 	maxSessions := fs.Int("max-upstream-sessions", gateway.DefaultMaxSessions, "sessions (2025-era HTTP) or processes (--upstream-per-tenant) one upstream holds for tenants; past it the least recently used idle one is closed")
 	inputWait := fs.Duration("input-wait", gateway.DefaultInputWait, "how long a call to a 2025-era upstream that asked a 2026-07-28 client for input is held open for the client's answer before it is cancelled upstream")
+	mcpConfig := fs.String("mcp-config", "", "serve every server of an MCP client's configuration FILE (Claude Desktop's or .mcp.json's mcpServers, VS Code's servers) as an upstream named by its key, each character outside [A-Za-z0-9-] made -; ${env:NAME} and ${NAME} are read from the gateway's environment; --upstream adds to them")
 	policyFile := fs.String("policy", "", "the tools' policy (the YAML or JSON of mcprel review): their deadlines and which are read-only; a tool it does not name is unsafe")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	ups, err := parseUpstreams(upstreams)
-	if err != nil {
-		return err
+	var ups []gateway.Upstream
+	var err error
+	if *mcpConfig != "" {
+		if ups, err = mcpConfigUpstreams(*mcpConfig, stderr); err != nil {
+			return err
+		}
+	}
+	if len(upstreams) > 0 || *mcpConfig == "" {
+		more, err := parseUpstreams(upstreams)
+		if err != nil {
+			return err
+		}
+		ups = append(ups, more...)
+	}
+	if _, err := gateway.CheckUpstreams(ups); err != nil {
+		return usagef("gateway: %s", strings.TrimPrefix(err.Error(), "gateway: "))
 	}
 	byName := map[string]*gateway.Upstream{}
 	for i := range ups {
@@ -235,7 +249,7 @@ func tokenVars(flags []string) []string {
 // parseUpstreams reads the --upstream flags.
 func parseUpstreams(flags []string) ([]gateway.Upstream, error) {
 	if len(flags) == 0 {
-		return nil, usagef("gateway: name at least one upstream: --upstream NAME=COMMAND or --upstream NAME=URL")
+		return nil, usagef("gateway: name at least one upstream: --upstream NAME=COMMAND, --upstream NAME=URL or --mcp-config FILE")
 	}
 	var ups []gateway.Upstream
 	for _, f := range flags {
