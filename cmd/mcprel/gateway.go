@@ -39,9 +39,12 @@ func gatewayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if len(args) > 0 && args[0] == "login" {
 		return gatewayLoginCmd(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "wrap" {
+		return gatewayWrapCmd(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(stdout)
-	setUsage(fs, "usage: mcprel gateway --upstream NAME=COMMAND|NAME=URL [--upstream ...] | --mcp-config FILE [--stdio | --http ADDR] [flags]",
+	setUsage(fs, "usage: mcprel gateway --upstream NAME=COMMAND|NAME=URL [--upstream ...] | --mcp-config FILE [--stdio | --http ADDR] [flags]\n       mcprel gateway wrap [--write [--force]] [--db PATH] FILE | --undo FILE",
 		`Serves the tools, resources and prompts of the MCP servers --upstream
 names through mcprel's lifecycle: deadlines, cancellation, progress,
 limits, honest failures, and the ledger for the keyed tools --policy

@@ -94,6 +94,7 @@ func TestMCPConfigRefusals(t *testing.T) {
 	unset := `entry "unset": env TOKEN holds ${env:MCPREL_TEST_UNSET_VARIABLE}, and the environment variable MCPREL_TEST_UNSET_VARIABLE is unset or empty`
 	for _, tc := range []struct{ args, want []string }{
 		{[]string{"gateway", "--stdio", "--mcp-config", file}, append(want, unset, "13 of its 15 servers cannot be served")},
+		{[]string{"gateway", "wrap", file}, append(want, "12 of its 15 servers cannot be served")},
 	} {
 		args := tc.args
 		cmd := exec.Command(binary, args...)
@@ -134,7 +135,7 @@ func TestMCPConfigRefusals(t *testing.T) {
 		{`{"mcpServers": {"a": {"command": "node", "disabled": true}}}`, `every server of "mcpServers" is disabled`},
 	} {
 		p := write("config.json", tc.content)
-		for _, args := range [][]string{{"gateway", "--stdio", "--mcp-config", p}} {
+		for _, args := range [][]string{{"gateway", "--stdio", "--mcp-config", p}, {"gateway", "wrap", p}} {
 			cmd := exec.Command(binary, args...)
 			out, _ := cmd.CombinedOutput()
 			if code := cmd.ProcessState.ExitCode(); code != exitUsage || !strings.Contains(string(out), tc.want) || strings.Contains(string(out), "secret") {
@@ -235,4 +236,88 @@ func TestGatewayMCPConfigServesBoth(t *testing.T) {
 			callBoth(t, dir, []string{binary, "gateway", "--stdio", "--mcp-config", path, "--db", filepath.Join(dir, "gw.db")})
 		})
 	}
+}
+
+// "gateway wrap" prints the wrapped file and writes nothing; with
+// --write it rewrites the file in the client's own shape, the one entry
+// that a client runs as it would (its command and args, from another
+// directory) serving both servers; it refuses to wrap twice or to
+// overwrite a backup; --undo puts the original back, byte for byte.
+func TestGatewayWrap(t *testing.T) {
+	for _, key := range []string{claudeKey, vscodeKey} {
+		t.Run(key, func(t *testing.T) {
+			dir := t.TempDir()
+			path := writeTwoServers(t, dir, key)
+			orig, _ := os.ReadFile(path)
+			run := func(wantCode int, args ...string) string {
+				t.Helper()
+				cmd := exec.Command(binary, append([]string{"gateway", "wrap"}, args...)...)
+				cmd.Dir = t.TempDir()
+				out, _ := cmd.CombinedOutput()
+				if code := cmd.ProcessState.ExitCode(); code != wantCode {
+					t.Fatalf("wrap %q: exit %d, want %d:\n%s", args, code, wantCode, out)
+				}
+				return string(out)
+			}
+			printed := run(0, path)
+			if now, _ := os.ReadFile(path); string(now) != string(orig) || fileExists(path+wrapBackupSuffix) || fileExists(path+wrapUpstreamsSuffix) {
+				t.Fatalf("wrap without --write changed the files")
+			}
+			if !strings.Contains(printed, "printed, nothing written; --write writes it to "+path) {
+				t.Errorf("wrap does not say that it wrote nothing:\n%s", printed)
+			}
+			out := run(0, "--write", path, "--db", filepath.Join(dir, "gw.db"))
+			if !strings.Contains(out, "undo: ") || !strings.Contains(out, "gateway wrap --undo "+path) {
+				t.Errorf("wrap --write does not say how to undo it:\n%s", out)
+			}
+			if got, _ := os.ReadFile(path + wrapBackupSuffix); string(got) != string(orig) {
+				t.Errorf("the backup is not the original")
+			}
+			var wrapped map[string]json.RawMessage
+			data, _ := os.ReadFile(path)
+			if err := json.Unmarshal(data, &wrapped); err != nil {
+				t.Fatal(err)
+			}
+			if string(wrapped["keep"]) != `"this member"` {
+				t.Errorf("wrap lost the file's other members:\n%s", data)
+			}
+			var servers map[string]struct {
+				Type    string   `json:"type"`
+				Command string   `json:"command"`
+				Args    []string `json:"args"`
+			}
+			if err := json.Unmarshal(wrapped[key], &servers); err != nil || len(servers) != 1 {
+				t.Fatalf("wrapped %s: %v\n%s", key, err, data)
+			}
+			e := servers[wrapEntry]
+			wantType := map[string]string{claudeKey: "", vscodeKey: "stdio"}[key]
+			if e.Type != wantType || !filepath.IsAbs(e.Command) || !slices.Equal(e.Args[:3], []string{"gateway", "--stdio", "--mcp-config"}) || e.Args[3] != path+wrapUpstreamsSuffix {
+				t.Errorf("the wrapped entry is %+v", e)
+			}
+			if !strings.Contains(printed, e.Args[3]) {
+				t.Errorf("the printed config differs from the written one:\n%s\n%s", printed, data)
+			}
+			callBoth(t, dir, append([]string{e.Command}, e.Args...))
+			if out := run(exitUsage, "--write", path); !strings.Contains(out, "is wrapped already") {
+				t.Errorf("wrapping twice: %s", out)
+			}
+			os.WriteFile(filepath.Join(dir, "other.json"), orig, 0o600)
+			os.WriteFile(filepath.Join(dir, "other.json.bak"), []byte("an earlier one"), 0o600)
+			if out := run(exitUsage, "--write", filepath.Join(dir, "other.json")); !strings.Contains(out, "other.json.bak exists") {
+				t.Errorf("overwriting a backup: %s", out)
+			}
+			run(0, "--undo", path)
+			if now, _ := os.ReadFile(path); string(now) != string(orig) || fileExists(path+wrapBackupSuffix) || fileExists(path+wrapUpstreamsSuffix) {
+				t.Errorf("undo did not put the original back alone:\n%s", now)
+			}
+			if out := run(exitUsage, "--undo", path); !strings.Contains(out, "there is nothing to put back") {
+				t.Errorf("undoing twice: %s", out)
+			}
+		})
+	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
