@@ -321,3 +321,65 @@ func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
+
+// The README's --mcp-config and wrap lines work as written, in order, on
+// a .mcp.json of two servers: the gateway serves both; wrap prints and
+// writes nothing; wrap --write makes the file's one entry a gateway a
+// client runs to reach both; wrap --undo puts the file back as it was.
+func TestReadmeMCPConfigLines(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, ".mcp.json")
+	if err := os.Rename(writeTwoServers(t, dir, claudeKey), path); err != nil {
+		t.Fatal(err)
+	}
+	orig, _ := os.ReadFile(path)
+	var lines []readmeLine
+	for _, l := range readmeLinesWith(t, "bin/mcprel gateway ") {
+		if strings.Contains(l.text, ".mcp.json") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 4 {
+		t.Fatalf("found %d README lines of --mcp-config and wrap, want 4; change this test with them", len(lines))
+	}
+	for _, l := range lines {
+		words, err := splitCommand(strings.NewReplacer("bin/mcprel", binary, "$PWD", dir, ".mcp.json", path).Replace(l.text))
+		if err != nil {
+			t.Fatalf("README.md:%d: %v", l.number, err)
+		}
+		if words[2] == "--stdio" {
+			callBoth(t, dir, words)
+			t.Logf("README.md:%d works: %s", l.number, l.text)
+			continue
+		}
+		cmd := exec.Command(words[0], words[1:]...)
+		out, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 0 {
+			t.Fatalf("README.md:%d: %s: exit %d\n%s", l.number, l.text, code, out)
+		}
+		now, _ := os.ReadFile(path)
+		switch words[3] {
+		case path:
+			if string(now) != string(orig) || !strings.Contains(string(out), `"`+wrapEntry+`": {`) {
+				t.Errorf("README.md:%d: %s changed the file or printed no wrapped one:\n%s", l.number, l.text, out)
+			}
+		case "--write":
+			var wrapped struct {
+				MCPServers map[string]struct {
+					Command string   `json:"command"`
+					Args    []string `json:"args"`
+				} `json:"mcpServers"`
+			}
+			if err := json.Unmarshal(now, &wrapped); err != nil || len(wrapped.MCPServers) != 1 {
+				t.Fatalf("README.md:%d: %s wrote %s (%v)", l.number, l.text, now, err)
+			}
+			e := wrapped.MCPServers[wrapEntry]
+			callBoth(t, dir, append([]string{e.Command}, e.Args...))
+		case "--undo":
+			if string(now) != string(orig) {
+				t.Errorf("README.md:%d: %s left %s", l.number, l.text, now)
+			}
+		}
+		t.Logf("README.md:%d works: %s", l.number, l.text)
+	}
+}

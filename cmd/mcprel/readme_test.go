@@ -75,6 +75,7 @@ func TestReadmeCommandLinesAreTested(t *testing.T) {
 		{regexp.MustCompile(`^bin/mcprel serve --http \S+ --payout-url `), "TestReadmePayoutLine"},
 		{regexp.MustCompile(`^bin/mcprel serve --http `), "TestReadmeCallAndReviewLines (starts the endpoint the call lines use)"},
 		{regexp.MustCompile(`^bin/mcprel gateway .*--oauth-issuer `), "TestReadmeOAuthLine"},
+		{regexp.MustCompile(`^bin/mcprel gateway (wrap |--stdio --db \S+ --mcp-config )`), "TestReadmeMCPConfigLines"},
 		{regexp.MustCompile(`^bin/mcprel gateway `), "TestReadmeGatewayLines (starts the endpoint its call lines use)"},
 		{regexp.MustCompile(`^bin/mcprel call --url http://127\.0\.0\.1:8081/`), "TestReadmeGatewayLines"},
 		{regexp.MustCompile(`^bin/mcprel (login|logout) `), "TestReadmeSignInLines"},
