@@ -117,6 +117,14 @@ func TestMCPConfigRefusals(t *testing.T) {
 			t.Errorf("%q printed a value of the file:\n%s", args, out)
 		}
 	}
+	// A key renamed is said, whatever follows.
+	renamed := filepath.Join(t.TempDir(), "renamed.json")
+	os.WriteFile(renamed, []byte(`{"mcpServers": {"my_server": {"command": "cat"}}}`), 0o600)
+	cmd := exec.Command(binary, "gateway", "--mcp-config", renamed, "--max-upstream-sessions", "0")
+	out, _ := cmd.CombinedOutput()
+	if !strings.Contains(string(out), `--mcp-config: entry "my_server" is upstream "my-server"`) || cmd.ProcessState.ExitCode() != exitUsage {
+		t.Errorf("a renamed key is not said: %s", out)
+	}
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		p := filepath.Join(dir, name)
@@ -297,6 +305,9 @@ func TestGatewayWrap(t *testing.T) {
 			if !strings.Contains(printed, e.Args[3]) {
 				t.Errorf("the printed config differs from the written one:\n%s\n%s", printed, data)
 			}
+			if info, err := os.Stat(e.Args[3]); err != nil || info.Mode().Perm() != 0o600 {
+				t.Errorf("the servers' copy (their env is credentials) is not the user's alone: %v %v", info.Mode(), err)
+			}
 			callBoth(t, dir, append([]string{e.Command}, e.Args...))
 			if out := run(exitUsage, "--write", path); !strings.Contains(out, "is wrapped already") {
 				t.Errorf("wrapping twice: %s", out)
@@ -305,6 +316,9 @@ func TestGatewayWrap(t *testing.T) {
 			os.WriteFile(filepath.Join(dir, "other.json.bak"), []byte("an earlier one"), 0o600)
 			if out := run(exitUsage, "--write", filepath.Join(dir, "other.json")); !strings.Contains(out, "other.json.bak exists") {
 				t.Errorf("overwriting a backup: %s", out)
+			}
+			if out := run(exitUsage, "--undo", filepath.Join(dir, "other.json")); !strings.Contains(out, "is not wrapped (changed since?): give --force") {
+				t.Errorf("undoing over a file not wrapped: %s", out)
 			}
 			run(0, "--undo", path)
 			if now, _ := os.ReadFile(path); string(now) != string(orig) || fileExists(path+wrapBackupSuffix) || fileExists(path+wrapUpstreamsSuffix) {
