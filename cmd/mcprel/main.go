@@ -3,6 +3,8 @@
 //	mcprel serve --stdio      serve the demo tools over stdin/stdout
 //	mcprel serve --http ADDR  serve them over Streamable HTTP
 //	mcprel gateway --upstream NAME=COMMAND|NAME=URL  put any MCP server behind mcprel
+//	mcprel gateway wrap FILE  put mcprel in front of every server of a client's config
+//	mcprel gateway login NAME authorize the gateway to call an OAuth upstream
 //	mcprel demo               run every race and failure against real servers and print the evidence
 //	mcprel ledger show        print the ledger's record of one operation
 //	mcprel ledger resolve     close an operation whose outcome is unknown
@@ -125,6 +127,11 @@ Commands:
   gateway --upstream NAME=COMMAND|NAME=URL [--stdio | --http ADDR]
                     put any MCP server behind mcprel: deadlines, cancellation,
                     progress, limits and honest failures for its tools
+                    (--mcp-config FILE: every server of a client's config)
+  gateway wrap FILE put mcprel in front of every server of a client's config
+                    (--write to change it, keeping a backup; --undo restores it)
+  gateway login NAME
+                    authorize the gateway to call OAuth upstream NAME
   ledger show       print the ledger's record of one operation
   ledger resolve    close an operation whose outcome is unknown, after checking what it did
   call TOOL k=v...  call a tool on any MCP server (--stdio "CMD" or --url URL);
