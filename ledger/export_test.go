@@ -1,6 +1,14 @@
 package ledger
 
-import "time"
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcprel/mcprel/store"
+)
 
 // SetClock makes l read time from now, so tests can move past leases and
 // retention without waiting.
@@ -28,3 +36,52 @@ func OnScanned(l *Ledger, f func()) { l.onScanned = f }
 // Migrations are the ledger's schema steps, for a test that builds an
 // older schema.
 var Migrations = migrations
+
+// ListPlan is the database's plan of the listing q.
+func ListPlan(t testing.TB, l *Ledger, q ListQuery) string {
+	t.Helper()
+	query, args, err := l.listQuery(q, DefaultListLimit+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan(t, l, query, args...)
+}
+
+// CountPlan is the database's plan of UnknownByTool's count.
+func CountPlan(t testing.TB, l *Ledger) string {
+	t.Helper()
+	return plan(t, l, countUnknown, ms(l.now()))
+}
+
+func plan(t testing.TB, l *Ledger, query string, args ...any) string {
+	t.Helper()
+	explain := "EXPLAIN "
+	if l.db.Dialect() == store.SQLite {
+		explain = "EXPLAIN QUERY PLAN "
+	}
+	var out []string
+	err := l.db.ReadTx(context.Background(), func(tx *store.Tx) error {
+		rows, err := tx.Query(context.Background(), explain+query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		cols, _ := rows.Columns()
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				return err
+			}
+			out = append(out, fmt.Sprint(vals[len(vals)-1]))
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(out, "\n")
+}

@@ -278,6 +278,14 @@ var migrations = []store.Migration{{
 	Version: 3,
 	SQL: `ALTER TABLE mcprel_ledger ADD COLUMN claimed_at BIGINT;
 		ALTER TABLE mcprel_ledger ADD COLUMN holder_deadline BIGINT`,
+}, {
+	// The unknown outcomes, newest first, for "mcprel ledger list" and
+	// the gauge of them: partial, so that the keyed operations, which
+	// never have an unknown outcome or have it rarely, write no more
+	// pages than before.
+	Version: 4,
+	SQL: `CREATE INDEX mcprel_ledger_unknown ON mcprel_ledger (executed_at, tenant, tool, idem_key, expires_at)
+		WHERE state = 3`,
 }}
 
 // Open prepares the ledger's schema in db and returns the ledger. opts may
@@ -499,8 +507,9 @@ func (l *Ledger) claimKey(ctx context.Context, tx *store.Tx, op Op, state State,
 }
 
 const (
-	selectRecord = `SELECT tenant, tool, idem_key, fingerprint, state, result, created_at, executed_at, expires_at, lease_until, lease_token, claimed_at, holder_deadline, executions FROM mcprel_ledger`
-	keyIs        = ` WHERE tenant = ? AND tool = ? AND idem_key = ?`
+	recordColumns = `tenant, tool, idem_key, fingerprint, state, result, created_at, executed_at, expires_at, lease_until, lease_token, claimed_at, holder_deadline, executions`
+	selectRecord  = `SELECT ` + recordColumns + ` FROM mcprel_ledger`
+	keyIs         = ` WHERE tenant = ? AND tool = ? AND idem_key = ?`
 )
 
 // scanRecord reads one ledger row.
