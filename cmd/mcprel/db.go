@@ -30,7 +30,7 @@ type dbFlags struct {
 	synchronous string
 	retention   time.Duration
 	lease       time.Duration
-	readOnly    bool // ledger show: inspect, never create or change
+	readOnly    bool // ledger show and list: inspect, never create or change
 	mustExist   bool // ledger resolve: change a ledger that is there, never create one
 }
 
@@ -82,7 +82,7 @@ func (f *dbFlags) check(fs *flag.FlagSet) error {
 	return nil
 }
 
-// open opens the database and the ledger in it, for "ledger show"
+// open opens the database and the ledger in it, for the ledger commands
 // (serve opens its own through package host).
 func (f *dbFlags) open(ctx context.Context) (*ledger.Ledger, func(), error) {
 	db, err := store.Open(ctx, f.dsn, &store.Options{Synchronous: f.synchronous, ReadOnly: f.readOnly})
@@ -97,21 +97,25 @@ func (f *dbFlags) open(ctx context.Context) (*ledger.Ledger, func(), error) {
 	return l, func() { db.Close() }, nil
 }
 
-// ledgerCmd is "mcprel ledger show" and "mcprel ledger resolve".
+// ledgerCmd is "mcprel ledger list", "mcprel ledger show" and "mcprel
+// ledger resolve".
 func ledgerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprintln(stdout, ledgerListUsage)
 		fmt.Fprintln(stdout, ledgerShowUsage)
 		fmt.Fprintln(stdout, ledgerResolveUsage)
-		fmt.Fprintln(stdout, `Run "mcprel ledger show -h" or "mcprel ledger resolve -h" for their flags.`)
+		fmt.Fprintln(stdout, `Run "mcprel ledger list -h", "mcprel ledger show -h" or "mcprel ledger resolve -h" for their flags.`)
 		return nil
 	}
 	switch {
+	case len(args) > 0 && args[0] == "list":
+		return ledgerList(ctx, args[1:], stdout, stderr)
 	case len(args) > 0 && args[0] == "show":
 		return ledgerShow(ctx, args[1:], stdout, stderr)
 	case len(args) > 0 && args[0] == "resolve":
 		return ledgerResolve(ctx, args[1:], stdout, stderr)
 	}
-	return usagef("%s\n%s", ledgerShowUsage, ledgerResolveUsage)
+	return usagef("%s\n%s\n%s", ledgerListUsage, ledgerShowUsage, ledgerResolveUsage)
 }
 
 const (

@@ -6,6 +6,7 @@
 //	mcprel gateway wrap FILE  put mcprel in front of every server of a client's config
 //	mcprel gateway login NAME authorize the gateway to call an OAuth upstream
 //	mcprel demo               run every race and failure against real servers and print the evidence
+//	mcprel ledger list        list the operations waiting to be reconciled
 //	mcprel ledger show        print the ledger's record of one operation
 //	mcprel ledger resolve     close an operation whose outcome is unknown
 //	mcprel call TOOL k=v...   call a tool on any MCP server (--stdio CMD or --url URL)
@@ -132,6 +133,7 @@ Commands:
                     (--write to change it, keeping a backup; --undo restores it)
   gateway login NAME
                     authorize the gateway to call OAuth upstream NAME
+  ledger list       list the operations whose outcome is unknown, and how to close them
   ledger show       print the ledger's record of one operation
   ledger resolve    close an operation whose outcome is unknown, after checking what it did
   call TOOL k=v...  call a tool on any MCP server (--stdio "CMD" or --url URL);
