@@ -1,5 +1,7 @@
 package host
 
+import "time"
+
 // SetStepHook has f told of each shutdown step before it runs, on the
 // goroutine that runs it: the tests record the order, and check what
 // holds between two steps.
@@ -8,3 +10,11 @@ func SetStepHook(rt *Runtime, f func(step string)) { rt.stepHook = f }
 // CloseListener closes the endpoint's listener under the HTTP server, as
 // a failing network would: the server's Serve fails.
 func CloseListener(rt *Runtime) error { return rt.ln.Close() }
+
+// SetUnknownRefresh makes the gauge of unknown outcomes counted every d
+// until the test ends.
+func SetUnknownRefresh(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := unknownRefresh
+	unknownRefresh = d
+	t.Cleanup(func() { unknownRefresh = old })
+}

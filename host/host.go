@@ -60,7 +60,10 @@ type Runtime struct {
 	srv     *server.Server
 	tasks   *taskserver.Server
 	metrics *metrics.Observer
-	gateway *gateway.Gateway
+	// storeMetrics holds the gauge of unknown outcomes; nil without
+	// metrics.
+	storeMetrics *metrics.StoreMetrics
+	gateway      *gateway.Gateway
 	// dispatcher delivers the outbox's intents; nil without receivers.
 	dispatcher *outbox.Dispatcher
 
@@ -136,6 +139,7 @@ func New(ctx context.Context, opts *Options) (_ *Runtime, err error) {
 		if err != nil {
 			return nil, err
 		}
+		rt.storeMetrics = sm
 		o.Server.Observers = append(o.Server.Observers, rt.metrics)
 		o.Ledger.Observers = append(o.Ledger.Observers, sm)
 		o.Store.OnCommit = chainCommit(o.Store.OnCommit, sm.Committed)
@@ -276,7 +280,19 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	}
 	reapCtx, stopReaper := context.WithCancel(context.Background())
 	reaped := make(chan struct{})
-	go func() { rt.ledger.RunReaper(reapCtx, time.Minute, 1000); close(reaped) }()
+	go func() {
+		// The gauge of unknown outcomes is counted beside the reaper,
+		// and stops with it, before the store closes.
+		counted := make(chan struct{})
+		if rt.storeMetrics != nil {
+			go func() { rt.countUnknown(reapCtx); close(counted) }()
+		} else {
+			close(counted)
+		}
+		rt.ledger.RunReaper(reapCtx, time.Minute, 1000)
+		<-counted
+		close(reaped)
+	}()
 	maintCtx, stopMaintaining := context.WithCancel(context.Background())
 	maintained := make(chan struct{})
 	go func() { rt.tasks.Maintain(maintCtx, 0); close(maintained) }()
@@ -490,5 +506,30 @@ func advertiseKeepAlive(every time.Duration) server.ToolInterceptor {
 		}
 		t.Meta[mcp.MetaKeepAliveMs] = every.Milliseconds()
 		return next, nil
+	}
+}
+
+// unknownRefresh is how often the gauge of unknown outcomes is counted
+// again; tests shorten it.
+var unknownRefresh = 30 * time.Second
+
+// countUnknown sets the gauge of the ledger's unresolved unknown outcomes
+// (mcprel_ledger_unknown_outcomes) now and every unknownRefresh until ctx
+// ends. The count reads the index of unknown outcomes only; a failed count
+// leaves the gauge as it was.
+func (rt *Runtime) countUnknown(ctx context.Context) {
+	t := time.NewTicker(unknownRefresh)
+	defer t.Stop()
+	for {
+		if counts, err := rt.ledger.UnknownByTool(ctx); err == nil {
+			rt.storeMetrics.SetUnknownOutcomes(counts)
+		} else if ctx.Err() == nil {
+			rt.logger.Warn("counting the ledger's unknown outcomes failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }

@@ -1,7 +1,10 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +19,7 @@ type StoreMetrics struct {
 	ledgerOps     *prometheus.HistogramVec
 	commitOps     prometheus.Histogram
 	commitSeconds prometheus.Histogram
+	unknown       *unknownOutcomes
 }
 
 // NewStore registers the ledger and store metrics with reg.
@@ -33,8 +37,12 @@ func NewStore(reg prometheus.Registerer, opts *Options) (*StoreMetrics, error) {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 7)}), // 1 to 64, the largest batch
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "store_commit_seconds",
 			Help: "Committed write transactions, from BEGIN to the end of COMMIT.", Buckets: latencyBuckets}),
+		unknown: &unknownOutcomes{desc: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "ledger_unknown_outcomes"),
+			"Keyed operations whose outcome is unknown and that no operator has resolved yet (mcprel ledger list), by tool: the "+
+				"first tools by count, the rest summed under tool=\"other\". Every replica counts the whole shared ledger: aggregate with max, not sum.",
+			[]string{"tool"}, nil)},
 	}
-	for _, c := range []prometheus.Collector{m.ledgerOps, m.commitOps, m.commitSeconds} {
+	for _, c := range []prometheus.Collector{m.ledgerOps, m.commitOps, m.commitSeconds, m.unknown} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -55,4 +63,68 @@ func (m *StoreMetrics) TxEnded(_ context.Context, op, result string, d time.Dura
 func (m *StoreMetrics) Committed(ops int, d time.Duration) {
 	m.commitOps.Observe(float64(ops))
 	m.commitSeconds.Observe(d.Seconds())
+}
+
+// MaxUnknownTools bounds the tools mcprel_ledger_unknown_outcomes names:
+// past them, by count, the rest are summed under tool="other".
+const MaxUnknownTools = 20
+
+// SetUnknownOutcomes sets mcprel_ledger_unknown_outcomes to counts, the
+// unresolved unknown outcomes by tool (ledger.UnknownByTool), replacing
+// the counts set before whole: a scrape sees one set or the other. A tool
+// with none is reported 0 once it has been reported, so that an alert on
+// it resolves instead of its series vanishing.
+func (m *StoreMetrics) SetUnknownOutcomes(counts map[string]int) {
+	m.unknown.set(counts)
+}
+
+// unknownOutcomes is the gauge mcprel_ledger_unknown_outcomes: a
+// collector, so that each scrape reads one consistent set.
+type unknownOutcomes struct {
+	desc   *prometheus.Desc
+	mu     sync.Mutex
+	byTool map[string]float64
+}
+
+func (u *unknownOutcomes) set(counts map[string]int) {
+	type count struct {
+		tool string
+		n    int
+	}
+	all := make([]count, 0, len(counts))
+	for tool, n := range counts {
+		if n > 0 {
+			all = append(all, count{tool, n})
+		}
+	}
+	slices.SortFunc(all, func(a, b count) int { return cmp.Or(cmp.Compare(b.n, a.n), cmp.Compare(a.tool, b.tool)) })
+	next := map[string]float64{}
+	for i, c := range all {
+		tool := c.tool
+		if i >= MaxUnknownTools || tool == "other" {
+			tool = "other"
+		}
+		next[tool] += float64(c.n)
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	// A tool reported before stays, at 0, while the label set has room.
+	for tool := range u.byTool {
+		if _, ok := next[tool]; !ok && len(next) < MaxUnknownTools+1 {
+			next[tool] = 0
+		}
+	}
+	u.byTool = next
+}
+
+// Describe is part of prometheus.Collector.
+func (u *unknownOutcomes) Describe(ch chan<- *prometheus.Desc) { ch <- u.desc }
+
+// Collect is part of prometheus.Collector.
+func (u *unknownOutcomes) Collect(ch chan<- prometheus.Metric) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for tool, n := range u.byTool {
+		ch <- prometheus.MustNewConstMetric(u.desc, prometheus.GaugeValue, n, tool)
+	}
 }

@@ -98,3 +98,56 @@ func TestStoreMetrics(t *testing.T) {
 		t.Errorf("commit seconds has %d observations, commit operations %d", got, commitsBefore+2)
 	}
 }
+
+// gauges is the values of the gauge name by its tool label.
+func gauges(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			out[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+// The gauge of unknown outcomes names the tools with the most and sums
+// the rest under "other", so its label set stays bounded; a tool whose
+// outcomes were all resolved reads 0.
+func TestUnknownOutcomesGauge(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	sm, err := metrics.NewStore(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{"pay": 100, "ship": 3}
+	for i := range 50 {
+		counts["tool"+strconv.Itoa(i)] = 1
+	}
+	sm.SetUnknownOutcomes(counts)
+	got := gauges(t, reg, "mcprel_ledger_unknown_outcomes")
+	if len(got) != metrics.MaxUnknownTools+1 || got["pay"] != 100 || got["ship"] != 3 {
+		t.Fatalf("gauge = %v", got)
+	}
+	total := 0.0
+	for _, n := range got {
+		total += n
+	}
+	if total != 153 || got["other"] != 32 {
+		t.Errorf("gauge sums to %v, other %v: %v", total, got["other"], got)
+	}
+
+	sm.SetUnknownOutcomes(map[string]int{"ship": 1})
+	if got := gauges(t, reg, "mcprel_ledger_unknown_outcomes"); got["ship"] != 1 || got["pay"] != 0 || len(got) > metrics.MaxUnknownTools+1 {
+		t.Errorf("after resolving: %v", got)
+	} else if _, ok := got["pay"]; !ok {
+		t.Errorf("pay's series vanished instead of reading 0: %v", got)
+	}
+}
