@@ -37,11 +37,11 @@ func NewStore(reg prometheus.Registerer, opts *Options) (*StoreMetrics, error) {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 7)}), // 1 to 64, the largest batch
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "store_commit_seconds",
 			Help: "Committed write transactions, from BEGIN to the end of COMMIT.", Buckets: latencyBuckets}),
-		unknown: &unknownOutcomes{desc: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "ledger_unknown_outcomes"),
-			"Keyed operations whose outcome is unknown and that no operator has resolved yet (mcprel ledger list), by tool: the "+
-				"first tools by count, the rest summed under tool=\"other\". Every replica counts the whole shared ledger: aggregate with max, not sum.",
-			[]string{"tool"}, nil)},
 	}
+	unknown := prometheus.GaugeOpts{Namespace: ns, Name: "ledger_unknown_outcomes",
+		Help: "Keyed operations whose outcome is unknown and that no operator has resolved yet (mcprel ledger list), by tool: the " +
+			"first tools by count, the rest summed under tool=\"other\". Every replica counts the whole shared ledger: aggregate with max, not sum."}
+	m.unknown = &unknownOutcomes{desc: prometheus.NewDesc(prometheus.BuildFQName(unknown.Namespace, "", unknown.Name), unknown.Help, []string{"tool"}, nil)}
 	for _, c := range []prometheus.Collector{m.ledgerOps, m.commitOps, m.commitSeconds, m.unknown} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
