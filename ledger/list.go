@@ -190,7 +190,10 @@ func (l *Ledger) listQuery(q ListQuery, limit int) (string, []any, error) {
 	at := `COALESCE(executed_at, claimed_at, created_at)`
 	failed := `COALESCE(CASE WHEN json_valid(result) THEN json_extract(result, '$.isError') END, 0) = 1`
 	if l.db.Dialect() == store.Postgres {
-		failed = `COALESCE(result::jsonb ->> 'isError' = 'true', false)`
+		// PostgreSQL's JSON refuses a \u0000 anywhere in a document
+		// it reads a member of: such a result is read as text.
+		failed = `CASE WHEN strpos(result, '\u0000') > 0 THEN result ~ '^\s*\{.*"isError"\s*:\s*true'
+			ELSE COALESCE((result::json ->> 'isError') = 'true', false) END`
 	}
 	where := []string{`expires_at > ?`}
 	args := []any{ms(l.now())}
