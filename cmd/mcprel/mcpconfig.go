@@ -177,10 +177,13 @@ type configEntry struct {
 	Disabled bool              `json:"disabled"`
 }
 
-// knownEntryFields are the members of an entry the gateway maps; any
-// other (VS Code's "cwd" and "envFile", a client's own extension) is
-// reported, not ignored: it may change how the server runs.
-var knownEntryFields = map[string]bool{"type": true, "command": true, "args": true, "env": true, "url": true, "headers": true, "disabled": true}
+// knownEntryFields are the members of an entry the gateway maps, and
+// the annotations it may pass over because they change nothing of how
+// the server runs (a description, which tools a client approves without
+// asking); any other (VS Code's "cwd" and "envFile", a client's own
+// extension) is reported, not ignored: it may change how the server runs.
+var knownEntryFields = map[string]bool{"type": true, "command": true, "args": true, "env": true, "url": true, "headers": true, "disabled": true,
+	"description": true, "autoApprove": true, "alwaysAllow": true}
 
 // configUpstream is an upstream mapped from an entry of a client's
 // configuration.

@@ -85,7 +85,7 @@ func TestMCPConfigRefusals(t *testing.T) {
 		`entry "not-a-url": url is not an http:// or https:// URL`,
 		`entry "host-header": headers Host: sets Host, which the gateway's client sets itself`,
 		`entry "args-not-strings": args must be a list of strings`,
-		`entry "neither": "description" not understood`,
+		`entry "neither": "timeout" not understood`,
 		`entry "a-name-far-too-long-for-an-upstream-x": its key must give an upstream name of 1 to 32 characters`,
 		`entry "same-name": its upstream name "same-name" is entry "same_name"'s too (each character outside [A-Za-z0-9-] becomes -): rename one`,
 	}
