@@ -114,6 +114,8 @@ func verdictRows() []verdictRow {
 		{what: "isError `overloaded`, `rate_limited`, `shutting_down`", res: failed(mcp.FailureOverloaded, true), outcome: retry.OutcomeRefused, kind: retry.Overloaded, retryable: true},
 		{what: "isError `in_progress` (the key's operation still runs)", res: failed(mcp.FailureInProgress, true), outcome: retry.OutcomeRefused, kind: retry.InProgress, retryable: true},
 		{what: "isError `upstream_unavailable` (a gateway's upstream not reached)", res: failed(mcp.FailureUpstreamUnavailable, true), outcome: retry.OutcomeRefused, kind: retry.Unreachable, retryable: true},
+		{what: "isError `upstream_unauthorized` (a gateway's upstream refused its credentials)", res: failed(mcp.FailureUpstreamUnauthorized, false), outcome: retry.OutcomeRefused, kind: retry.Rejected},
+		{what: "the server refused the credentials and signing in failed (`*client.AuthorizationError`)", err: &client.AuthorizationError{Status: 401}, outcome: retry.OutcomeRefused, kind: retry.Rejected},
 		{what: "isError `outcome_unknown`, retryable (resending is safe)", res: failed(mcp.FailureOutcomeUnknown, true), outcome: retry.OutcomeUnknown, kind: retry.Undetermined, retryable: true},
 		{what: "isError `outcome_unknown`, not retryable", res: failed(mcp.FailureOutcomeUnknown, false), outcome: retry.OutcomeUnknown, kind: retry.Undetermined},
 		{what: "an input round the client did not answer", err: &client.InputError{Err: client.ErrNoRequestHandler}, outcome: retry.OutcomeRefused, kind: retry.Rejected},

@@ -708,12 +708,6 @@ func (l *link) unavailable(err error) error {
 	return &mcp.ToolError{Code: mcp.FailureUpstreamUnavailable, Message: msg + reached, Retryable: true, RetryAfter: after.Round(time.Millisecond)}
 }
 
-// FailureUpstreamUnauthorized is the code of a call that failed because
-// its upstream refused the gateway's own credentials and no better ones
-// could be had (a client.AuthorizationError): nothing ran upstream, and
-// no retry helps until the operator acts.
-const FailureUpstreamUnauthorized = "upstream_unauthorized"
-
 // unauthorized is the failure of a request the upstream refused for the
 // gateway's credentials (err holds a *client.AuthorizationError): not
 // retryable, naming the upstream and what the operator must do. Its
@@ -738,7 +732,7 @@ func (l *link) unauthorized(err error) error {
 		}
 	}
 	l.log.Warn("gateway: the upstream refused the gateway's credentials", "err", l.redact(err), "action", action)
-	return &mcp.ToolError{Code: FailureUpstreamUnauthorized, Details: details,
+	return &mcp.ToolError{Code: mcp.FailureUpstreamUnauthorized, Details: details,
 		Message: fmt.Sprintf("upstream %q refused the gateway's credentials%s and no others could be had: the request never ran there; the operator must %s", l.up.Name, why, action)}
 }
 

@@ -76,6 +76,10 @@ const (
 	FailureUpstreamUnavailable = "upstream_unavailable"
 	FailureOutcomeUnknown      = "outcome_unknown"
 	FailureUpstream            = "upstream_error"
+	// FailureUpstreamUnauthorized: the upstream refused the gateway's own
+	// credentials and no better ones could be had; nothing ran upstream,
+	// and no retry helps until the operator acts (its details say how).
+	FailureUpstreamUnauthorized = "upstream_unauthorized"
 	// FailureOperationFailed is an operation whose outcome was unknown
 	// and that an operator found had failed ("mcprel ledger resolve
 	// --failed"): retries with its key get this, with the operator's

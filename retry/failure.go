@@ -283,6 +283,10 @@ func Classify(err error) Verdict {
 					f = Of(Unreachable, err)
 					f.Retryable, f.RetryAfter = body.Retryable, millis(body.RetryAfterMs)
 					return f
+				case mcp.FailureUpstreamUnauthorized:
+					f = Of(Rejected, err)
+					f.Outcome = OutcomeRefused
+					return f
 				}
 			}
 			// Invalid params and internal errors are answers too, but
@@ -359,6 +363,11 @@ func toolFailure(te *mcp.ToolError, err error) Verdict {
 		f = Of(ShuttingDown, err)
 	case mcp.FailureUpstreamUnavailable:
 		f = Of(Unreachable, err)
+	case mcp.FailureUpstreamUnauthorized:
+		// A gateway's upstream refused the gateway's credentials: nothing
+		// ran, and the same request is refused until an operator acts.
+		f = Of(Rejected, err)
+		f.Outcome = OutcomeRefused
 	case mcp.FailureInProgress:
 		f = Of(InProgress, err)
 	case mcp.FailureOutcomeUnknown:

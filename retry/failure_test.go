@@ -135,3 +135,17 @@ func TestKindNamesAreStable(t *testing.T) {
 		}
 	}
 }
+
+// A gateway's upstream_unauthorized, as a tool result or as the
+// JSON-RPC error of a call it could not route (its upstream refused the
+// gateway's credentials from the start), is a refusal: nothing ran.
+func TestUpstreamUnauthorizedIsARefusal(t *testing.T) {
+	for name, err := range map[string]error{
+		"tool error":     &mcp.ToolError{Code: mcp.FailureUpstreamUnauthorized},
+		"JSON-RPC error": rpcError(jsonrpc.CodeInternalError, `{"code":"upstream_unauthorized","message":"m","retryable":false}`),
+	} {
+		if f := retry.Classify(err); f.Kind != retry.Rejected || f.Outcome != retry.OutcomeRefused || f.Retryable {
+			t.Errorf("%s: %v %v retryable=%v; want rejected, refused, not retryable", name, f.Kind, f.Outcome, f.Retryable)
+		}
+	}
+}
