@@ -346,7 +346,15 @@ func (g *Gateway) NoSecrets(t *testing.T) {
 // stderr, and the rest of its stderr.
 func startGateway(t *testing.T, mcprel string, args ...string) (string, *mcptest.Lines) {
 	t.Helper()
-	cmd := exec.Command(mcprel, args...)
+	return StartHTTP(t, exec.Command(mcprel, args...))
+}
+
+// StartHTTP starts cmd, an mcprel serving HTTP (serve or gateway on
+// --http 127.0.0.1:0), in a temporary directory for the rest of the test,
+// and returns its endpoint URL, the first line of its stderr, and the
+// rest of its stderr, logged if the test fails.
+func StartHTTP(t *testing.T, cmd *exec.Cmd) (string, *mcptest.Lines) {
+	t.Helper()
 	cmd.Dir = t.TempDir()
 	cmd.WaitDelay = 10 * time.Second
 	stderr, err := cmd.StderrPipe()

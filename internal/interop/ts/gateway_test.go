@@ -1,7 +1,6 @@
 package ts_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -17,6 +16,7 @@ import (
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/gateway"
 	"github.com/mcprel/mcprel/internal/interop/gatewaycheck"
+	"github.com/mcprel/mcprel/internal/interop/sdkauth"
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/mcp"
 )
@@ -128,31 +128,9 @@ func TestTypeScriptScenarioThroughGateway(t *testing.T) {
 func startGateway(t *testing.T, ctx context.Context, bin string, args []string) string {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = t.TempDir()
 	cmd.Env = append(os.Environ(), nodeEnv...)
-	cmd.WaitDelay = 10 * time.Second
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	rest := mcptest.NewLines()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("gateway stderr:\n%s", rest)
-		}
-	})
-	br := bufio.NewReader(stderr)
-	url, err := br.ReadString('\n')
-	if err != nil || !strings.HasPrefix(url, "http://") {
-		t.Fatalf("mcprel gateway printed %q, %v", url, err)
-	}
-	go func() { br.WriteTo(rest) }()
-	return strings.TrimSpace(url)
+	url, _ := sdkauth.StartHTTP(t, cmd)
+	return url
 }
 
 // quoteWords is args as shell words.
