@@ -15,6 +15,17 @@ import (
 	"github.com/mcprel/mcprel/internal/interop/oidcprovider"
 )
 
+// signInSetup is what a sign-in test starts from: Node, a context that
+// ends with the test or after 5 minutes, mcprel built, and a real
+// authorization server (oidc-provider).
+func signInSetup(t *testing.T) (context.Context, string, *oidcprovider.Provider) {
+	t.Helper()
+	requireNode(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return ctx, buildServer(t, ctx), oidcprovider.Start(t, oidcprovider.Options{})
+}
+
 // Both TypeScript SDKs, in every era they speak, sign in to `mcprel serve
 // --http` and to `mcprel gateway --http` (in front of `mcprel serve
 // --stdio`) with their own OAuth support and a real authorization server
@@ -26,11 +37,7 @@ import (
 // issued for exactly the endpoint's URL; a call on serve is recorded
 // under the token's subject as its tenant.
 func TestTypeScriptSDKsSignInWithOAuth(t *testing.T) {
-	requireNode(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	bin := buildServer(t, ctx)
-	as := oidcprovider.Start(t, oidcprovider.Options{})
+	ctx, bin, as := signInSetup(t)
 
 	for _, front := range []string{"serve", "gateway"} {
 		t.Run(front, func(t *testing.T) {

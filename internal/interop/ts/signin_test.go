@@ -1,13 +1,11 @@
 package ts_test
 
 import (
-	"context"
 	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/mcprel/mcprel/internal/interop/oidcprovider"
 	"github.com/mcprel/mcprel/internal/interop/sdkauth"
@@ -22,11 +20,7 @@ import (
 // it signs in by client credentials and forwards a downstream call. See
 // sdkauth for what is checked.
 func TestMcprelSignsInToTypeScriptSDKResourceServer(t *testing.T) {
-	requireNode(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	mcprel := buildServer(t, ctx)
-	as := oidcprovider.Start(t, oidcprovider.Options{})
+	_, mcprel, as := signInSetup(t)
 	s := startAuthServer(t, as)
 
 	// What the middleware answers a request with no token: a 401 whose
