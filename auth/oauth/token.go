@@ -21,7 +21,7 @@ import (
 // check returns the Principal of token, from the cache or by verifying
 // it: as a JWT, or by introspection.
 func (rs *ResourceServer) check(ctx context.Context, token string) (auth.Principal, error) {
-	sum := sha256.Sum256([]byte(token))
+	sum := hashToken(token)
 	now := rs.now()
 	if p, refused, ok := rs.cache.get(sum, now); ok {
 		return p, refused
@@ -57,6 +57,23 @@ func (rs *ResourceServer) check(ctx context.Context, token string) (auth.Princip
 	}
 	rs.cache.put(sum, p, nil, until, now)
 	return p, nil
+}
+
+// hashToken returns the SHA-256 of token, the key of its verdict. The
+// token is fed to the hash through a buffer on the stack: converting it
+// to a []byte, as sha256.Sum256 would need, copies it to the heap on
+// every request (crypto/sha256 takes no string, and io.WriteString on
+// its digest converts too).
+func hashToken(token string) (sum [sha256.Size]byte) {
+	h := sha256.New()
+	var buf [512]byte
+	for len(token) > 0 {
+		n := copy(buf[:], token)
+		h.Write(buf[:n])
+		token = token[n:]
+	}
+	h.Sum(sum[:0])
+	return sum
 }
 
 // introspectionCacheFor is the longest an introspection's answer is
