@@ -75,15 +75,8 @@ func TestAuthenticatorOnEveryListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- rt.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-ran; err != nil {
-			t.Error(err)
-		}
-	}()
+	ctx, stop := running(t, rt)
+	defer stop()
 
 	base := strings.TrimSuffix(rt.Endpoint(), host.DefaultPath)
 	urls := []string{base + "/metrics", rt.MetricsURL(), base + "/whoami"}
@@ -152,6 +145,20 @@ func TestHandlersBehindTheHostCheck(t *testing.T) {
 	}
 	if resp := fetch(t, u, ""); resp.code != http.StatusOK {
 		t.Fatalf("the mounted handler on loopback: %d, want 200", resp.code)
+	}
+}
+
+// running runs rt until stop, which reports the error Run returns.
+func running(t *testing.T, rt *host.Runtime) (ctx context.Context, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- rt.Run(ctx) }()
+	return ctx, func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Error(err)
+		}
 	}
 }
 

@@ -172,7 +172,7 @@ func TestRuntimeOverHTTP(t *testing.T) {
 			t.Fatalf("a request without the token: %d, want 401", code)
 		}
 		metricsURL := strings.TrimSuffix(endpoint, host.DefaultPath) + "/metrics"
-		if code := get(t, metricsURL, ""); code != http.StatusUnauthorized {
+		if code := fetch(t, metricsURL, "").code; code != http.StatusUnauthorized {
 			t.Fatalf("metrics without the token: %d, want 401 (they need the endpoint's token)", code)
 		}
 		c, err := client.DialHTTP(ctx, endpoint, &client.Options{Header: http.Header{"Authorization": {"Bearer " + token}}})
@@ -187,7 +187,7 @@ func TestRuntimeOverHTTP(t *testing.T) {
 		if got := text(t, res); got != "hi" {
 			t.Fatalf("echo: %q, want hi", got)
 		}
-		if code := get(t, metricsURL, token); code != http.StatusOK {
+		if code := fetch(t, metricsURL, token).code; code != http.StatusOK {
 			t.Fatalf("metrics with the token: %d, want 200", code)
 		}
 
@@ -297,24 +297,6 @@ func TestHTTPFailureStillDrains(t *testing.T) {
 	if got := rec.list(); !slices.Equal(got, want) {
 		t.Errorf("shutdown:\n got %q\nwant %q", got, want)
 	}
-}
-
-func get(t *testing.T, url, bearer string) int {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
 }
 
 // TestRuntimeOverStdio: over stdio, the end of Run's context drains the

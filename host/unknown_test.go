@@ -27,15 +27,8 @@ func TestUnknownOutcomesGauge(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		ran := make(chan error, 1)
-		go func() { ran <- rt.Run(ctx) }()
-		defer func() {
-			cancel()
-			if err := <-ran; err != nil {
-				t.Error(err)
-			}
-		}()
+		ctx, stop := running(t, rt)
+		defer stop()
 
 		for _, key := range []string{"a", "b"} {
 			c, _, err := rt.Ledger().ClaimOnce(ctx, ledger.Op{Tenant: "acme", Tool: "send_email", Key: key})
