@@ -90,16 +90,28 @@ func (g *upstreamGuard) tokens() []string {
 // protectedUpstream starts "mcprel serve --http --oauth-issuer" behind a
 // guard, its public URL the guard's.
 func protectedUpstream(t *testing.T, as *oauthtest.Server) *upstreamGuard {
+	g := newUpstreamGuard(t)
+	upURL, _, _ := startEndpoint(t, nil, "serve", "--http", "127.0.0.1:0", "--oauth-issuer", as.Issuer(), "--public-url", g.public)
+	g.setTarget(upURL)
+	return g
+}
+
+// newUpstreamGuard starts a guard with no upstream yet: setTarget names
+// it, once the upstream can be told the guard's public URL.
+func newUpstreamGuard(t *testing.T) *upstreamGuard {
 	g := &upstreamGuard{rejected: map[string]bool{}}
 	proxy := httptest.NewServer(g)
 	t.Cleanup(proxy.Close)
 	g.public = proxy.URL + "/mcp"
-	upURL, _, _ := startEndpoint(t, nil, "serve", "--http", "127.0.0.1:0", "--oauth-issuer", as.Issuer(), "--public-url", g.public)
-	target, _ := url.Parse(upURL)
+	return g
+}
+
+// setTarget sends the guard's requests to the upstream at endpoint.
+func (g *upstreamGuard) setTarget(endpoint string) {
+	target, _ := url.Parse(endpoint)
 	g.mu.Lock()
 	g.target = target
 	g.mu.Unlock()
-	return g
 }
 
 // logBuffer keeps a process's whole stderr.

@@ -4,14 +4,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/mcprel/mcprel/client"
@@ -158,22 +154,9 @@ func jsonHas(v any, want string) bool {
 func TestGatewayOAuthScopesAndNoPassthrough(t *testing.T) {
 	as := oauthtest.New(t, oauthtest.Options{})
 	upURL, _ := startHTTP(t, nil, "--auth-token", "upstream-token")
-	// Every Authorization header that reaches the upstream is recorded.
-	var mu sync.Mutex
-	var seen []string
-	target, _ := url.Parse(upURL)
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		seen = append(seen, r.Header.Get("Authorization"))
-		mu.Unlock()
-		p := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
-		p.FlushInterval = -1 // streams pass as they come
-		// A connection of its own per request: one the gateway gave up on
-		// (a stream it closed) is never reused for the next request.
-		p.Transport = guardTransport
-		p.ServeHTTP(w, r)
-	}))
-	t.Cleanup(proxy.Close)
+	// Every bearer token that reaches the upstream is recorded.
+	guard := newUpstreamGuard(t)
+	guard.setTarget(upURL)
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
 	os.WriteFile(tokenFile, []byte("upstream-token\n"), 0o600)
@@ -185,7 +168,7 @@ func TestGatewayOAuthScopesAndNoPassthrough(t *testing.T) {
     auth: {scopes: ["inventory:write"]}
 `), 0o600)
 	gw, _, _ := startEndpoint(t, nil, "gateway", "--http", "127.0.0.1:0", "--oauth-issuer", as.Issuer(), "--oauth-scopes", "mcp:tools",
-		"--upstream", "demo="+proxy.URL+"/mcp", "--upstream-token-file", "demo="+tokenFile, "--policy", policy,
+		"--upstream", "demo="+guard.public, "--upstream-token-file", "demo="+tokenFile, "--policy", policy,
 		"--db", filepath.Join(dir, "gw.db"))
 	tok := func(scope string) string {
 		return as.Token(t, oauthtest.Claims{Subject: "alice", Audience: []string{gw}, Scope: scope})
@@ -208,14 +191,14 @@ func TestGatewayOAuthScopesAndNoPassthrough(t *testing.T) {
 	if status, _, body := oauthPost(t, gw, writer, reserve, nil); status != 200 || strings.Contains(body, "insufficient") {
 		t.Fatalf("reserve_inventory with inventory:write: %d %s", status, body)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(seen) == 0 {
+	guard.mu.Lock()
+	defer guard.mu.Unlock()
+	if len(guard.seen) == 0 {
 		t.Fatal("nothing reached the upstream")
 	}
-	for _, h := range seen {
-		if h != "Bearer upstream-token" {
-			t.Fatalf("the upstream saw Authorization %q; want only the gateway's own token", h)
+	for _, tok := range guard.seen {
+		if tok != "upstream-token" {
+			t.Fatalf("the upstream saw the bearer token %q; want only the gateway's own", tok)
 		}
 	}
 }
