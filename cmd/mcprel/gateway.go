@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/client/oauth"
@@ -42,52 +43,155 @@ func gatewayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if len(args) > 0 && args[0] == "wrap" {
 		return gatewayWrapCmd(args[1:], stdout, stderr)
 	}
+	p, err := planGateway(args, stdout, stderr, environLookup)
+	if err != nil {
+		return err
+	}
+	if *p.check {
+		return p.printCheck(stdout)
+	}
+	opts, err := p.rf.options(ctx, p.fs, stdin, stdout, stderr)
+	if err != nil {
+		return p.cfg.annotate(err)
+	}
+	closeOAuth, err := p.upOAuth.apply(ctx, p.oauthUps, p.byName, opts.DB)
+	if err != nil {
+		return p.cfg.annotate(err)
+	}
+	defer closeOAuth()
+	policy, scopes, err := p.policy(opts)
+	if err != nil {
+		return p.cfg.annotate(err)
+	}
+	opts.ToolScopes = scopes
+	opts.Implementation.Name = "mcprel-gateway"
+	opts.Gateway = &gateway.Options{Upstreams: p.ups, Policy: policy, MaxSessions: *p.maxSessions, InputWait: *p.inputWait,
+		// An upstream's answer is bounded as a client's message is.
+		Client:  client.Options{MaxMessageBytes: p.rf.limits.maxMessage},
+		HideEnv: tokenVars(p.tokenEnv),
+	}
+	rt, ctx, stop, err := p.rf.start(ctx, opts, stderr)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	return rt.Run(ctx)
+}
+
+// gatewayPlan is what the gateway's command line and --config file say,
+// checked, before anything opens or starts: --check prints it, and a
+// reload makes a new one from the same command line and the file as it
+// is then.
+type gatewayPlan struct {
+	fs       *flag.FlagSet
+	rf       runtimeFlags
+	cfg      *gatewayConfig // nil without --config
+	ups      []gateway.Upstream
+	byName   map[string]*gateway.Upstream
+	upOAuth  upstreamOAuthFlags
+	oauthUps map[string]*upstreamOAuth
+	tokenEnv listFlag
+
+	policyName string // the policy's file, or the config file when inline
+	policyData []byte
+
+	maxSessions  *int
+	inputWait    *time.Duration
+	check, watch *bool
+}
+
+// planGateway parses the gateway's command line and its --config file and
+// checks every upstream and credential they name. It opens nothing.
+func planGateway(args []string, stdout, stderr io.Writer, getenv func(string) (string, bool)) (*gatewayPlan, error) {
+	p := &gatewayPlan{rf: runtimeFlags{cmd: "gateway"}}
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	p.fs = fs
 	fs.SetOutput(stdout)
-	setUsage(fs, "usage: mcprel gateway --upstream NAME=COMMAND|NAME=URL [--upstream ...] | --mcp-config FILE [--stdio | --http ADDR] [flags]\n       mcprel gateway wrap [--write [--force]] [--db PATH] FILE | --undo FILE",
+	setUsage(fs, "usage: mcprel gateway --config FILE [--check] [--watch] [flags]\n       mcprel gateway --upstream NAME=COMMAND|NAME=URL [--upstream ...] | --mcp-config FILE [--stdio | --http ADDR] [flags]\n       mcprel gateway wrap [--write [--force]] [--db PATH] FILE | --undo FILE",
 		`Serves the tools, resources and prompts of the MCP servers --upstream
 names through mcprel's lifecycle: deadlines, cancellation, progress,
 limits, honest failures, and the ledger for the keyed tools --policy
 names. With one upstream its names are kept; with several, each one's
 tool and prompt names become NAME_tool, the first's included, except
-those of the upstream --upstream-keep-names names. Exit status: 0 after a
-graceful shutdown, 1 a failure, 2 a mistake in the command line.`)
-	rf := runtimeFlags{cmd: "gateway"}
-	rf.register(fs)
-	var upstreams, tokenEnv, tokenFile, headersFile, envFile listFlag
+those of the upstream --upstream-keep-names names. --config FILE gives
+every flag in a YAML (or JSON) file, by the flag's name, with the
+upstreams under upstreams: (see examples/gateway/gateway.yaml); flags on
+the command line override it; SIGHUP (or --watch) reloads it. Exit
+status: 0 after a graceful shutdown, 1 a failure, 2 a mistake in the
+command line or the file.`)
+	p.rf.register(fs)
+	var upstreams, tokenFile, headersFile, envFile listFlag
 	fs.Var(&upstreams, "upstream", "NAME=COMMAND (a stdio server, its argv in quoted words, run without a shell), NAME=URL (a Streamable HTTP endpoint, either era) or NAME=sse:URL (the 2024-11-05 HTTP+SSE transport); repeatable: with several, every upstream's tool and prompt names become NAME_tool — the first's too, so adding a second renames the first's tools, unless --upstream-keep-names keeps them")
-	fs.Var(&tokenEnv, "upstream-token-env", "NAME=VAR: send the bearer token in environment variable VAR to upstream NAME (HTTP)")
+	fs.Var(&p.tokenEnv, "upstream-token-env", "NAME=VAR: send the bearer token in environment variable VAR to upstream NAME (HTTP)")
 	fs.Var(&tokenFile, "upstream-token-file", "NAME=FILE: send the bearer token in FILE to upstream NAME (HTTP)")
 	fs.Var(&headersFile, "upstream-headers-file", "NAME=FILE: send the headers in FILE (\"Header: value\" lines) to upstream NAME (HTTP)")
 	fs.Var(&envFile, "upstream-env-file", "NAME=FILE: add the KEY=VALUE lines of FILE to the environment of upstream NAME (stdio)")
-	var upOAuth upstreamOAuthFlags
-	upOAuth.register(fs)
+	p.upOAuth.register(fs)
 	var perTenant, upLimits, upCaps, keepNames listFlag
 	fs.Var(&keepNames, "upstream-keep-names", "NAME: with several upstreams, keep upstream NAME's tool and prompt names as it lists them, unprefixed (one upstream at most); a name of its that begins with an upstream's name and _ is prefixed all the same, so that no two meet")
 	fs.Var(&upCaps, "upstream-capabilities", "NAME=LIST: what the gateway declares to 2025-era upstream NAME on a connection clients share, of elicitation, elicitation-url, sampling and roots (comma-separated), or none; default all (a client that lacks one is refused the upstream's request that needs it; declare less to have the upstream hide what needs more)")
 	fs.Var(&perTenant, "upstream-per-tenant", "NAME: start one process of stdio upstream NAME per tenant (of --token), so that its requests, subscriptions and state belong to one tenant (repeatable; bounded by --max-upstream-sessions)")
 	fs.Var(&upLimits, "upstream-limits", "NAME=concurrent=N,queued=N,rate=R,burst=N,bytes=N: bound the calls forwarded to upstream NAME, all its tools together, within the server's own limits (repeatable; any subset of the keys)")
-	maxSessions := fs.Int("max-upstream-sessions", gateway.DefaultMaxSessions, "sessions (2025-era HTTP) or processes (--upstream-per-tenant) one upstream holds for tenants; past it the least recently used idle one is closed")
-	inputWait := fs.Duration("input-wait", gateway.DefaultInputWait, "how long a call to a 2025-era upstream that asked a 2026-07-28 client for input is held open for the client's answer before it is cancelled upstream")
+	p.maxSessions = fs.Int("max-upstream-sessions", gateway.DefaultMaxSessions, "sessions (2025-era HTTP) or processes (--upstream-per-tenant) one upstream holds for tenants; past it the least recently used idle one is closed")
+	p.inputWait = fs.Duration("input-wait", gateway.DefaultInputWait, "how long a call to a 2025-era upstream that asked a 2026-07-28 client for input is held open for the client's answer before it is cancelled upstream")
 	mcpConfig := fs.String("mcp-config", "", "serve every server of an MCP client's configuration FILE (Claude Desktop's or .mcp.json's mcpServers, VS Code's servers) as an upstream named by its key, each character outside [A-Za-z0-9-] made -; ${env:NAME} and ${NAME} are read from the gateway's environment; --upstream adds to them")
 	policyFile := fs.String("policy", "", "the tools' policy (the YAML or JSON of mcprel review): their deadlines and which are read-only; a tool it does not name is unsafe")
+	configFile := fs.String("config", "", "read every setting from this YAML or JSON FILE, its keys the flags' names and upstreams: (see examples/gateway/gateway.yaml); a flag on the command line overrides the file; SIGHUP reloads it")
+	p.check = fs.Bool("check", false, "with --config: check the file and the command line, print what would run (the policy's review verdicts included) and exit, starting and opening nothing")
+	p.watch = fs.Bool("watch", false, "with --config: reload the file whenever it changes, as SIGHUP does")
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return nil, err
 	}
-	var ups []gateway.Upstream
-	var err error
-	if *mcpConfig != "" {
-		if ups, err = mcpConfigUpstreams(*mcpConfig, stderr); err != nil {
+	if *configFile == "" && (*p.watch || *p.check) {
+		return nil, usagef("gateway: --check and --watch need --config FILE")
+	}
+	if *configFile != "" {
+		cfg, err := loadGatewayConfig(*configFile, fs, setFlags(fs), getenv)
+		if err != nil {
+			return nil, err
+		}
+		p.cfg = cfg
+		p.ups = append(p.ups, cfg.upstreams...)
+		p.policyName, p.policyData = cfg.policyName, cfg.policy
+	}
+	err := p.planUpstreams(upstreams, *mcpConfig, stderr, tokenFile, headersFile, envFile, perTenant, keepNames, upLimits, upCaps)
+	if err != nil {
+		return nil, p.cfg.annotate(err)
+	}
+	if *p.maxSessions < 1 {
+		return nil, p.cfg.annotate(usagef("gateway: --max-upstream-sessions must be at least 1, not %d", *p.maxSessions))
+	}
+	if *p.inputWait <= 0 {
+		return nil, p.cfg.annotate(usagef("gateway: --input-wait must be positive, not %v", *p.inputWait))
+	}
+	if *policyFile != "" {
+		data, err := readSmallFile(*policyFile, maxSecretFile)
+		if err != nil {
+			return nil, p.cfg.annotate(usagef("gateway: --policy: %v", err))
+		}
+		p.policyName, p.policyData = *policyFile, data
+	}
+	return p, nil
+}
+
+// planUpstreams gathers the upstreams of --mcp-config, the file and
+// --upstream, and gives them what the per-upstream flags say.
+func (p *gatewayPlan) planUpstreams(upstreams listFlag, mcpConfig string, stderr io.Writer, tokenFile, headersFile, envFile, perTenant, keepNames, upLimits, upCaps listFlag) error {
+	if mcpConfig != "" {
+		ups, err := mcpConfigUpstreams(mcpConfig, stderr)
+		if err != nil {
 			return err
 		}
+		p.ups = append(p.ups, ups...)
 	}
-	if len(upstreams) > 0 || *mcpConfig == "" {
+	if len(upstreams) > 0 || len(p.ups) == 0 {
 		more, err := parseUpstreams(upstreams)
 		if err != nil {
 			return err
 		}
-		ups = append(ups, more...)
+		p.ups = append(p.ups, more...)
 	}
+	ups := p.ups
 	if _, err := gateway.CheckUpstreams(ups); err != nil {
 		return usagef("gateway: %s", strings.TrimPrefix(err.Error(), "gateway: "))
 	}
@@ -95,11 +199,12 @@ graceful shutdown, 1 a failure, 2 a mistake in the command line.`)
 	for i := range ups {
 		byName[ups[i].Name] = &ups[i]
 	}
-	if err := applyCredentials(byName, tokenEnv, tokenFile, headersFile, envFile); err != nil {
+	p.byName = byName
+	if err := applyCredentials(byName, p.tokenEnv, tokenFile, headersFile, envFile); err != nil {
 		return err
 	}
-	oauthUps, err := upOAuth.parse(byName)
-	if err != nil {
+	var err error
+	if p.oauthUps, err = p.upOAuth.parse(byName); err != nil {
 		return err
 	}
 	for _, name := range perTenant {
@@ -142,59 +247,46 @@ graceful shutdown, 1 a failure, 2 a mistake in the command line.`)
 			return usagef("gateway: --upstream-capabilities %s: %v", name, err)
 		}
 	}
-	if *maxSessions < 1 {
-		return usagef("gateway: --max-upstream-sessions must be at least 1, not %d", *maxSessions)
+	return nil
+}
+
+// reviewPolicy parses the plan's policy; nil without one.
+func (p *gatewayPlan) reviewPolicy() (*review.Policy, error) {
+	if p.policyData == nil {
+		return nil, nil
 	}
-	if *inputWait <= 0 {
-		return usagef("gateway: --input-wait must be positive, not %v", *inputWait)
-	}
-	opts, err := rf.options(ctx, fs, stdin, stdout, stderr)
+	rp, err := review.Parse(p.policyName, p.policyData)
 	if err != nil {
-		return err
+		return nil, usagef("gateway: --policy: %v", err)
 	}
-	closeOAuth, err := upOAuth.apply(ctx, oauthUps, byName, opts.DB)
+	return rp, nil
+}
+
+// policy is the gateway's policy for the runtime opts describe, and the
+// scopes its operations need: a policy that names scopes needs OAuth.
+func (p *gatewayPlan) policy(opts *host.Options) (*gateway.Policy, map[string][]string, error) {
+	rp, err := p.reviewPolicy()
+	if err != nil || rp == nil {
+		return nil, nil, err
+	}
+	policy, err := gateway.PolicyFromReview(rp, p.rf.gatewayFacts(opts))
 	if err != nil {
-		return err
+		return nil, nil, usagef("gateway: --policy %s: %v", p.policyName, strings.TrimPrefix(err.Error(), "gateway: "))
 	}
-	defer closeOAuth()
-	var policy *gateway.Policy
-	if *policyFile != "" {
-		data, err := readSmallFile(*policyFile, maxSecretFile)
-		if err != nil {
-			return usagef("gateway: --policy: %v", err)
+	var scopes map[string][]string
+	for _, op := range rp.Operations {
+		if len(op.Auth.Scopes) == 0 {
+			continue
 		}
-		rp, err := review.Parse(*policyFile, data)
-		if err != nil {
-			return usagef("gateway: --policy: %v", err)
+		if opts.OAuth == nil {
+			return nil, nil, usagef("gateway: --policy %s: operation %q needs the scopes %s, which only OAuth access tokens carry: give --oauth-issuer", p.policyName, op.Name, strings.Join(op.Auth.Scopes, " "))
 		}
-		if policy, err = gateway.PolicyFromReview(rp, rf.gatewayFacts(opts)); err != nil {
-			return usagef("gateway: --policy %s: %v", *policyFile, strings.TrimPrefix(err.Error(), "gateway: "))
+		if scopes == nil {
+			scopes = map[string][]string{}
 		}
-		for _, op := range rp.Operations {
-			if len(op.Auth.Scopes) == 0 {
-				continue
-			}
-			if opts.OAuth == nil {
-				return usagef("gateway: --policy %s: operation %q needs the scopes %s, which only OAuth access tokens carry: give --oauth-issuer", *policyFile, op.Name, strings.Join(op.Auth.Scopes, " "))
-			}
-			if opts.ToolScopes == nil {
-				opts.ToolScopes = map[string][]string{}
-			}
-			opts.ToolScopes[op.Name] = op.Auth.Scopes
-		}
+		scopes[op.Name] = op.Auth.Scopes
 	}
-	opts.Implementation.Name = "mcprel-gateway"
-	opts.Gateway = &gateway.Options{Upstreams: ups, Policy: policy, MaxSessions: *maxSessions, InputWait: *inputWait,
-		// An upstream's answer is bounded as a client's message is.
-		Client:  client.Options{MaxMessageBytes: rf.limits.maxMessage},
-		HideEnv: tokenVars(tokenEnv),
-	}
-	rt, ctx, stop, err := rf.start(ctx, opts, stderr)
-	if err != nil {
-		return err
-	}
-	defer stop()
-	return rt.Run(ctx)
+	return policy, scopes, nil
 }
 
 // gatewayFacts are what this gateway decides of every tool it forwards,
