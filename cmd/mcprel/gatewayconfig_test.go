@@ -246,3 +246,47 @@ func TestGatewayConfigOverridesAndJSON(t *testing.T) {
 		t.Errorf("--check without --config: %s", out)
 	}
 }
+
+// The README's --config lines work as written, from the repository's
+// root: --check prints what would run, and the gateway it starts (its
+// addresses and database overridden on the command line, as the README
+// says a flag overrides the file) serves the example's upstreams.
+func TestReadmeConfigLines(t *testing.T) {
+	dir := t.TempDir()
+	env := exampleEnv(t, filepath.Join(dir, "sent"))
+	lines := readmeLinesWith(t, "bin/mcprel gateway --config ")
+	if len(lines) != 2 {
+		t.Fatalf("the README has %d --config lines, want the --check line and the run line: change this test with it", len(lines))
+	}
+	for _, l := range lines {
+		words, err := splitCommand(strings.Replace(l.text, "bin/mcprel", binary, 1))
+		if err != nil {
+			t.Fatalf("README.md:%d: %v", l.number, err)
+		}
+		if slices.Contains(words, "--check") {
+			cmd := exec.Command(words[0], words[1:]...)
+			cmd.Dir, cmd.Env = "../..", append(os.Environ(), env...)
+			out, _ := cmd.CombinedOutput()
+			if cmd.ProcessState.ExitCode() != 0 || !strings.Contains(string(out), "the configuration holds") {
+				t.Errorf("README.md:%d: %s\nexit %d\n%s", l.number, l.text, cmd.ProcessState.ExitCode(), out)
+			}
+			continue
+		}
+		root, _ := filepath.Abs("../..")
+		args := append(words[1:], "--http", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--db", filepath.Join(dir, "gw.db"))
+		for i, a := range args {
+			if strings.HasPrefix(a, "examples/") {
+				args[i] = filepath.Join(root, a)
+			}
+		}
+		url, _, _ := startEndpointIn(t, dir, env, args...)
+		c, err := client.DialHTTP(t.Context(), url, &client.Options{Header: http.Header{"Authorization": {"Bearer bob-secret-token"}}})
+		if err != nil {
+			t.Fatalf("README.md:%d: %v", l.number, err)
+		}
+		if _, err := c.ListTools(t.Context()); err != nil {
+			t.Errorf("README.md:%d: %v", l.number, err)
+		}
+		c.Close()
+	}
+}

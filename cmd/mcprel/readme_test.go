@@ -76,6 +76,7 @@ func TestReadmeCommandLinesAreTested(t *testing.T) {
 		{regexp.MustCompile(`^bin/mcprel serve --http `), "TestReadmeCallAndReviewLines (starts the endpoint the call lines use)"},
 		{regexp.MustCompile(`^bin/mcprel gateway .*--oauth-issuer `), "TestReadmeOAuthLine"},
 		{regexp.MustCompile(`^bin/mcprel gateway (wrap |--stdio --db \S+ --mcp-config )`), "TestReadmeMCPConfigLines"},
+		{regexp.MustCompile(`^bin/mcprel gateway --config examples/gateway/gateway\.yaml( --check)?$`), "TestReadmeConfigLines"},
 		{regexp.MustCompile(`^bin/mcprel gateway `), "TestReadmeGatewayLines (starts the endpoint its call lines use)"},
 		{regexp.MustCompile(`^bin/mcprel call --url http://127\.0\.0\.1:8081/`), "TestReadmeGatewayLines"},
 		{regexp.MustCompile(`^bin/mcprel (login|logout) `), "TestReadmeSignInLines"},
@@ -280,7 +281,7 @@ func TestReadmeGatewayLines(t *testing.T) {
 	dir := t.TempDir()
 	var gw readmeLine
 	for _, l := range readmeLinesWith(t, "bin/mcprel gateway ") {
-		if !strings.Contains(l.text, "--oauth-issuer") { // TestReadmeOAuthLine's
+		if !strings.Contains(l.text, "--oauth-issuer") && !strings.Contains(l.text, "--config") { // TestReadmeOAuthLine's, TestReadmeConfigLines'
 			gw = l
 			break
 		}
