@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -184,5 +185,47 @@ func TestLedgerListMissingDatabase(t *testing.T) {
 	err := ledgerCmd(context.Background(), []string{"list", "--db", db}, &out, &out)
 	if err == nil || !strings.Contains(fmt.Sprint(err), "no such file") {
 		t.Fatalf("ledger list of a missing file: %v", err)
+	}
+}
+
+// The README's reconcile walkthrough works as written, from the
+// repository's root: "ledger list" shows the unknown outcome with its
+// read and the command that closes it, "ledger resolve" closes it, and
+// then nothing is waiting and the record says what the operator found.
+func TestReadmeReconcileLines(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "gateway.db")
+	w := ledgertest.Open(t, db, nil, nil, "")
+	unknownOutcome(t, w, "", "send_email", "r-1")
+	lines := readmeLinesWith(t, "bin/mcprel ledger ")
+	if len(lines) != 2 {
+		t.Fatalf("the README has %d ledger lines, want list then resolve: change this test with it", len(lines))
+	}
+	run := func(l readmeLine) string {
+		words, err := splitCommand(strings.NewReplacer("bin/mcprel", binary, "$PWD", dir).Replace(l.text))
+		if err != nil {
+			t.Fatalf("README.md:%d: %v", l.number, err)
+		}
+		cmd := exec.Command(words[0], words[1:]...)
+		cmd.Dir = "../.."
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("README.md:%d: %s: %v\n%s", l.number, l.text, err, out)
+		}
+		return string(out)
+	}
+	out := run(lines[0])
+	for _, want := range []string{"send_email", "r-1", "list_sent", "mcprel ledger resolve --db " + db + " --tool send_email --key r-1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("README.md:%d prints no %q:\n%s", lines[0].number, want, out)
+		}
+	}
+	run(lines[1])
+	if out := run(lines[0]); strings.TrimSpace(out) != "nothing waiting" {
+		t.Errorf("after the resolve line, ledger list says:\n%s", out)
+	}
+	rec, err := w.Lookup(context.Background(), "", "send_email", "r-1")
+	if err != nil || rec.State != ledger.Committed || !strings.Contains(string(rec.Result), "list_sent shows nothing") {
+		t.Errorf("after the resolve line the record is %+v, %v", rec, err)
 	}
 }

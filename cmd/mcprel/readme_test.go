@@ -37,8 +37,9 @@ func readmeShellLines(t *testing.T) []readmeLine {
 	var cur *readmeLine
 	inBlock := false
 	for i, l := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(l, "```") {
-			inBlock = l == "```sh"
+		// A fence may be indented, in a list's item.
+		if fence := strings.TrimLeft(l, " "); strings.HasPrefix(fence, "```") {
+			inBlock = fence == "```sh"
 			continue
 		}
 		trimmed := strings.TrimSpace(l)
@@ -80,6 +81,7 @@ func TestReadmeCommandLinesAreTested(t *testing.T) {
 		{regexp.MustCompile(`^bin/mcprel gateway `), "TestReadmeGatewayLines (starts the endpoint its call lines use)"},
 		{regexp.MustCompile(`^bin/mcprel call --url http://127\.0\.0\.1:8081/`), "TestReadmeGatewayLines"},
 		{regexp.MustCompile(`^bin/mcprel (login|logout) `), "TestReadmeSignInLines"},
+		{regexp.MustCompile(`^bin/mcprel ledger (list|resolve) --db "\$PWD/gateway\.db" `), "TestReadmeReconcileLines"},
 		{regexp.MustCompile(`^bin/mcprel (call|review|probe) `), "TestReadmeCallAndReviewLines"},
 		{regexp.MustCompile(`^npx -y @modelcontextprotocol/inspector@`), "TestReadmeCallAndReviewLines (in order, with the lines after it) and internal/interop/inspector TestReadmeInspectorLines"},
 		{regexp.MustCompile(`^(git clone <this repository> mcprel|cd your-server && go mod init example\.com/your-server|go work init \. \.\./mcprel)$`), "TestReadmeLibrarySetup"},
