@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -131,8 +130,8 @@ failure, 2 a mistake in the command line.`)
 	// The command names the database as this one was named: by --db,
 	// unless the URL holds a password, which stays in MCPREL_DB.
 	dbArg := ""
-	if set["db"] && !hasPassword(db.dsn) {
-		dbArg = " --db " + shellQuote(db.dsn)
+	if set["db"] {
+		dbArg = db.dsn
 	}
 	out := listed{Records: []listedRecord{}, NextCursor: page.Next}
 	for _, r := range page.Records {
@@ -144,11 +143,7 @@ failure, 2 a mistake in the command line.`)
 			}
 			_ = json.Unmarshal(r.Result, &why)
 			lr.Reason, lr.ReconcileWith = why.Reason, reconcile[r.Tool]
-			lr.Resolve = "mcprel ledger resolve" + dbArg
-			if r.Tenant != "" {
-				lr.Resolve += " --tenant " + shellQuote(r.Tenant)
-			}
-			lr.Resolve += " --tool " + shellQuote(r.Tool) + " --key " + shellQuote(r.Key)
+			lr.Resolve = ledger.ResolveCommand(dbArg, r.Tenant, r.Tool, r.Key)
 		}
 		out.Records = append(out.Records, lr)
 	}
@@ -220,19 +215,4 @@ func lastCell(s string) string {
 
 // shellQuote quotes s for a POSIX shell when it holds more than letters,
 // digits and -._/:@=,+%.
-func shellQuote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._/:@=,+%") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// hasPassword reports whether dsn is a URL that holds a password.
-func hasPassword(dsn string) bool {
-	u, err := url.Parse(dsn)
-	if err != nil || u.User == nil {
-		return strings.Contains(dsn, "://") // unparsable: do not risk printing it
-	}
-	_, ok := u.User.Password()
-	return ok || u.Query().Get("password") != ""
-}
+func shellQuote(s string) string { return ledger.ShellQuote(s) }
