@@ -395,6 +395,12 @@ var migrations = []store.Migration{{
 	Version:  3,
 	SQLite:   `ALTER TABLE mcprel_tasks ADD COLUMN reads_cancel INTEGER NOT NULL DEFAULT 0`,
 	Postgres: `ALTER TABLE mcprel_tasks ADD COLUMN reads_cancel BOOLEAN NOT NULL DEFAULT FALSE`,
+}, {
+	// The tasks by status, oldest first: Counts reads how many are in
+	// each status, and the oldest working one, from this index alone.
+	Version:  4,
+	SQLite:   `CREATE INDEX mcprel_tasks_status ON mcprel_tasks (status, created_at)`,
+	Postgres: `CREATE INDEX mcprel_tasks_status ON mcprel_tasks (status, created_at)`,
 }}
 
 // Open prepares the tasks schema in db and returns the store. opts may be
