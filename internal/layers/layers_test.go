@@ -72,11 +72,16 @@ var layer = map[string][]string{
 	// to tell the operator which step of its own sign-in upstream failed.
 	"gateway": {"jsonrpc", "mcp", "server", "client", "client/oauth", "retry", "review", "idempotency", "ledger", "taskserver", "tasks"},
 
+	// The operator's status page renders what narrow interfaces of its
+	// own give it: it knows none of the packages that own the data, and
+	// host, which does, implements them and mounts it.
+	"status": {},
+
 	// The assembly builds a whole runtime, so it may use every layer
 	// below the tools; only commands, examples and tests import it
 	// (TestHostOnlyAtTheTop).
 	"host": {"auth", "auth/oauth", "jsonrpc", "mcp", "store", "ledger", "tasks", "outbox", "server", "transport/stdio", "transport/streamhttp",
-		"idempotency", "taskserver", "metrics", "tracing", "client", "retry", "gateway"},
+		"idempotency", "taskserver", "metrics", "tracing", "client", "retry", "gateway", "status"},
 
 	// The reviewer is pure: policy in, report out, no network.
 	"review": {"jsonrpc", "mcp", "retry"},
