@@ -181,7 +181,7 @@ func (l *link) wentDown(kind EventKind, failures int, next time.Duration, err er
 	l.live = false
 	l.mu.Unlock()
 	l.markDown(next)
-	l.g.obs.UpstreamEvent(UpstreamEvent{Upstream: l.up.Name, Kind: kind, Failures: failures, Next: next})
+	l.g.obs.UpstreamEvent(UpstreamEvent{Upstream: l.up.Name, Kind: kind, Failures: failures, Next: next, Err: err})
 	why := "gateway: could not connect to the upstream"
 	if kind == EventDied {
 		why = "gateway: the upstream's connection ended; connecting again"

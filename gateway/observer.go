@@ -66,6 +66,11 @@ type UpstreamEvent struct {
 	// far, this one included, and the pause before the next attempt.
 	Failures int
 	Next     time.Duration
+	// Err is why, for EventConnectFailed and EventDied (nil when a
+	// process or stream just ended). It may hold what the upstream was
+	// given (a URL with its query, a header): redact it before showing
+	// it to anyone but the operator's log.
+	Err error
 }
 
 // UpstreamState is an upstream's state now.

@@ -1,6 +1,9 @@
 package host
 
-import "time"
+import (
+	"net/http"
+	"time"
+)
 
 // SetStepHook has f told of each shutdown step before it runs, on the
 // goroutine that runs it: the tests record the order, and check what
@@ -17,4 +20,12 @@ func SetUnknownRefresh(t interface{ Cleanup(func()) }, d time.Duration) {
 	old := unknownRefresh
 	unknownRefresh = d
 	t.Cleanup(func() { unknownRefresh = old })
+}
+
+// StatusPage is the runtime's status page, nil without metrics.
+func StatusPage(rt *Runtime) interface {
+	HTML() http.Handler
+	JSON() http.Handler
+} {
+	return rt.status
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/mcprel/mcprel/metrics"
 	"github.com/mcprel/mcprel/outbox"
 	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/status"
 	"github.com/mcprel/mcprel/store"
 	"github.com/mcprel/mcprel/tasks"
 	"github.com/mcprel/mcprel/taskserver"
@@ -66,6 +68,18 @@ type Runtime struct {
 	gateway      *gateway.Gateway
 	// dispatcher delivers the outbox's intents; nil without receivers.
 	dispatcher *outbox.Dispatcher
+	// taskStore and outbox (nil without receivers) are counted on the
+	// status page.
+	taskStore *tasks.Store
+	outbox    *outbox.Outbox
+
+	// started is when New began; status is the operator's status page,
+	// served beside the metrics (nil without them); upstreamWatch keeps
+	// the upstreams' recent latency and last error for it (nil without a
+	// gateway).
+	started       time.Time
+	status        *status.Page
+	upstreamWatch *upstreamWatch
 
 	// HTTP: the handler and the bound listener, and the endpoint's URL.
 	handler  *streamhttp.Handler
@@ -91,7 +105,7 @@ type Runtime struct {
 // opened, so that it creates nothing.
 // ctx bounds the opening only.
 func New(ctx context.Context, opts *Options) (_ *Runtime, err error) {
-	rt := &Runtime{}
+	rt := &Runtime{started: time.Now()}
 	if opts != nil {
 		rt.opts = *opts
 	}
@@ -180,6 +194,7 @@ func New(ctx context.Context, opts *Options) (_ *Runtime, err error) {
 	if err != nil {
 		return nil, err
 	}
+	rt.taskStore = st
 	if rt.srv, err = server.New(o.Implementation, &o.Server); err != nil {
 		return nil, err
 	}
@@ -197,6 +212,7 @@ func New(ctx context.Context, opts *Options) (_ *Runtime, err error) {
 		if err != nil {
 			return nil, err
 		}
+		rt.outbox = ob
 		do := o.Dispatcher
 		do.Logger = cmp.Or(do.Logger, rt.logger)
 		if rt.dispatcher, err = outbox.NewDispatcher(ob, &do); err != nil {
@@ -211,12 +227,19 @@ func New(ctx context.Context, opts *Options) (_ *Runtime, err error) {
 		if gwMetrics != nil {
 			gw.Observer = observeBoth(gw.Observer, gatewayMetrics{gwMetrics})
 		}
+		if o.Metrics.enabled() {
+			rt.upstreamWatch = newUpstreamWatch(gw.Upstreams, rt.upstreamSecrets())
+			gw.Observer = observeBoth(gw.Observer, rt.upstreamWatch)
+		}
 		if tracer != nil {
 			gw.Interceptors = func(upstream string) []client.Interceptor { return []client.Interceptor{tracer.Client(upstream)} }
 		}
 		if rt.gateway, err = gateway.New(rt.srv, &gw); err != nil {
 			return nil, err
 		}
+	}
+	if o.Metrics.enabled() {
+		rt.status = rt.newStatusPage()
 	}
 	if o.Addr != "" {
 		// Connections are capped below the open-file limit: past the cap
@@ -267,6 +290,17 @@ func (rt *Runtime) Endpoint() string { return rt.endpoint }
 // MetricsURL is the URL of the metrics on their own listener
 // (Metrics.Addr); "" without one.
 func (rt *Runtime) MetricsURL() string { return rt.metricsURL }
+
+// StatusURL is the URL of the status page on the metrics' own listener
+// (Metrics.Addr); "" without one. Its JSON is at the same URL plus
+// ".json". Beside Metrics.Path, the page is at "status" in the same
+// directory (/metrics → /status).
+func (rt *Runtime) StatusURL() string {
+	if rt.metricsURL == "" {
+		return ""
+	}
+	return strings.TrimSuffix(rt.metricsURL, "/metrics") + "/status"
+}
 
 // Run starts the background work (the ledger's reaper, the task
 // maintainer, the metrics listener), serves until ctx ends or the

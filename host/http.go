@@ -43,6 +43,10 @@ func (rt *Runtime) serveHTTP(ctx context.Context) error {
 		// Beside the endpoint, behind its Host and Origin checks and the
 		// metrics' authenticator.
 		mux.Handle(o.Metrics.Path, rt.guard(rt.metrics.Handler(), o.metricsAuthenticator(), true, nil))
+		// The status page beside them, behind the same.
+		sp := statusPath(o.Metrics.Path)
+		mux.Handle(sp, rt.guard(rt.status.HTML(), o.metricsAuthenticator(), true, nil))
+		mux.Handle(sp+".json", rt.guard(rt.status.JSON(), o.metricsAuthenticator(), true, nil))
 	}
 	if rt.oauth != nil {
 		// The metadata is how a client without a token finds where to get
@@ -95,7 +99,8 @@ func (rt *Runtime) serveHTTP(ctx context.Context) error {
 }
 
 // serveMetrics serves the metrics at /metrics on their own listener (a
-// stdio server has no other). With credentials, a scrape must carry one
+// stdio server has no other), and the status page at /status and
+// /status.json. With credentials, a scrape must carry one
 // of them. Beyond loopback it warns when there are none: anyone who can
 // reach it reads them.
 func (rt *Runtime) serveMetrics() *http.Server {
@@ -107,6 +112,9 @@ func (rt *Runtime) serveMetrics() *http.Server {
 	// The metrics' own listener has no Host check: scrapers name it by
 	// whatever address they reach it at.
 	mux.Handle("/metrics", rt.guard(rt.metrics.Handler(), a, false, nil))
+	// The status page beside them, behind the same.
+	mux.Handle("/status", rt.guard(rt.status.HTML(), a, false, nil))
+	mux.Handle("/status.json", rt.guard(rt.status.JSON(), a, false, nil))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(rt.metricsLn)
 	return hs

@@ -128,8 +128,15 @@ type Options struct {
 	Stdout io.Writer
 
 	// Metrics serves Prometheus metrics when it names a listener or a
-	// path.
+	// path, and beside them the operator's status page (package status):
+	// at /status and /status.json on the metrics' own listener, and
+	// beside Metrics.Path at "status" in its directory (/metrics →
+	// /status), behind the metrics' authentication and checks.
 	Metrics MetricsOptions
+	// Replica names this process on the status page, so that behind a
+	// load balancer one knows which replica answered; empty means the
+	// host's name and the process id (HOST:PID).
+	Replica string
 
 	// TracerProvider, when set, gets a span per request, per run of a
 	// task and per ledger transaction (package tracing), and each
@@ -238,6 +245,8 @@ func (o *Options) check() error {
 			return errors.New("host: Options.Handlers need HTTP (Options.Addr)")
 		case path == o.Path || path == o.Metrics.Path:
 			return fmt.Errorf("host: Options.Handlers: %q is already the endpoint's or the metrics' path", path)
+		case o.Metrics.Path != "" && (path == statusPath(o.Metrics.Path) || path == statusPath(o.Metrics.Path)+".json"):
+			return fmt.Errorf("host: Options.Handlers: %q is the status page's path beside the metrics (Options.Metrics.Path %q)", path, o.Metrics.Path)
 		case o.Handlers[path] == nil:
 			return fmt.Errorf("host: Options.Handlers: %q has no handler", path)
 		}
@@ -258,6 +267,17 @@ func (o *Options) check() error {
 	m := o.Metrics
 	if m.Path != "" && (!strings.HasPrefix(m.Path, "/") || m.Path == o.Path) {
 		return fmt.Errorf("host: Options.Metrics.Path must start with / and differ from Options.Path, not %q", m.Path)
+	}
+	if m.Path != "" {
+		// The status page is served beside the metrics: its paths must
+		// be free on the endpoint's listener.
+		sp := statusPath(m.Path)
+		for _, taken := range []string{m.Path, o.Path} {
+			if taken == sp || taken == sp+".json" {
+				return fmt.Errorf("host: Options.Metrics.Path %q puts the status page at %s and %s.json, which %q already is: choose another metrics path, such as /metrics",
+					m.Path, sp, sp, taken)
+			}
+		}
 	}
 	switch {
 	case m.Token != "" && m.Open:

@@ -1,0 +1,121 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/host"
+	"github.com/mcprel/mcprel/internal/mcptest"
+	"github.com/mcprel/mcprel/internal/storetest"
+	"github.com/mcprel/mcprel/mcp"
+	"github.com/mcprel/mcprel/server"
+	"github.com/mcprel/mcprel/status"
+	"github.com/mcprel/mcprel/transport/streamhttp"
+)
+
+// The status page shows each upstream's state, circuit and recent
+// latency, and the last error of one nobody listens for, without the
+// secrets the gateway gives it: its URL's query and its header.
+func TestStatusOfUpstreams(t *testing.T) {
+	up := mcptest.NewServer(t, nil)
+	if err := up.AddTool(server.Tool{Name: "echo"}, func(context.Context, *server.CallRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("echoed")}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := streamhttp.NewHandler(up, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	// An address nobody listens on.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := ln.Addr().String()
+	ln.Close()
+
+	const querySecret, headerSecret = "q-s3cret-in-the-url", "h-s3cret-in-the-header"
+	opts := &host.Options{
+		Implementation: mcp.Implementation{Name: "gateway-test", Version: "1"},
+		Server:         server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		DB:             storetest.SQLite(t),
+		Addr:           "127.0.0.1:0",
+		Metrics:        host.MetricsOptions{Addr: "127.0.0.1:0", Token: metricsToken},
+		Gateway: &gateway.Options{Upstreams: []gateway.Upstream{
+			{Name: "good", URL: hs.URL},
+			{Name: "dead", URL: "http://" + deadAddr + "/mcp?api_key=" + querySecret,
+				Header: http.Header{"Authorization": {"Bearer " + headerSecret}, "X-Api-Key": {headerSecret}}},
+		}, StartWait: mcptest.Timeout},
+	}
+	rt, err := host.New(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stop := running(t, rt)
+	defer stop()
+
+	c, err := client.DialHTTP(context.Background(), rt.Endpoint(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range 3 {
+		if _, err := c.CallTool(context.Background(), "good_echo", map[string]any{}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var snap status.Snapshot
+	var body string
+	deadline := time.Now().Add(mcptest.Timeout)
+	for {
+		got := fetch(t, rt.StatusURL()+".json", metricsToken)
+		body = got.body
+		snap = status.Snapshot{}
+		if err := json.Unmarshal([]byte(body), &snap); err != nil {
+			t.Fatalf("%d %v: %s", got.code, err, body)
+		}
+		if ups := snap.Upstreams; ups != nil && len(ups.Upstreams) == 2 && ups.Upstreams[1].LastError != "" && ups.Upstreams[0].Latency.Samples == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the page never showed the dead upstream's error and the good one's calls: %s", body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	good, dead := snap.Upstreams.Upstreams[0], snap.Upstreams.Upstreams[1]
+	if good.Name != "good" || good.State != "connected" || good.Circuit != "closed" || good.Transport != "http" || good.Era == "" || good.Latency.MaxMs <= 0 {
+		t.Errorf("the good upstream: %+v", good)
+	}
+	if dead.Name != "dead" || dead.State != "down" || dead.LastErrorAt == nil || !strings.Contains(dead.LastError, "could not connect") ||
+		!strings.Contains(dead.LastError, deadAddr+"/mcp") {
+		t.Errorf("the dead upstream: %+v", dead)
+	}
+	if testing.Verbose() {
+		t.Logf("the dead upstream's last error: %s", dead.LastError)
+	}
+	html := fetch(t, rt.StatusURL(), metricsToken).body
+	for _, page := range []string{body, html} {
+		for _, secret := range []string{querySecret, headerSecret, "api_key"} {
+			if strings.Contains(page, secret) {
+				t.Errorf("the page shows %q:\n%s", secret, page)
+			}
+		}
+	}
+	if !strings.Contains(html, "dead") || !strings.Contains(html, ">down<") {
+		t.Errorf("the HTML does not show the dead upstream down:\n%s", html)
+	}
+}
