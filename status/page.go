@@ -135,7 +135,7 @@ var pageTemplate = template.Must(template.New("status").Funcs(template.FuncMap{
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;background:#fff}
 h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.6em 0 .4em}
 table{border-collapse:collapse;margin:.3em 0}th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}
-th{background:#f2f2f2}td.n{text-align:right}code{font:12px ui-monospace,monospace;word-break:break-all}
+th{background:#f2f2f2}td.n{text-align:right}code{font:12px ui-monospace,monospace;overflow-wrap:anywhere}
 .bad{color:#a40000;font-weight:600}.ok{color:#176f2c}.muted{color:#666}
 </style>
 </head>

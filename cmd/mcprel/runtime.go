@@ -224,6 +224,7 @@ func (f *runtimeFlags) start(ctx context.Context, opts *host.Options, stderr io.
 	}
 	if url := rt.MetricsURL(); url != "" {
 		fmt.Fprintln(stderr, "metrics: "+url)
+		fmt.Fprintln(stderr, "status: "+rt.StatusURL())
 	}
 	if *f.metricsOpen && (*f.metricsAddr != "" || *f.metricsPath != "") {
 		fmt.Fprintln(stderr, "metrics: served without authentication (--metrics-open): anyone who can reach their listener reads them")
