@@ -10,7 +10,7 @@ GOSERVER := internal/interop/goservers
 OAUTH    := internal/interop/oauth
 CONF     := conformance
 
-.PHONY: check vet test fuzz interop-deps conformance conformance-deps demo build
+.PHONY: check vet test fuzz interop-deps chromium conformance conformance-deps demo build
 
 ## check: formatting, vet, every test with the race detector (including the
 ## interop tests with the TypeScript SDKs, the Inspector CLI, the official Go
@@ -59,7 +59,18 @@ fuzz:
 	$(GO) test ./transport/streamhttp -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(or $(FUZZTIME),80000x)
 
 interop-deps: $(INTEROP)/node_modules/.package-lock.json $(INSPECT)/node_modules/.package-lock.json \
-	$(EVERY)/node_modules/.package-lock.json $(OAUTH)/node_modules/.package-lock.json
+	$(EVERY)/node_modules/.package-lock.json $(OAUTH)/node_modules/.package-lock.json chromium
+
+# chromium reads the status page in a real browser
+# (cmd/mcprel/status_browser_test.go). Debian packages it; as root it is
+# installed when missing, otherwise the message says how.
+chromium:
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium) >/dev/null 2>&1 || \
+	      echo "interop-deps: could not install chromium (apt-get install chromium); the status page's browser test will fail"; \
+	  else echo "interop-deps: /usr/bin/chromium is missing: install it as root (apt-get install chromium) for the status page's browser test"; fi; \
+	fi
 
 $(INTEROP)/node_modules/.package-lock.json: $(INTEROP)/package.json $(INTEROP)/package-lock.json
 	cd $(INTEROP) && $(NPM) ci --no-audit --no-fund
