@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -47,16 +48,8 @@ func get(t *testing.T, url string, header ...string) fetched {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var b strings.Builder
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := resp.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			break
-		}
-	}
-	return fetched{resp.StatusCode, resp.Header.Get("WWW-Authenticate"), b.String()}
+	b, _ := io.ReadAll(resp.Body)
+	return fetched{resp.StatusCode, resp.Header.Get("WWW-Authenticate"), string(b)}
 }
 
 // The status page is served on the metrics' own listener, behind the
