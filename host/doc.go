@@ -3,8 +3,9 @@
 // the durable task store, runner and maintainer, the metrics and tracing
 // observers, one transport (stdio or Streamable HTTP, with its tokens and
 // tenants), an optional metrics listener, and the order in which all of it
-// stops. Every handler it serves over HTTP (the endpoint, the metrics on
-// either listener, Options.Handlers) is wrapped in one place with the
+// stops. Every handler it serves over HTTP (the endpoint, the metrics and
+// the status page beside them (package status) on either listener,
+// Options.Handlers) is wrapped in one place with the
 // same middleware of package auth: the Host and Origin checks and the
 // authenticator (static tokens, Options.HTTP.Authenticator, or the OAuth
 // resource server of Options.OAuth, whose Protected Resource Metadata is
