@@ -15,6 +15,7 @@ import (
 	"github.com/mcprel/mcprel/client"
 	"github.com/mcprel/mcprel/gateway"
 	"github.com/mcprel/mcprel/host"
+	"github.com/mcprel/mcprel/idempotency"
 	"github.com/mcprel/mcprel/internal/mcptest"
 	"github.com/mcprel/mcprel/internal/storetest"
 	"github.com/mcprel/mcprel/mcp"
@@ -55,10 +56,12 @@ func TestStatusOfUpstreams(t *testing.T) {
 		Addr:           "127.0.0.1:0",
 		Metrics:        host.MetricsOptions{Addr: "127.0.0.1:0", Token: metricsToken},
 		Gateway: &gateway.Options{Upstreams: []gateway.Upstream{
-			{Name: "good", URL: hs.URL},
+			{Name: "good", URL: hs.URL, KeepNames: true},
 			{Name: "dead", URL: "http://" + deadAddr + "/mcp?api_key=" + querySecret,
 				Header: http.Header{"Authorization": {"Bearer " + headerSecret}, "X-Api-Key": {headerSecret}}},
-		}, StartWait: mcptest.Timeout},
+		}, StartWait: mcptest.Timeout, Policy: &gateway.Policy{Tools: map[string]gateway.ToolPolicy{
+			"echo": {Keyed: &idempotency.Policy{Key: idempotency.KeyOptional, External: true, AtMostOnce: true, ReconcileWith: "list_echoes"}},
+		}}},
 	}
 	rt, err := host.New(context.Background(), opts)
 	if err != nil {
@@ -73,10 +76,13 @@ func TestStatusOfUpstreams(t *testing.T) {
 	}
 	defer c.Close()
 	for range 3 {
-		if _, err := c.CallTool(context.Background(), "good_echo", map[string]any{}, nil); err != nil {
+		if _, err := c.CallTool(context.Background(), "echo", map[string]any{}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// An unknown outcome of the keyed tool shows the read the policy
+	// reconciles it with.
+	leaveUnknown(t, rt.Ledger(), "", "echo", "e-1")
 
 	var snap status.Snapshot
 	var body string
@@ -106,6 +112,10 @@ func TestStatusOfUpstreams(t *testing.T) {
 	}
 	if testing.Verbose() {
 		t.Logf("the dead upstream's last error: %s", dead.LastError)
+	}
+	if u := snap.Unknown; u == nil || len(u.Outcomes) != 1 || u.Outcomes[0].ReconcileWith != "list_echoes" ||
+		u.Outcomes[0].Resolve != "mcprel ledger resolve --db "+opts.DB+" --tool echo --key e-1" {
+		t.Errorf("unknown outcomes: %+v", u)
 	}
 	html := fetch(t, rt.StatusURL(), metricsToken).body
 	for _, page := range []string{body, html} {
