@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/mcprel/mcprel/internal/ledgertest"
 	"github.com/mcprel/mcprel/internal/storetest"
@@ -53,7 +55,12 @@ func listJSON(t testing.TB, args ...string) listed {
 func TestLedgerList(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, dsn string) {
 		ctx := context.Background()
-		w := ledgertest.Open(t, dsn, nil, nil, "")
+		// A clock that moves a millisecond each time it is read: the
+		// records' order is theirs, not how many fall in one
+		// millisecond of a loaded machine's clock.
+		base, ticks := time.Now(), atomic.Int64{}
+		now := func() time.Time { return base.Add(time.Duration(ticks.Add(1)) * time.Millisecond) }
+		w := ledgertest.Open(t, dsn, nil, &ledger.Options{Now: now}, "")
 		var out bytes.Buffer
 		if err := ledgerCmd(ctx, []string{"list", "--db", dsn}, &out, &out); err != nil || strings.TrimSpace(out.String()) != "nothing waiting" {
 			t.Fatalf("an empty inbox: %v, %q", err, out.String())
