@@ -166,6 +166,8 @@ type fetched struct {
 	code      int
 	challenge string
 	body      string
+	// challengeAll is every WWW-Authenticate header, joined.
+	challengeAll string
 }
 
 // fetch GETs url with the given bearer token ("" for none).
@@ -184,5 +186,5 @@ func fetch(t *testing.T, url, bearer string) fetched {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return fetched{resp.StatusCode, resp.Header.Get("WWW-Authenticate"), string(b)}
+	return fetched{code: resp.StatusCode, challenge: resp.Header.Get("WWW-Authenticate"), body: string(b)}
 }

@@ -45,8 +45,8 @@ func (rt *Runtime) serveHTTP(ctx context.Context) error {
 		mux.Handle(o.Metrics.Path, rt.guard(rt.metrics.Handler(), o.metricsAuthenticator(), true, nil))
 		// The status page beside them, behind the same.
 		sp := statusPath(o.Metrics.Path)
-		mux.Handle(sp, rt.guard(rt.status.HTML(), o.metricsAuthenticator(), true, nil))
-		mux.Handle(sp+".json", rt.guard(rt.status.JSON(), o.metricsAuthenticator(), true, nil))
+		mux.Handle(sp, rt.pageGuard(rt.guard(rt.status.HTML(), o.metricsAuthenticator(), true, nil), false))
+		mux.Handle(sp+".json", rt.pageGuard(rt.guard(rt.status.JSON(), o.metricsAuthenticator(), true, nil), false))
 	}
 	if rt.oauth != nil {
 		// The metadata is how a client without a token finds where to get
@@ -113,8 +113,8 @@ func (rt *Runtime) serveMetrics() *http.Server {
 	// whatever address they reach it at.
 	mux.Handle("/metrics", rt.guard(rt.metrics.Handler(), a, false, nil))
 	// The status page beside them, behind the same.
-	mux.Handle("/status", rt.guard(rt.status.HTML(), a, false, nil))
-	mux.Handle("/status.json", rt.guard(rt.status.JSON(), a, false, nil))
+	mux.Handle("/status", rt.pageGuard(rt.guard(rt.status.HTML(), a, false, nil), true))
+	mux.Handle("/status.json", rt.pageGuard(rt.guard(rt.status.JSON(), a, false, nil), true))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(rt.metricsLn)
 	return hs

@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -36,9 +37,18 @@ func leaveUnknown(t *testing.T, l *ledger.Ledger, tenant, tool, key string) {
 // get GETs url with the header given (name, value pairs).
 func get(t *testing.T, url string, header ...string) fetched {
 	t.Helper()
+	return getHost(t, url, "", header...)
+}
+
+// getHost GETs url naming host in its Host header (empty: the URL's).
+func getHost(t *testing.T, url, host string, header ...string) fetched {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
 	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
@@ -49,7 +59,8 @@ func get(t *testing.T, url string, header ...string) fetched {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return fetched{resp.StatusCode, resp.Header.Get("WWW-Authenticate"), string(b)}
+	return fetched{code: resp.StatusCode, challenge: resp.Header.Get("WWW-Authenticate"), body: string(b),
+		challengeAll: strings.Join(resp.Header.Values("WWW-Authenticate"), ", ")}
 }
 
 // The status page is served on the metrics' own listener, behind the
@@ -82,10 +93,35 @@ func TestStatusOnTheMetricsListener(t *testing.T) {
 		if got := fetch(t, u, token); got.code != http.StatusUnauthorized {
 			t.Errorf("%s with the endpoint's token: %d, want 401", u, got.code)
 		}
-		// As the metrics on this listener: no Origin or Host check.
-		metrics := get(t, rt.MetricsURL(), "Authorization", "Bearer "+metricsToken, "Origin", "https://evil.example")
-		if got := get(t, u, "Authorization", "Bearer "+metricsToken, "Origin", "https://evil.example"); got.code != metrics.code {
-			t.Errorf("%s from a foreign origin: %d, the metrics %d", u, got.code, metrics.code)
+		// A page a browser shows: another site's Origin, or a name
+		// that is not this listener's (DNS rebinding), is refused,
+		// though the metrics beside it check neither for scrapers.
+		if got := get(t, u, "Authorization", "Bearer "+metricsToken, "Origin", "https://evil.example"); got.code != http.StatusForbidden || !strings.Contains(got.body, `origin "https://evil.example" is not allowed`) {
+			t.Errorf("%s from a foreign origin: %d %s, want 403", u, got.code, got.body)
+		}
+		own := "http://" + strings.TrimPrefix(strings.TrimSuffix(rt.MetricsURL(), "/metrics"), "http://")
+		if got := get(t, u, "Authorization", "Bearer "+metricsToken, "Origin", own); got.code != http.StatusOK {
+			t.Errorf("%s from its own origin: %d, want 200", u, got.code)
+		}
+		if got := getHost(t, u, "rebound.example:80", "Authorization", "Bearer "+metricsToken); got.code != http.StatusForbidden {
+			t.Errorf("%s named rebound.example: %d, want 403", u, got.code)
+		}
+		if got := getHost(t, u, "localhost", "Authorization", "Bearer "+metricsToken); got.code != http.StatusOK {
+			t.Errorf("%s named localhost: %d, want 200", u, got.code)
+		}
+		if metrics := getHost(t, rt.MetricsURL(), "rebound.example:80", "Authorization", "Bearer "+metricsToken); metrics.code != http.StatusOK {
+			t.Errorf("the metrics, scraped by any name: %d, want 200", metrics.code)
+		}
+		// A browser is asked for the token (Basic, the password), and
+		// sends it so.
+		if got := get(t, u); !strings.Contains(got.challengeAll, `Basic realm="mcprel status"`) {
+			t.Errorf("%s without credentials asks no browser for them: %q", u, got.challengeAll)
+		}
+		if got := get(t, u, "Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("operator:"+metricsToken))); got.code != http.StatusOK {
+			t.Errorf("%s with the token as Basic's password: %d", u, got.code)
+		}
+		if got := get(t, u, "Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("operator:wrong"))); got.code != http.StatusUnauthorized {
+			t.Errorf("%s with a wrong Basic password: %d", u, got.code)
 		}
 	}
 	got := fetch(t, page, metricsToken)
