@@ -54,7 +54,7 @@ const maxName = 128
 // different.
 func (l *link) downstreamName(name string) string {
 	prefix := ""
-	if l.g.prefix && (!l.up.KeepNames || l.g.prefixedLike(name)) {
+	if top := l.g.top.Load(); top.prefix && (!l.up.KeepNames || top.prefixedLike(name)) {
 		prefix = l.up.Name + "_"
 	}
 	full := prefix + name
@@ -73,12 +73,12 @@ func (l *link) downstreamName(name string) string {
 // prefixedLike reports whether name begins as a prefixed name does: an
 // upstream's name and "_". Upstream names hold no "_", so such a name can
 // only meet the names of that one upstream.
-func (g *Gateway) prefixedLike(name string) bool {
+func (t *topology) prefixedLike(name string) bool {
 	up, _, ok := strings.Cut(name, "_")
 	if !ok {
 		return false
 	}
-	for _, l := range g.links {
+	for _, l := range t.links {
 		if l.up.Name == up {
 			return true
 		}
@@ -102,37 +102,37 @@ func (l *link) relist(ctx context.Context, c *client.Client) {
 			l.log.Warn("gateway: could not list the upstream's tools", "err", err)
 			ok = false
 		} else {
-			l.g.syncTools(l, tools)
+			l.g.syncTools(l, tools, fresh)
 		}
 	} else {
-		l.g.syncTools(l, nil)
+		l.g.syncTools(l, nil, fresh)
 	}
 	if caps.Prompts != nil {
 		prompts, err := c.ListPrompts(lctx)
 		if err != nil {
 			l.log.Warn("gateway: could not list the upstream's prompts", "err", err)
 		} else {
-			l.g.syncPrompts(l, prompts)
+			l.g.syncPrompts(l, prompts, fresh)
 		}
 	} else {
-		l.g.syncPrompts(l, nil)
+		l.g.syncPrompts(l, nil, fresh)
 	}
 	if caps.Resources != nil {
 		resources, err := c.ListResources(lctx)
 		if err != nil {
 			l.log.Warn("gateway: could not list the upstream's resources", "err", err)
 		} else {
-			l.g.syncResources(l, resources)
+			l.g.syncResources(l, resources, fresh)
 		}
 		templates, err := c.ListResourceTemplates(lctx)
 		if err != nil {
 			l.log.Warn("gateway: could not list the upstream's resource templates", "err", err)
 		} else {
-			l.g.syncTemplates(l, templates)
+			l.g.syncTemplates(l, templates, fresh)
 		}
 	} else {
-		l.g.syncResources(l, nil)
-		l.g.syncTemplates(l, nil)
+		l.g.syncResources(l, nil, fresh)
+		l.g.syncTemplates(l, nil, fresh)
 	}
 	if ok {
 		l.listedOnce.Do(func() { close(l.firstListed) })
@@ -140,11 +140,21 @@ func (l *link) relist(ctx context.Context, c *client.Client) {
 	}
 }
 
+// serving says what a listing served is: a fresh one from the upstream,
+// or the last one served again (by Reload: under names and a policy that
+// may have changed), every item registered again when force is set (its
+// policy may have changed where its definition did not).
+type serving struct{ again, force bool }
+
+var fresh = serving{}
+
 // listing is how one kind of what an upstream lists — tools, prompts,
 // resources, templates — is served.
 type listing[T any] struct {
 	what    string           // in log lines
 	entries map[string]entry // the catalog's, by downstream name (or URI)
+	last    *[]T             // the link's last listing of this kind, guarded by Gateway.mu
+	how     serving
 	// names are the upstream's name for an item and the downstream's.
 	names  func(T) (up, down string)
 	add    func(down string, item T) error
@@ -158,6 +168,16 @@ type listing[T any] struct {
 func serveListing[T any](g *Gateway, l *link, ls listing[T], items []T) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	switch {
+	case l.retired:
+		// Reload took the upstream out: it serves nothing from now on,
+		// whatever a relisting under way found.
+		items = nil
+	case ls.how.again:
+		items = *ls.last
+	default:
+		*ls.last = items
+	}
 	seen := map[string]bool{}
 	for _, it := range items {
 		up, down := ls.names(it)
@@ -173,7 +193,7 @@ func serveListing[T any](g *Gateway, l *link, ls listing[T], items []T) {
 		seen[down] = true
 		b, _ := json.Marshal(it)
 		def := sha256.Sum256(b)
-		if had && prev.link == l && prev.def == def {
+		if had && prev.link == l && prev.def == def && !ls.how.force {
 			continue
 		}
 		if had && prev.link != l {
@@ -198,12 +218,12 @@ func serveListing[T any](g *Gateway, l *link, ls listing[T], items []T) {
 }
 
 // syncTools serves l's tools.
-func (g *Gateway) syncTools(l *link, tools []mcp.Tool) {
+func (g *Gateway) syncTools(l *link, tools []mcp.Tool, how serving) {
 	serveListing(g, l, listing[mcp.Tool]{
-		what: "tool", entries: g.catalog.tools,
+		what: "tool", entries: g.catalog.tools, last: &l.listing.tools, how: how,
 		names: func(t mcp.Tool) (string, string) { return t.Name, l.downstreamName(t.Name) },
 		add: func(name string, t mcp.Tool) error {
-			tp := g.opts.Policy.forTool(name)
+			tp := g.policy.Load().forTool(name)
 			upTasks := l.upstreamTasksOf(t)
 			if tp.Task == nil && g.opts.Tasks != nil {
 				tp.Task = mirroredTask(upTasks, tp, l.eraNow())
@@ -263,10 +283,21 @@ func mirroredTask(up upstreamTasks, tp ToolPolicy, era mcp.Era) *taskserver.Poli
 	return nil
 }
 
+// serveAgain serves again what l last listed, as l is named and the
+// policy reads now; force registers every tool again, unchanged or not.
+// A retired link's entries are all removed.
+func (g *Gateway) serveAgain(l *link, force bool) {
+	how := serving{again: true, force: force}
+	g.syncTools(l, nil, how)
+	g.syncPrompts(l, nil, serving{again: true})
+	g.syncResources(l, nil, serving{again: true})
+	g.syncTemplates(l, nil, serving{again: true})
+}
+
 // syncPrompts serves l's prompts, named as its tools are.
-func (g *Gateway) syncPrompts(l *link, prompts []mcp.Prompt) {
+func (g *Gateway) syncPrompts(l *link, prompts []mcp.Prompt, how serving) {
 	serveListing(g, l, listing[mcp.Prompt]{
-		what: "prompt", entries: g.catalog.prompts,
+		what: "prompt", entries: g.catalog.prompts, last: &l.listing.prompts, how: how,
 		names: func(p mcp.Prompt) (string, string) { return p.Name, l.downstreamName(p.Name) },
 		add: func(name string, p mcp.Prompt) error {
 			up := p.Name
@@ -278,9 +309,9 @@ func (g *Gateway) syncPrompts(l *link, prompts []mcp.Prompt) {
 }
 
 // syncResources serves l's resources under their own URIs.
-func (g *Gateway) syncResources(l *link, resources []mcp.Resource) {
+func (g *Gateway) syncResources(l *link, resources []mcp.Resource, how serving) {
 	serveListing(g, l, listing[mcp.Resource]{
-		what: "uri", entries: g.catalog.resources,
+		what: "uri", entries: g.catalog.resources, last: &l.listing.resources, how: how,
 		names:  func(r mcp.Resource) (string, string) { return r.URI, r.URI },
 		add:    func(_ string, r mcp.Resource) error { return g.srv.AddResource(r, l.forwardRead()) },
 		remove: func(uri string) { g.srv.RemoveResource(uri) },
@@ -288,9 +319,9 @@ func (g *Gateway) syncResources(l *link, resources []mcp.Resource) {
 }
 
 // syncTemplates serves l's resource templates under their own URIs.
-func (g *Gateway) syncTemplates(l *link, templates []mcp.ResourceTemplate) {
+func (g *Gateway) syncTemplates(l *link, templates []mcp.ResourceTemplate, how serving) {
 	serveListing(g, l, listing[mcp.ResourceTemplate]{
-		what: "uriTemplate", entries: g.catalog.templates,
+		what: "uriTemplate", entries: g.catalog.templates, last: &l.listing.templates, how: how,
 		names: func(t mcp.ResourceTemplate) (string, string) { return t.URITemplate, t.URITemplate },
 		add: func(_ string, t mcp.ResourceTemplate) error {
 			return g.srv.AddResourceTemplate(t, l.forwardRead())
@@ -303,7 +334,7 @@ func (g *Gateway) syncTemplates(l *link, templates []mcp.ResourceTemplate) {
 // conditional tool it serves as name with key (upstreamKey); "" for a
 // tool that is not conditional, or not served.
 func (g *Gateway) upstreamKeyOf(tenant, name, key string) string {
-	if g.opts.Policy.forTool(name).Keyed == nil {
+	if g.policy.Load().forTool(name).Keyed == nil {
 		return ""
 	}
 	g.mu.Lock()

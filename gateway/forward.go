@@ -206,7 +206,7 @@ func (l *link) forwardHeld(f *forward, call *server.CallRequest, c *client.Clien
 	h := l.g.hold(call, l.up.Name, up.sink)
 	up.o.OnRequest = h.ask
 	cctx, cancel := context.WithCancelCause(context.WithoutCancel(f.ctx))
-	stop := context.AfterFunc(l.g.ctx, func() { cancel(errClosing) })
+	stop := context.AfterFunc(l.ctx, func() { cancel(errClosing) })
 	h.cancel = cancel
 	l.g.heldCalls.Add(1)
 	go func() {
@@ -481,15 +481,25 @@ type forward struct {
 	rec   ForwardRecord
 	start time.Time
 	l     *link
+	stop  func()
 }
 
+// begin starts a forward, whose context also ends (errClosing) when its
+// link does: closed by Close, or by the drain of a Reload whose grace
+// has passed. A client's request in flight does not end with its
+// connection's Close on every transport (a Streamable HTTP request's
+// stream is left as it is), so the forward ends it, cancelling it
+// upstream as any cancellation does.
 func (l *link) begin(ctx context.Context, method, name string) *forward {
 	f := &forward{rec: ForwardRecord{Upstream: l.up.Name, Method: method, Name: name}, start: time.Now(), l: l}
-	f.ctx = ctx
+	fctx, cancel := context.WithCancelCause(ctx)
+	after := context.AfterFunc(l.ctx, func() { cancel(errClosing) })
+	f.ctx, f.stop = fctx, func() { after(); cancel(nil) }
 	return f
 }
 
 func (f *forward) end() {
+	f.stop()
 	f.rec.Total = time.Since(f.start)
 	f.l.g.obs.Forwarded(f.rec)
 }

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcprel/mcprel/client"
@@ -196,6 +197,9 @@ const (
 	// the server's for the same call: the server's fire first and give the
 	// downstream its standard timeout result; the client's are a backstop.
 	DefaultClockSlack = time.Second
+	// DefaultReloadGrace is how long an upstream a Reload removed or
+	// changed has to finish its calls in flight before it is closed.
+	DefaultReloadGrace = 30 * time.Second
 )
 
 // Options configure a Gateway. The zero value of every field is its
@@ -267,6 +271,11 @@ type Options struct {
 	// ClockSlack is how much longer the client's clocks are than the
 	// server's (DefaultClockSlack).
 	ClockSlack time.Duration
+	// ReloadGrace is how long an upstream that Reload removed or changed
+	// is given to finish the calls it has in flight (DefaultReloadGrace):
+	// no new call reaches it, and once the grace has passed it is closed
+	// and what it still runs fails as at Close.
+	ReloadGrace time.Duration
 	// RetryBase is the first pause of the gateway's own retries upstream
 	// (see ToolPolicy.MaxAttempts); zero means retry.DefaultBase.
 	RetryBase time.Duration
@@ -307,6 +316,7 @@ func (o *Options) withDefaults() {
 	setDefault(&o.MaxHeldBytes, DefaultMaxHeldBytes)
 	setDefault(&o.MaxHeldBytesPerTenant, DefaultMaxHeldBytesPerTenant)
 	setDefault(&o.ClockSlack, DefaultClockSlack)
+	setDefault(&o.ReloadGrace, DefaultReloadGrace)
 	if o.Policy == nil {
 		o.Policy = &Policy{}
 	}
@@ -320,12 +330,22 @@ func setDefault[T int | time.Duration](v *T, def T) {
 
 // Gateway forwards a server's tools, resources and prompts to upstreams.
 type Gateway struct {
-	srv    *server.Server
-	opts   Options
-	log    *slog.Logger
-	obs    Observer
-	links  []*link
-	prefix bool // several upstreams: names carry the upstream's
+	srv  *server.Server
+	opts Options // its Upstreams and Policy are those New was given: see top and policy
+	log  *slog.Logger
+	obs  Observer
+
+	// top is the upstreams served now, and policy what the gateway knows
+	// of their tools: each replaced whole by Reload, read without a lock
+	// (a call reads the policy once, when its tool is registered).
+	top    atomic.Pointer[topology]
+	policy atomic.Pointer[Policy]
+
+	// reloadMu serializes Start, Reload and Close's start: what links
+	// run, and whether the gateway still takes a reload.
+	reloadMu sync.Mutex
+	started  bool
+	closed   bool
 
 	mu      sync.Mutex
 	catalog catalog // what is registered on the server, by whom
@@ -358,7 +378,7 @@ func New(srv *server.Server, opts *Options) (*Gateway, error) {
 	for _, v := range []int64{int64(o.CircuitFailures), int64(o.CircuitCooldown), int64(o.RestartBase), int64(o.RestartCap),
 		int64(o.StartWait), int64(o.MaxSessions), int64(o.SessionIdle), int64(o.ClockSlack),
 		int64(o.MaxHeld), int64(o.MaxHeldPerTenant), int64(o.InputWait), int64(o.RetryBase),
-		int64(o.MaxHeldBytes), int64(o.MaxHeldBytesPerTenant)} {
+		int64(o.MaxHeldBytes), int64(o.MaxHeldBytesPerTenant), int64(o.ReloadGrace)} {
 		if v < 0 {
 			return nil, errors.New("gateway: negative options are errors, not \"unlimited\"")
 		}
@@ -372,7 +392,7 @@ func New(srv *server.Server, opts *Options) (*Gateway, error) {
 	if err := o.Policy.check(o.Ledger != nil, o.Tasks != nil); err != nil {
 		return nil, err
 	}
-	g := &Gateway{srv: srv, opts: o, log: o.Logger, obs: o.Observer, prefix: len(o.Upstreams) > 1,
+	g := &Gateway{srv: srv, opts: o, log: o.Logger, obs: o.Observer,
 		held: map[string]*held{}, heldPerTenant: map[string]int{}, heldBytesOf: map[string]int{}}
 	// Until Start, nothing runs: a context that never ends.
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
@@ -388,13 +408,16 @@ func New(srv *server.Server, opts *Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.opts.Upstreams = ups
+	top := &topology{prefix: len(ups) > 1}
 	for i, u := range ups {
 		l, err := newLink(g, u, i)
 		if err != nil {
 			return nil, err
 		}
-		g.links = append(g.links, l)
+		top.links = append(top.links, l)
 	}
+	g.top.Store(top)
+	g.policy.Store(o.Policy)
 	if o.Ledger != nil {
 		if err := g.addLookup(o.Ledger); err != nil {
 			return nil, fmt.Errorf("gateway: serving %s: %w", idempotency.LookupTool, err)
@@ -438,17 +461,19 @@ func CheckUpstreams(ups []Upstream) ([]Upstream, error) {
 // supervised: it is listed whenever it comes up. Start returns an error
 // only when ctx ends first.
 func (g *Gateway) Start(ctx context.Context) error {
-	for _, l := range g.links {
-		g.wg.Add(1)
-		go func() {
-			defer g.wg.Done()
-			l.run(g.ctx)
-		}()
+	g.reloadMu.Lock()
+	links := g.top.Load().links
+	if !g.started && !g.closed {
+		g.started = true
+		for _, l := range links {
+			g.launch(l)
+		}
 	}
+	g.reloadMu.Unlock()
 	g.srv.SetToolNotFound(g.toolNotFound)
 	wait := time.NewTimer(g.opts.StartWait)
 	defer wait.Stop()
-	for _, l := range g.links {
+	for _, l := range links {
 		select {
 		case <-l.firstTried:
 			switch {
@@ -496,9 +521,10 @@ func (g *Gateway) toolNotFound(name string) *jsonrpc.Error {
 // been listed yet; nil when none may serve it, or the one that may was
 // listed (and so the tool is unknown).
 func (g *Gateway) unlistedOwner(name string) *link {
-	for _, l := range g.links {
-		mine := !g.prefix || strings.HasPrefix(name, l.up.Name+"_") ||
-			(l.up.KeepNames && !g.prefixedLike(name)) // its names go unprefixed
+	top := g.top.Load()
+	for _, l := range top.links {
+		mine := !top.prefix || strings.HasPrefix(name, l.up.Name+"_") ||
+			(l.up.KeepNames && !top.prefixedLike(name)) // its names go unprefixed
 		if !mine {
 			continue
 		}
@@ -514,11 +540,14 @@ func (g *Gateway) unlistedOwner(name string) *link {
 // upstream gets its stdin closed, then SIGTERM, then SIGKILL). Calls still
 // forwarded fail; close the server first so that none are.
 func (g *Gateway) Close() error {
-	g.cancel(errClosing) // held calls end, cancelled upstream
-	g.wg.Wait()
+	g.cancel(errClosing) // held calls end, cancelled upstream; a Reload waiting returns
+	g.reloadMu.Lock()
+	g.closed = true // no Reload starts a link from now on
+	g.reloadMu.Unlock()
+	g.wg.Wait() // supervision, and drains, which close the links they drained
 	g.heldCalls.Wait()
 	var errs []error
-	for _, l := range g.links {
+	for _, l := range g.top.Load().links {
 		errs = append(errs, l.close())
 	}
 	return errors.Join(errs...)
@@ -526,8 +555,9 @@ func (g *Gateway) Close() error {
 
 // Upstreams reports each upstream's state, in the order given.
 func (g *Gateway) Upstreams() []UpstreamState {
-	out := make([]UpstreamState, 0, len(g.links))
-	for _, l := range g.links {
+	links := g.top.Load().links
+	out := make([]UpstreamState, 0, len(links))
+	for _, l := range links {
 		out = append(out, l.state())
 	}
 	return out

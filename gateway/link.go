@@ -36,6 +36,23 @@ type link struct {
 
 	group *server.LimitGroup // the upstream's Limits, shared by its tools
 
+	// ctx is the link's life: it ends with the gateway, or when a Reload
+	// that took the upstream out has drained it (errClosing, either way).
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{} // closed when run has returned
+
+	// Guarded by Gateway.mu: what the upstream last listed, of each kind
+	// (served again when a Reload renames or re-polices its tools), and
+	// whether a Reload took it out (it serves nothing any more).
+	listing struct {
+		tools     []mcp.Tool
+		prompts   []mcp.Prompt
+		resources []mcp.Resource
+		templates []mcp.ResourceTemplate
+	}
+	retired bool
+
 	mu      sync.Mutex
 	primary *client.Client // nil until the first connection
 	live    bool           // the primary connection is up now (the client reconnects it)
@@ -46,6 +63,7 @@ type link struct {
 	circuit        circuit
 	sessions       map[string]*tenantSession // one upstream session (or process) per tenant, where sessions are
 	inflight       int                       // calls forwarded now, over every connection
+	idle           chan struct{}             // closed when inflight falls to 0 (made by drained)
 	// refused is why the upstream refused the gateway's credentials when
 	// it was last dialled without success (nil once it connects): what
 	// calls are told while it is not connected, for the operator to act.
@@ -81,6 +99,8 @@ func newLink(g *Gateway, u Upstream, index int) (*link, error) {
 		budget:      new(retry.Budget),
 		circuit:     circuit{threshold: g.opts.CircuitFailures, base: g.opts.CircuitCooldown, cap: g.opts.RestartCap},
 	}
+	l.ctx, l.cancel = context.WithCancelCause(g.ctx)
+	l.done = make(chan struct{})
 	if u.Transport != Stdio && g.opts.Client.HTTPClient == nil {
 		l.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
 	}
@@ -472,6 +492,10 @@ func (l *link) acquire(ctx context.Context, tenant string, caps mcp.ClientCapabi
 	release := func() {
 		l.mu.Lock()
 		l.inflight--
+		if l.inflight == 0 && l.idle != nil {
+			close(l.idle)
+			l.idle = nil
+		}
 		l.mu.Unlock()
 	}
 	if !perTenant {

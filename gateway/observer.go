@@ -55,6 +55,7 @@ const (
 	EventReconnected   EventKind = "reconnected"    // connected again after a failure or a death
 	EventListed        EventKind = "listed"         // its tools, prompts and resources were listed (again) and are served
 	EventCircuit       EventKind = "circuit"        // the circuit's state, see Circuit
+	EventStopped       EventKind = "stopped"        // a Reload removed or changed it: drained of its calls (or its grace passed), then closed
 )
 
 // UpstreamEvent is something that happened to an upstream.

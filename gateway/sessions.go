@@ -76,7 +76,7 @@ func (l *link) session(ctx context.Context, tenant string, caps mcp.ClientCapabi
 // would fail them all. Close waits for it (closing).
 func (l *link) dialSession(tenant string, s *tenantSession, caps mcp.ClientCapabilities) {
 	defer l.closing.Done()
-	c, err := l.dial(l.g.ctx, tenant, caps)
+	c, err := l.dial(l.ctx, tenant, caps)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err == nil && l.sessions[tenant] != s {

@@ -141,7 +141,7 @@ func (l *link) callAsUpstreamTask(f *forward, left context.Context, call *server
 	cancelled := false
 	follow, stop := context.WithCancelCause(context.WithoutCancel(f.ctx))
 	defer stop(nil)
-	defer context.AfterFunc(l.g.ctx, func() { stop(errClosing) })()
+	defer context.AfterFunc(l.ctx, func() { stop(errClosing) })()
 	defer context.AfterFunc(left, func() { stop(context.Cause(left)) })()
 	cancelUpstream := func() {
 		mu.Lock()
