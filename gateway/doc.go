@@ -109,6 +109,28 @@
 // upstream's tasks/cancel, and the task ends as the upstream's does. A
 // synchronous downstream call of a task-only tool is followed inline.
 //
+// # Reloading
+//
+// Gateway.Reload replaces the upstreams and the policy of a running
+// gateway, as a restart with them would, but without ending what did not
+// change: `mcprel gateway --config FILE` rereads its file on SIGHUP, and a
+// restart would drop every upstream's connection, every process and every
+// call in flight to add one upstream or rotate one credential. An
+// upstream the same in every field as the running one of its name keeps
+// its connection and processes. A new one starts as at Start. One removed
+// or changed (a credential in its Env or Header is a change) is drained:
+// its tools are unregistered at once, so no new call reaches it and
+// clients are told the list changed, while its calls in flight finish
+// within Options.ReloadGrace; then it is closed, what still runs failing
+// as at Close, and a changed one is started anew. The policy is the
+// tools' registrations: each tool is registered again under the new one,
+// which the calls that begin after Reload returns run under, while a call
+// in flight keeps the one it began with. Going from one upstream to
+// several (or back) renames every tool, prefixed or not, as a restart
+// would; each is registered again under its new name. Everything is
+// checked first, as New checks it: a reload refused changes nothing, and
+// the running configuration stays.
+//
 // The package knows server, client, retry and mcp; it opens no listener
 // and parses no flags (package host assembles it, cmd/mcprel parses).
 package gateway

@@ -200,3 +200,56 @@ func scrapeText(t *testing.T, url string) string {
 	}
 	return string(b)
 }
+
+// The runtime's gateway is reachable for a reload while it runs: an
+// upstream the reload adds is served through the runtime's endpoint.
+func TestGatewayRuntimeReloads(t *testing.T) {
+	serve := func() string {
+		up := mcptest.NewServer(t, nil)
+		if err := up.AddTool(server.Tool{Name: "echo"}, func(ctx context.Context, call *server.CallRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{mcp.Text("echoed")}}, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		h, err := streamhttp.NewHandler(up, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := httptest.NewServer(h)
+		t.Cleanup(hs.Close)
+		return hs.URL
+	}
+	first := gateway.Upstream{Name: "one", URL: serve()}
+	rt, err := host.New(context.Background(), &host.Options{
+		Implementation: mcp.Implementation{Name: "gateway-test", Version: "1"},
+		Server:         server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		DB:             storetest.SQLite(t),
+		Addr:           "127.0.0.1:0",
+		Gateway:        &gateway.Options{Upstreams: []gateway.Upstream{first}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- rt.Run(ctx) }()
+	defer func() { stop(); <-ran }()
+	c, err := client.DialHTTP(context.Background(), rt.Endpoint(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if res, err := c.CallTool(context.Background(), "echo", nil, nil); err != nil || text(t, res) != "echoed" {
+		t.Fatalf("echo through the gateway: %+v, %v", res, err) // and so the gateway has started
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), mcptest.Timeout)
+	defer cancel()
+	ch, err := rt.Gateway().Reload(rctx, []gateway.Upstream{first, {Name: "two", URL: serve()}}, nil)
+	if err != nil || len(ch.Added) != 1 || ch.Added[0] != "two" {
+		t.Fatalf("reload: %+v, %v", ch, err)
+	}
+	if res, err := c.CallTool(context.Background(), "two_echo", nil, nil); err != nil || text(t, res) != "echoed" {
+		t.Fatalf("the added upstream's tool: %+v, %v", res, err)
+	}
+}

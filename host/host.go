@@ -278,6 +278,11 @@ func (rt *Runtime) Tasks() *taskserver.Server { return rt.tasks }
 // Options.Dispatcher names no receiver.
 func (rt *Runtime) Dispatcher() *outbox.Dispatcher { return rt.dispatcher }
 
+// Gateway is the gateway Options.Gateway put in front of the server, or
+// nil: what a configuration reread while the runtime runs is given to
+// (gateway.Gateway.Reload), its upstreams and policy replaced in place.
+func (rt *Runtime) Gateway() *gateway.Gateway { return rt.gateway }
+
 // Logger is the logger the server writes its request lines to (with trace
 // ids when tracing is on).
 func (rt *Runtime) Logger() *slog.Logger { return rt.logger }
