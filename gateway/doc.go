@@ -121,8 +121,9 @@
 // or changed (a credential in its Env or Header is a change) is drained:
 // its tools are unregistered at once, so no new call reaches it and
 // clients are told the list changed, while its calls in flight finish
-// within Options.ReloadGrace; then it is closed, what still runs failing
-// as at Close, and a changed one is started anew. The policy is the
+// within Options.ReloadGrace; then it is closed — a call still in flight
+// is cancelled upstream and fails with its outcome unknown, since it may
+// have acted — and a changed one is started anew. The policy is the
 // tools' registrations: each tool is registered again under the new one,
 // which the calls that begin after Reload returns run under, while a call
 // in flight keeps the one it began with. Going from one upstream to

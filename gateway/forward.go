@@ -484,16 +484,16 @@ type forward struct {
 	stop  func()
 }
 
-// begin starts a forward, whose context also ends (errClosing) when its
-// link does: closed by Close, or by the drain of a Reload whose grace
-// has passed. A client's request in flight does not end with its
-// connection's Close on every transport (a Streamable HTTP request's
-// stream is left as it is), so the forward ends it, cancelling it
-// upstream as any cancellation does.
+// begin starts a forward, whose context also ends (errClosing) when a
+// Reload's drain of its link has outlasted the grace (link.cut). A
+// client's request in flight does not end with its connection's Close on
+// every transport (a Streamable HTTP request's stream is left as it is),
+// so the forward ends it, cancelling it upstream as any cancellation
+// does.
 func (l *link) begin(ctx context.Context, method, name string) *forward {
 	f := &forward{rec: ForwardRecord{Upstream: l.up.Name, Method: method, Name: name}, start: time.Now(), l: l}
 	fctx, cancel := context.WithCancelCause(ctx)
-	after := context.AfterFunc(l.ctx, func() { cancel(errClosing) })
+	after := context.AfterFunc(l.cut, func() { cancel(errClosing) })
 	f.ctx, f.stop = fctx, func() { after(); cancel(nil) }
 	return f
 }
@@ -545,6 +545,20 @@ func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, q *ser
 	var ie *client.InputError
 	var se *client.StatusError
 	var redirect *client.RedirectError
+	if ce := (*client.CancelledError)(nil); errors.As(err, &ce) && errors.Is(context.Cause(ctx), errClosing) {
+		// The gateway itself stopped the call — it is closing, or a
+		// Reload took the upstream out and its grace has passed — not
+		// the downstream: the call may have run upstream, so its outcome
+		// is unknown, unless it never left.
+		if ce.Cancel == client.RequestNotSent {
+			rec.Outcome = OutcomeUnavailable
+			return l.unavailable(&errUnavailable{after: defaultRetryAfter,
+				why: fmt.Sprintf("upstream %q is no longer served (%v)", l.up.Name, errClosing)})
+		}
+		rec.Outcome = OutcomeLost
+		rec.CancelPropagated = ce.Cancel == client.CancelSent || ce.Cancel == client.CancelQueued
+		return l.outcomeUnknown(tp, fmt.Sprintf("the gateway stopped forwarding to it while the call was in flight (%v)", errClosing))
+	}
 	switch {
 	case ctx.Err() != nil || v.Kind == retry.Cancelled:
 		// The downstream cancelled, or the server's clock fired: the

@@ -274,7 +274,8 @@ type Options struct {
 	// ReloadGrace is how long an upstream that Reload removed or changed
 	// is given to finish the calls it has in flight (DefaultReloadGrace):
 	// no new call reaches it, and once the grace has passed it is closed
-	// and what it still runs fails as at Close.
+	// and a call still in flight is cancelled upstream and fails with its
+	// outcome unknown (outcome_unknown: it may have acted).
 	ReloadGrace time.Duration
 	// RetryBase is the first pause of the gateway's own retries upstream
 	// (see ToolPolicy.MaxAttempts); zero means retry.DefaultBase.
@@ -537,8 +538,9 @@ func (g *Gateway) unlistedOwner(name string) *link {
 }
 
 // Close stops supervising and closes every upstream connection (a stdio
-// upstream gets its stdin closed, then SIGTERM, then SIGKILL). Calls still
-// forwarded fail; close the server first so that none are.
+// upstream gets its stdin closed, then SIGTERM, then SIGKILL), those a
+// Reload is draining included. Calls still forwarded fail; close the
+// server first so that none are.
 func (g *Gateway) Close() error {
 	g.cancel(errClosing) // held calls end, cancelled upstream; a Reload waiting returns
 	g.reloadMu.Lock()
@@ -553,7 +555,8 @@ func (g *Gateway) Close() error {
 	return errors.Join(errs...)
 }
 
-// Upstreams reports each upstream's state, in the order given.
+// Upstreams reports each upstream's state, in the order given (by New, or
+// by the last Reload); one a Reload is draining is no longer among them.
 func (g *Gateway) Upstreams() []UpstreamState {
 	links := g.top.Load().links
 	out := make([]UpstreamState, 0, len(links))

@@ -41,6 +41,11 @@ type link struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	done   chan struct{} // closed when run has returned
+	// cut ends (errClosing) the forwards still in flight when a Reload's
+	// drain of the link outlasts its grace (cutOff): Close leaves them to
+	// end with their connections, as it always has.
+	cut    context.Context
+	cutOff context.CancelCauseFunc
 
 	// Guarded by Gateway.mu: what the upstream last listed, of each kind
 	// (served again when a Reload renames or re-polices its tools), and
@@ -101,6 +106,7 @@ func newLink(g *Gateway, u Upstream, index int) (*link, error) {
 	}
 	l.ctx, l.cancel = context.WithCancelCause(g.ctx)
 	l.done = make(chan struct{})
+	l.cut, l.cutOff = context.WithCancelCause(context.Background())
 	if u.Transport != Stdio && g.opts.Client.HTTPClient == nil {
 		l.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
 	}

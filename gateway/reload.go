@@ -62,7 +62,8 @@ func (g *Gateway) launch(l *link) {
 // Env or Header counts), is drained: its tools are unregistered at once,
 // clients are told the list changed, no new call reaches it, and the
 // calls it has in flight finish within Options.ReloadGrace; then it is
-// closed (what still runs fails as at Close) — and a changed one is
+// closed: a call still in flight is cancelled upstream and fails with
+// its outcome unknown (it may have acted) — and a changed one is
 // started anew, as a new upstream is.
 //
 // The policy applies to the calls that begin after Reload returns: every
@@ -200,7 +201,7 @@ func (g *Gateway) Reload(ctx context.Context, ups []Upstream, policy *Policy) (C
 // drain stops a link a Reload took out, whose tools are no longer
 // served: once its calls in flight are done, or Options.ReloadGrace has
 // passed, or the gateway closes, its supervision ends and it is closed
-// (a call still in flight fails as at Close).
+// (a call still in flight is cancelled upstream, its outcome unknown).
 func (g *Gateway) drain(l *link) {
 	defer g.wg.Done()
 	grace := time.NewTimer(g.opts.ReloadGrace)
@@ -215,7 +216,8 @@ func (g *Gateway) drain(l *link) {
 			"in_flight", n, "grace", g.opts.ReloadGrace)
 	case <-g.ctx.Done():
 	}
-	l.cancel(errClosing) // held calls and followed tasks end as at Close
+	l.cutOff(errClosing) // calls still in flight end, cancelled upstream
+	l.cancel(errClosing) // and held calls and followed tasks, as at Close
 	<-l.done
 	if err := l.close(); err != nil {
 		l.log.Warn("gateway: closing a removed or changed upstream", "err", err)
