@@ -464,13 +464,17 @@ func CheckUpstreams(ups []Upstream) ([]Upstream, error) {
 func (g *Gateway) Start(ctx context.Context) error {
 	g.reloadMu.Lock()
 	links := g.top.Load().links
-	if !g.started && !g.closed {
+	closed := g.closed
+	if !g.started && !closed {
 		g.started = true
 		for _, l := range links {
 			g.launch(l)
 		}
 	}
 	g.reloadMu.Unlock()
+	if closed {
+		return nil // nothing to start: Close came first
+	}
 	g.srv.SetToolNotFound(g.toolNotFound)
 	wait := time.NewTimer(g.opts.StartWait)
 	defer wait.Stop()

@@ -335,11 +335,17 @@ func TestReloadRefusedChangesNothing(t *testing.T) {
 	if _, err := f.gw.Reload(context.Background(), ups, nil); err == nil {
 		t.Fatal("a closed gateway took a reload")
 	}
-	idle, err := gateway.New(mcptest.NewServer(t, nil), &gateway.Options{Upstreams: ups})
+	idle, err := gateway.New(mcptest.NewServer(t, nil), &gateway.Options{Upstreams: ups, StartWait: time.Hour})
 	must(t, err)
-	defer idle.Close()
 	if _, err := idle.Reload(context.Background(), ups, nil); err == nil {
 		t.Fatal("a gateway not started took a reload")
+	}
+	// Closed before it started, it starts nothing and waits for nothing.
+	must(t, idle.Close())
+	sctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := idle.Start(sctx); err != nil {
+		t.Fatalf("Start after Close: %v", err)
 	}
 }
 
