@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -445,5 +446,56 @@ func TestReloadConcurrentWithCalls(t *testing.T) {
 	close(failures)
 	for err := range failures {
 		t.Error(err)
+	}
+}
+
+// A changed upstream with a call in flight: the new connection serves
+// the new calls at once, while the old one finishes the call it has and
+// is then stopped.
+func TestReloadRestartDrainsOldConnection(t *testing.T) {
+	u := newUpstream(t)
+	t.Cleanup(u.gate.Release)
+	v := newUpstream(t)
+	stops := newStopWatch()
+	ups := []gateway.Upstream{httpUp("a", v), httpUp("b", u)}
+	f := newFront(t, gateway.Options{Upstreams: ups, Observer: stops}, nil)
+	c := f.dial(t, mcp.Modern, nil)
+	done := make(chan error, 1)
+	go func() {
+		res, err := c.CallTool(context.Background(), "b_hang", nil, nil)
+		if err == nil && res.IsError {
+			err = fmt.Errorf("failed: %s", text(res))
+		}
+		done <- err
+	}()
+	u.gate.WaitEntered(t)
+
+	rotated := httpUp("b", u)
+	rotated.Header = map[string][]string{"Authorization": {"Bearer rotated"}}
+	ch := reload(t, f.gw, []gateway.Upstream{ups[0], rotated}, nil)
+	if !slices.Equal(ch.Restarted, []string{"b"}) || !slices.Equal(ch.Unchanged, []string{"a"}) {
+		t.Fatalf("changes %+v", ch)
+	}
+	res, err := c.CallTool(context.Background(), "b_echo", map[string]any{"text": "new"}, nil)
+	if err != nil || !strings.Contains(structured(res), `"new"`) {
+		t.Fatalf("b_echo over the new connection: %+v, %v", res, err)
+	}
+	if !slices.ContainsFunc(u.seenHeaders(), func(h http.Header) bool { return h.Get("Authorization") == "Bearer rotated" }) {
+		t.Fatal("the new connection did not send the rotated credential")
+	}
+	select {
+	case name := <-stops.stopped:
+		t.Fatalf("upstream %s was stopped with a call in flight", name)
+	default:
+	}
+	u.gate.Release()
+	if err := recv(t, done, "the call in flight's answer"); err != nil {
+		t.Fatalf("the call in flight over the old connection: %v", err)
+	}
+	if name := recv(t, stops.stopped, "the old connection's stop"); name != "b" {
+		t.Fatalf("upstream %s was stopped", name)
+	}
+	if got := upstreamNames(f.gw); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("upstreams %v", got)
 	}
 }
