@@ -123,10 +123,11 @@
 // clients are told the list changed, while its calls in flight finish
 // within Options.ReloadGrace; then it is closed — a call still in flight
 // is cancelled upstream and fails with its outcome unknown, since it may
-// have acted — and a changed one is started anew. The policy is the
-// tools' registrations: each tool is registered again under the new one,
-// which the calls that begin after Reload returns run under, while a call
-// in flight keeps the one it began with. Going from one upstream to
+// have acted. A changed one is started anew at once, beside the old one
+// while that drains, so that new calls wait for no old one. The policy
+// lives in the tools' registrations: each tool is registered again under
+// a new one, which the calls that begin after Reload returns run under,
+// while a call in flight keeps the one it began with. Going from one upstream to
 // several (or back) renames every tool, prefixed or not, as a restart
 // would; each is registered again under its new name. Everything is
 // checked first, as New checks it: a reload refused changes nothing, and

@@ -63,12 +63,13 @@ func (g *Gateway) launch(l *link) {
 // clients are told the list changed, no new call reaches it, and the
 // calls it has in flight finish within Options.ReloadGrace; then it is
 // closed: a call still in flight is cancelled upstream and fails with
-// its outcome unknown (it may have acted) — and a changed one is
-// started anew, as a new upstream is.
+// its outcome unknown (it may have acted). A changed one is started anew
+// at once, as a new upstream is, beside the old connection (or process)
+// while that drains: new calls need not wait for old ones.
 //
-// The policy applies to the calls that begin after Reload returns: every
-// tool is registered again under it, and a call in flight keeps the
-// policy it began with. With one upstream names are not prefixed and
+// The policy applies to the calls that begin after Reload returns: when
+// it differs from the running one, every tool is registered again under
+// it, and a call in flight keeps the policy it began with. With one upstream names are not prefixed and
 // with several they are, so a reload between the two renames every tool
 // of the upstreams kept, as a restart would: each is registered again
 // under its new name and clients are told the list changed. Adding or
