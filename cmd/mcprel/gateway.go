@@ -69,12 +69,20 @@ func gatewayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		// An upstream's answer is bounded as a client's message is.
 		Client:  client.Options{MaxMessageBytes: p.rf.limits.maxMessage},
 		HideEnv: tokenVars(p.tokenEnv),
+		// An upstream a reload removes finishes its calls as a
+		// shutdown would let it.
+		ReloadGrace: max(*p.rf.grace, time.Second),
 	}
 	rt, ctx, stop, err := p.rf.start(ctx, opts, stderr)
 	if err != nil {
 		return err
 	}
 	defer stop()
+	if p.cfg != nil {
+		r := &gatewayReloader{args: args, stderr: stderr, opts: opts, rt: rt, current: p, log: opts.Server.Logger}
+		defer r.closeAll()
+		go r.run(ctx, *p.watch)
+	}
 	return rt.Run(ctx)
 }
 

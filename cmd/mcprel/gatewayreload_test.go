@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mcprel/mcprel/client"
+)
+
+// reloadConfig is a config file serving the upstreams names, each this
+// binary's "serve --stdio" (tools echo, …) but for mail, the mailer.
+func reloadConfig(t *testing.T, path string, extra string, names ...string) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(extra)
+	b.WriteString("upstreams:\n")
+	for _, n := range names {
+		if n == "mail" {
+			fmt.Fprintf(&b, "  mail:\n    command: %s\n    args: [\"-test.run=^$\"]\n", os.Args[0])
+			continue
+		}
+		fmt.Fprintf(&b, "  %s:\n    command: %s\n    args: [serve, --stdio]\n", n, binary)
+	}
+	// Written whole, then renamed: a reload never reads half a file.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// toolNames lists the gateway's tools.
+func toolNames(t *testing.T, c *client.Client) []string {
+	t.Helper()
+	tools, err := c.ListTools(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range tools {
+		names = append(names, tool.Name)
+	}
+	return names
+}
+
+// awaitLog reads the gateway's log until a line holds want, failing when
+// one holds fail first or nothing comes for a minute.
+func awaitLog(t *testing.T, log <-chan string, want string) string {
+	t.Helper()
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case l, ok := <-log:
+			if !ok {
+				t.Fatalf("the gateway exited before logging %q", want)
+			}
+			if strings.Contains(l, want) {
+				return l
+			}
+		case <-timeout:
+			t.Fatalf("the gateway never logged %q", want)
+		}
+	}
+}
+
+// SIGHUP reloads the config file: an upstream added is served, one
+// removed is not, one unchanged keeps its process; a call in flight to
+// the upstream removed finishes with its answer; a file that does not
+// load is refused, its line named, and the gateway keeps serving what it
+// served.
+func TestGatewayConfigReload(t *testing.T) {
+	dir := t.TempDir()
+	sentFile := filepath.Join(dir, "sent")
+	path := filepath.Join(dir, "gateway.yaml")
+	reloadConfig(t, path, "shutdown-grace: 30s\n", "a", "mail")
+	url, cmd, log := startEndpointIn(t, dir, []string{mailerEnv + "=" + sentFile}, "gateway", "--config", path,
+		"--http", "127.0.0.1:0", "--db", filepath.Join(dir, "gw.db"))
+	c, err := client.DialHTTP(t.Context(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if names := toolNames(t, c); !slices.Contains(names, "a_echo") || !slices.Contains(names, "mail_send_email") {
+		t.Fatalf("before the reload: %q", names)
+	}
+	// A call in flight to mail, which the reload removes: it answers
+	// after the reload began, and its answer reaches its caller.
+	answered := make(chan error, 1)
+	go func() {
+		res, err := c.CallTool(context.Background(), "mail_send_email", map[string]any{"to": "ops", "delayMs": 3000}, nil)
+		if err == nil && (res.IsError || !strings.Contains(resultText(res), "sent to ops")) {
+			err = fmt.Errorf("the call in flight got %+v", res)
+		}
+		answered <- err
+	}()
+	for deadline := time.Now().Add(time.Minute); countLines(t, sentFile) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the mailer never sent")
+		}
+	}
+	reloadConfig(t, path, "shutdown-grace: 30s\n", "a", "b")
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	line := awaitLog(t, log, "gateway: reloaded")
+	for _, want := range []string{"added=[b]", "removed=[mail]", "unchanged=[a]"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the reload's log line says %s, not %s", line, want)
+		}
+	}
+	if err := <-answered; err != nil {
+		t.Errorf("the call in flight to the upstream removed: %v", err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		names := toolNames(t, c)
+		if slices.Contains(names, "b_echo") && !slices.Contains(names, "mail_send_email") && slices.Contains(names, "a_echo") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the reload the gateway lists %q", names)
+		}
+	}
+	if res, err := c.CallTool(t.Context(), "b_echo", map[string]any{"text": "new"}, nil); err != nil || res.IsError {
+		t.Errorf("b_echo after the reload: %+v %v", res, err)
+	}
+	if res, err := c.CallTool(t.Context(), "mail_send_email", map[string]any{"to": "x"}, nil); err == nil && !res.IsError {
+		t.Errorf("a tool of the upstream removed was served: %+v", res)
+	}
+
+	// A broken file: refused, the line named, the running config kept.
+	if err := os.WriteFile(path, []byte("shutdown-grace: 30s\nhtpp: nowhere\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGHUP)
+	line = awaitLog(t, log, "reload refused")
+	if !strings.Contains(line, "gateway.yaml:2: htpp: not a setting") {
+		t.Errorf("the refusal does not name the line and the key: %s", line)
+	}
+	if res, err := c.CallTool(t.Context(), "b_echo", map[string]any{"text": "kept"}, nil); err != nil || res.IsError {
+		t.Errorf("b_echo after a refused reload: %+v %v", res, err)
+	}
+}
+
+// --watch reloads the file when it changes, without a signal.
+func TestGatewayConfigWatch(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gateway.yaml")
+	reloadConfig(t, path, "", "a", "b")
+	url, _, log := startEndpointIn(t, dir, nil, "gateway", "--config", path, "--watch",
+		"--http", "127.0.0.1:0", "--db", filepath.Join(dir, "gw.db"))
+	c, err := client.DialHTTP(t.Context(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	toolNames(t, c)
+	reloadConfig(t, path, "", "a", "c")
+	awaitLog(t, log, "gateway: config file applied")
+	if names := toolNames(t, c); !slices.Contains(names, "c_echo") || slices.Contains(names, "b_echo") {
+		t.Errorf("after the file changed the gateway lists %q", names)
+	}
+}
