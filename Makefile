@@ -10,7 +10,7 @@ GOSERVER := internal/interop/goservers
 OAUTH    := internal/interop/oauth
 CONF     := conformance
 
-.PHONY: check vet test fuzz interop-deps chromium conformance conformance-deps demo build
+.PHONY: check vet test fuzz interop-deps system-deps conformance conformance-deps demo build
 
 ## check: formatting, vet, every test with the race detector (including the
 ## interop tests with the TypeScript SDKs, the Inspector CLI, the official Go
@@ -59,17 +59,20 @@ fuzz:
 	$(GO) test ./transport/streamhttp -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(or $(FUZZTIME),80000x)
 
 interop-deps: $(INTEROP)/node_modules/.package-lock.json $(INSPECT)/node_modules/.package-lock.json \
-	$(EVERY)/node_modules/.package-lock.json $(OAUTH)/node_modules/.package-lock.json chromium
+	$(EVERY)/node_modules/.package-lock.json $(OAUTH)/node_modules/.package-lock.json system-deps
 
-# chromium reads the status page in a real browser
-# (cmd/mcprel/status_browser_test.go). Debian packages it; as root it is
-# installed when missing, otherwise the message says how.
-chromium:
-	@if [ ! -x /usr/bin/chromium ]; then \
-	  if [ "$$(id -u)" = 0 ]; then \
-	    (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium) >/dev/null 2>&1 || \
-	      echo "interop-deps: could not install chromium (apt-get install chromium); the status page's browser test will fail"; \
-	  else echo "interop-deps: /usr/bin/chromium is missing: install it as root (apt-get install chromium) for the status page's browser test"; fi; \
+# Two peers come from Debian's packages: chromium reads the status page as
+# a person would (cmd/mcprel/status_browser_test.go), and HAProxy balances
+# the replicas of cmd/mcprel's TestReplicasBehindBalancer
+# (examples/balancer/haproxy.cfg). make test requires both; as root they
+# are installed when missing, otherwise the message says how.
+system-deps:
+	@missing=""; \
+	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	{ command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ]; } || missing="$$missing haproxy"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing) >/dev/null 2>&1; then :; \
+	  else echo "interop-deps: could not install$$missing (apt-get install$$missing, as root): the status page's browser test and the load balancer test will fail" >&2; fi; \
 	fi
 
 $(INTEROP)/node_modules/.package-lock.json: $(INTEROP)/package.json $(INTEROP)/package-lock.json
