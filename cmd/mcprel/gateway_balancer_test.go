@@ -100,7 +100,7 @@ func startBalancer(t *testing.T, haproxy string, replicas [2]string) balancer {
 		}
 		exited := make(chan struct{})
 		go func() { cmd.Wait(); close(exited) }()
-		if listening(front, exited) {
+		if listening(front, exited) && listensOn(cmd.Process.Pid, front) {
 			t.Cleanup(func() {
 				cmd.Process.Kill()
 				<-exited
@@ -153,6 +153,44 @@ func listening(addrs [2]string, exited <-chan struct{}) bool {
 	default:
 		return true
 	}
+}
+
+// listensOn reports whether process pid holds the listening sockets of
+// addrs, not another process that took a port first (a test in
+// parallel). Where /proc cannot tell, it trusts that it does.
+func listensOn(pid int, addrs [2]string) bool {
+	tcp, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return true
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return true
+	}
+	held := map[string]bool{}
+	for _, fd := range fds {
+		if link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil {
+			held[link] = true
+		}
+	}
+	for _, addr := range addrs {
+		_, port, _ := net.SplitHostPort(addr)
+		var n int
+		fmt.Sscan(port, &n)
+		local := fmt.Sprintf("0100007F:%04X", n) // 127.0.0.1:port, as the kernel writes it
+		found := false
+		for _, line := range strings.Split(string(tcp), "\n") {
+			// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+			f := strings.Fields(line)
+			if len(f) > 9 && f[1] == local && f[3] == "0A" && held["socket:["+f[9]+"]"] { // 0A: LISTEN
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
 
 // post sends one JSON-RPC message to endpoint as a 2026-07-28 request (or,
