@@ -373,7 +373,12 @@ func (t *httpTransport) exchange(hreq *http.Request, req outgoing, ex *exchange)
 			return
 		}
 		m, derr := jsonrpc.Decode(body)
-		if derr != nil || m.Kind != jsonrpc.KindResponse {
+		// A 404 to a request of a 2025 session says the server no longer
+		// knows the session, whatever its body (mcprel's own carries a
+		// JSON-RPC error): the spec's signal to initialize again, which
+		// renewSession reads from the StatusError.
+		gone := resp.StatusCode == http.StatusNotFound && hreq.Header.Get(mcp.HeaderSessionID) != ""
+		if derr != nil || m.Kind != jsonrpc.KindResponse || gone {
 			ex.deliver(reply{err: &StatusError{Status: resp.StatusCode, Body: clip(body), RetryAfter: resp.Header.Get("Retry-After")}})
 			return
 		}

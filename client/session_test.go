@@ -14,8 +14,17 @@ import (
 )
 
 // A 2025 server that forgets the session (404 with its id) gets a new
-// initialize, and the request again: it never acted on it.
+// initialize, and the request again: it never acted on it. The 404 says
+// so with or without a JSON-RPC error in its body (mcprel's server
+// writes one).
 func TestExpiredSessionIsRenewed(t *testing.T) {
+	t.Run("empty", func(t *testing.T) { testExpiredSessionIsRenewed(t, "") })
+	t.Run("jsonrpc", func(t *testing.T) {
+		testExpiredSessionIsRenewed(t, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32600,"message":"session not found"}}`)
+	})
+}
+
+func testExpiredSessionIsRenewed(t *testing.T, body string) {
 	var mu sync.Mutex
 	sessions, calls := 0, 0
 	current := ""
@@ -41,7 +50,13 @@ func TestExpiredSessionIsRenewed(t *testing.T) {
 			calls++
 			if calls == 1 {
 				current = "" // the server restarted: it knows no session
+				if body == "" {
+					w.WriteHeader(http.StatusNotFound)
+					return
+				}
+				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusNotFound)
+				fmt.Fprintf(w, body, m.ID)
 				return
 			}
 			w.Header().Set("Content-Type", "application/json")
