@@ -365,7 +365,7 @@ func testGatewayBehindBalancer(t *testing.T, haproxy, dsn string) {
 	var replicas [2]string
 	var logs [2]*logBuffer
 	for i := range replicas {
-		replicas[i], logs[i] = startLoggedReplica(t, []string{mailerEnv + "=" + sentFile}, "gateway", "--http", "127.0.0.1:0",
+		replicas[i], logs[i], _ = startLoggedReplica(t, []string{mailerEnv + "=" + sentFile}, "gateway", "--http", "127.0.0.1:0",
 			"--policy", policy, "--db", dsn,
 			"--upstream", "mail="+mailer, "--upstream", "tasks="+mailer, "--upstream-keep-names", "mail")
 	}
@@ -439,7 +439,7 @@ func testGatewayBehindBalancer(t *testing.T, haproxy, dsn string) {
 
 // startLoggedReplica is startLogged, reporting a replica that does not start
 // with what it said.
-func startLoggedReplica(t *testing.T, env []string, args ...string) (string, *logBuffer) {
+func startLoggedReplica(t *testing.T, env []string, args ...string) (string, *logBuffer, *exec.Cmd) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = t.TempDir()
@@ -469,7 +469,7 @@ func startLoggedReplica(t *testing.T, env []string, args ...string) (string, *lo
 		<-done
 		t.Fatalf("mcprel %s did not start:\n%s", strings.Join(args, " "), log)
 	}
-	return url, log
+	return url, log, cmd
 }
 
 // mustReadMaybe is the content of file, empty when it does not exist.
@@ -490,8 +490,9 @@ func testServeBehindBalancer(t *testing.T, haproxy, dsn string) {
 	p := startProvider(t, "")
 	var replicas [2]string
 	var logs [2]*logBuffer
+	var cmds [2]*exec.Cmd
 	for i := range replicas {
-		replicas[i], logs[i] = startLoggedReplica(t, nil, "serve", "--http", "127.0.0.1:0", "--db", dsn,
+		replicas[i], logs[i], cmds[i] = startLoggedReplica(t, nil, "serve", "--http", "127.0.0.1:0", "--db", dsn,
 			"--payout-url", p.url)
 	}
 	lb := startBalancer(t, haproxy, replicas)
@@ -543,7 +544,7 @@ func testServeBehindBalancer(t *testing.T, haproxy, dsn string) {
 	bothServed(t, logs, "tasks/get")
 	bothServed(t, logs, "tasks/cancel")
 
-	t.Run("2025", func(t *testing.T) { testSessionsBehindBalancer(t, lb) })
+	t.Run("2025", func(t *testing.T) { testSessionsBehindBalancer(t, lb, logs, cmds) })
 }
 
 // initializeAt starts a 2025-11-25 session at endpoint and returns its id.
@@ -572,7 +573,7 @@ const legacyList = `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
 
 // testSessionsBehindBalancer: the 2025 era, whose sessions live in the
 // replica that began them.
-func testSessionsBehindBalancer(t *testing.T, lb balancer) {
+func testSessionsBehindBalancer(t *testing.T, lb balancer, logs [2]*logBuffer, cmds [2]*exec.Cmd) {
 	// Round robin: of a session's requests after initialize, those that
 	// land on the other replica get 404 — the session is unknown there.
 	session := initializeAt(t, lb.roundRobin)
@@ -623,5 +624,30 @@ func testSessionsBehindBalancer(t *testing.T, lb balancer) {
 	}
 	if n := sticky.Stats().Reconnects; n != 0 {
 		t.Fatalf("with affinity the 2025 client started %d sessions again; want none", n)
+	}
+
+	// The replica that holds the session stops: the balancer sends the
+	// session's next request to the other, which answers 404, and the
+	// client initializes again there and gets its answer.
+	holder := -1
+	for deadline := time.Now().Add(20 * time.Second); holder < 0; {
+		for i, l := range logs {
+			if strings.Contains(l.String(), "method=tools/call era=legacy") {
+				holder = i
+			}
+		}
+		if holder < 0 && time.Now().After(deadline) {
+			t.Fatalf("no replica logged the 2025 calls:\n%s\n%s", logs[0], logs[1])
+		}
+		time.Sleep(20 * time.Millisecond) // another process's log
+	}
+	cmds[holder].Process.Kill()
+	cmds[holder].Wait()
+	res, err := sticky.CallTool(context.Background(), "echo", map[string]any{"text": "moved"}, nil)
+	if err != nil || res.IsError {
+		t.Fatalf("a 2025 call once its replica stopped: %v %+v", err, res)
+	}
+	if n := sticky.Stats().Reconnects; n != 1 {
+		t.Fatalf("once its replica stopped the 2025 client started %d sessions again; want one", n)
 	}
 }
