@@ -332,8 +332,10 @@ func cancelAcross(t *testing.T, endpoint, task string) taskView {
 // concurrently runs once, a task created through one replica is read
 // and cancelled through the other, an outbox intent is delivered once.
 // A 2025-11-25 session there meets the replica that never saw it, which
-// answers HTTP 404 as the spec prescribes; through the frontend with
-// affinity on Mcp-Session-Id it stays on its replica.
+// answers HTTP 404 as the spec prescribes, so a 2025 client cannot get
+// going; through the frontend with affinity on Mcp-Session-Id a session
+// stays on its replica, and when that replica stops, the client told 404
+// by the other initializes again there and carries on.
 func TestReplicasBehindBalancer(t *testing.T) {
 	haproxy := haproxyPath(t)
 	t.Run("gateway", func(t *testing.T) { testGatewayBehindBalancer(t, haproxy, storetest.Postgres(t)) })
@@ -437,8 +439,8 @@ func testGatewayBehindBalancer(t *testing.T, haproxy, dsn string) {
 	bothServed(t, logs, "tasks/cancel")
 }
 
-// startLoggedReplica is startLogged, reporting a replica that does not start
-// with what it said.
+// startLoggedReplica is startLogged, also returning the process, and
+// reporting a replica that does not start with what it said.
 func startLoggedReplica(t *testing.T, env []string, args ...string) (string, *logBuffer, *exec.Cmd) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
@@ -508,8 +510,11 @@ func testServeBehindBalancer(t *testing.T, haproxy, dsn string) {
 		t.Fatal(err)
 	}
 	stock, err := callSettled(lb.roundRobin, "get_inventory", modernCall(3, "get_inventory", `{"sku":"lb"}`))
-	if err != nil || !strings.Contains(string(stock.Result.StructuredContent), `"available":7`) {
-		t.Fatalf("the stock after one key's reservations: %v %s; want 7 of 10 left", err, stock.Result.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(stock.Result.StructuredContent), `"available":7`) {
+		t.Fatalf("the stock after one key's reservations: %s; want 7 of 10 left", stock.Result.StructuredContent)
 	}
 	bothServed(t, logs, "tools/call")
 
