@@ -283,6 +283,20 @@ func (rt *Runtime) Dispatcher() *outbox.Dispatcher { return rt.dispatcher }
 // (gateway.Gateway.Reload), its upstreams and policy replaced in place.
 func (rt *Runtime) Gateway() *gateway.Gateway { return rt.gateway }
 
+// ReloadGateway applies ups and policy to the runtime's gateway
+// (gateway.Gateway.Reload), and has the status page follow: it watches
+// the upstreams added and takes their secrets out of what it shows.
+func (rt *Runtime) ReloadGateway(ctx context.Context, ups []gateway.Upstream, policy *gateway.Policy) (gateway.Changes, error) {
+	if rt.gateway == nil {
+		return gateway.Changes{}, errors.New("host: the runtime has no gateway to reload")
+	}
+	changes, err := rt.gateway.Reload(ctx, ups, policy)
+	if err == nil && rt.upstreamWatch != nil {
+		rt.upstreamWatch.reloaded(ups)
+	}
+	return changes, err
+}
+
 // Logger is the logger the server writes its request lines to (with trace
 // ids when tracing is on).
 func (rt *Runtime) Logger() *slog.Logger { return rt.logger }

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -155,12 +156,16 @@ func (s statusSources) Tenants(_ context.Context, limit int) ([]status.TenantLoa
 // must never show: their headers' values, their environment's values, and
 // their URLs' query values and passwords.
 func (rt *Runtime) upstreamSecrets() []string {
-	g := rt.opts.Gateway
-	if g == nil {
+	if rt.opts.Gateway == nil {
 		return nil
 	}
+	return secretsOf(rt.opts.Gateway.Upstreams)
+}
+
+// secretsOf are the secrets of ups, longest first.
+func secretsOf(ups []gateway.Upstream) []string {
 	var secrets []string
-	for _, u := range g.Upstreams {
+	for _, u := range ups {
 		for _, vs := range u.Header {
 			for _, v := range vs {
 				secrets = append(secrets, v)
@@ -249,16 +254,33 @@ func (w *upstreamWatch) UpstreamEvent(e gateway.UpstreamEvent) {
 	if e.Kind == gateway.EventConnectFailed {
 		msg = "could not connect: " + msg
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	// Redacted and clipped here, once, not at every read of the page.
 	msg = status.Redact(msg, w.secrets)
 	if len(msg) > 4*status.MaxText {
 		msg = msg[:4*status.MaxText]
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	if u := w.by[e.Upstream]; u != nil {
 		u.lastError, u.lastAt = msg, w.now()
 	}
+}
+
+// reloaded follows a reload to ups: the upstreams added are watched,
+// those gone forgotten, and the secrets of the new ones are taken out
+// beside the old ones' (an upstream being drained still runs with its
+// old credentials).
+func (w *upstreamWatch) reloaded(ups []gateway.Upstream) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	by := map[string]*upstreamRecent{}
+	for _, u := range ups {
+		by[u.Name] = cmp.Or(w.by[u.Name], &upstreamRecent{})
+	}
+	w.by = by
+	secrets := append(slices.Clone(w.secrets), secretsOf(ups)...)
+	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
+	w.secrets = slices.Compact(secrets)
 }
 
 // fill writes what the watch knows of su's upstream into su.

@@ -256,3 +256,28 @@ func serve(t *testing.T, h http.Handler, path string) string {
 	}
 	return rec.Body.String()
 }
+
+// Where tenants have tokens of their own and the metrics take them, one
+// tenant's token would read every tenant's keys on the status page: it
+// is refused until the metrics have a token of their own.
+func TestStatusNeedsAMetricsTokenOfItsOwnBesideTenants(t *testing.T) {
+	opts := options(t, storetest.SQLite(t), &steps{})
+	opts.Addr = "127.0.0.1:0"
+	opts.HTTP.Tokens = map[string]string{"alice-token": "alice", "bob-token": "bob"}
+	opts.Metrics.Path = "/metrics"
+	rt, err := host.New(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stop := running(t, rt)
+	defer stop()
+	base := strings.TrimSuffix(rt.Endpoint(), host.DefaultPath)
+	if got := fetch(t, base+"/metrics", "bob-token"); got.code != http.StatusOK {
+		t.Errorf("the metrics with a tenant's token: %d", got.code)
+	}
+	for _, u := range []string{base + "/status", base + "/status.json"} {
+		if got := fetch(t, u, "bob-token"); got.code != http.StatusForbidden || !strings.Contains(got.body, "--metrics-token") {
+			t.Errorf("%s with a tenant's token: %d %s, want 403 naming --metrics-token", u, got.code, got.body)
+		}
+	}
+}

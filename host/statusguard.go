@@ -27,9 +27,21 @@ const statusRealm = `Basic realm="mcprel status", charset="UTF-8"`
 //   - a Basic Authorization's password is taken as the bearer token (the
 //     user name is ignored), and a 401 also asks for Basic, so that a
 //     browser prompts for the token.
+//
+// And the page lists every tenant's work (their unknown outcomes, their
+// load): where tenants sign in with tokens of their own (Options.HTTP.Tokens,
+// OAuth) and the metrics take those tokens, one tenant's token would read
+// the others' keys. The page is then refused (403) until the metrics have
+// a token of their own (Metrics.Token), or are open (Metrics.Open: the
+// operator chose to show them to whoever reaches the listener).
 func (rt *Runtime) pageGuard(next http.Handler, checkHost bool) http.Handler {
 	hosts := auth.Hosts{Allowed: rt.opts.HTTP.AllowedHosts}
+	tenantsRead := rt.opts.Metrics.Token == "" && !rt.opts.Metrics.Open && (len(rt.opts.HTTP.Tokens) > 0 || rt.opts.OAuth != nil)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tenantsRead {
+			auth.PlainRefuse(w, r, http.StatusForbidden, "the status page lists every tenant's work, and the tenants' own tokens read the metrics here: serve the metrics with a token of their own (--metrics-token) to read it")
+			return
+		}
 		if checkHost && !hostIsAddressOr(r.Host, hosts) {
 			auth.PlainRefuse(w, r, http.StatusForbidden, "host "+quote(r.Host)+" is not allowed")
 			return

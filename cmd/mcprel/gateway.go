@@ -12,8 +12,11 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mcprel/mcprel/client"
@@ -50,6 +53,14 @@ func gatewayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if *p.check {
 		return p.printCheck(stdout)
 	}
+	var hup chan os.Signal
+	if p.cfg != nil {
+		// Caught from now on: a SIGHUP while the upstreams start must
+		// reload, not end the process as it would by default.
+		hup = make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
 	opts, err := p.rf.options(ctx, p.fs, stdin, stdout, stderr)
 	if err != nil {
 		return p.cfg.annotate(err)
@@ -81,7 +92,7 @@ func gatewayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if p.cfg != nil {
 		r := &gatewayReloader{args: args, stderr: stderr, opts: opts, rt: rt, current: p, log: opts.Server.Logger}
 		defer r.closeAll()
-		go r.run(ctx, *p.watch)
+		go r.run(ctx, hup, *p.watch)
 	}
 	return rt.Run(ctx)
 }
@@ -270,11 +281,33 @@ func (p *gatewayPlan) reviewPolicy() (*review.Policy, error) {
 	return rp, nil
 }
 
+// checkPolicyNames refuses a policy operation no tool of this gateway can
+// be named: with several upstreams, and none keeping its names, every
+// tool is served as UPSTREAM_tool, and a policy naming "send_email"
+// would silently leave the tool unsafe — a keyed tool unkeyed, a retry
+// run twice. (A reload from one upstream to several would do the same
+// to a running policy; it is refused with this.)
+func (p *gatewayPlan) checkPolicyNames(rp *review.Policy) error {
+	if len(p.ups) < 2 || slices.ContainsFunc(p.ups, func(u gateway.Upstream) bool { return u.KeepNames }) {
+		return nil
+	}
+	for _, op := range rp.Operations {
+		if !slices.ContainsFunc(p.ups, func(u gateway.Upstream) bool { return strings.HasPrefix(op.Name, u.Name+"_") }) {
+			return usagef("gateway: --policy %s: operation %q names no tool this gateway serves: with several upstreams every tool is served as UPSTREAM_tool (%s_%s, say); name it so, or keep one upstream's names (--upstream-keep-names, keep-names: true)",
+				p.policyName, op.Name, p.ups[0].Name, op.Name)
+		}
+	}
+	return nil
+}
+
 // policy is the gateway's policy for the runtime opts describe, and the
 // scopes its operations need: a policy that names scopes needs OAuth.
 func (p *gatewayPlan) policy(opts *host.Options) (*gateway.Policy, map[string][]string, error) {
 	rp, err := p.reviewPolicy()
 	if err != nil || rp == nil {
+		return nil, nil, err
+	}
+	if err := p.checkPolicyNames(rp); err != nil {
 		return nil, nil, err
 	}
 	policy, err := gateway.PolicyFromReview(rp, p.rf.gatewayFacts(opts))

@@ -166,22 +166,32 @@ func storedOAuthOptions(o *upstreamOAuth) oauth.Options {
 // openTokenStore opens the store of upstream authorizations in the
 // database dsn, with the key from keyFile or $MCPREL_GATEWAY_KEY: none is
 // kept without one.
-func openTokenStore(ctx context.Context, dsn, keyFile, cmd string) (*oauthstore.Store, func(), error) {
+// readGatewayKey reads the key that seals upstream authorizations, from
+// keyFile or $MCPREL_GATEWAY_KEY.
+func readGatewayKey(keyFile, cmd string) ([]byte, error) {
 	raw := os.Getenv(gatewayKeyEnv)
 	from := "$" + gatewayKeyEnv
 	if keyFile != "" {
 		data, err := readSmallFile(keyFile, maxSecretFile)
 		if err != nil {
-			return nil, nil, usagef("%s: --key-file: %v", cmd, err)
+			return nil, usagef("%s: --key-file: %v", cmd, err)
 		}
 		raw, from = string(data), keyFile
 	}
 	if strings.TrimSpace(raw) == "" {
-		return nil, nil, usagef("%s: upstream authorizations are kept encrypted: give the key in $%s or --key-file (e.g. head -c 32 /dev/urandom | base64)", cmd, gatewayKeyEnv)
+		return nil, usagef("%s: upstream authorizations are kept encrypted: give the key in $%s or --key-file (e.g. head -c 32 /dev/urandom | base64)", cmd, gatewayKeyEnv)
 	}
 	key, err := oauthstore.ParseKey(raw)
 	if err != nil {
-		return nil, nil, usagef("%s: the key in %s: %s", cmd, from, strings.TrimPrefix(err.Error(), "oauthstore: "))
+		return nil, usagef("%s: the key in %s: %s", cmd, from, strings.TrimPrefix(err.Error(), "oauthstore: "))
+	}
+	return key, nil
+}
+
+func openTokenStore(ctx context.Context, dsn, keyFile, cmd string) (*oauthstore.Store, func(), error) {
+	key, err := readGatewayKey(keyFile, cmd)
+	if err != nil {
+		return nil, nil, err
 	}
 	if err := store.CheckDSN(dsn); err != nil {
 		return nil, nil, usagef("%s: --db: %v", cmd, err)

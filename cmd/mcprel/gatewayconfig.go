@@ -40,6 +40,9 @@ type gatewayConfig struct {
 	lines map[string]int
 	// upstreams are the file's, in its order.
 	upstreams []gateway.Upstream
+	// display is how --check shows a stdio upstream of the file's: its
+	// command and arguments as the file writes them, by name.
+	display map[string]string
 	// policy, when the file writes it inline, is its text as a policy
 	// file of its own (policyName), the file's line numbers kept.
 	policy     []byte
@@ -75,6 +78,10 @@ var pathFlags = map[string]bool{
 	"upstream-oauth-client-secret-file": true,
 }
 
+// urlFlags take a URL, where a credential has no place: it goes by
+// reference through a flag of its own.
+var urlFlags = map[string]bool{"otlp-endpoint": true, "oauth-issuer": true, "public-url": true, "oauth-audience": true, "oauth-introspection": true}
+
 // secretFlags take a credential as their value; the file names it by
 // reference (${env:NAME}), never inline.
 var secretFlags = map[string]bool{"auth-token": true, "token": true, "metrics-token": true}
@@ -89,7 +96,7 @@ func loadGatewayConfig(path string, fs *flag.FlagSet, cli map[string]bool, geten
 	if err != nil {
 		return nil, usagef("gateway: --config: %v", err)
 	}
-	c := &gatewayConfig{path: path, lines: map[string]int{}}
+	c := &gatewayConfig{path: path, lines: map[string]int{}, display: map[string]string{}}
 	if err := c.parse(data, fs, cli, getenv); err != nil {
 		return nil, usageError{err.Error()}
 	}
@@ -136,7 +143,7 @@ func (c *gatewayConfig) parse(data []byte, fs *flag.FlagSet, cli map[string]bool
 				// of JSON is (its errors name no line of the file).
 				var val any
 				if err := v.Decode(&val); err != nil {
-					return c.at(v.Line, key, "%v", err)
+					return c.at(v.Line, key, "cannot be read as a policy (a YAML tag?)")
 				}
 				if c.policy, err = json.Marshal(val); err != nil {
 					return c.at(v.Line, key, "%v", err)
@@ -202,13 +209,15 @@ func (c *gatewayConfig) setFlag(fs *flag.FlagSet, f *flag.Flag, v *yaml.Node, ov
 	}
 	for _, n := range values {
 		s := n.Value
-		if secretFlags[f.Name] || (f.Name == "db" && strings.Contains(s, "://")) {
+		if secretFlags[f.Name] || (f.Name == "db" && (strings.Contains(s, "://") || envRef.MatchString(s))) {
 			var err error
 			if s, err = c.secretValue(f.Name, n, getenv); err != nil {
 				return err
 			}
+		} else if urlFlags[f.Name] && urlHoldsSecret(s) {
+			return c.at(n.Line, f.Name, "a secret written inline in the URL: give it by reference (${env:NAME}) through the flag that takes the credential")
 		}
-		if pathFlags[f.Name] && s != "" && !strings.Contains(s, "://") {
+		if pathFlags[f.Name] && s != "" && !strings.Contains(s, "://") && s != ":memory:" && !strings.HasPrefix(s, "file:") {
 			s = c.relative(s)
 		}
 		if err := fs.Set(f.Name, s); err != nil {
@@ -266,19 +275,15 @@ func (c *gatewayConfig) secretValue(flagName string, n *yaml.Node, getenv func(s
 	prefix, ref := "", n.Value
 	if flagName == "token" {
 		tenant, rest, ok := strings.Cut(n.Value, "=")
-		if !ok {
-			return "", c.at(n.Line, flagName, "wants TENANT=${env:NAME}")
+		if !ok || tenant == "" {
+			return "", c.at(n.Line, flagName, "wants TENANT=${env:NAME}, a tenant's name and a reference to its token")
 		}
 		prefix, ref = tenant+"=", rest
 	}
 	m := envRef.FindStringSubmatch(ref)
 	if m == nil {
-		if flagName == "db" {
-			if u, err := url.Parse(ref); err == nil {
-				if _, hasPassword := u.User.Password(); !hasPassword && u.Query().Get("password") == "" {
-					return ref, nil
-				}
-			}
+		if flagName == "db" && !urlHoldsSecret(ref) {
+			return ref, nil
 		}
 		return "", c.at(n.Line, flagName, "a secret written inline: name it by reference, %s${env:NAME}, and put it in the gateway's environment (nothing in the file is secret, so the file can be shared and versioned)", prefix)
 	}
@@ -287,6 +292,25 @@ func (c *gatewayConfig) secretValue(flagName string, n *yaml.Node, getenv func(s
 		return "", c.at(n.Line, flagName, "environment variable %s is unset or empty", m[1])
 	}
 	return prefix + v, nil
+}
+
+// urlHoldsSecret reports whether s is a URL with a password, or a query
+// member whose name is a credential's (password, sslpassword, token…);
+// an unparsable URL may hold anything.
+func urlHoldsSecret(s string) bool {
+	u, err := url.Parse(s)
+	if err != nil {
+		return true
+	}
+	if _, ok := u.User.Password(); ok {
+		return true
+	}
+	for q := range u.Query() {
+		if secretName.MatchString(q) || q == "key" || q == "sig" {
+			return true
+		}
+	}
+	return false
 }
 
 // parseUpstreams reads upstreams:, a mapping from each upstream's name to
@@ -312,7 +336,19 @@ func (c *gatewayConfig) parseUpstreams(v *yaml.Node, fs *flag.FlagSet, cli map[s
 		if e.Kind != yaml.MappingNode {
 			return c.at(e.Line, key, "a mapping: command, args and env, or url and headers")
 		}
+		if alias := findAlias(e); alias != nil {
+			// An alias would carry a value past the checks of the key
+			// it lands under.
+			return c.at(alias.Line, key, "YAML aliases (*name) are not read under upstreams: write the value out")
+		}
+		disabled := false
+		for j := 0; j+1 < len(e.Content); j += 2 {
+			if e.Content[j].Value == "disabled" && e.Content[j+1].Value == "true" {
+				disabled = true
+			}
+		}
 		core := map[string]any{}
+		display := ""
 		for j := 0; j+1 < len(e.Content); j += 2 {
 			fk, fv := e.Content[j], e.Content[j+1]
 			field := key + "." + fk.Value
@@ -320,13 +356,20 @@ func (c *gatewayConfig) parseUpstreams(v *yaml.Node, fs *flag.FlagSet, cli map[s
 			if !known {
 				return c.at(fk.Line, field, "not a setting of an upstream (command, args, env, url, headers, type, and %s)", strings.Join(upstreamFlagKeys(), ", "))
 			}
+			if disabled {
+				continue
+			}
+			if fk.Value == "command" && fv.Kind == yaml.ScalarNode && (strings.HasPrefix(fv.Value, "./") || strings.HasPrefix(fv.Value, "../")) {
+				fv.Value = c.relative(fv.Value) // the file's directory's, as its paths are
+			}
 			if flagName == "" {
 				if err := c.checkInline(field, fv); err != nil {
 					return err
 				}
 				var val any
 				if err := fv.Decode(&val); err != nil {
-					return c.at(fv.Line, field, "%v", err)
+					// Never the decoder's words: they quote the value.
+					return c.at(fv.Line, field, "cannot be read as the string, list or mapping of strings it must be (a YAML tag such as !!float?)")
 				}
 				core[fk.Value] = val
 				continue
@@ -335,7 +378,7 @@ func (c *gatewayConfig) parseUpstreams(v *yaml.Node, fs *flag.FlagSet, cli map[s
 			if err != nil {
 				return err
 			}
-			if cliFor[flagName][name] {
+			if cliFor[flagName][name] || (credentialFlags[flagName] && cliCredential(cliFor, name)) {
 				continue // the command line says it for this upstream
 			}
 			if value == "" {
@@ -349,9 +392,23 @@ func (c *gatewayConfig) parseUpstreams(v *yaml.Node, fs *flag.FlagSet, cli map[s
 				return c.at(fv.Line, field, "%v", err)
 			}
 		}
+		if disabled {
+			continue
+		}
+		if cmd, ok := core["command"].(string); ok {
+			// What --check shows: the file's words, references as
+			// written, never what they resolve to.
+			display = shellQuote(cmd)
+			if args, ok := core["args"].([]any); ok {
+				for _, a := range args {
+					display += " " + shellQuote(fmt.Sprint(a))
+				}
+			}
+		}
+		c.display[name] = display
 		raw, err := json.Marshal(core)
 		if err != nil {
-			return c.at(e.Line, key, "%v", err)
+			return c.at(e.Line, key, "cannot be read")
 		}
 		cc := &clientConfig{path: c.path, key: claudeKey}
 		cu, problems := cc.entry(configMember{key: name, value: raw}, getenv)
@@ -454,6 +511,38 @@ func (c *gatewayConfig) upstreamFlagValue(field, key string, v *yaml.Node) (stri
 	return v.Value, nil
 }
 
+// credentialFlags are the per-upstream flags that give an upstream its
+// credentials: one of them on the command line for an upstream overrides
+// every one the file gives it, so that the two never mix.
+var credentialFlags = map[string]bool{
+	"upstream-token-env": true, "upstream-token-file": true, "upstream-headers-file": true,
+	"upstream-oauth-client-id": true, "upstream-oauth-client-secret-file": true, "upstream-oauth-login": true,
+}
+
+// cliCredential reports whether the command line gives upstream name a
+// credential.
+func cliCredential(cliFor map[string]map[string]bool, name string) bool {
+	for f := range credentialFlags {
+		if cliFor[f][name] {
+			return true
+		}
+	}
+	return false
+}
+
+// findAlias returns the first alias under n, or nil.
+func findAlias(n *yaml.Node) *yaml.Node {
+	if n.Kind == yaml.AliasNode {
+		return n
+	}
+	for _, c := range n.Content {
+		if a := findAlias(c); a != nil {
+			return a
+		}
+	}
+	return nil
+}
+
 // cliUpstreamNames are, for each per-upstream flag, the upstreams the
 // command line gives it for: theirs override the file's.
 func cliUpstreamNames(fs *flag.FlagSet) map[string]map[string]bool {
@@ -474,7 +563,11 @@ func cliUpstreamNames(fs *flag.FlagSet) map[string]map[string]bool {
 
 // secretName is the name of a variable or header that holds a
 // credential.
-var secretName = regexp.MustCompile(`(?i)(token|secret|passw(or)?d|api[-_]?key|access[-_]?key|private[-_]?key|credential|authorization|cookie|^auth$|[-_]auth$|session)`)
+var secretName = regexp.MustCompile(`(?i)(token|secret|passw(or)?d|api[-_]?key|access[-_]?key|private[-_]?key|credential|authorization|cookie|^auth$|[-_]auth$|session|(^|[-_])key($|[-_]))`)
+
+// secretArg is a command-line argument that gives a credential inline:
+// --token=…, --api-key=…, -password=….
+var secretArg = regexp.MustCompile(`(?i)^--?[A-Za-z0-9_-]*(token|secret|passw(or)?d|api[-_]?key|credential)[A-Za-z0-9_-]*=.`)
 
 // secretShape is a value that looks like a credential whatever its name:
 // a bearer header, a JWT, the prefixes of common issuers' tokens.
@@ -495,7 +588,8 @@ func (c *gatewayConfig) checkInline(field string, v *yaml.Node) error {
 			if nv.Kind != yaml.ScalarNode {
 				return c.at(nv.Line, field+"."+nk.Value, "takes a string")
 			}
-			if literal(nv.Value) && (secretName.MatchString(nk.Value) || secretShape.MatchString(nv.Value)) {
+			if literal(nv.Value) && (secretName.MatchString(nk.Value) || secretShape.MatchString(nv.Value) ||
+				(strings.Contains(nv.Value, "://") && urlHoldsSecret(nv.Value))) {
 				return c.at(nv.Line, field+"."+nk.Value, "a secret written inline: write ${env:NAME} and put it in the gateway's environment, or name a file (%s)", map[bool]string{true: "env-file", false: "token-file, headers-file"}[strings.HasSuffix(field, ".env")])
 			}
 		}
@@ -512,7 +606,8 @@ func (c *gatewayConfig) checkInline(field string, v *yaml.Node) error {
 	case strings.HasSuffix(field, ".args"):
 		if v.Kind == yaml.SequenceNode {
 			for _, a := range v.Content {
-				if a.Kind == yaml.ScalarNode && literal(a.Value) && secretShape.MatchString(a.Value) {
+				if a.Kind == yaml.ScalarNode && literal(a.Value) && (secretShape.MatchString(a.Value) || secretArg.MatchString(a.Value) ||
+					(strings.Contains(a.Value, "://") && urlHoldsSecret(a.Value))) {
 					return c.at(a.Line, field, "a secret written inline: write ${env:NAME} and put it in the gateway's environment")
 				}
 			}
@@ -597,6 +692,14 @@ func (p *gatewayPlan) printCheck(stdout io.Writer) error {
 	if err != nil {
 		return p.cfg.annotate(err)
 	}
+	for _, o := range p.oauthUps {
+		if o.login { // the key is read as at start; the database is not opened
+			if _, err := readGatewayKey(*p.upOAuth.keyFile, "gateway"); err != nil {
+				return p.cfg.annotate(err)
+			}
+			break
+		}
+	}
 	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "config\t%s\n", p.cfg.path)
 	if opts.Addr != "" {
@@ -607,7 +710,7 @@ func (p *gatewayPlan) printCheck(stdout io.Writer) error {
 	fmt.Fprintf(w, "database\t%s\n", describeDSN(opts.DB))
 	fmt.Fprintf(w, "sign-in\t%s\n", describeAuth(opts))
 	for _, u := range p.ups {
-		fmt.Fprintf(w, "upstream %s\t%s\n", u.Name, describeUpstream(u, p.oauthUps[u.Name]))
+		fmt.Fprintf(w, "upstream %s\t%s\n", u.Name, describeUpstream(u, p.oauthUps[u.Name], p.cfg.display[u.Name]))
 	}
 	if p.policyData == nil {
 		fmt.Fprintf(w, "policy\tnone: every tool is unsafe (never retried, never keyed)\n")
@@ -647,6 +750,7 @@ func describeDSN(dsn string) string {
 	if _, ok := u.User.Password(); ok {
 		u.User = url.UserPassword(u.User.Username(), "xxxxx")
 	}
+	u.RawQuery = "" // sslpassword and the like
 	return "PostgreSQL " + u.Redacted()
 }
 
@@ -667,16 +771,19 @@ func describeAuth(opts *host.Options) string {
 
 // describeUpstream says how an upstream runs, naming its credentials but
 // never their values.
-func describeUpstream(u gateway.Upstream, o *upstreamOAuth) string {
+func describeUpstream(u gateway.Upstream, o *upstreamOAuth, display string) string {
 	var b strings.Builder
 	switch u.Transport {
 	case gateway.Stdio:
 		b.WriteString("stdio: ")
-		for i, w := range u.Command {
-			if i > 0 {
-				b.WriteByte(' ')
-			}
-			b.WriteString(shellQuote(w))
+		switch {
+		case display != "":
+			b.WriteString(display)
+		case len(u.Command) > 1:
+			// Its arguments may hold what a reference resolved to.
+			fmt.Fprintf(&b, "%s and %d arguments", shellQuote(u.Command[0]), len(u.Command)-1)
+		default:
+			b.WriteString(shellQuote(u.Command[0]))
 		}
 		if len(u.Env) > 0 {
 			var names []string

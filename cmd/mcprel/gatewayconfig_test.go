@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -198,6 +199,27 @@ func TestGatewayConfigRefusals(t *testing.T) {
 			"line 8: field colour not found"},
 		{"per-tenant on HTTP", "upstreams:\n  h:\n    url: http://127.0.0.1:1/mcp\n    per-tenant: true\n", nil,
 			"--upstream-per-tenant h: it is an HTTP upstream"},
+		{"a token without its tenant", "http: 127.0.0.1:0\ntoken: [\"=${env:SET_TOKEN}\"]\n" + up, nil,
+			":2: token: wants TENANT=${env:NAME}"},
+		{"a secret in an argument", up[:len(up)-len("    args: [serve, --stdio]\n")] + "    args: [serve, --api-key=abcdefgh]\n", nil,
+			":4: upstreams.a.args: a secret written inline"},
+		{"a url with a password in env", up + "    env:\n      UPSTREAM_URL: postgres://u:abcdefgh@h/db\n", nil,
+			":6: upstreams.a.env.UPSTREAM_URL: a secret written inline"},
+		{"a key header", "upstreams:\n  h:\n    url: http://127.0.0.1:1/mcp\n    headers:\n      X-Key: abcdefgh\n", nil,
+			":5: upstreams.h.headers.X-Key: a secret written inline"},
+		{"a password in a url flag", "otlp-endpoint: https://u:abcdefgh@collector:4318\n" + up, nil,
+			":1: otlp-endpoint: a secret written inline in the URL"},
+		{"a tag that quotes the value", "upstreams:\n  h:\n    url: !!float \"https://u:abcdefgh@127.0.0.1:1/mcp\"\n", nil,
+			":3: upstreams.h.url: cannot be read as the string"},
+		{"an alias carries a value", "upstreams:\n  h:\n    env: {U: &u \"http://127.0.0.1:1/mcp\"}\n    url: *u\n", nil,
+			":4: upstreams.h: YAML aliases (*name) are not read under upstreams"},
+		{"a password in a database url's query", "db: postgres://u@127.0.0.1/x?sslpassword=abcdefgh\n" + up, nil,
+			":1: db: a secret written inline"},
+		{"a policy no tool can match", up + "  b:\n    command: " + binary + "\n    args: [serve, --stdio]\n" +
+			"policy:\n  operations:\n    - name: echo\n      semantics: {kind: read-only}\n", nil,
+			`operation "echo" names no tool this gateway serves: with several upstreams every tool is served as UPSTREAM_tool (a_echo, say)`},
+		{"a stored login without its key", "key-file: nokey.b64\nupstreams:\n  h:\n    url: http://127.0.0.1:1/mcp\n    oauth-login: true\n", nil,
+			"--key-file: open "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := writeConfig(t, "gateway.yaml", tc.text)
@@ -206,7 +228,7 @@ func TestGatewayConfigRefusals(t *testing.T) {
 			if code != exitUsage || !strings.Contains(out, want) {
 				t.Errorf("exit %d, want %d, saying %q:\n%s", code, exitUsage, want, out)
 			}
-			if strings.Contains(out, "abcdefgh") {
+			if strings.Contains(out, "abcdefgh") || strings.Contains(out, "set-secret-token") {
 				t.Errorf("the refusal quotes a value of the file:\n%s", out)
 			}
 		})
@@ -288,5 +310,60 @@ func TestReadmeConfigLines(t *testing.T) {
 			t.Errorf("README.md:%d: %v", l.number, err)
 		}
 		c.Close()
+	}
+}
+
+// What --check shows of an upstream is the file's words: a reference as
+// written, never what it resolves to; a database named by reference is
+// read from the environment and shown without its password; a disabled
+// upstream is left out, its settings too; a credential the command line
+// gives an upstream replaces every one the file gives it.
+func TestGatewayConfigShowsReferencesNotValues(t *testing.T) {
+	env := []string{"SET_TOKEN=set-secret-token", "MCPREL_TEST_DB_URL=postgres://u:set-secret-token@127.0.0.1/x?sslmode=disable"}
+	file := writeConfig(t, "gateway.yaml", `db: ${env:MCPREL_TEST_DB_URL}
+upstreams:
+  a:
+    command: `+binary+`
+    args: [serve, --stdio, --auth-token, "${env:SET_TOKEN}"]
+  off:
+    command: `+binary+`
+    disabled: true
+    limits: {concurrent: 2}
+  h:
+    url: http://127.0.0.1:1/mcp
+    token-file: token.txt
+`)
+	if err := os.WriteFile(filepath.Join(filepath.Dir(file), "token.txt"), []byte("file-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out := gatewayCheck(t, env, file)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	for _, want := range []string{"serve --stdio --auth-token '${env:SET_TOKEN}'", "PostgreSQL postgres://u:xxxxx@127.0.0.1/x"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--check does not say %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "set-secret-token") || strings.Contains(out, "upstream off") {
+		t.Errorf("--check printed a resolved secret or a disabled upstream:\n%s", out)
+	}
+
+	os.Setenv("MCPREL_TEST_CLI_TOKEN", "cli-token")
+	defer os.Unsetenv("MCPREL_TEST_CLI_TOKEN")
+	p, err := planGateway([]string{"--config", file, "--upstream-token-env", "h=MCPREL_TEST_CLI_TOKEN"}, io.Discard, io.Discard,
+		func(name string) (string, bool) {
+			for _, kv := range env {
+				if k, v, _ := strings.Cut(kv, "="); k == name {
+					return v, true
+				}
+			}
+			return "", false
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.byName["h"].Header.Get("Authorization"); got != "Bearer cli-token" {
+		t.Errorf("with --upstream-token-env on the command line, upstream h sends %q", got)
 	}
 }

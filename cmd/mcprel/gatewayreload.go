@@ -9,11 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/mcprel/mcprel/host"
@@ -44,12 +42,11 @@ type gatewayReloader struct {
 	reloaded func(error)
 }
 
-// run reloads on every SIGHUP, and with watch whenever the file's content
-// changes, until ctx ends.
-func (r *gatewayReloader) run(ctx context.Context, watch bool) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+// run reloads on every SIGHUP hup delivers, and with watch whenever the
+// file's content changes, until ctx ends. --watch reads the config file
+// only: a change to a file it names (the policy, a token file) is read
+// at the next reload, which SIGHUP makes.
+func (r *gatewayReloader) run(ctx context.Context, hup <-chan os.Signal, watch bool) {
 	var tick <-chan time.Time
 	last := r.fileSum()
 	if watch {
@@ -121,6 +118,12 @@ func (r *gatewayReloader) apply(ctx context.Context, why string) error {
 	if err != nil {
 		return next.cfg.annotate(err)
 	}
+	if fmt.Sprint(scopes) != fmt.Sprint(r.opts.ToolScopes) {
+		// The scopes are checked before a request reaches the gateway,
+		// by the listener, which a reload does not rebuild: a policy
+		// that changed them would run with the old ones.
+		return fmt.Errorf("gateway: the policy's auth scopes changed, which take effect only at a restart: restart the gateway to apply this file")
+	}
 	// An upstream whose OAuth is as it was keeps its Authorizer (and
 	// so its tokens, and its connection: a new Authorizer would make
 	// it a changed upstream, drained and restarted).
@@ -138,13 +141,13 @@ func (r *gatewayReloader) apply(ctx context.Context, why string) error {
 		closeOAuth()
 		return next.cfg.annotate(err)
 	}
-	changes, err := r.rt.Gateway().Reload(ctx, next.ups, policy)
+	changes, err := r.rt.ReloadGateway(ctx, next.ups, policy)
 	if err != nil {
 		closeOAuth()
 		return err
 	}
 	r.closers = append(r.closers, closeOAuth)
-	if restart := restartOnly(r.current, next, r.opts, scopes); len(restart) > 0 {
+	if restart := restartOnly(r.current, next); len(restart) > 0 {
 		r.log.Warn("gateway: reload: these settings changed in the file and take effect at the next restart", "settings", strings.Join(restart, ", "))
 	}
 	r.current = next
@@ -155,9 +158,8 @@ func (r *gatewayReloader) apply(ctx context.Context, why string) error {
 }
 
 // restartOnly names the settings the reloaded file changed that only a
-// restart applies: every flag of the runtime's own whose value differs,
-// and the policy's scopes.
-func restartOnly(old, next *gatewayPlan, oldOpts *host.Options, scopes map[string][]string) []string {
+// restart applies: every flag of the runtime's own whose value differs.
+func restartOnly(old, next *gatewayPlan) []string {
 	var names []string
 	next.fs.VisitAll(func(f *flag.Flag) {
 		if upstreamFlagKey(f.Name) != "" || f.Name == "policy" || f.Name == "upstream" || f.Name == "mcp-config" || configOnlyFlags[f.Name] != "" {
@@ -167,9 +169,6 @@ func restartOnly(old, next *gatewayPlan, oldOpts *host.Options, scopes map[strin
 			names = append(names, f.Name)
 		}
 	})
-	if fmt.Sprint(scopes) != fmt.Sprint(oldOpts.ToolScopes) {
-		names = append(names, "policy scopes")
-	}
 	slices.Sort(names)
 	return names
 }

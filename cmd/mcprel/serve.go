@@ -108,7 +108,8 @@ func httpOptions(cmd, addr, path string, hosts, origins []string, authToken stri
 	for _, t := range tokens {
 		name, tok, ok := strings.Cut(t, "=")
 		if !ok || name == "" || tok == "" {
-			return nil, usagef("%s: --token wants TENANT=TOKEN, not %q", cmd, t)
+			// Never the value: it may be the token.
+			return nil, usagef("%s: --token wants TENANT=TOKEN, a tenant's name and its token (one of them is missing)", cmd)
 		}
 		if prev, dup := tenants[tok]; dup || tok == token {
 			return nil, usagef("%s: the token of tenant %q is given twice (also for %q)", cmd, name, cmp.Or(prev, "--auth-token"))

@@ -1,0 +1,43 @@
+package host
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/status"
+)
+
+// After a reload the status page takes out the secrets of the upstreams
+// the reload brought (a rotated header, a new upstream's environment)
+// beside the old ones, which an upstream being drained still runs with;
+// it watches the upstreams added and forgets those gone.
+func TestUpstreamWatchFollowsAReload(t *testing.T) {
+	old := gateway.Upstream{Name: "h", Header: http.Header{"X-Api-Key": {"old-key-value"}}}
+	w := newUpstreamWatch([]gateway.Upstream{old}, secretsOf([]gateway.Upstream{old}))
+	rotated := gateway.Upstream{Name: "h", Header: http.Header{"X-Api-Key": {"new-key-value"}}}
+	added := gateway.Upstream{Name: "n", Env: []string{"N_TOKEN=n-secret-value"}}
+	w.reloaded([]gateway.Upstream{rotated, added})
+
+	w.UpstreamEvent(gateway.UpstreamEvent{Upstream: "h", Kind: gateway.EventDied, Err: errors.New(`refused api key "new-key-value" (was "old-key-value")`)})
+	w.UpstreamEvent(gateway.UpstreamEvent{Upstream: "n", Kind: gateway.EventConnectFailed, Err: errors.New("n-secret-value rejected")})
+	for _, name := range []string{"h", "n"} {
+		su := status.Upstream{Name: name}
+		w.fill(&su)
+		if su.LastError == "" {
+			t.Errorf("upstream %s: no last error kept", name)
+		}
+		for _, secret := range []string{"new-key-value", "old-key-value", "n-secret-value"} {
+			if strings.Contains(su.LastError, secret) {
+				t.Errorf("upstream %s shows %q: %s", name, secret, su.LastError)
+			}
+		}
+	}
+	w.reloaded([]gateway.Upstream{rotated})
+	su := status.Upstream{Name: "n"}
+	if w.fill(&su); su.LastError != "" {
+		t.Errorf("an upstream gone is still watched: %q", su.LastError)
+	}
+}
