@@ -124,6 +124,8 @@ var pageTemplate = template.Must(template.New("status").Funcs(template.FuncMap{
 	"int64":    func(n int) int64 { return int64(n) },
 	"contains": func(list []string, s string) bool { return slices.Contains(list, s) },
 	"time":     func(t time.Time) string { return t.Format(time.RFC3339) },
+	"inc":      func(n int) int { return n + 1 },
+	"max1":     func(n int) int { return max(n, 1) },
 }).Parse(`<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -156,6 +158,26 @@ th{background:#f2f2f2}td.n{text-align:right}code{font:12px ui-monospace,monospac
 <td>{{if .LastError}}<code>{{.LastError}}</code>{{with .LastErrorAt}} <span class="muted">at {{time .}}</span>{{end}}{{else}}<span class="muted">none</span>{{end}}</td>
 </tr>
 {{end}}</table>{{end}}
+{{end}}
+{{with .Replicas}}
+<h2>Replicas</h2>
+{{if not .Available}}<p class="bad">{{.Error}}</p>{{else if not .Replicas}}<p class="muted">No replica has written its upstreams in the last minute.</p>{{else}}
+<p>{{.Total}} replica(s) sharing this store wrote their upstreams in the last minute; the one that answered is marked.</p>
+<table id="replicas">
+<tr><th>Replica</th><th>Last seen</th><th>Upstream</th><th>State</th><th>Circuit</th><th>In flight</th></tr>
+{{range .Replicas}}{{$r := .}}{{$n := len .Upstreams}}{{if .MoreUpstreams}}{{$n = inc $n}}{{end}}
+<tr class="replica">
+<td rowspan="{{max1 $n}}">{{if .This}}<strong>{{.Name}}</strong> (this one){{else}}{{.Name}}{{end}}</td>
+<td rowspan="{{max1 $n}}" class="n">{{age .AgeSeconds}} ago</td>
+{{range $i, $u := .Upstreams}}{{if $i}}<tr>{{end}}<td>{{$u.Name}}</td>
+<td class="{{if eq $u.State "connected"}}ok{{else}}bad{{end}}">{{$u.State}}</td>
+<td class="{{if eq $u.Circuit "closed"}}ok{{else}}bad{{end}}">{{$u.Circuit}}</td>
+<td class="n">{{$u.InFlight}}</td></tr>
+{{else}}{{if not $r.MoreUpstreams}}<td colspan="4" class="muted">no upstreams</td></tr>{{end}}{{end}}
+{{if $r.MoreUpstreams}}{{if $r.Upstreams}}<tr>{{end}}<td colspan="4" class="muted">… and {{$r.MoreUpstreams}} more upstream(s)</td></tr>{{end}}
+{{end}}</table>
+{{if .More}}<p id="replicas-more">… and {{.More}} more replica(s).</p>{{end}}
+{{end}}
 {{end}}
 {{with .Unknown}}
 <h2>Unknown outcomes waiting to be reconciled</h2>

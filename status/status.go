@@ -1,6 +1,7 @@
 // Package status is the operator's status page of an mcprel runtime: which
 // replica answered, since when and running what; the gateway's upstreams
 // (state, circuit, restarts, calls in flight, recent latency, last error);
+// every replica sharing the store, each with its upstreams in brief;
 // the unknown outcomes waiting to be reconciled, each with the read that
 // checks it and the command that closes it; the tasks and the outbox's
 // deliveries by state; and the tenants using the most of their limits. It
@@ -42,6 +43,12 @@ const (
 	// MaxText bounds a free text the page shows (an error, a reason), in
 	// bytes.
 	MaxText = 300
+	// MaxReplicas is the most replicas the page lists, the most recently
+	// seen first; it says how many more there are.
+	MaxReplicas = 64
+	// MaxReplicaUpstreams is the most upstreams the page lists for one
+	// replica; it says how many more there are.
+	MaxReplicaUpstreams = 100
 )
 
 // Upstream is one of a gateway's upstreams as the page shows it.
@@ -93,6 +100,36 @@ type Unknown struct {
 	// Resolve is the command that closes it, once one of --result FILE,
 	// --failed MESSAGE or --forget is added.
 	Resolve string `json:"resolve"`
+}
+
+// Replica is one of the replicas sharing the store, as it last said it
+// was: several gateways behind a load balancer each write theirs, so the
+// page of any of them lists the upstreams of all.
+type Replica struct {
+	Name string `json:"name"`
+	// LastSeen is when the replica last wrote its upstreams, by its own
+	// clock.
+	LastSeen time.Time `json:"last_seen"`
+	// AgeSeconds is how long before the page was made it last wrote
+	// them.
+	AgeSeconds float64 `json:"age_seconds"`
+	// This says the replica is the one that answered.
+	This      bool              `json:"this"`
+	Upstreams []ReplicaUpstream `json:"upstreams"`
+	// MoreUpstreams counts the upstreams left out: those past
+	// MaxReplicaUpstreams, and those the replica itself left out to keep
+	// what it wrote bounded.
+	MoreUpstreams int `json:"more_upstreams"`
+}
+
+// ReplicaUpstream is one upstream of a replica, in brief.
+type ReplicaUpstream struct {
+	Name string `json:"name"`
+	// State is "connected" or "down".
+	State string `json:"state"`
+	// Circuit is its circuit breaker's state: closed, open or half-open.
+	Circuit  string `json:"circuit"`
+	InFlight int    `json:"in_flight"`
 }
 
 // TaskCounts are how many tasks are in each status.
@@ -160,6 +197,11 @@ type (
 	TenantSource interface {
 		Tenants(ctx context.Context, limit int) (loads []TenantLoad, total int, limits Limits, err error)
 	}
+	// ReplicaSource lists at most limit of the replicas seen lately, the
+	// most recently seen first, and counts all of them.
+	ReplicaSource interface {
+		Replicas(ctx context.Context, limit int) (shown []Replica, total int, err error)
+	}
 )
 
 // Options configure a Page. The zero value is a page with no sections.
@@ -177,6 +219,7 @@ type Options struct {
 	Tasks     TaskSource
 	Outbox    OutboxSource
 	Tenants   TenantSource
+	Replicas  ReplicaSource
 
 	// Timeout bounds the read of each source; zero means DefaultTimeout.
 	Timeout time.Duration
@@ -252,6 +295,15 @@ type OutboxSection struct {
 	FailedAtLeast  bool `json:"failed_at_least,omitempty"`
 }
 
+// ReplicasSection lists the replicas seen lately: at most MaxReplicas,
+// the most recently seen first, and how many more there are.
+type ReplicasSection struct {
+	Section
+	Total    int       `json:"total"`
+	Replicas []Replica `json:"replicas"`
+	More     int       `json:"more"`
+}
+
 // TenantsSection lists the busiest tenants beside their limits.
 type TenantsSection struct {
 	Section
@@ -276,6 +328,7 @@ type Snapshot struct {
 	Tasks     *TasksSection     `json:"tasks"`
 	Outbox    *OutboxSection    `json:"outbox"`
 	Tenants   *TenantsSection   `json:"tenants"`
+	Replicas  *ReplicasSection  `json:"replicas"`
 }
 
 // Snapshot reads every source at once, each within the timeout.
@@ -366,6 +419,38 @@ func (p *Page) Snapshot(ctx context.Context) *Snapshot {
 				s.Tenants.Limits = r.limits
 				s.Tenants.Total = max(r.total, len(s.Tenants.Tenants))
 				s.Tenants.More = s.Tenants.Total - len(s.Tenants.Tenants)
+			}
+		})
+	}
+	if src := p.o.Replicas; src != nil {
+		s.Replicas = &ReplicasSection{Replicas: []Replica{}}
+		wg.Go(func() {
+			type result struct {
+				shown []Replica
+				total int
+			}
+			r, ok := read(ctx, p, "replicas", func(ctx context.Context) (result, error) {
+				shown, total, err := src.Replicas(ctx, MaxReplicas)
+				return result{shown, total}, err
+			})
+			if s.Replicas.Section = section(ok); ok {
+				shown := r.shown[:min(len(r.shown), MaxReplicas)]
+				for _, rep := range shown {
+					rep.This = rep.Name == p.o.Replica
+					rep.Name = clip(rep.Name)
+					rep.AgeSeconds = max(seconds(now.Sub(rep.LastSeen)), 0)
+					rep.LastSeen = rep.LastSeen.UTC()
+					ups := rep.Upstreams[:min(len(rep.Upstreams), MaxReplicaUpstreams)]
+					rep.MoreUpstreams += len(rep.Upstreams) - len(ups)
+					rep.Upstreams = make([]ReplicaUpstream, 0, len(ups))
+					for _, u := range ups {
+						u.Name, u.State, u.Circuit = clip(u.Name), clip(u.State), clip(u.Circuit)
+						rep.Upstreams = append(rep.Upstreams, u)
+					}
+					s.Replicas.Replicas = append(s.Replicas.Replicas, rep)
+				}
+				s.Replicas.Total = max(r.total, len(shown))
+				s.Replicas.More = s.Replicas.Total - len(shown)
 			}
 		})
 	}
