@@ -1,8 +1,11 @@
 package host
 
 import (
+	"context"
 	"net/http"
 	"time"
+
+	"github.com/mcprel/mcprel/status"
 )
 
 // SetStepHook has f told of each shutdown step before it runs, on the
@@ -29,3 +32,16 @@ func StatusPage(rt *Runtime) interface {
 } {
 	return rt.status
 }
+
+// PublishReplica writes rt's upstreams on the replicas' board now, and
+// deletes a batch of stale rows, as the board's loop does every 10 s.
+func PublishReplica(rt *Runtime) error { return rt.board.tick(context.Background()) }
+
+// SetReplicaUpstreams makes rt write ups as its upstreams on the replicas'
+// board. It is called before Run.
+func SetReplicaUpstreams(rt *Runtime, ups []status.ReplicaUpstream) {
+	rt.board.upstreams = func() []status.ReplicaUpstream { return ups }
+}
+
+// MaxReplicaBytes bounds a replica's row of upstreams, as JSON.
+const MaxReplicaBytes = maxReplicaBytes

@@ -80,6 +80,11 @@ type Runtime struct {
 	started       time.Time
 	status        *status.Page
 	upstreamWatch *upstreamWatch
+	// replica names this process on the status page; board is where it
+	// writes its upstreams for the other replicas' pages to list, and
+	// reads theirs (nil without the status page).
+	replica string
+	board   *replicaBoard
 
 	// HTTP: the handler and the bound listener, and the endpoint's URL.
 	handler  *streamhttp.Handler
@@ -239,6 +244,14 @@ func New(ctx context.Context, opts *Options) (_ *Runtime, err error) {
 		}
 	}
 	if o.Metrics.enabled() {
+		rt.replica = cmp.Or(o.Replica, replicaName())
+		if err := rt.db.Migrate(ctx, "status", replicaMigrations); err != nil {
+			return nil, err
+		}
+		rt.board = &replicaBoard{db: rt.db, name: rt.replica, now: time.Now, logger: rt.logger}
+		if rt.gateway != nil {
+			rt.board.upstreams = replicaUpstreams(rt.gateway)
+		}
 		rt.status = rt.newStatusPage()
 	}
 	if o.Addr != "" {
@@ -364,9 +377,22 @@ func (rt *Runtime) Run(ctx context.Context) error {
 		// The upstreams are listed before the first client can ask for
 		// the tools: over stdio it asks at once.
 		if err := rt.gateway.Start(ctx); err != nil {
-			rt.stop(&background{stopReaper, reaped, stopMaintaining, maintained, stopDispatching, dispatched, metricsServer})
+			rt.stop(&background{stopReaper: stopReaper, reaped: reaped, stopMaintaining: stopMaintaining, maintained: maintained,
+				stopDispatching: stopDispatching, dispatched: dispatched, metrics: metricsServer})
 			return err
 		}
+	}
+	// This replica's upstreams are written for the other replicas' status
+	// pages once they are started, so that the first row says how they
+	// came up.
+	var stopBoard context.CancelFunc
+	boarded := make(chan struct{})
+	if rt.board != nil {
+		var boardCtx context.Context
+		boardCtx, stopBoard = context.WithCancel(context.Background())
+		go func() { rt.board.run(boardCtx); close(boarded) }()
+	} else {
+		close(boarded)
 	}
 
 	var err error
@@ -375,7 +401,8 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	} else {
 		err = rt.serveStdio(ctx)
 	}
-	rt.stop(&background{stopReaper, reaped, stopMaintaining, maintained, stopDispatching, dispatched, metricsServer})
+	rt.stop(&background{stopReaper: stopReaper, reaped: reaped, stopMaintaining: stopMaintaining, maintained: maintained,
+		stopDispatching: stopDispatching, dispatched: dispatched, metrics: metricsServer, stopBoard: stopBoard, boarded: boarded})
 	return err
 }
 
@@ -398,6 +425,9 @@ type background struct {
 	stopDispatching context.CancelFunc
 	dispatched      chan struct{}
 	metrics         *http.Server
+	// stopBoard is nil when this replica's upstreams were never written.
+	stopBoard context.CancelFunc
+	boarded   chan struct{}
 }
 
 // stop runs the shutdown's steps from "tasks" on (the transport's steps
@@ -421,6 +451,14 @@ func (rt *Runtime) stop(bg *background) {
 			}
 		}
 		rt.step(stepUpstreams)
+		if bg != nil && bg.stopBoard != nil {
+			// It stops serving: the other replicas' pages stop listing
+			// it (and its upstreams, which close next) at once, not a
+			// minute later.
+			bg.stopBoard()
+			<-bg.boarded
+			rt.board.remove()
+		}
 		if rt.gateway != nil {
 			// After the transport: calls still forwarded have drained
 			// or been cancelled (and their upstreams told).

@@ -42,11 +42,11 @@ func (rt *Runtime) newStatusPage() *status.Page {
 	o := &rt.opts
 	src := statusSources{rt}
 	po := &status.Options{
-		Replica: o.Replica, Implementation: o.Implementation.Name, Version: o.Implementation.Version,
+		Replica: rt.replica, Implementation: o.Implementation.Name, Version: o.Implementation.Version,
 		Started: rt.started, Unknown: src, Tasks: src, Tenants: src, Logger: rt.logger,
 	}
-	if po.Replica == "" {
-		po.Replica = replicaName()
+	if rt.board != nil {
+		po.Replicas = src
 	}
 	if rt.gateway != nil {
 		po.Upstreams = src
@@ -78,6 +78,10 @@ func (s statusSources) Upstreams(context.Context) ([]status.Upstream, error) {
 		out = append(out, su)
 	}
 	return out, nil
+}
+
+func (s statusSources) Replicas(ctx context.Context, limit int) ([]status.Replica, int, error) {
+	return s.rt.board.replicas(ctx, limit)
 }
 
 func (s statusSources) Unknown(ctx context.Context, limit int) ([]status.Unknown, int, error) {
