@@ -102,6 +102,16 @@ func TestStatusOfUpstreams(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// The replicas' board lists this replica with the gateway's
+	// upstreams in brief.
+	if err := host.PublishReplica(rt); err != nil {
+		t.Fatal(err)
+	}
+	if r := replicasOf(t, rt); len(r.Replicas) != 1 || !r.Replicas[0].This || len(r.Replicas[0].Upstreams) != 2 ||
+		r.Replicas[0].Upstreams[0] != (status.ReplicaUpstream{Name: "good", State: "connected", Circuit: "closed"}) ||
+		r.Replicas[0].Upstreams[1].Name != "dead" || r.Replicas[0].Upstreams[1].State != "down" {
+		t.Errorf("the replicas: %+v", r)
+	}
 	good, dead := snap.Upstreams.Upstreams[0], snap.Upstreams.Upstreams[1]
 	if good.Name != "good" || good.State != "connected" || good.Circuit != "closed" || good.Transport != "http" || good.Era == "" || good.Latency.MaxMs <= 0 {
 		t.Errorf("the good upstream: %+v", good)
