@@ -54,9 +54,11 @@
 //     sessions and streams end with them.
 //  2. close-transport: the HTTP listener and its idle connections close
 //     (bounded by five seconds); over stdio, the connection ends.
-//  3. upstreams: with a Gateway, the connections to the upstream servers
-//     close (a stdio upstream's stdin closes, then SIGTERM, then
-//     SIGKILL), after every forwarded call has ended.
+//  3. upstreams: with the status page, this replica stops writing its
+//     upstreams for the other replicas' pages and deletes its row, so
+//     that they list it no more; then, with a Gateway, the connections to
+//     the upstream servers close (a stdio upstream's stdin closes, then
+//     SIGTERM, then SIGKILL), after every forwarded call has ended.
 //  4. tasks: the task runner takes no more tasks, and running ones may
 //     stop at their next checkpoint within ShutdownGrace (a second
 //     grace, after the calls'), then are left for the next process to
