@@ -118,6 +118,14 @@ func (r *gatewayReloader) apply(ctx context.Context, why string) error {
 	if err != nil {
 		return next.cfg.annotate(err)
 	}
+	for _, v := range tokenVars(next.tokenEnv) {
+		if !strings.HasPrefix(v, "MCPREL_") && !slices.Contains(r.opts.Gateway.HideEnv, v) {
+			// Every stdio upstream inherits the gateway's environment
+			// less the variables hidden at start: one started now would
+			// see this HTTP upstream's token.
+			return fmt.Errorf("gateway: token-env %s is new: the variables that hold upstreams' tokens are hidden from stdio upstreams as the gateway starts, so a new one takes effect only at a restart: restart the gateway to apply this file", v)
+		}
+	}
 	if fmt.Sprint(scopes) != fmt.Sprint(r.opts.ToolScopes) {
 		// The scopes are checked before a request reaches the gateway,
 		// by the listener, which a reload does not rebuild: a policy

@@ -169,3 +169,28 @@ func TestGatewayConfigWatch(t *testing.T) {
 		t.Errorf("after the file changed the gateway lists %q", names)
 	}
 }
+
+// A reload that names a new variable for an upstream's token is refused:
+// stdio upstreams started after it would inherit that token, which is
+// hidden from them only as the gateway starts.
+func TestGatewayConfigReloadRefusesANewTokenVariable(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gateway.yaml")
+	reloadConfig(t, path, "", "a", "b")
+	_, cmd, log := startEndpointIn(t, dir, []string{"CMDTEST_NEW_TOKEN=new-secret-token"}, "gateway", "--config", path,
+		"--http", "127.0.0.1:0", "--db", filepath.Join(dir, "gw.db"))
+	awaitLog(t, log, "gateway: ")
+	more := "  h:\n    url: http://127.0.0.1:1/mcp\n    token-env: CMDTEST_NEW_TOKEN\n"
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append(data, more...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGHUP)
+	line := awaitLog(t, log, "reload refused")
+	if !strings.Contains(line, "token-env CMDTEST_NEW_TOKEN is new") || strings.Contains(line, "new-secret-token") {
+		t.Errorf("the refusal: %s", line)
+	}
+}
