@@ -90,7 +90,7 @@ func gatewayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 	defer stop()
 	if p.cfg != nil {
-		r := &gatewayReloader{args: args, stderr: stderr, opts: opts, rt: rt, current: p, log: opts.Server.Logger}
+		r := &gatewayReloader{args: args, stderr: stderr, opts: opts, rt: rt, current: p, log: opts.Server.Logger, tokens: p.upOAuth.tokens}
 		defer r.closeAll()
 		go r.run(ctx, hup, *p.watch)
 	}
@@ -607,6 +607,9 @@ func parseLimits(spec string) (server.Limits, error) {
 type upstreamOAuthFlags struct {
 	clientID, secretFile, login listFlag
 	keyFile                     *string
+	// tokens, when set, is the store of stored logins apply uses rather
+	// than opening one: a reload's, the store the gateway opened at start.
+	tokens *oauthstore.Store
 }
 
 func (f *upstreamOAuthFlags) register(fs *flag.FlagSet) {
@@ -694,7 +697,7 @@ func (f *upstreamOAuthFlags) parse(ups map[string]*gateway.Upstream) (map[string
 // are read from the gateway's database dsn, through a store of their own
 // that close closes.
 func (f *upstreamOAuthFlags) apply(ctx context.Context, oauthUps map[string]*upstreamOAuth, ups map[string]*gateway.Upstream, dsn string) (close func(), err error) {
-	var tokens *oauthstore.Store
+	tokens := f.tokens
 	close = func() {}
 	for name, o := range oauthUps {
 		u := ups[name]
@@ -710,6 +713,7 @@ func (f *upstreamOAuthFlags) apply(ctx context.Context, oauthUps map[string]*ups
 			if tokens, close, err = openTokenStore(ctx, dsn, *f.keyFile, "gateway"); err != nil {
 				return func() {}, err
 			}
+			f.tokens = tokens
 		}
 		action := fmt.Sprintf("authorize the gateway: run \"mcprel gateway login %s\" with this gateway's --upstream, --db and key", name)
 		u.Authorizer, err = tokens.Authorizer(u.URL, storedOAuthOptions(o))

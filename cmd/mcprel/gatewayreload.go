@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/host"
+	"github.com/mcprel/mcprel/oauthstore"
 )
 
 // watchEvery is how often --watch reads the file for a change.
@@ -37,7 +38,8 @@ type gatewayReloader struct {
 
 	mu      sync.Mutex
 	current *gatewayPlan
-	closers []func() // the token stores reloaded upstreams' OAuth opened
+	tokens  *oauthstore.Store // the stored logins, once a plan needed them
+	closers []func()          // the token store a reload opened, if one did
 	// reloaded, when set, is told each reload's outcome (tests).
 	reloaded func(error)
 }
@@ -144,11 +146,15 @@ func (r *gatewayReloader) apply(ctx context.Context, why string) error {
 		}
 		fresh[name] = o
 	}
+	// One store of stored logins for the process: the one opened at
+	// start, or by the first reload that needed one.
+	next.upOAuth.tokens = r.tokens
 	closeOAuth, err := next.upOAuth.apply(ctx, fresh, next.byName, r.opts.DB)
 	if err != nil {
 		closeOAuth()
 		return next.cfg.annotate(err)
 	}
+	r.tokens = next.upOAuth.tokens
 	changes, err := r.rt.ReloadGateway(ctx, next.ups, policy)
 	if err != nil {
 		closeOAuth()

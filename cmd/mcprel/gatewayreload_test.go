@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/internal/oauthtest"
 )
 
 // reloadConfig is a config file serving the upstreams names, each this
@@ -192,5 +193,32 @@ func TestGatewayConfigReloadRefusesANewTokenVariable(t *testing.T) {
 	line := awaitLog(t, log, "reload refused")
 	if !strings.Contains(line, "token-env CMDTEST_NEW_TOKEN is new") || strings.Contains(line, "new-secret-token") {
 		t.Errorf("the refusal: %s", line)
+	}
+}
+
+// An upstream that signs in by OAuth keeps its Authorizer, and so its
+// connection and tokens, through a reload that leaves its settings as
+// they were: it is unchanged, not restarted.
+func TestGatewayConfigReloadKeepsOAuthUpstreams(t *testing.T) {
+	as := oauthtest.New(t, oauthtest.Options{})
+	as.RegisterClient(oauthtest.Client{ID: "gateway-1", Secret: "first-secret-value"})
+	guard := protectedUpstream(t, as)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "secret"), []byte("first-secret-value\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "gateway.yaml")
+	demo := fmt.Sprintf("  demo:\n    url: %s\n    oauth-client-id: gateway-1\n    oauth-client-secret-file: secret\n", guard.public)
+	reloadConfig(t, path, "", "a")
+	data, _ := os.ReadFile(path)
+	os.WriteFile(path, append(data, demo...), 0o600)
+	_, cmd, log := startEndpointIn(t, dir, nil, "gateway", "--config", path, "--http", "127.0.0.1:0", "--db", filepath.Join(dir, "gw.db"))
+	reloadConfig(t, path, "", "a", "b")
+	data, _ = os.ReadFile(path)
+	os.WriteFile(path, append(data, demo...), 0o600)
+	cmd.Process.Signal(syscall.SIGHUP)
+	line := awaitLog(t, log, "gateway: reloaded")
+	if !strings.Contains(line, "added=[b]") || !strings.Contains(line, "restarted=[]") || !strings.Contains(line, "demo") {
+		t.Errorf("the reload: %s", line)
 	}
 }
