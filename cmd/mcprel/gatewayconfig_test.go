@@ -93,7 +93,7 @@ func TestGatewayConfigExample(t *testing.T) {
 	}
 
 	example, _ := filepath.Abs(exampleConfig)
-	url, _, _ := startEndpointIn(t, dir, env, "gateway", "--config", example,
+	url, _, _ := startConfigGateway(t, dir, env, "gateway", "--config", example,
 		"--http", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--db", filepath.Join(dir, "gw.db"))
 	c, err := client.DialHTTP(t.Context(), url, &client.Options{Header: http.Header{"Authorization": {"Bearer alice-secret-token"}}})
 	if err != nil {
@@ -301,7 +301,7 @@ func TestReadmeConfigLines(t *testing.T) {
 				args[i] = filepath.Join(root, a)
 			}
 		}
-		url, _, _ := startEndpointIn(t, dir, env, args...)
+		url, _, _ := startConfigGateway(t, dir, env, args...)
 		c, err := client.DialHTTP(t.Context(), url, &client.Options{Header: http.Header{"Authorization": {"Bearer bob-secret-token"}}})
 		if err != nil {
 			t.Fatalf("README.md:%d: %v", l.number, err)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -53,24 +55,83 @@ func toolNames(t *testing.T, c *client.Client) []string {
 	return names
 }
 
-// awaitLog reads the gateway's log until a line holds want, failing when
-// one holds fail first or nothing comes for a minute.
-func awaitLog(t *testing.T, log <-chan string, want string) string {
+// gatewayLog keeps every line a gateway logs: startEndpointIn's channel
+// drops lines nobody is reading, and a test that waits for one line must
+// not lose it to the lines before it.
+type gatewayLog struct {
+	mu     sync.Mutex
+	lines  []string
+	closed bool
+	more   chan struct{} // closed and replaced at each line
+}
+
+func collectLog(log <-chan string) *gatewayLog {
+	g := &gatewayLog{more: make(chan struct{})}
+	go func() {
+		for l := range log {
+			g.mu.Lock()
+			g.lines = append(g.lines, l)
+			close(g.more)
+			g.more = make(chan struct{})
+			g.mu.Unlock()
+		}
+		g.mu.Lock()
+		g.closed = true
+		close(g.more)
+		g.mu.Unlock()
+	}()
+	return g
+}
+
+// await returns the first line from line from on that holds want, and
+// the index after it; it fails when the gateway exits first or nothing
+// comes for a minute.
+func (g *gatewayLog) await(t *testing.T, from int, want string) (string, int) {
 	t.Helper()
 	timeout := time.After(time.Minute)
 	for {
+		g.mu.Lock()
+		for i := from; i < len(g.lines); i++ {
+			if strings.Contains(g.lines[i], want) {
+				l := g.lines[i]
+				g.mu.Unlock()
+				return l, i + 1
+			}
+		}
+		from = len(g.lines)
+		more, closed, all := g.more, g.closed, strings.Join(g.lines, "\n")
+		g.mu.Unlock()
+		if closed {
+			t.Fatalf("the gateway exited before logging %q:\n%s", want, all)
+		}
 		select {
-		case l, ok := <-log:
-			if !ok {
-				t.Fatalf("the gateway exited before logging %q", want)
-			}
-			if strings.Contains(l, want) {
-				return l
-			}
+		case <-more:
 		case <-timeout:
-			t.Fatalf("the gateway never logged %q", want)
+			t.Fatalf("the gateway never logged %q; it logged:\n%s", want, all)
 		}
 	}
+}
+
+// awaitLog waits, from the gateway's first line, for one holding want.
+func awaitLog(t *testing.T, log *gatewayLog, want string) string {
+	t.Helper()
+	l, _ := log.await(t, 0, want)
+	return l
+}
+
+// startConfigGateway starts "mcprel gateway ARGS" in dir with env, its
+// log collected; at cleanup it is stopped gracefully and waited for, so
+// that its upstreams (which keep their databases in dir) are gone before
+// dir is removed.
+func startConfigGateway(t *testing.T, dir string, env []string, args ...string) (string, *exec.Cmd, *gatewayLog) {
+	t.Helper()
+	url, cmd, lines := startEndpointIn(t, dir, env, args...)
+	log := collectLog(lines)
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	})
+	return url, cmd, log
 }
 
 // SIGHUP reloads the config file: an upstream added is served, one
@@ -83,7 +144,7 @@ func TestGatewayConfigReload(t *testing.T) {
 	sentFile := filepath.Join(dir, "sent")
 	path := filepath.Join(dir, "gateway.yaml")
 	reloadConfig(t, path, "shutdown-grace: 30s\n", "a", "mail")
-	url, cmd, log := startEndpointIn(t, dir, []string{mailerEnv + "=" + sentFile}, "gateway", "--config", path,
+	url, cmd, log := startConfigGateway(t, dir, []string{mailerEnv + "=" + sentFile}, "gateway", "--config", path,
 		"--http", "127.0.0.1:0", "--db", filepath.Join(dir, "gw.db"))
 	c, err := client.DialHTTP(t.Context(), url, nil)
 	if err != nil {
@@ -156,7 +217,7 @@ func TestGatewayConfigWatch(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "gateway.yaml")
 	reloadConfig(t, path, "", "a", "b")
-	url, _, log := startEndpointIn(t, dir, nil, "gateway", "--config", path, "--watch",
+	url, _, log := startConfigGateway(t, dir, nil, "gateway", "--config", path, "--watch",
 		"--http", "127.0.0.1:0", "--db", filepath.Join(dir, "gw.db"))
 	c, err := client.DialHTTP(t.Context(), url, nil)
 	if err != nil {
@@ -178,9 +239,8 @@ func TestGatewayConfigReloadRefusesANewTokenVariable(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "gateway.yaml")
 	reloadConfig(t, path, "", "a", "b")
-	_, cmd, log := startEndpointIn(t, dir, []string{"CMDTEST_NEW_TOKEN=new-secret-token"}, "gateway", "--config", path,
+	_, cmd, log := startConfigGateway(t, dir, []string{"CMDTEST_NEW_TOKEN=new-secret-token"}, "gateway", "--config", path,
 		"--http", "127.0.0.1:0", "--db", filepath.Join(dir, "gw.db"))
-	awaitLog(t, log, "gateway: ")
 	more := "  h:\n    url: http://127.0.0.1:1/mcp\n    token-env: CMDTEST_NEW_TOKEN\n"
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -212,7 +272,7 @@ func TestGatewayConfigReloadKeepsOAuthUpstreams(t *testing.T) {
 	reloadConfig(t, path, "", "a")
 	data, _ := os.ReadFile(path)
 	os.WriteFile(path, append(data, demo...), 0o600)
-	_, cmd, log := startEndpointIn(t, dir, nil, "gateway", "--config", path, "--http", "127.0.0.1:0", "--db", filepath.Join(dir, "gw.db"))
+	_, cmd, log := startConfigGateway(t, dir, nil, "gateway", "--config", path, "--http", "127.0.0.1:0", "--db", filepath.Join(dir, "gw.db"))
 	reloadConfig(t, path, "", "a", "b")
 	data, _ = os.ReadFile(path)
 	os.WriteFile(path, append(data, demo...), 0o600)
