@@ -128,7 +128,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--metrics", "127.0.0.1:70000"}, `--metrics "127.0.0.1:70000": the port must be a number from 0 to 65535`},
 		{[]string{"serve", "--http", "127.0.0.1:0", "--path", "mcp"}, `--path must be a URL path starting with "/"`},
 		{[]string{"serve", "--path", "/x"}, "--path applies to --http only"},
-		{[]string{"serve", "--http", "127.0.0.1:0", "--token", "alice"}, `--token wants TENANT=TOKEN, not "alice"`},
+		{[]string{"serve", "--http", "127.0.0.1:0", "--token", "alice"}, `--token wants TENANT=TOKEN, a tenant's name and its token (one of them is missing)`},
 		{[]string{"serve", "--http", "127.0.0.1:0", "--allowed-origin", "example.com"}, "--allowed-origin wants scheme://host[:port]"},
 		{[]string{"serve", "--synchronous", "fast"}, `--synchronous must be FULL or NORMAL, not "fast"`},
 		{[]string{"serve", "--retention", "0s"}, "--retention must be positive"},
