@@ -755,7 +755,17 @@ func (l *link) unauthorized(err error) error {
 			details["oauthError"] = oe.Code
 		}
 	}
-	l.log.Warn("gateway: the upstream refused the gateway's credentials", "err", l.redact(err), "action", action)
+	// Every call of the upstream's tools is refused until the operator
+	// acts: one line per refusedLogEvery says so, with how many more.
+	logged := false
+	l.refusedLog.Do(func() {
+		logged = true
+		l.log.Warn("gateway: the upstream refused the gateway's credentials", "err", l.redact(err), "action", action,
+			"refused_since_last_line", l.refusedQuiet.Swap(0))
+	})
+	if !logged {
+		l.refusedQuiet.Add(1)
+	}
 	return &mcp.ToolError{Code: mcp.FailureUpstreamUnauthorized, Details: details,
 		Message: fmt.Sprintf("upstream %q refused the gateway's credentials%s and no others could be had: the request never ran there; the operator must %s", l.up.Name, why, action)}
 }

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"golang.org/x/time/rate"
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcprel/mcprel/client"
@@ -21,11 +23,21 @@ import (
 // 2025-era HTTP upstream, one session per tenant), the supervision that
 // keeps it up, its circuit, and the relisting that follows every
 // (re)connection and list change.
+// refusedLogEvery is how often, at most, a link logs that its upstream
+// refuses the gateway's credentials.
+const refusedLogEvery = 30 * time.Second
+
 type link struct {
 	g     *Gateway
 	up    Upstream
 	index int
 	log   *slog.Logger
+
+	// refusedLog bounds the warning logged when the upstream refuses the
+	// gateway's credentials to one per refusedLogEvery, however many
+	// calls are refused; refusedQuiet counts those not logged since.
+	refusedLog   rate.Sometimes
+	refusedQuiet atomic.Int64
 
 	firstListed chan struct{} // closed after the first successful listing
 	listedOnce  sync.Once
@@ -103,6 +115,7 @@ func newLink(g *Gateway, u Upstream, index int) (*link, error) {
 		sessions:    map[string]*tenantSession{},
 		budget:      new(retry.Budget),
 		circuit:     circuit{threshold: g.opts.CircuitFailures, base: g.opts.CircuitCooldown, cap: g.opts.RestartCap},
+		refusedLog:  rate.Sometimes{First: 1, Interval: refusedLogEvery},
 	}
 	l.ctx, l.cancel = context.WithCancelCause(g.ctx)
 	l.done = make(chan struct{})

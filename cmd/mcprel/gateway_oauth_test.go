@@ -465,6 +465,7 @@ func TestGatewayUpstreamRefusedAtStart(t *testing.T) {
 
 	t.Run("no stored login", func(t *testing.T) {
 		db := filepath.Join(dir, "login.db")
+		started := time.Now()
 		gw, log := startLogged(t, key, "gateway", "--http", "127.0.0.1:0", "--upstream", "demo="+guard.public,
 			"--upstream-oauth-login", "demo", "--db", db)
 		for i, tool := range []string{"echo", "no_such_tool"} { // one upstream: any call may be its
@@ -486,6 +487,11 @@ func TestGatewayUpstreamRefusedAtStart(t *testing.T) {
 			time.Sleep(100 * time.Millisecond) // polling the gateway's next try, which backs off
 		}
 		noSecrets(t, "the gateway's log", log.String(), append(as.Issued(), "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")...)
+		// Every refused call is told so; the log says it once per 30 s,
+		// not once per call.
+		if n := strings.Count(log.String(), "gateway: the upstream refused the gateway's credentials\""); n > 1+int(time.Since(started)/(30*time.Second)) {
+			t.Errorf("the refusal was logged %d times in %v:\n%s", n, time.Since(started), log)
+		}
 	})
 
 	t.Run("wrong secret, several upstreams", func(t *testing.T) {
