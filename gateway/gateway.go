@@ -347,6 +347,8 @@ type Gateway struct {
 	reloadMu sync.Mutex
 	started  bool
 	closed   bool
+	// startedCh is closed once Start has launched the upstreams.
+	startedCh chan struct{}
 
 	mu      sync.Mutex
 	catalog catalog // what is registered on the server, by whom
@@ -393,7 +395,7 @@ func New(srv *server.Server, opts *Options) (*Gateway, error) {
 	if err := o.Policy.check(o.Ledger != nil, o.Tasks != nil); err != nil {
 		return nil, err
 	}
-	g := &Gateway{srv: srv, opts: o, log: o.Logger, obs: o.Observer,
+	g := &Gateway{srv: srv, opts: o, log: o.Logger, obs: o.Observer, startedCh: make(chan struct{}),
 		held: map[string]*held{}, heldPerTenant: map[string]int{}, heldBytesOf: map[string]int{}}
 	// Until Start, nothing runs: a context that never ends.
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
@@ -470,6 +472,7 @@ func (g *Gateway) Start(ctx context.Context) error {
 		for _, l := range links {
 			g.launch(l)
 		}
+		close(g.startedCh)
 	}
 	g.reloadMu.Unlock()
 	if closed {
@@ -558,6 +561,11 @@ func (g *Gateway) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Started is closed once Start has launched the upstreams: from then on
+// the gateway takes a Reload (one before is refused). A configuration
+// reread while the runtime starts waits for it.
+func (g *Gateway) Started() <-chan struct{} { return g.startedCh }
 
 // Upstreams reports each upstream's state, in the order given (by New, or
 // by the last Reload); one a Reload is draining is no longer among them.

@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/mcprel/mcprel/auth"
 	"github.com/mcprel/mcprel/auth/oauth"
@@ -198,6 +200,9 @@ func (e *ListenError) Unwrap() error { return e.Err }
 
 // check validates the options New cannot leave to the packages they
 // configure, naming each field.
+// maxReplicaName bounds Options.Replica.
+const maxReplicaName = 256
+
 func (o *Options) check() error {
 	if o.Implementation.Name == "" {
 		return errors.New("host: Options.Implementation.Name is required")
@@ -210,6 +215,9 @@ func (o *Options) check() error {
 	}
 	if o.ShutdownGrace < 0 {
 		return fmt.Errorf("host: Options.ShutdownGrace must not be negative, not %v", o.ShutdownGrace)
+	}
+	if len(o.Replica) > maxReplicaName || !utf8.ValidString(o.Replica) || strings.ContainsFunc(o.Replica, unicode.IsControl) {
+		return fmt.Errorf("host: Options.Replica must be at most %d bytes of printable UTF-8: every replica's status page reads it", maxReplicaName)
 	}
 	if o.Addr == "" {
 		if o.Path != "" {

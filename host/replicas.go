@@ -128,9 +128,13 @@ func (b *replicaBoard) tick(ctx context.Context) error {
 			b.name, now.UnixMilli(), string(data)); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `DELETE FROM mcprel_status_replicas WHERE replica IN
+		// The date is checked again on the row deleted: under READ
+		// COMMITTED a row the subquery chose may have been refreshed by
+		// its live replica before the delete reached it.
+		stale := now.Add(-replicaStale).UnixMilli()
+		_, err := tx.Exec(ctx, `DELETE FROM mcprel_status_replicas WHERE updated_at < ? AND replica IN
 			(SELECT replica FROM mcprel_status_replicas WHERE updated_at < ? ORDER BY updated_at LIMIT ?)`,
-			now.Add(-replicaStale).UnixMilli(), replicaReapBatch)
+			stale, stale, replicaReapBatch)
 		return err
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprel/mcprel/auth"
 	"github.com/mcprel/mcprel/host"
 	"github.com/mcprel/mcprel/internal/storetest"
 	"github.com/mcprel/mcprel/ledger"
@@ -261,23 +262,46 @@ func serve(t *testing.T, h http.Handler, path string) string {
 // tenant's token would read every tenant's keys on the status page: it
 // is refused until the metrics have a token of their own.
 func TestStatusNeedsAMetricsTokenOfItsOwnBesideTenants(t *testing.T) {
-	opts := options(t, storetest.SQLite(t), &steps{})
-	opts.Addr = "127.0.0.1:0"
-	opts.HTTP.Tokens = map[string]string{"alice-token": "alice", "bob-token": "bob"}
-	opts.Metrics.Path = "/metrics"
-	rt, err := host.New(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
+	tenants := map[string]string{"alice-token": "alice", "bob-token": "bob"}
+	for _, tc := range []struct {
+		name string
+		set  func(*host.Options)
+	}{
+		{"tokens", func(o *host.Options) { o.HTTP.Tokens = tenants }},
+		{"an authenticator", func(o *host.Options) { o.HTTP.Authenticator = auth.StaticTokens("", tenants) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := options(t, storetest.SQLite(t), &steps{})
+			opts.Addr = "127.0.0.1:0"
+			tc.set(opts)
+			opts.Metrics.Path = "/metrics"
+			rt, err := host.New(context.Background(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, stop := running(t, rt)
+			defer stop()
+			base := strings.TrimSuffix(rt.Endpoint(), host.DefaultPath)
+			if got := fetch(t, base+"/metrics", "bob-token"); got.code != http.StatusOK {
+				t.Errorf("the metrics with a tenant's token: %d", got.code)
+			}
+			for _, u := range []string{base + "/status", base + "/status.json"} {
+				if got := fetch(t, u, "bob-token"); got.code != http.StatusForbidden || !strings.Contains(got.body, "--metrics-token") {
+					t.Errorf("%s with a tenant's token: %d %s, want 403 naming --metrics-token", u, got.code, got.body)
+				}
+			}
+		})
 	}
-	_, stop := running(t, rt)
-	defer stop()
-	base := strings.TrimSuffix(rt.Endpoint(), host.DefaultPath)
-	if got := fetch(t, base+"/metrics", "bob-token"); got.code != http.StatusOK {
-		t.Errorf("the metrics with a tenant's token: %d", got.code)
-	}
-	for _, u := range []string{base + "/status", base + "/status.json"} {
-		if got := fetch(t, u, "bob-token"); got.code != http.StatusForbidden || !strings.Contains(got.body, "--metrics-token") {
-			t.Errorf("%s with a tenant's token: %d %s, want 403 naming --metrics-token", u, got.code, got.body)
+}
+
+// A replica's name is read by every replica's page: one that is too long
+// or not printable UTF-8 is refused as the runtime is built.
+func TestReplicaNameChecked(t *testing.T) {
+	for _, name := range []string{strings.Repeat("r", 257), "bad\x00name", "bad\xffname", "line\nbreak"} {
+		opts := options(t, storetest.SQLite(t), &steps{})
+		opts.Replica = name
+		if _, err := host.New(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "Options.Replica") {
+			t.Errorf("replica %q: %v", name, err)
 		}
 	}
 }

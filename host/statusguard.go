@@ -36,7 +36,7 @@ const statusRealm = `Basic realm="mcprel status", charset="UTF-8"`
 // operator chose to show them to whoever reaches the listener).
 func (rt *Runtime) pageGuard(next http.Handler, checkHost bool) http.Handler {
 	hosts := auth.Hosts{Allowed: rt.opts.HTTP.AllowedHosts}
-	tenantsRead := rt.opts.Metrics.Token == "" && !rt.opts.Metrics.Open && (len(rt.opts.HTTP.Tokens) > 0 || rt.opts.OAuth != nil)
+	tenantsRead := rt.opts.Metrics.Token == "" && !rt.opts.Metrics.Open && (len(rt.opts.HTTP.Tokens) > 0 || rt.opts.OAuth != nil || rt.opts.HTTP.Authenticator != nil)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if tenantsRead {
 			auth.PlainRefuse(w, r, http.StatusForbidden, "the status page lists every tenant's work, and the tenants' own tokens read the metrics here: serve the metrics with a token of their own (--metrics-token) to read it")

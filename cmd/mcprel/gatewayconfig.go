@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -40,6 +41,9 @@ type gatewayConfig struct {
 	lines map[string]int
 	// upstreams are the file's, in its order.
 	upstreams []gateway.Upstream
+	// sum is the SHA-256 of the bytes read: --watch measures a change
+	// from what was applied, not from when it began to look.
+	sum string
 	// display is how --check shows a stdio upstream of the file's: its
 	// command and arguments as the file writes them, by name.
 	display map[string]string
@@ -96,7 +100,8 @@ func loadGatewayConfig(path string, fs *flag.FlagSet, cli map[string]bool, geten
 	if err != nil {
 		return nil, usagef("gateway: --config: %v", err)
 	}
-	c := &gatewayConfig{path: path, lines: map[string]int{}, display: map[string]string{}}
+	sum := sha256.Sum256(data)
+	c := &gatewayConfig{path: path, lines: map[string]int{}, display: map[string]string{}, sum: string(sum[:])}
 	if err := c.parse(data, fs, cli, getenv); err != nil {
 		return nil, usageError{err.Error()}
 	}

@@ -49,8 +49,16 @@ type gatewayReloader struct {
 // only: a change to a file it names (the policy, a token file) is read
 // at the next reload, which SIGHUP makes.
 func (r *gatewayReloader) run(ctx context.Context, hup <-chan os.Signal, watch bool) {
+	// A reload waits for the gateway to start: signals meanwhile are
+	// kept (coalesced) and the file's changes measured from what the
+	// start read.
+	select {
+	case <-r.rt.Gateway().Started():
+	case <-ctx.Done():
+		return
+	}
 	var tick <-chan time.Time
-	last := r.fileSum()
+	last := r.current.cfg.sum
 	if watch {
 		t := time.NewTicker(watchEvery)
 		defer t.Stop()
@@ -154,12 +162,14 @@ func (r *gatewayReloader) apply(ctx context.Context, why string) error {
 		closeOAuth()
 		return next.cfg.annotate(err)
 	}
-	r.tokens = next.upOAuth.tokens
 	changes, err := r.rt.ReloadGateway(ctx, next.ups, policy)
 	if err != nil {
 		closeOAuth()
 		return err
 	}
+	// Only now is a store this reload opened the process's: a reload
+	// refused above closed it.
+	r.tokens = next.upOAuth.tokens
 	r.closers = append(r.closers, closeOAuth)
 	if restart := restartOnly(r.current, next); len(restart) > 0 {
 		r.log.Warn("gateway: reload: these settings changed in the file and take effect at the next restart", "settings", strings.Join(restart, ", "))

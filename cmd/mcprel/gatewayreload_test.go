@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +16,10 @@ import (
 	"time"
 
 	"github.com/mcprel/mcprel/client"
+	"github.com/mcprel/mcprel/gateway"
+	"github.com/mcprel/mcprel/host"
 	"github.com/mcprel/mcprel/internal/oauthtest"
+	"github.com/mcprel/mcprel/mcp"
 )
 
 // reloadConfig is a config file serving the upstreams names, each this
@@ -281,4 +286,40 @@ func TestGatewayConfigReloadKeepsOAuthUpstreams(t *testing.T) {
 	if !strings.Contains(line, "added=[b]") || !strings.Contains(line, "restarted=[]") || !strings.Contains(line, "demo") {
 		t.Errorf("the reload: %s", line)
 	}
+}
+
+// A reload that opened the store of stored logins and was then refused
+// closed that store: the reloader must not keep it for the next reload,
+// whose stored-login upstreams would read a closed database.
+func TestRefusedReloadKeepsNoClosedStore(t *testing.T) {
+	t.Setenv(gatewayKeyEnv, replicaKey)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gateway.yaml")
+	db := filepath.Join(dir, "gw.db")
+	reloadConfig(t, path, "", "a")
+	args := []string{"--config", path, "--db", db}
+	p, err := planGateway(args, io.Discard, io.Discard, os.LookupEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A runtime without a gateway: every reload is refused, after the
+	// plan opened what it needs.
+	rt, err := host.New(t.Context(), &host.Options{Implementation: mcp.Implementation{Name: "reload-test", Version: "1"}, DB: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	r := &gatewayReloader{args: args, opts: &host.Options{DB: db, Gateway: &gateway.Options{}}, rt: rt, current: p,
+		log: slog.New(slog.DiscardHandler)}
+	data, _ := os.ReadFile(path)
+	if err := os.WriteFile(path, append(data, "  h:\n    url: http://127.0.0.1:1/mcp\n    oauth-login: true\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.apply(t.Context(), "test"); err == nil {
+		t.Fatal("a reload of a runtime without a gateway was applied")
+	}
+	if r.tokens != nil {
+		t.Errorf("the refused reload's store, closed, is kept for the next")
+	}
+	r.closeAll()
 }
