@@ -160,8 +160,8 @@ func (b *replicaBoard) replicas(ctx context.Context, limit int) ([]status.Replic
 	var total int
 	err := b.db.ReadTx(ctx, func(tx *store.Tx) error {
 		out, total = nil, 0
-		if err := tx.QueryRow(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM mcprel_status_replicas WHERE updated_at >= ? LIMIT ?) AS r`,
-			since, replicaCountCap).Scan(&total); err != nil {
+		var err error
+		if total, _, err = tx.CountAtMost(ctx, replicaCountCap, `mcprel_status_replicas WHERE updated_at >= ?`, since); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT replica, updated_at, upstreams FROM mcprel_status_replicas

@@ -26,21 +26,15 @@ func (o *Outbox) Counts(ctx context.Context) (Counts, error) {
 	err := o.db.ReadTx(ctx, func(tx *store.Tx) error {
 		// The conditions name the partial indexes' own (state = 1,
 		// state > 1), so that both databases read the index.
-		if err := tx.QueryRow(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM mcprel_outbox WHERE state = 1 LIMIT ?) t`,
-			MaxCount+1).Scan(&c.Pending); err != nil {
+		var err error
+		if c.Pending, c.PendingCapped, err = tx.CountAtMost(ctx, MaxCount, `mcprel_outbox WHERE state = 1`); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM mcprel_outbox WHERE state > 1 AND state = 3 LIMIT ?) t`,
-			MaxCount+1).Scan(&c.Failed)
+		c.Failed, c.FailedCapped, err = tx.CountAtMost(ctx, MaxCount, `mcprel_outbox WHERE state > 1 AND state = 3`)
+		return err
 	})
 	if err != nil {
 		return Counts{}, err
-	}
-	if c.Pending > MaxCount {
-		c.Pending, c.PendingCapped = MaxCount, true
-	}
-	if c.Failed > MaxCount {
-		c.Failed, c.FailedCapped = MaxCount, true
 	}
 	return c, nil
 }

@@ -670,3 +670,15 @@ func rebind(d Dialect, q string) string {
 	}
 	return b.String()
 }
+
+// CountAtMost counts the rows of "FROM rows" (a table and its WHERE,
+// with args for its placeholders), reading at most max+1 of them: past
+// max the count is max and capped is true. An operator's page counts so,
+// at the cost of a bounded read of an index however many rows there are.
+func (t *Tx) CountAtMost(ctx context.Context, max int, rows string, args ...any) (n int, capped bool, err error) {
+	err = t.QueryRow(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM `+rows+` LIMIT ?) counted`, append(args, max+1)...).Scan(&n)
+	if n > max {
+		return max, true, err
+	}
+	return n, false, err
+}

@@ -34,13 +34,12 @@ func (s *Store) Counts(ctx context.Context) (Counts, error) {
 	c := Counts{ByStatus: map[Status]int{}, Capped: map[Status]bool{}}
 	err := s.db.ReadTx(ctx, func(tx *store.Tx) error {
 		for _, st := range Statuses {
-			var n int
-			if err := tx.QueryRow(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM mcprel_tasks WHERE status = ? LIMIT ?) t`,
-				int(st), MaxCount+1).Scan(&n); err != nil {
+			n, capped, err := tx.CountAtMost(ctx, MaxCount, `mcprel_tasks WHERE status = ?`, int(st))
+			if err != nil {
 				return err
 			}
-			if n > MaxCount {
-				n, c.Capped[st] = MaxCount, true
+			if capped {
+				c.Capped[st] = true
 			}
 			c.ByStatus[st] = n
 		}
