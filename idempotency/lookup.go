@@ -83,11 +83,7 @@ func OperationOf(rec ledger.Record) Operation {
 		out.Result = append(json.RawMessage(nil), rec.Result...)
 		out.Advice = "the operation committed: this is its result; a retry with the same key returns it without running again"
 	case ledger.OutcomeUnknown:
-		var why struct {
-			Reason string `json:"reason"`
-		}
-		_ = json.Unmarshal(rec.Result, &why)
-		out.Reason = why.Reason
+		out.Reason = rec.UnknownReason()
 		out.Advice = "the operation may have taken effect and its answer was lost: it is not run again with this key. " +
 			"Check what it did, then close the record: mcprel ledger resolve (--result FILE | --failed MESSAGE | --forget)"
 	default:

@@ -30,6 +30,7 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -543,14 +544,21 @@ func scanRecord(row interface{ Scan(...any) error }) (*Record, error) {
 // unknownOf is the UnknownError a record with an unknown outcome reads
 // as.
 func unknownOf(rec *Record) *UnknownError {
+	return &UnknownError{Reason: cmp.Or(rec.UnknownReason(), "no reason was recorded"), Since: rec.ExecutedAt}
+}
+
+// UnknownReason is why the outcome of a record in state OutcomeUnknown is
+// unknown, as it was recorded; empty when nothing was (or the record's
+// outcome is known: its Result is then the operation's).
+func (rec *Record) UnknownReason() string {
+	if rec.State != OutcomeUnknown {
+		return ""
+	}
 	var why struct {
 		Reason string `json:"reason"`
 	}
 	_ = json.Unmarshal(rec.Result, &why)
-	if why.Reason == "" {
-		why.Reason = "no reason was recorded"
-	}
-	return &UnknownError{Reason: why.Reason, Since: rec.ExecutedAt}
+	return why.Reason
 }
 
 // retryAfter is how long a duplicate of the claim in progress in rec is

@@ -138,11 +138,7 @@ failure, 2 a mistake in the command line.`)
 		lr := listedRecord{State: r.ListState(), At: r.At.UTC().Format(time.RFC3339Nano), Tenant: r.Tenant, Tool: r.Tool, Key: r.Key,
 			Executions: r.Executions, ExpiresAt: r.ExpiresAt.UTC().Format(time.RFC3339)}
 		if r.State == ledger.OutcomeUnknown {
-			var why struct {
-				Reason string `json:"reason"`
-			}
-			_ = json.Unmarshal(r.Result, &why)
-			lr.Reason, lr.ReconcileWith = why.Reason, reconcile[r.Tool]
+			lr.Reason, lr.ReconcileWith = r.UnknownReason(), reconcile[r.Tool]
 			lr.Resolve = ledger.ResolveCommand(dbArg, r.Tenant, r.Tool, r.Key)
 		}
 		out.Records = append(out.Records, lr)
