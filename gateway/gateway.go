@@ -562,6 +562,10 @@ func (g *Gateway) Close() error {
 	return errors.Join(errs...)
 }
 
+// Policy is the policy the gateway serves new calls under: Options.Policy,
+// or the last Reload's.
+func (g *Gateway) Policy() *Policy { return g.policy.Load() }
+
 // Started is closed once Start has launched the upstreams: from then on
 // the gateway takes a Reload (one before is refused). A configuration
 // reread while the runtime starts waits for it.

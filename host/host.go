@@ -233,7 +233,7 @@ func New(ctx context.Context, opts *Options) (_ *Runtime, err error) {
 			gw.Observer = observeBoth(gw.Observer, gatewayMetrics{gwMetrics})
 		}
 		if o.Metrics.enabled() {
-			rt.upstreamWatch = newUpstreamWatch(gw.Upstreams, rt.upstreamSecrets())
+			rt.upstreamWatch = newUpstreamWatch(gw.Upstreams)
 			gw.Observer = observeBoth(gw.Observer, rt.upstreamWatch)
 		}
 		if tracer != nil {

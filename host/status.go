@@ -3,7 +3,6 @@ package host
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/mcprel/mcprel/gateway"
 	"github.com/mcprel/mcprel/ledger"
-	"github.com/mcprel/mcprel/outbox"
 	"github.com/mcprel/mcprel/status"
 	"github.com/mcprel/mcprel/tasks"
 )
@@ -100,18 +98,19 @@ func (s statusSources) Unknown(ctx context.Context, limit int) ([]status.Unknown
 	if err != nil {
 		return nil, 0, err
 	}
+	// The gateway's policy and its upstreams' secrets as they run now,
+	// a reload's included.
 	var reconcile map[string]gateway.ToolPolicy
-	if g := s.rt.opts.Gateway; g != nil && g.Policy != nil {
-		reconcile = g.Policy.Tools
+	if g := s.rt.gateway; g != nil {
+		reconcile = g.Policy().Tools
 	}
-	secrets := s.rt.upstreamSecrets()
+	var secrets []string
+	if w := s.rt.upstreamWatch; w != nil {
+		secrets = w.currentSecrets()
+	}
 	out := make([]status.Unknown, 0, len(page.Records))
 	for _, r := range page.Records {
-		var why struct {
-			Reason string `json:"reason"`
-		}
-		_ = json.Unmarshal(r.Result, &why)
-		u := status.Unknown{Tenant: r.Tenant, Tool: r.Tool, Key: r.Key, At: r.At, Reason: status.Redact(why.Reason, secrets),
+		u := status.Unknown{Tenant: r.Tenant, Tool: r.Tool, Key: r.Key, At: r.At, Reason: status.Redact(r.UnknownReason(), secrets),
 			Resolve: ledger.ResolveCommand(s.rt.opts.DB, r.Tenant, r.Tool, r.Key)}
 		if tp, ok := reconcile[r.Tool]; ok && tp.Keyed != nil {
 			u.ReconcileWith = tp.Keyed.ReconcileWith
@@ -137,7 +136,6 @@ func (s statusSources) TaskCounts(ctx context.Context) (status.TaskCounts, error
 }
 
 func (s statusSources) OutboxCounts(ctx context.Context) (status.OutboxCounts, error) {
-	var c outbox.Counts
 	c, err := s.rt.outbox.Counts(ctx)
 	if err != nil {
 		return status.OutboxCounts{}, err
@@ -156,17 +154,9 @@ func (s statusSources) Tenants(_ context.Context, limit int) ([]status.TenantLoa
 		Burst: lim.Burst, MaxBytes: lim.MaxBytes}, nil
 }
 
-// upstreamSecrets are what the upstreams are given that the status page
+// secretsOf are what the upstreams ups are given that the status page
 // must never show: their headers' values, their environment's values, and
-// their URLs' query values and passwords.
-func (rt *Runtime) upstreamSecrets() []string {
-	if rt.opts.Gateway == nil {
-		return nil
-	}
-	return secretsOf(rt.opts.Gateway.Upstreams)
-}
-
-// secretsOf are the secrets of ups, longest first.
+// their URLs' query values and passwords; the longest first.
 func secretsOf(ups []gateway.Upstream) []string {
 	var secrets []string
 	for _, u := range ups {
@@ -193,9 +183,13 @@ func secretsOf(ups []gateway.Upstream) []string {
 			}
 		}
 	}
-	// The longest first, so that a secret holding another is taken out
-	// whole.
-	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
+	return sortSecrets(secrets)
+}
+
+// sortSecrets orders secrets the longest first, so that a secret holding
+// another is taken out whole, and drops the duplicates.
+func sortSecrets(secrets []string) []string {
+	slices.SortFunc(secrets, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
 	return slices.Compact(secrets)
 }
 
@@ -208,7 +202,8 @@ const recentCalls = 128
 // ring of fixed size, and its last error, redacted. It hears the
 // gateway's observer; it keeps only the upstreams it was made with.
 type upstreamWatch struct {
-	secrets []string
+	ups     []gateway.Upstream // as configured now
+	secrets []string           // theirs, and the configuration's before
 	now     func() time.Time
 	mu      sync.Mutex
 	by      map[string]*upstreamRecent
@@ -221,8 +216,8 @@ type upstreamRecent struct {
 	lastAt    time.Time
 }
 
-func newUpstreamWatch(ups []gateway.Upstream, secrets []string) *upstreamWatch {
-	w := &upstreamWatch{secrets: secrets, now: time.Now, by: map[string]*upstreamRecent{}}
+func newUpstreamWatch(ups []gateway.Upstream) *upstreamWatch {
+	w := &upstreamWatch{ups: ups, secrets: secretsOf(ups), now: time.Now, by: map[string]*upstreamRecent{}}
 	for _, u := range ups {
 		w.by[u.Name] = &upstreamRecent{}
 	}
@@ -282,9 +277,19 @@ func (w *upstreamWatch) reloaded(ups []gateway.Upstream) {
 		by[u.Name] = cmp.Or(w.by[u.Name], &upstreamRecent{})
 	}
 	w.by = by
-	secrets := append(slices.Clone(w.secrets), secretsOf(ups)...)
-	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
-	w.secrets = slices.Compact(secrets)
+	// The upstreams replaced may still be draining with their
+	// credentials: theirs stay until the next reload, no longer (the
+	// list is two configurations' at most).
+	w.secrets = sortSecrets(append(secretsOf(w.ups), secretsOf(ups)...))
+	w.ups = ups
+}
+
+// currentSecrets are the secrets the watch takes out, for the other
+// sections of the page.
+func (w *upstreamWatch) currentSecrets() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.secrets // replaced, never changed in place
 }
 
 // fill writes what the watch knows of su's upstream into su.

@@ -16,7 +16,7 @@ import (
 // it watches the upstreams added and forgets those gone.
 func TestUpstreamWatchFollowsAReload(t *testing.T) {
 	old := gateway.Upstream{Name: "h", Header: http.Header{"X-Api-Key": {"old-key-value"}}}
-	w := newUpstreamWatch([]gateway.Upstream{old}, secretsOf([]gateway.Upstream{old}))
+	w := newUpstreamWatch([]gateway.Upstream{old})
 	rotated := gateway.Upstream{Name: "h", Header: http.Header{"X-Api-Key": {"new-key-value"}}}
 	added := gateway.Upstream{Name: "n", Env: []string{"N_TOKEN=n-secret-value"}}
 	w.reloaded([]gateway.Upstream{rotated, added})
@@ -39,5 +39,16 @@ func TestUpstreamWatchFollowsAReload(t *testing.T) {
 	su := status.Upstream{Name: "n"}
 	if w.fill(&su); su.LastError != "" {
 		t.Errorf("an upstream gone is still watched: %q", su.LastError)
+	}
+	// Two configurations' secrets at most: the one before the last
+	// may still drain; older ones are forgotten, or every reload of a
+	// rotated credential would lengthen the list for good.
+	got := strings.Join(w.currentSecrets(), " ")
+	if !strings.Contains(got, "new-key-value") || !strings.Contains(got, "n-secret-value") || strings.Contains(got, "old-key-value") {
+		t.Errorf("after two reloads the secrets are %q", got)
+	}
+	w.reloaded([]gateway.Upstream{rotated})
+	if got := w.currentSecrets(); len(got) != 1 || got[0] != "new-key-value" {
+		t.Errorf("after three reloads the secrets are %q", got)
 	}
 }
