@@ -123,6 +123,11 @@ const (
 	CancelNotSent
 )
 
+// Propagated reports whether the server was told to cancel, or a
+// cancellation was queued for it: what an observer counts as a
+// cancellation passed on.
+func (c Cancellation) Propagated() bool { return c == CancelSent || c == CancelQueued }
+
 // clause is the end of an error message for c.
 func (c Cancellation) clause() string {
 	switch c {

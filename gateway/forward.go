@@ -550,13 +550,13 @@ func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, q *ser
 		// Reload took the upstream out and its grace has passed — not
 		// the downstream: the call may have run upstream, so its outcome
 		// is unknown, unless it never left.
-		if ce.Cancel == client.RequestNotSent {
+		if v.Outcome == retry.OutcomeNotSent { // the client's one verdict
 			rec.Outcome = OutcomeUnavailable
 			return l.unavailable(&errUnavailable{after: defaultRetryAfter,
 				why: fmt.Sprintf("upstream %q is no longer served (%v)", l.up.Name, errClosing)})
 		}
 		rec.Outcome = OutcomeLost
-		rec.CancelPropagated = ce.Cancel == client.CancelSent || ce.Cancel == client.CancelQueued
+		rec.CancelPropagated = ce.Cancel.Propagated()
 		return l.outcomeUnknown(tp, fmt.Sprintf("the gateway stopped forwarding to it while the call was in flight (%v)", errClosing))
 	}
 	switch {
@@ -565,7 +565,7 @@ func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, q *ser
 		// server has its own terminal state and discards this.
 		rec.Outcome = OutcomeCancelled
 		if ce := (*client.CancelledError)(nil); errors.As(err, &ce) {
-			rec.CancelPropagated = ce.Cancel == client.CancelSent || ce.Cancel == client.CancelQueued
+			rec.CancelPropagated = ce.Cancel.Propagated()
 		}
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
@@ -587,7 +587,7 @@ func (l *link) callFailure(ctx context.Context, err error, tp ToolPolicy, q *ser
 		// The client's backstop fired before the server's clock: the
 		// upstream was cancelled all the same.
 		rec.Outcome = OutcomeCancelled
-		rec.CancelPropagated = de.Cancel == client.CancelSent || de.Cancel == client.CancelQueued
+		rec.CancelPropagated = de.Cancel.Propagated()
 		return &mcp.ToolError{Code: mcp.FailureTimeout, Message: fmt.Sprintf("upstream %q did not answer in time (%s clock)", l.up.Name, de.Clock)}
 	case v.Kind == retry.Unavailable:
 		// The upstream, or a proxy in front of it, says it is

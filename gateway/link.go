@@ -19,14 +19,14 @@ import (
 	"github.com/mcprel/mcprel/server"
 )
 
-// link is the gateway's side of one upstream: its connection (or, for a
-// 2025-era HTTP upstream, one session per tenant), the supervision that
-// keeps it up, its circuit, and the relisting that follows every
-// (re)connection and list change.
 // refusedLogEvery is how often, at most, a link logs that its upstream
 // refuses the gateway's credentials.
 const refusedLogEvery = 30 * time.Second
 
+// link is the gateway's side of one upstream: its connection (or, for a
+// 2025-era HTTP upstream, one session per tenant), the supervision that
+// keeps it up, its circuit, and the relisting that follows every
+// (re)connection and list change.
 type link struct {
 	g     *Gateway
 	up    Upstream
