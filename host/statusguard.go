@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/mcprel/mcprel/auth"
@@ -43,11 +44,11 @@ func (rt *Runtime) pageGuard(next http.Handler, checkHost bool) http.Handler {
 			return
 		}
 		if checkHost && !hostIsAddressOr(r.Host, hosts) {
-			auth.PlainRefuse(w, r, http.StatusForbidden, "host "+quote(r.Host)+" is not allowed")
+			auth.PlainRefuse(w, r, http.StatusForbidden, "host "+strconv.Quote(r.Host)+" is not allowed")
 			return
 		}
 		if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(origin, r.Host) {
-			auth.PlainRefuse(w, r, http.StatusForbidden, "origin "+quote(origin)+" is not allowed")
+			auth.PlainRefuse(w, r, http.StatusForbidden, "origin "+strconv.Quote(origin)+" is not allowed")
 			return
 		}
 		if _, password, ok := r.BasicAuth(); ok {
@@ -57,8 +58,6 @@ func (rt *Runtime) pageGuard(next http.Handler, checkHost bool) http.Handler {
 		next.ServeHTTP(basicChallenge{w}, r)
 	})
 }
-
-func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"` }
 
 // hostIsAddressOr reports whether a Host header is an IP address, or a
 // name the hosts allow (localhost and the loopback names by default).
