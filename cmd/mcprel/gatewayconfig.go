@@ -208,11 +208,14 @@ func (c *gatewayConfig) setFlag(fs *flag.FlagSet, f *flag.Flag, v *yaml.Node, ov
 			return err
 		}
 	}
-	c.lines[f.Name] = v.Line
 	if overridden {
-		return nil
+		// The command line's value is used, but the file's must hold
+		// all the same: nothing inline that is secret. Its references
+		// are not read.
+		getenv = func(string) (string, bool) { return "stand-in", true }
 	}
-	for _, n := range values {
+	resolved := make([]string, len(values))
+	for i, n := range values {
 		s := n.Value
 		if secretFlags[f.Name] || (f.Name == "db" && (strings.Contains(s, "://") || envRef.MatchString(s))) {
 			var err error
@@ -225,7 +228,15 @@ func (c *gatewayConfig) setFlag(fs *flag.FlagSet, f *flag.Flag, v *yaml.Node, ov
 		if pathFlags[f.Name] && s != "" && !strings.Contains(s, "://") && s != ":memory:" && !strings.HasPrefix(s, "file:") {
 			s = c.relative(s)
 		}
-		if err := fs.Set(f.Name, s); err != nil {
+		resolved[i] = s
+	}
+	if overridden {
+		return nil
+	}
+	// Only a setting the file made is blamed on the file's line.
+	c.lines[f.Name] = v.Line
+	for i, n := range values {
+		if err := fs.Set(f.Name, resolved[i]); err != nil {
 			return c.at(n.Line, f.Name, "%v", err)
 		}
 	}
@@ -348,7 +359,7 @@ func (c *gatewayConfig) parseUpstreams(v *yaml.Node, fs *flag.FlagSet, cli map[s
 		}
 		disabled := false
 		for j := 0; j+1 < len(e.Content); j += 2 {
-			if e.Content[j].Value == "disabled" && e.Content[j+1].Value == "true" {
+			if e.Content[j].Value == "disabled" && e.Content[j+1].Tag == "!!bool" && e.Content[j+1].Value == "true" {
 				disabled = true
 			}
 		}
@@ -419,9 +430,6 @@ func (c *gatewayConfig) parseUpstreams(v *yaml.Node, fs *flag.FlagSet, cli map[s
 		cu, problems := cc.entry(configMember{key: name, value: raw}, getenv)
 		if len(problems) > 0 {
 			return c.at(e.Line, key, "%s", strings.Join(problems, "; "))
-		}
-		if cu == nil {
-			continue // disabled
 		}
 		if cu.up.Transport == gateway.Stdio {
 			if _, err := exec.LookPath(cu.up.Command[0]); err != nil {
@@ -570,6 +578,10 @@ func cliUpstreamNames(fs *flag.FlagSet) map[string]map[string]bool {
 // credential.
 var secretName = regexp.MustCompile(`(?i)(token|secret|passw(or)?d|api[-_]?key|access[-_]?key|private[-_]?key|credential|authorization|cookie|^auth$|[-_]auth$|session|(^|[-_])key($|[-_]))`)
 
+// secretArgName is a command-line flag whose next argument is a
+// credential: --token VALUE.
+var secretArgName = regexp.MustCompile(`(?i)^--?[A-Za-z0-9_-]*(token|secret|passw(or)?d|api[-_]?key|credential)[A-Za-z0-9_-]*$`)
+
 // secretArg is a command-line argument that gives a credential inline:
 // --token=…, --api-key=…, -password=….
 var secretArg = regexp.MustCompile(`(?i)^--?[A-Za-z0-9_-]*(token|secret|passw(or)?d|api[-_]?key|credential)[A-Za-z0-9_-]*=.`)
@@ -610,9 +622,11 @@ func (c *gatewayConfig) checkInline(field string, v *yaml.Node) error {
 		}
 	case strings.HasSuffix(field, ".args"):
 		if v.Kind == yaml.SequenceNode {
-			for _, a := range v.Content {
+			for i, a := range v.Content {
+				// --token VALUE as well as --token=VALUE.
+				afterSecretFlag := i > 0 && secretArgName.MatchString(v.Content[i-1].Value)
 				if a.Kind == yaml.ScalarNode && literal(a.Value) && (secretShape.MatchString(a.Value) || secretArg.MatchString(a.Value) ||
-					(strings.Contains(a.Value, "://") && urlHoldsSecret(a.Value))) {
+					afterSecretFlag || (strings.Contains(a.Value, "://") && urlHoldsSecret(a.Value))) {
 					return c.at(a.Line, field, "a secret written inline: write ${env:NAME} and put it in the gateway's environment")
 				}
 			}
@@ -752,10 +766,7 @@ func describeDSN(dsn string) string {
 	if err != nil {
 		return "PostgreSQL"
 	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	u.RawQuery = "" // sslpassword and the like
+	u.RawQuery = "" // sslpassword and the like; Redacted masks the password
 	return "PostgreSQL " + u.Redacted()
 }
 

@@ -218,6 +218,10 @@ func TestGatewayConfigRefusals(t *testing.T) {
 		{"a policy no tool can match", up + "  b:\n    command: " + binary + "\n    args: [serve, --stdio]\n" +
 			"policy:\n  operations:\n    - name: echo\n      semantics: {kind: read-only}\n", nil,
 			`operation "echo" names no tool this gateway serves: with several upstreams every tool is served as UPSTREAM_tool (a_echo, say)`},
+		{"a secret inline, the flag given on the command line too", "http: 127.0.0.1:0\nauth-token: abcdefgh\n" + up, []string{"--auth-token", "from-the-command-line"},
+			":2: auth-token: a secret written inline"},
+		{"a token as the argument after its flag", up[:len(up)-len("    args: [serve, --stdio]\n")] + "    args: [serve, --auth-token, abcdefgh]\n", nil,
+			":4: upstreams.a.args: a secret written inline"},
 		{"a stored login without its key", "key-file: nokey.b64\nupstreams:\n  h:\n    url: http://127.0.0.1:1/mcp\n    oauth-login: true\n", nil,
 			"--key-file: open "},
 	} {
@@ -228,7 +232,7 @@ func TestGatewayConfigRefusals(t *testing.T) {
 			if code != exitUsage || !strings.Contains(out, want) {
 				t.Errorf("exit %d, want %d, saying %q:\n%s", code, exitUsage, want, out)
 			}
-			if strings.Contains(out, "abcdefgh") || strings.Contains(out, "set-secret-token") {
+			if strings.Contains(out, "abcdefgh") || strings.Contains(out, "set-secret-token") || strings.Contains(out, "from-the-command-line") {
 				t.Errorf("the refusal quotes a value of the file:\n%s", out)
 			}
 		})
@@ -349,8 +353,7 @@ upstreams:
 		t.Errorf("--check printed a resolved secret or a disabled upstream:\n%s", out)
 	}
 
-	os.Setenv("MCPREL_TEST_CLI_TOKEN", "cli-token")
-	defer os.Unsetenv("MCPREL_TEST_CLI_TOKEN")
+	t.Setenv("MCPREL_TEST_CLI_TOKEN", "cli-token")
 	p, err := planGateway([]string{"--config", file, "--upstream-token-env", "h=MCPREL_TEST_CLI_TOKEN"}, io.Discard, io.Discard,
 		func(name string) (string, bool) {
 			for _, kv := range env {
