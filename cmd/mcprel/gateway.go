@@ -90,7 +90,7 @@ func gatewayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 	defer stop()
 	if p.cfg != nil {
-		r := &gatewayReloader{args: args, stderr: stderr, opts: opts, rt: rt, current: p, log: opts.Server.Logger, tokens: p.upOAuth.tokens}
+		r := &gatewayReloader{args: args, opts: opts, rt: rt, current: p, log: opts.Server.Logger, tokens: p.upOAuth.tokens}
 		defer r.closeAll()
 		go r.run(ctx, hup, *p.watch)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"flag"
@@ -30,18 +29,15 @@ const watchEvery = time.Second
 // (the listener, the database, tokens, server-wide limits) are logged as
 // such, and left as they run.
 type gatewayReloader struct {
-	args   []string
-	stderr io.Writer
-	opts   *host.Options
-	rt     *host.Runtime
-	log    *slog.Logger
+	args []string
+	opts *host.Options
+	rt   *host.Runtime
+	log  *slog.Logger
 
-	mu      sync.Mutex
-	current *gatewayPlan
-	tokens  *oauthstore.Store // the stored logins, once a plan needed them
-	closers []func()          // the token store a reload opened, if one did
-	// reloaded, when set, is told each reload's outcome (tests).
-	reloaded func(error)
+	mu          sync.Mutex
+	current     *gatewayPlan
+	tokens      *oauthstore.Store // the stored logins, once a plan needed them
+	closeTokens func()            // closes the store of stored logins if a reload opened it
 }
 
 // run reloads on every SIGHUP hup delivers, and with watch whenever the
@@ -100,16 +96,12 @@ func (r *gatewayReloader) reload(ctx context.Context, why string) {
 	if err != nil {
 		r.log.Error("gateway: reload refused; the running configuration is kept", "file", r.current.cfg.path, "trigger", why, "reason", err.Error())
 	}
-	if r.reloaded != nil {
-		r.reloaded(err)
-	}
 }
 
 func (r *gatewayReloader) apply(ctx context.Context, why string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var stderr bytes.Buffer
-	next, err := planGateway(r.args, io.Discard, &stderr, environLookup)
+	next, err := planGateway(r.args, io.Discard, io.Discard, environLookup)
 	if err != nil {
 		return err
 	}
@@ -169,8 +161,9 @@ func (r *gatewayReloader) apply(ctx context.Context, why string) error {
 	}
 	// Only now is a store this reload opened the process's: a reload
 	// refused above closed it.
-	r.tokens = next.upOAuth.tokens
-	r.closers = append(r.closers, closeOAuth)
+	if r.tokens == nil && next.upOAuth.tokens != nil {
+		r.tokens, r.closeTokens = next.upOAuth.tokens, closeOAuth
+	}
 	if restart := restartOnly(r.current, next); len(restart) > 0 {
 		r.log.Warn("gateway: reload: these settings changed in the file and take effect at the next restart", "settings", strings.Join(restart, ", "))
 	}
@@ -201,7 +194,7 @@ func restartOnly(old, next *gatewayPlan) []string {
 func (r *gatewayReloader) closeAll() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, c := range r.closers {
-		c()
+	if r.closeTokens != nil {
+		r.closeTokens()
 	}
 }

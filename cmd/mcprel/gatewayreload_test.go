@@ -274,13 +274,19 @@ func TestGatewayConfigReloadKeepsOAuthUpstreams(t *testing.T) {
 	}
 	path := filepath.Join(dir, "gateway.yaml")
 	demo := fmt.Sprintf("  demo:\n    url: %s\n    oauth-client-id: gateway-1\n    oauth-client-secret-file: secret\n", guard.public)
-	reloadConfig(t, path, "", "a")
-	data, _ := os.ReadFile(path)
-	os.WriteFile(path, append(data, demo...), 0o600)
+	withDemo := func(names ...string) {
+		reloadConfig(t, path, "", names...)
+		data, err := os.ReadFile(path)
+		if err == nil {
+			err = os.WriteFile(path, append(data, demo...), 0o600)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	withDemo("a")
 	_, cmd, log := startConfigGateway(t, dir, nil, "gateway", "--config", path, "--http", "127.0.0.1:0", "--db", filepath.Join(dir, "gw.db"))
-	reloadConfig(t, path, "", "a", "b")
-	data, _ = os.ReadFile(path)
-	os.WriteFile(path, append(data, demo...), 0o600)
+	withDemo("a", "b")
 	cmd.Process.Signal(syscall.SIGHUP)
 	line := awaitLog(t, log, "gateway: reloaded")
 	if !strings.Contains(line, "added=[b]") || !strings.Contains(line, "restarted=[]") || !strings.Contains(line, "demo") {
@@ -311,7 +317,10 @@ func TestRefusedReloadKeepsNoClosedStore(t *testing.T) {
 	defer rt.Close()
 	r := &gatewayReloader{args: args, opts: &host.Options{DB: db, Gateway: &gateway.Options{}}, rt: rt, current: p,
 		log: slog.New(slog.DiscardHandler)}
-	data, _ := os.ReadFile(path)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(path, append(data, "  h:\n    url: http://127.0.0.1:1/mcp\n    oauth-login: true\n"...), 0o600); err != nil {
 		t.Fatal(err)
 	}
