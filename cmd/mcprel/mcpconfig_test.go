@@ -397,3 +397,19 @@ func TestReadmeMCPConfigLines(t *testing.T) {
 		t.Logf("README.md:%d works: %s", l.number, l.text)
 	}
 }
+
+// wrap writes --db into the client's file and prints it: a database URL
+// holding a password is refused, and not echoed.
+func TestGatewayWrapRefusesAPasswordInTheDatabase(t *testing.T) {
+	dir := t.TempDir()
+	path := writeTwoServers(t, dir, claudeKey)
+	cmd := exec.Command(binary, "gateway", "wrap", "--db", "postgres://u:wrap-secret-pw@127.0.0.1/x", path)
+	out, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != exitUsage || !strings.Contains(string(out), "--db holds a password") || strings.Contains(string(out), "wrap-secret-pw") {
+		t.Errorf("exit %d:\n%s", cmd.ProcessState.ExitCode(), out)
+	}
+	cmd = exec.Command(binary, "gateway", "wrap", "--db", "postgres://u@127.0.0.1/x", path)
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "postgres://u@127.0.0.1/x") {
+		t.Errorf("a URL without a password: %v\n%s", err, out)
+	}
+}

@@ -83,6 +83,12 @@ or a server the gateway cannot serve.`)
 	if dbPath == "" {
 		dbPath = filepath.Join(filepath.Dir(path), "mcprel.db")
 	}
+	if strings.Contains(dbPath, "://") && urlHoldsSecret(dbPath) {
+		// The client's file, and what wrap prints, are not the place
+		// for a password; the gateway reads MCPREL_DB from the
+		// client's environment for the server's entry.
+		return usagef("gateway wrap: --db holds a password, which would be written into %s: give a URL without one (and the password in the entry's env, PGPASSWORD), or a SQLite file", path)
+	}
 	if !strings.Contains(dbPath, "://") {
 		if dbPath, err = filepath.Abs(dbPath); err != nil {
 			return err
