@@ -78,7 +78,7 @@ func TestReadmeCommandLinesAreTested(t *testing.T) {
 		{regexp.MustCompile(`^bin/mcprel gateway .*--oauth-issuer `), "TestReadmeOAuthLine"},
 		{regexp.MustCompile(`^bin/mcprel gateway (wrap |--stdio --db \S+ --mcp-config )`), "TestReadmeMCPConfigLines"},
 		{regexp.MustCompile(`^bin/mcprel gateway --config examples/gateway/gateway\.yaml( --check)?$`), "TestReadmeConfigLines"},
-		{regexp.MustCompile(`^bin/mcprel gateway `), "TestReadmeGatewayLines (starts the endpoint its call lines use)"},
+		{regexp.MustCompile(`^bin/mcprel gateway --http 127\.0\.0\.1:8081 --db "\$PWD/gateway\.db" --upstream "everything=npx `), "TestReadmeGatewayLines (starts the endpoint its call lines use)"},
 		{regexp.MustCompile(`^bin/mcprel call --url http://127\.0\.0\.1:8081/`), "TestReadmeGatewayLines"},
 		{regexp.MustCompile(`^bin/mcprel (login|logout) `), "TestReadmeSignInLines"},
 		{regexp.MustCompile(`^bin/mcprel ledger (list|resolve) --db "\$PWD/gateway\.db" `), "TestReadmeReconcileLines"},
