@@ -211,8 +211,10 @@ func (s *Store) Load(ctx context.Context, key string) (*oauth.State, error) {
 }
 
 // Save writes st under key if the row is still at the version this Store
-// last read or wrote (absent, if it read none); otherwise it writes
-// nothing and returns ErrConflict.
+// last read or wrote (absent, if it read none) and no other Store holds
+// its refresh lease (a replica whose lease ran out mid-refresh, while
+// another took it, does not write over the one refreshing now);
+// otherwise it writes nothing and returns ErrConflict.
 func (s *Store) Save(ctx context.Context, key string, st *oauth.State) error {
 	sealed, err := s.seal(key, st)
 	if err != nil {
@@ -226,7 +228,8 @@ func (s *Store) Save(ctx context.Context, key string, st *oauth.State) error {
 		if from == 0 {
 			res, err = tx.Exec(ctx, `INSERT INTO mcprel_oauth_state (key, sealed, version, updated_at) VALUES (?, ?, 1, ?) ON CONFLICT (key) DO NOTHING`, key, sealed, now)
 		} else {
-			res, err = tx.Exec(ctx, `UPDATE mcprel_oauth_state SET sealed = ?, version = version + 1, updated_at = ? WHERE key = ? AND version = ?`, sealed, now, key, from)
+			res, err = tx.Exec(ctx, `UPDATE mcprel_oauth_state SET sealed = ?, version = version + 1, updated_at = ?
+				WHERE key = ? AND version = ? AND (lease_holder = '' OR lease_holder = ? OR lease_until < ?)`, sealed, now, key, from, s.holder, now)
 		}
 		if err != nil {
 			return err

@@ -218,6 +218,55 @@ func TestConditionalAndSealed(t *testing.T) {
 	})
 }
 
+// A Store whose refresh lease ran out while another took it writes
+// nothing, even at the version it read: the other is refreshing now.
+// Once the other's lease is released, or runs out, the write is the
+// version check's alone again.
+func TestSaveUnderAnotherReplicasLease(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		now := time.Now()
+		clock := func() time.Time { return now }
+		open := func() *Store {
+			db, err := store.Open(ctx, dsn, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			s, err := New(ctx, db, testKey, &Options{Now: clock, Lease: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		s1, s2 := open(), open()
+		st := &oauth.State{Resource: resource, AccessToken: "access-1", RefreshToken: "refresh-1"}
+		if err := s1.Put(ctx, resource, st); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s1.Load(ctx, resource); err != nil {
+			t.Fatal(err)
+		}
+		if held, err := s1.lease(ctx, resource); !held || err != nil {
+			t.Fatalf("s1's lease: %v %v", held, err)
+		}
+		now = now.Add(2 * time.Minute) // s1's lease runs out mid-refresh
+		if held, err := s2.lease(ctx, resource); !held || err != nil {
+			t.Fatalf("s2's lease after s1's ran out: %v %v", held, err)
+		}
+		st.RefreshToken = "refresh-from-s1"
+		if err := s1.Save(ctx, resource, st); !errors.Is(err, ErrConflict) {
+			t.Fatalf("a save under another replica's live lease: %v", err)
+		}
+		if err := s2.release(ctx, resource); err != nil {
+			t.Fatal(err)
+		}
+		if err := s1.Save(ctx, resource, st); err != nil {
+			t.Fatalf("a save once the lease is free: %v", err)
+		}
+	})
+}
+
 // With no stored authorization, or one whose refresh token was revoked,
 // the refusal stands, saying so: no sign-in is attempted.
 func TestNotAuthorized(t *testing.T) {
