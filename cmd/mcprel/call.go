@@ -113,12 +113,12 @@ without it, on a terminal the questions are asked there, and otherwise declined`
 	default:
 		return usagef("call: --era must be auto, 2026 or 2025, not %q", *era)
 	}
-	for _, h := range headers {
-		name, value, ok := strings.Cut(h, ":")
-		if !ok || strings.TrimSpace(name) == "" {
-			return usagef("call: --header must be \"Name: value\", not %q", h)
-		}
-		opts.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+	given, err := parseHeaders("call", headers)
+	if err != nil {
+		return err
+	}
+	for name, values := range given {
+		opts.Header[name] = append(opts.Header[name], values...)
 	}
 	if t := firstNonEmpty(*token, os.Getenv("MCPREL_TOKEN")); t != "" {
 		opts.Header.Set("Authorization", "Bearer "+t)

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -87,13 +86,8 @@ Flags:
 			return err
 		}
 		opts.Target.URL = *url
-		opts.Target.Header = http.Header{}
-		for _, h := range headers {
-			name, value, ok := strings.Cut(h, ":")
-			if !ok || strings.TrimSpace(name) == "" {
-				return usagef("probe: --header must be \"Name: value\", not %q", h)
-			}
-			opts.Target.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+		if opts.Target.Header, err = parseHeaders("probe", headers); err != nil {
+			return err
 		}
 		if t := firstNonEmpty(*token, os.Getenv("MCPREL_TOKEN")); t != "" {
 			opts.Target.Header.Set("Authorization", "Bearer "+t)

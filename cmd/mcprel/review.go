@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -153,19 +152,15 @@ func asTheGatewayRunsIt(policy *review.Policy, db string) error {
 // policyFromServer connects to the server and builds the policy of its
 // tools from their advertisement.
 func policyFromServer(ctx context.Context, endpoint, command string, headers []string, token string, si *signInFlags, stderr io.Writer) (*review.Policy, error) {
-	opts := &client.Options{Info: mcp.Implementation{Name: "mcprel-review", Version: version}, Header: http.Header{}}
-	for _, h := range headers {
-		name, value, ok := strings.Cut(h, ":")
-		if !ok || strings.TrimSpace(name) == "" {
-			return nil, usagef("review: --header must be \"Name: value\", not %q", h)
-		}
-		opts.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+	given, err := parseHeaders("review", headers)
+	if err != nil {
+		return nil, err
 	}
+	opts := &client.Options{Info: mcp.Implementation{Name: "mcprel-review", Version: version}, Header: given}
 	if t := firstNonEmpty(token, os.Getenv("MCPREL_TOKEN")); t != "" && endpoint != "" {
 		opts.Header.Set("Authorization", "Bearer "+t)
 	}
 	var c *client.Client
-	var err error
 	s := review.Server{Transport: "stdio"}
 	if endpoint != "" {
 		s.Transport, s.Loopback = "streamable-http", isLoopback(endpoint)

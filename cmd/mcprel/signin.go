@@ -419,7 +419,8 @@ func parseHeaders(cmd string, headers []string) (http.Header, error) {
 	for _, v := range headers {
 		name, value, ok := strings.Cut(v, ":")
 		if !ok || strings.TrimSpace(name) == "" {
-			return nil, usagef("%s: --header must be \"Name: value\", not %q", cmd, v)
+			// Never the value: it may be a credential.
+			return nil, usagef("%s: --header must be \"Name: value\" (one has no name, or no colon)", cmd)
 		}
 		h.Add(strings.TrimSpace(name), strings.TrimSpace(value))
 	}

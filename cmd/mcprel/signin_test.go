@@ -418,3 +418,19 @@ func TestMaxDoesNotCountTheSignIn(t *testing.T) {
 		})
 	}
 }
+
+// A --header without a colon is refused by call, probe and review alike,
+// and the refusal never quotes it: it may be a credential.
+func TestHeaderMistakeNotEchoed(t *testing.T) {
+	for _, args := range [][]string{
+		{"call", "--url", "http://127.0.0.1:1/mcp", "--header", "Authorization Bearer header-secret", "echo"},
+		{"probe", "--url", "http://127.0.0.1:1/mcp", "--header", "Authorization Bearer header-secret"},
+		{"review", "--from-server", "http://127.0.0.1:1/mcp", "--header", "Authorization Bearer header-secret"},
+	} {
+		cmd := exec.Command(binary, args...)
+		out, _ := cmd.CombinedOutput()
+		if cmd.ProcessState.ExitCode() != exitUsage || !strings.Contains(string(out), `--header must be "Name: value"`) || strings.Contains(string(out), "header-secret") {
+			t.Errorf("%s: exit %d\n%s", args[0], cmd.ProcessState.ExitCode(), out)
+		}
+	}
+}
